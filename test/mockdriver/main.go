@@ -1,0 +1,97 @@
+// Command mockdriver is a CSI driver for tests and the demo. It serves the
+// Identity and Node services of the csi-test mock driver
+// (github.com/kubernetes-csi/csi-test/v5/driver) on a Unix socket, with
+// answers and faults chosen by flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/driver"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// reporter lets gomock report unexpected calls from a plain program.
+type reporter struct{}
+
+func (reporter) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "mockdriver: "+format+"\n", args...)
+}
+
+func (reporter) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "mockdriver: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func main() {
+	endpoint := flag.String("endpoint", "", "Unix socket path to listen on (required)")
+	name := flag.String("name", "mock.csi.example.com", "driver name returned by GetPluginInfo")
+	nodeID := flag.String("node-id", "mock-node", "node ID returned by NodeGetInfo")
+	infoDelay := flag.Duration("plugin-info-delay", 0, "delay before answering GetPluginInfo")
+	unavailable := flag.Int("unavailable-calls", 0, "answer the first N GetPluginInfo calls with Unavailable")
+	failNodeInfo := flag.Bool("fail-node-get-info", false, "answer NodeGetInfo with an Internal error, so kubelet rejects the plugin")
+	flag.Parse()
+	if *endpoint == "" {
+		fmt.Fprintln(os.Stderr, "mockdriver: --endpoint is required")
+		os.Exit(2)
+	}
+
+	ctrl := gomock.NewController(reporter{})
+	identity := driver.NewMockIdentityServer(ctrl)
+	node := driver.NewMockNodeServer(ctrl)
+
+	var calls atomic.Int64
+	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+			n := calls.Add(1)
+			fmt.Printf("GetPluginInfo call=%d\n", n)
+			if n <= int64(*unavailable) {
+				return nil, status.Error(codes.Unavailable, "mockdriver: not ready yet")
+			}
+			select {
+			case <-time.After(*infoDelay):
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return &csi.GetPluginInfoResponse{Name: *name, VendorVersion: "v0.0.1"}, nil
+		})
+	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.ProbeResponse{}, nil)
+	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.GetPluginCapabilitiesResponse{}, nil)
+	node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+		func(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+			fmt.Println("NodeGetInfo")
+			if *failNodeInfo {
+				return nil, status.Error(codes.Internal, "mockdriver: NodeGetInfo fails on request")
+			}
+			return &csi.NodeGetInfoResponse{NodeId: *nodeID}, nil
+		})
+	node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.NodeGetCapabilitiesResponse{}, nil)
+
+	d := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{Identity: identity, Node: node})
+	if err := os.Remove(*endpoint); err != nil && !os.IsNotExist(err) {
+		fmt.Fprintf(os.Stderr, "mockdriver: %v\n", err)
+		os.Exit(1)
+	}
+	if err := d.StartOnAddress("unix", *endpoint); err != nil {
+		fmt.Fprintf(os.Stderr, "mockdriver: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("mockdriver: serving %s as %q on %s\n", *name, *nodeID, *endpoint)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	d.Stop()
+	_ = os.Remove(*endpoint)
+	fmt.Println("mockdriver: stopped")
+}
