@@ -4,17 +4,24 @@ go 1.26.0
 
 require (
 	github.com/container-storage-interface/spec v1.13.0
+	github.com/fsnotify/fsnotify v1.9.0
+	github.com/go-logr/logr v1.4.4
+	github.com/go-logr/zapr v1.3.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
+	go.uber.org/automaxprocs v1.6.0
 	go.uber.org/mock v0.6.0
+	go.uber.org/zap v1.28.0
+	golang.org/x/sync v0.24.0
 	google.golang.org/grpc v1.85.0
+	k8s.io/klog/v2 v2.140.0
+	k8s.io/kubelet v0.37.2
 )
 
 require (
-	github.com/go-logr/logr v1.4.4 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 )

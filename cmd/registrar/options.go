@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/logging"
+)
+
+// probeMode is upstream's --mode for exec liveness probes in old manifests.
+const probeMode = "kubelet-registration-probe"
+
+// options are the command line flags, named and defaulted as upstream's.
+type options struct {
+	csiAddress              string
+	kubeletRegistrationPath string
+	pluginRegistrationPath  string
+	timeout                 time.Duration
+	connectionTimeout       time.Duration
+	httpEndpoint            string
+	healthPort              int
+	mode                    string
+	enablePprof             bool
+	automaxprocs            bool
+	showVersion             bool
+	terminationMessagePath  string
+
+	logging *logging.Options
+	flags   *flag.FlagSet
+}
+
+// parseFlags parses args (without the program name) the way upstream
+// does, with Go's flag package: -name and --name both work.
+func parseFlags(program string, args []string, output io.Writer) (*options, error) {
+	o := &options{logging: logging.NewOptions()}
+	fs := flag.NewFlagSet(program, flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver's socket in this container (a bare path, unix:///path or unix:path).")
+	fs.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver's socket on the host, as kubelet must dial it. Required.")
+	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "Timeout of each GetPluginInfo call to the CSI driver, and of the check of a registration socket published by another process.")
+	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
+	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 disables it.")
+	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once, for exec liveness probes in old manifests; use an HTTP probe on /healthz instead.")
+	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "Serve the Go profiler under /debug/pprof/ on the HTTP server.")
+	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	fs.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log", "File where the reason of a fatal error or of kubelet's rejection is written, for kubectl describe pod. It must exist: kubelet creates it.")
+	o.logging.AddFlags(fs)
+	o.flags = fs
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// validate checks what a registrar run needs; --version and the probe mode
+// need none of it.
+func (o *options) validate() error {
+	var errs []error
+	if o.kubeletRegistrationPath == "" {
+		errs = append(errs, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock"))
+	}
+	if o.httpEndpoint != "" && o.healthPort > 0 {
+		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
+	}
+	if o.healthPort < 0 {
+		errs = append(errs, fmt.Errorf("--health-port=%d is not a port: use --http-endpoint=:PORT", o.healthPort))
+	}
+	if o.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout=%v must be positive", o.timeout))
+	}
+	switch o.mode {
+	case "", "registration", probeMode:
+	default:
+		errs = append(errs, fmt.Errorf("--mode=%q is not supported: leave it out (or use %q only in an exec liveness probe)", o.mode, probeMode))
+	}
+	return errors.Join(errs...)
+}
+
+// httpAddress is where the HTTP server listens, "" for none.
+func (o *options) httpAddress() string {
+	if o.healthPort > 0 {
+		return fmt.Sprintf(":%d", o.healthPort)
+	}
+	return o.httpEndpoint
+}
+
+// wasSet tells whether a flag was given on the command line.
+func (o *options) wasSet(name string) bool {
+	set := false
+	o.flags.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}

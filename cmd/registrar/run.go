@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"go.uber.org/automaxprocs/maxprocs"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// httpShutdownTimeout bounds how long open probe requests may delay exit.
+const httpShutdownTimeout = 5 * time.Second
+
+// run is the whole process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args[0], args[1:], stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		// The flag package has already printed the problem and the usage.
+		return exitUsage
+	}
+	if o.showVersion {
+		fmt.Fprintln(stdout, args[0], version)
+		return exitOK
+	}
+	if o.mode == probeMode {
+		// Old manifests run this as an exec liveness probe; the HTTP
+		// probe on /healthz replaces it.
+		return exitOK
+	}
+	if err := o.logging.Apply(o.flags, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
+		return exitUsage
+	}
+	defer klog.Flush()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+
+	if err := o.validate(); err != nil {
+		logger.Error(err, "Invalid command line")
+		return exitUsage
+	}
+	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath)
+	if o.flags.NArg() > 0 {
+		// Go's flag package stops at the first argument that is not a
+		// flag and upstream ignores the rest; so do we, but not silently.
+		logger.Info("Warning: ignoring arguments after the first one that is not a flag; write boolean flags as --name=value", "ignored", o.flags.Args())
+	}
+	if o.wasSet("connection-timeout") {
+		logger.Info("--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
+	}
+	if o.wasSet("health-port") {
+		logger.Info("--health-port is deprecated: use --http-endpoint", "httpEndpoint", o.httpAddress())
+	}
+	if o.mode == "registration" {
+		logger.Info("--mode is deprecated and has no effect")
+	}
+	if o.automaxprocs {
+		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
+			logger.Info(fmt.Sprintf(format, args...))
+		})); err != nil {
+			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
+		}
+	}
+
+	err = register(ctx, o)
+	var rejected *registration.RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		writeTerminationMessage(logger, o.terminationMessagePath, rejected.Error())
+		return exitError
+	case err != nil:
+		logger.Error(err, "Registrar failed")
+		writeTerminationMessage(logger, o.terminationMessagePath, err.Error())
+		return exitError
+	}
+	logger.Info("Stopped")
+	return exitOK
+}
+
+// register runs the HTTP server and the registration under one context:
+// the first error or signal stops both.
+func register(ctx context.Context, o *options) error {
+	address, err := driver.ParseAddress(o.csiAddress)
+	if err != nil {
+		return fmt.Errorf("--csi-address: %w", err)
+	}
+	// Fail before the possibly long wait for the driver.
+	if err := registration.CheckDir(o.pluginRegistrationPath); err != nil {
+		return err
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	var probes *healthz.Server
+	if addr := o.httpAddress(); addr != "" {
+		// Listen before anything else, so that probes get answers during
+		// start-up.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
+		}
+		probes = healthz.New(o.enablePprof)
+		g.Go(func() error { return probes.Run(ctx, l, httpShutdownTimeout) })
+	}
+	g.Go(func() error {
+		name, err := driver.PluginName(ctx, driver.Config{Address: address, Timeout: o.timeout})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting
+			}
+			return err
+		}
+		srv, err := registration.New(registration.Config{
+			DriverName:   name,
+			Endpoint:     o.kubeletRegistrationPath,
+			Dir:          o.pluginRegistrationPath,
+			CheckTimeout: o.timeout,
+		})
+		if err != nil {
+			return err
+		}
+		if probes != nil {
+			probes.SetChecker(srv)
+		}
+		return srv.Run(ctx)
+	})
+	return g.Wait()
+}
+
+// writeTerminationMessage leaves the reason where kubectl describe pod
+// shows it. kubelet creates the file; when it does not exist the
+// registrar is not running under kubelet, and nothing is created.
+func writeTerminationMessage(logger klog.Logger, path, message string) {
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err == nil {
+		_, err = io.WriteString(f, message)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		logger.Info("Warning: cannot write the termination message", "path", path, "err", err)
+	}
+}

@@ -1,0 +1,93 @@
+package logging
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+)
+
+// maxInfoBufferSize caps the info buffer, as Kubernetes does: the whole
+// buffer is allocated up front.
+const maxInfoBufferSize = 2 << 30
+
+// sizeMultipliers are the suffixes of Kubernetes quantities that make sense
+// for a number of bytes. Kubernetes spells kilo "k"; "K" is accepted too
+// because Kubernetes' own flag help writes "1K".
+var sizeMultipliers = map[string]int64{
+	"":   1,
+	"k":  1e3,
+	"K":  1e3,
+	"M":  1e6,
+	"G":  1e9,
+	"T":  1e12,
+	"P":  1e15,
+	"E":  1e18,
+	"Ki": 1 << 10,
+	"Mi": 1 << 20,
+	"Gi": 1 << 30,
+	"Ti": 1 << 40,
+	"Pi": 1 << 50,
+	"Ei": 1 << 60,
+}
+
+// byteSize is a flag.Value holding a size in bytes, written either as a plain
+// number of bytes or as a Kubernetes quantity such as 64Ki or 1.5M.
+type byteSize struct {
+	bytes int64
+	text  string
+}
+
+func (s *byteSize) String() string {
+	if s.text == "" {
+		return "0"
+	}
+	return s.text
+}
+
+func (s *byteSize) Set(text string) error {
+	n, err := parseByteSize(text)
+	if err != nil {
+		return err
+	}
+	s.bytes, s.text = n, text
+	return nil
+}
+
+// parseByteSize returns the number of bytes text stands for, rounded up to a
+// whole byte and capped at maxInfoBufferSize.
+func parseByteSize(text string) (int64, error) {
+	number := strings.TrimRight(text, "kKMGTPEi")
+	suffix := text[len(number):]
+	multiplier, knownSuffix := sizeMultipliers[suffix]
+	if !knownSuffix || !isDecimal(number) {
+		return 0, fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
+	}
+	size, _ := new(big.Rat).SetString(number) // isDecimal checked the syntax
+	size.Mul(size, new(big.Rat).SetInt64(multiplier))
+	whole := new(big.Int).Quo(size.Num(), size.Denom())
+	if !size.IsInt() {
+		whole.Add(whole, big.NewInt(1))
+	}
+	if whole.Cmp(big.NewInt(maxInfoBufferSize)) > 0 {
+		return maxInfoBufferSize, nil
+	}
+	return whole.Int64(), nil
+}
+
+// isDecimal reports whether s is digits with at most one decimal point and at
+// least one digit, so that big.Rat does not get to accept fractions (1/2) or
+// exponents (1e3).
+func isDecimal(s string) bool {
+	digits, points := 0, 0
+	for _, c := range s {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.':
+			points++
+		default:
+			return false
+		}
+	}
+	return digits > 0 && points <= 1
+}

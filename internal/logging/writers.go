@@ -1,0 +1,81 @@
+package logging
+
+import (
+	"bufio"
+	"io"
+	"sync"
+)
+
+// lockedWriter serialises writes so that lines written concurrently by
+// several goroutines never interleave, whatever the injected writer is.
+// Sync is a no-op: zap calls it after severe entries, and an fsync on a pipe
+// or terminal only returns an error.
+type lockedWriter struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func newLockedWriter(out io.Writer) *lockedWriter {
+	return &lockedWriter{out: out}
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.Write(p)
+}
+
+func (w *lockedWriter) Sync() error { return nil }
+
+// bufferedWriter holds info output in memory until klog flushes (the flush
+// daemon or klog.Flush) or the buffer is full. A line that does not fit in
+// what is left of the buffer first flushes the buffer, so the underlying
+// writer only ever receives whole lines.
+type bufferedWriter struct {
+	mu  sync.Mutex
+	buf *bufio.Writer
+}
+
+func newBufferedWriter(out io.Writer, size int) *bufferedWriter {
+	return &bufferedWriter{buf: bufio.NewWriterSize(out, size)}
+}
+
+func (w *bufferedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(p) > w.buf.Available() && w.buf.Buffered() > 0 {
+		if err := w.buf.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	// With an empty buffer, bufio writes a line larger than the buffer
+	// straight through.
+	return w.buf.Write(p)
+}
+
+// Flush writes out whatever is buffered. Errors are dropped: there is no
+// better place than the log itself to report them.
+func (w *bufferedWriter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.buf.Flush()
+}
+
+func (w *bufferedWriter) Sync() error {
+	w.Flush()
+	return nil
+}
+
+// severityRouter splits klog's text output: each write is one formatted
+// entry whose header starts with the severity letter, I for info, and W, E
+// or F for the rest.
+type severityRouter struct {
+	info, errors io.Writer
+}
+
+func (r severityRouter) Write(p []byte) (int, error) {
+	if len(p) > 0 && p[0] == 'I' {
+		return r.info.Write(p)
+	}
+	return r.errors.Write(p)
+}

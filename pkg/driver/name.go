@@ -1,0 +1,56 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxNameLength is the longest driver name the CSI specification allows.
+const MaxNameLength = 63
+
+const nameRule = "a CSI driver name is at most 63 characters, begins and ends with a letter or digit [a-zA-Z0-9], " +
+	"and has only letters, digits, '-' and '.' in between"
+
+// ValidateName checks a driver name against the CSI specification's rule for
+// GetPluginInfo's name.
+//
+// The registrar also relies on this rule for safety: it listens on
+// "<name>-reg.sock" in kubelet's registry directory. A valid name has no '/'
+// or '\' and is never "." or "..", so that socket cannot land outside the
+// directory; and it never starts with '.', so the socket is not a dot-file,
+// which kubelet's plugin watcher would ignore.
+func ValidateName(name string) error {
+	if name == "" {
+		return errors.New("the CSI driver name is empty: " + nameRule + "; check the CSI driver's GetPluginInfo")
+	}
+	if problem := nameProblem(name); problem != "" {
+		return fmt.Errorf("driver name %q is not valid: %s; %s; check the CSI driver's GetPluginInfo", name, problem, nameRule)
+	}
+	return nil
+}
+
+// nameProblem describes the first way a non-empty name breaks the rule, or
+// returns "" when it follows it.
+func nameProblem(name string) string {
+	if first, _ := utf8.DecodeRuneInString(name); !isAlphanumeric(first) {
+		return fmt.Sprintf("it begins with %q", first)
+	}
+	if last, _ := utf8.DecodeLastRuneInString(name); !isAlphanumeric(last) {
+		return fmt.Sprintf("it ends with %q", last)
+	}
+	for _, c := range name {
+		if !isAlphanumeric(c) && c != '-' && c != '.' {
+			return fmt.Sprintf("it contains %q", c)
+		}
+	}
+	// Only ASCII is left, so bytes and characters count the same.
+	if len(name) > MaxNameLength {
+		return fmt.Sprintf("it is %d characters long", len(name))
+	}
+	return ""
+}
+
+func isAlphanumeric(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}

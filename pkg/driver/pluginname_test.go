@@ -1,0 +1,523 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+)
+
+const testDriverName = "mock.csi.example.com"
+
+// testTimeout bounds every wait in these tests; it is a safety net, never a
+// measurement.
+const testTimeout = 30 * time.Second
+
+// socketDir returns a new directory with a path short enough for Unix sockets.
+func socketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// answerFunc is the mock GetPluginInfo: it gets the 1-based call number.
+type answerFunc func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error)
+
+func answerName(name string) answerFunc {
+	return func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
+		return &csi.GetPluginInfoResponse{Name: name, VendorVersion: "v1"}, nil
+	}
+}
+
+// fakeDriver is a csi-test mock Identity service with a call counter.
+type fakeDriver struct {
+	mock  *csitest.MockCSIDriver
+	calls atomic.Int64
+}
+
+func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
+	t.Helper()
+	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
+	d := &fakeDriver{mock: csitest.NewMockCSIDriver(&csitest.MockCSIDriverServers{Identity: identity})}
+	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+			return answer(ctx, d.calls.Add(1))
+		})
+	return d
+}
+
+// serve starts the driver on a socket at path.
+func (d *fakeDriver) serve(t testing.TB, path string) {
+	t.Helper()
+	if err := d.mock.StartOnAddress("unix", path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.mock.Stop)
+}
+
+// serveByRename starts the driver on a hidden socket and renames it to path,
+// so the socket is accepting connections from the moment path exists.
+func (d *fakeDriver) serveByRename(t testing.TB, path string) {
+	t.Helper()
+	hidden := filepath.Join(filepath.Dir(path), ".tmp.sock")
+	listener, err := net.Listen("unix", hidden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.mock.CSIDriver.Start(listener); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.mock.Stop)
+	if err := os.Rename(hidden, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logContext returns a context whose logger records entries up to V(5).
+func logContext(t testing.TB) (context.Context, ktesting.Buffer) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(5), ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), testTimeout)
+	t.Cleanup(cancel)
+	return ctx, logger.GetSink().(ktesting.Underlier).GetBuffer()
+}
+
+// levelZero returns the messages logged at level 0.
+func levelZero(logs ktesting.Buffer) []string {
+	var messages []string
+	for _, entry := range logs.Data() {
+		if entry.Verbosity == 0 {
+			messages = append(messages, entry.Message)
+		}
+	}
+	return messages
+}
+
+// waitForLog polls the log, up to testTimeout, for a level 0 message.
+func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !containsString(levelZero(logs), message) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+// fastConfig retries quickly, so that retry tests take milliseconds.
+func fastConfig(path string) driver.Config {
+	return driver.Config{
+		Address:        driver.Address{Path: path},
+		Timeout:        time.Second,
+		InitialBackoff: time.Millisecond,
+		MaxBackoff:     10 * time.Millisecond,
+	}
+}
+
+type result struct {
+	name string
+	err  error
+}
+
+func pluginNameAsync(ctx context.Context, cfg driver.Config) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		name, err := driver.PluginName(ctx, cfg)
+		done <- result{name, err}
+	}()
+	return done
+}
+
+func awaitResult(t testing.TB, done <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(testTimeout + 5*time.Second):
+		t.Fatal("PluginName did not return")
+		return result{}
+	}
+}
+
+func TestPluginNameDriverUp(t *testing.T) {
+	ctx, logs := logContext(t)
+	path := filepath.Join(socketDir(t), "csi.sock")
+	fake := newFakeDriver(t, answerName(testDriverName))
+	fake.serve(t, path)
+
+	name, err := driver.PluginName(ctx, fastConfig(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != testDriverName {
+		t.Errorf("PluginName = %q, want %q", name, testDriverName)
+	}
+	if got := fake.calls.Load(); got != 1 {
+		t.Errorf("GetPluginInfo called %d times, want 1", got)
+	}
+	if got, want := levelZero(logs), []string{"Found the CSI driver"}; !equalStrings(got, want) {
+		t.Errorf("level 0 log = %q, want %q", got, want)
+	}
+}
+
+// TestPluginNameDriverAppearsLater starts the driver the usual way, listening
+// directly on its path, once PluginName is waiting.
+func TestPluginNameDriverAppearsLater(t *testing.T) {
+	ctx, logs := logContext(t)
+	path := filepath.Join(socketDir(t), "csi.sock")
+	done := pluginNameAsync(ctx, fastConfig(path))
+	waitForLog(t, logs, "Waiting for the CSI driver")
+
+	fake := newFakeDriver(t, answerName(testDriverName))
+	fake.serve(t, path)
+
+	r := awaitResult(t, done)
+	if r.err != nil || r.name != testDriverName {
+		t.Fatalf("PluginName = %q, %v; want %q", r.name, r.err, testDriverName)
+	}
+	if got, want := levelZero(logs), []string{"Waiting for the CSI driver", "Found the CSI driver"}; !equalStrings(got, want) {
+		t.Errorf("level 0 log = %q, want %q", got, want)
+	}
+}
+
+// TestPluginNameWakesOnSocketCreate uses a backoff far longer than the test's
+// deadline, so only the file system watch can bring the next attempt.
+func TestPluginNameWakesOnSocketCreate(t *testing.T) {
+	tests := []struct {
+		name   string
+		socket string // under the temp dir
+		before []string
+		// changes are made once PluginName waits, before the socket appears:
+		// a name creates that directory, "-" and a name removes it.
+		changes []string
+	}{
+		{name: "directory exists", socket: "csi.sock"},
+		{
+			name:    "directories missing",
+			socket:  "plugins/csi.example.com/csi.sock",
+			changes: []string{"plugins", "plugins/csi.example.com"},
+		},
+		{
+			name:    "directory re-created",
+			socket:  "csi/csi.sock",
+			before:  []string{"csi"},
+			changes: []string{"-csi", "csi"},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, logs := logContext(t)
+			dir := socketDir(t)
+			for _, sub := range test.before {
+				if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(dir, test.socket)
+			cfg := driver.Config{
+				Address:        driver.Address{Path: path},
+				InitialBackoff: time.Hour,
+				MaxBackoff:     time.Hour,
+			}
+			done := pluginNameAsync(ctx, cfg)
+			waitForLog(t, logs, "Waiting for the CSI driver")
+
+			for _, change := range test.changes {
+				var err error
+				if removed, ok := strings.CutPrefix(change, "-"); ok {
+					err = os.Remove(filepath.Join(dir, removed))
+				} else {
+					err = os.Mkdir(filepath.Join(dir, change), 0o755)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			fake := newFakeDriver(t, answerName(testDriverName))
+			fake.serveByRename(t, path)
+
+			r := awaitResult(t, done)
+			if r.err != nil || r.name != testDriverName {
+				t.Fatalf("PluginName = %q, %v; want %q\n%s", r.name, r.err, testDriverName, logs.String())
+			}
+		})
+	}
+}
+
+func TestPluginNameRetries(t *testing.T) {
+	const failures = 3
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		answer  answerFunc
+		// wantLogged are the level 0 messages, in order.
+		wantLogged []string
+	}{
+		{
+			name:    "slower than the timeout",
+			timeout: 50 * time.Millisecond,
+			answer: func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					// Answer only once the client has given up.
+					<-ctx.Done()
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+				return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+			},
+			wantLogged: []string{"Waiting for the CSI driver", "Found the CSI driver"},
+		},
+		{
+			name:    "unavailable",
+			timeout: time.Second,
+			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					return nil, status.Error(codes.Unavailable, "not ready yet")
+				}
+				return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+			},
+			wantLogged: []string{"Waiting for the CSI driver", "Found the CSI driver"},
+		},
+		{
+			name:    "other error, logged once",
+			timeout: time.Second,
+			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					return nil, status.Error(codes.Internal, "disk on fire")
+				}
+				return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+			},
+			wantLogged: []string{
+				"CSI driver answered GetPluginInfo with an error; retrying",
+				"Waiting for the CSI driver",
+				"Found the CSI driver",
+			},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, logs := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			fake := newFakeDriver(t, test.answer)
+			fake.serve(t, path)
+			cfg := fastConfig(path)
+			cfg.Timeout = test.timeout
+
+			name, err := driver.PluginName(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name != testDriverName {
+				t.Errorf("PluginName = %q, want %q", name, testDriverName)
+			}
+			if got := fake.calls.Load(); got != failures+1 {
+				t.Errorf("GetPluginInfo called %d times, want %d", got, failures+1)
+			}
+			if got := levelZero(logs); !equalStrings(got, test.wantLogged) {
+				t.Errorf("level 0 log = %q, want %q", got, test.wantLogged)
+			}
+		})
+	}
+}
+
+func TestPluginNameInvalidName(t *testing.T) {
+	for _, name := range []string{"", "a/b", "../../etc/x", ".hidden", "-csi", strings.Repeat("a", 64)} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			ctx, _ := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			fake := newFakeDriver(t, answerName(name))
+			fake.serve(t, path)
+
+			got, err := driver.PluginName(ctx, fastConfig(path))
+			if err == nil {
+				t.Fatalf("PluginName = %q, want an error", got)
+			}
+			want := fmt.Sprintf("%q", name)
+			if name == "" {
+				want = "empty"
+			}
+			for _, want := range []string{want, "GetPluginInfo"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			if calls := fake.calls.Load(); calls != 1 {
+				t.Errorf("GetPluginInfo called %d times, want 1: an invalid name is not retried", calls)
+			}
+		})
+	}
+}
+
+func TestPluginNameUnimplemented(t *testing.T) {
+	t.Run("answer", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		fake := newFakeDriver(t, func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
+			return nil, status.Error(codes.Unimplemented, "no")
+		})
+		fake.serve(t, path)
+		checkNotIdentity(t, ctx, path)
+		if calls := fake.calls.Load(); calls != 1 {
+			t.Errorf("GetPluginInfo called %d times, want 1", calls)
+		}
+	})
+	t.Run("no Identity service", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		listener, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := grpc.NewServer()
+		go func() { _ = server.Serve(listener) }()
+		t.Cleanup(server.Stop)
+		checkNotIdentity(t, ctx, path)
+	})
+}
+
+func checkNotIdentity(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	name, err := driver.PluginName(ctx, fastConfig(path))
+	if err == nil {
+		t.Fatalf("PluginName = %q, want an error", name)
+	}
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "Identity service") {
+		t.Errorf("error %q: want Unimplemented and a word on the Identity service", err)
+	}
+}
+
+// TestPluginNameCancel checks that PluginName returns once its context is
+// cancelled, whether it is waiting for the socket or inside an attempt, and
+// leaves no watcher or connection behind.
+func TestPluginNameCancel(t *testing.T) {
+	t.Run("while waiting for the socket", func(t *testing.T) {
+		ctx, logs := logContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		path := filepath.Join(socketDir(t), "missing", "csi.sock")
+		cfg := fastConfig(path)
+		cfg.InitialBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+		done := pluginNameAsync(ctx, cfg)
+		waitForLog(t, logs, "Waiting for the CSI driver")
+
+		cancel()
+		checkCancelled(t, awaitResult(t, done))
+	})
+	t.Run("during a slow attempt", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		path := filepath.Join(socketDir(t), "csi.sock")
+		called := make(chan struct{})
+		fake := newFakeDriver(t, func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+			if call == 1 {
+				close(called)
+			}
+			<-ctx.Done()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		})
+		fake.serve(t, path)
+		cfg := fastConfig(path)
+		cfg.Timeout = time.Hour
+		done := pluginNameAsync(ctx, cfg)
+		select {
+		case <-called:
+		case <-time.After(testTimeout):
+			t.Fatal("GetPluginInfo was not called")
+		}
+
+		cancel()
+		checkCancelled(t, awaitResult(t, done))
+	})
+	checkNoLeaks(t)
+}
+
+func checkCancelled(t *testing.T, r result) {
+	t.Helper()
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("PluginName = %q, %v; want context.Canceled", r.name, r.err)
+	}
+}
+
+// checkNoLeaks polls, up to testTimeout, until no goroutine of PluginName, of
+// its watcher or of a gRPC client connection is left. Tests running in
+// parallel would break this; none of this package's do.
+func checkNoLeaks(t *testing.T) {
+	t.Helper()
+	leaks := []string{"driver.PluginName", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
+	deadline := time.Now().Add(testTimeout)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		var found []string
+		for _, leak := range leaks {
+			if strings.Contains(stacks, leak) {
+				found = append(found, leak)
+			}
+		}
+		if len(found) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines left behind (%q):\n%s", found, stacks)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func BenchmarkPluginName(b *testing.B) {
+	path := filepath.Join(socketDir(b), "csi.sock")
+	fake := newFakeDriver(b, answerName(testDriverName))
+	fake.serve(b, path)
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	cfg := fastConfig(path)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := driver.PluginName(ctx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

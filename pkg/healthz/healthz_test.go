@@ -1,0 +1,152 @@
+package healthz
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+)
+
+const testDriver = "test.csi.example.com"
+
+// startRegistration runs a real registration server in a short temp dir
+// and waits until its socket is published.
+func startRegistration(t *testing.T, dir string) (*registration.Server, func() error) {
+	t.Helper()
+	srv, err := registration.New(registration.Config{DriverName: testDriver, Endpoint: "/csi.sock", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() { stop() })
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Health(context.Background()).State != registration.Serving {
+		if time.Now().After(deadline) {
+			t.Fatal("registration server did not start")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return srv, stop
+}
+
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func probe(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func TestHealthz(t *testing.T) {
+	cases := []struct {
+		name     string
+		setup    func(t *testing.T, hz *Server)
+		wantCode int
+		wantBody string
+	}{
+		{"waiting for the driver", func(*testing.T, *Server) {}, http.StatusOK, "waiting for the CSI driver"},
+		{"serving", func(t *testing.T, hz *Server) {
+			srv, _ := startRegistration(t, tempDir(t))
+			hz.SetChecker(srv)
+		}, http.StatusOK, "serving"},
+		{"superseded by a newer instance", func(t *testing.T, hz *Server) {
+			dir := tempDir(t)
+			older, _ := startRegistration(t, dir)
+			startRegistration(t, dir)
+			hz.SetChecker(older)
+		}, http.StatusOK, "another instance"},
+		{"socket deleted", func(t *testing.T, hz *Server) {
+			srv, _ := startRegistration(t, tempDir(t))
+			os.Remove(srv.SocketPath())
+			hz.SetChecker(srv)
+		}, http.StatusNotFound, "does not exist"},
+		{"not a socket", func(t *testing.T, hz *Server) {
+			srv, _ := startRegistration(t, tempDir(t))
+			os.Remove(srv.SocketPath())
+			os.WriteFile(srv.SocketPath(), nil, 0o600)
+			hz.SetChecker(srv)
+		}, http.StatusInternalServerError, "not a socket"},
+		{"server stopped", func(t *testing.T, hz *Server) {
+			srv, stop := startRegistration(t, tempDir(t))
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			hz.SetChecker(srv)
+		}, http.StatusInternalServerError, "stopped"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			hz := New(false)
+			tc.setup(t, hz)
+			code, body := probe(t, hz, "/healthz")
+			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+				t.Errorf("GET /healthz = %d %q, want %d with %q", code, body, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
+
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	if code, _ := probe(t, New(false), "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("pprof disabled: GET /debug/pprof/ = %d, want 404", code)
+	}
+	if code, body := probe(t, New(true), "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("pprof enabled: GET /debug/pprof/ = %d, want 200 with the profile index", code)
+	}
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(false).Run(ctx, l, time.Second) }()
+
+	resp, err := http.Get("http://" + l.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz = %d %q", resp.StatusCode, body)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run() = %v, want nil after cancel", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := http.Get("http://" + l.Addr().String() + "/healthz"); err == nil {
+		t.Error("the server still answers after Run returned")
+	}
+}
