@@ -1,0 +1,110 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Argument lists as they appear in published manifests for upstream.
+func TestParseFlagsAcceptsUpstreamManifests(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, o *options)
+	}{
+		{"defaults", []string{"--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock"}, func(t *testing.T, o *options) {
+			if o.csiAddress != "/run/csi/socket" || o.pluginRegistrationPath != "/registration" || o.timeout != time.Second ||
+				o.httpEndpoint != "" || o.healthPort != 0 || o.mode != "" || o.enablePprof || o.automaxprocs ||
+				o.terminationMessagePath != "/dev/termination-log" {
+				t.Errorf("defaults differ from upstream's: %+v", o)
+			}
+		}},
+		{"hostpath driver", []string{"--v=5", "--csi-address=/csi/csi.sock", "--kubelet-registration-path=/var/lib/kubelet/plugins/csi-hostpath/csi.sock", "--http-endpoint=:9809"}, func(t *testing.T, o *options) {
+			if o.csiAddress != "/csi/csi.sock" || o.httpAddress() != ":9809" {
+				t.Errorf("got %+v", o)
+			}
+		}},
+		{"single dash, space separated", []string{"-v", "2", "-csi-address", "unix:///csi/csi.sock", "-kubelet-registration-path", "/k/csi.sock", "-timeout", "3s"}, func(t *testing.T, o *options) {
+			if o.csiAddress != "unix:///csi/csi.sock" || o.kubeletRegistrationPath != "/k/csi.sock" || o.timeout != 3*time.Second {
+				t.Errorf("got %+v", o)
+			}
+		}},
+		{"deprecated flags of v1 and v2.0", []string{"--connection-timeout=15s", "--health-port=9809", "--kubelet-registration-path=/k"}, func(t *testing.T, o *options) {
+			if o.httpAddress() != ":9809" || !o.wasSet("connection-timeout") {
+				t.Errorf("got %+v", o)
+			}
+		}},
+		{"exec probe", []string{"--kubelet-registration-path=/k", "--mode=kubelet-registration-probe"}, func(t *testing.T, o *options) {
+			if o.mode != probeMode {
+				t.Errorf("mode = %q", o.mode)
+			}
+		}},
+		{"klog flags of v2.10 and older", []string{"--logtostderr", "--alsologtostderr=false", "--stderrthreshold=2", "--log_dir=/tmp", "--kubelet-registration-path=/k"}, func(t *testing.T, o *options) {
+			for _, f := range []string{"logtostderr", "alsologtostderr", "stderrthreshold", "log_dir"} {
+				if !o.wasSet(f) {
+					t.Errorf("--%s not recorded as set", f)
+				}
+			}
+		}},
+		{"logging and profiling", []string{"--logging-format=json", "--log-json-split-stream", "--vmodule=run=4", "--enable-pprof", "--automaxprocs", "--kubelet-registration-path=/k"}, func(t *testing.T, o *options) {
+			if !o.enablePprof || !o.automaxprocs {
+				t.Errorf("got %+v", o)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags("registrar", tc.args, io.Discard)
+			if err != nil {
+				t.Fatalf("parseFlags(%q) = %v", tc.args, err)
+			}
+			if err := o.validate(); err != nil {
+				t.Fatalf("validate() = %v", err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+func TestParseFlagsRejectsUnknownFlags(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags("registrar", []string{"--no-such-flag"}, &out); err == nil {
+		t.Fatal("an unknown flag was accepted")
+	}
+	if !strings.Contains(out.String(), "no-such-flag") {
+		t.Errorf("the usage output does not name the flag: %q", out.String())
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr []string
+	}{
+		{"registration path missing", nil, []string{"--kubelet-registration-path is required"}},
+		{"both HTTP flags", []string{"--kubelet-registration-path=/k", "--http-endpoint=:8080", "--health-port=9809"}, []string{"--health-port=9809", "--http-endpoint", "mutually exclusive"}},
+		{"bad timeout", []string{"--kubelet-registration-path=/k", "--timeout=0s"}, []string{"--timeout=0s must be positive"}},
+		{"unknown mode", []string{"--kubelet-registration-path=/k", "--mode=foo"}, []string{`--mode="foo" is not supported`}},
+		{"all at once", []string{"--timeout=-1s", "--mode=foo"}, []string{"--kubelet-registration-path", "--timeout", "--mode"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags("registrar", tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = o.validate()
+			if err == nil {
+				t.Fatal("validate() accepted the flags")
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("validate() = %q, want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+}

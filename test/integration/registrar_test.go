@@ -1,0 +1,469 @@
+// Package integration runs the built registrar binary against the test CSI
+// driver (test/mockdriver, on csi-test's mock driver) over real Unix
+// sockets, with a gRPC client in kubelet's place. The suite with kubelet's
+// own plugin manager is in test/e2e.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+const testVersion = "v0.0.0-integration"
+
+var registrarBin, driverBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "itbin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	registrarBin = filepath.Join(dir, "csi-node-driver-registrar")
+	driverBin = filepath.Join(dir, "mockdriver")
+	for _, b := range []struct{ out, pkg string }{
+		{registrarBin, "./cmd/registrar"},
+		{driverBin, "./test/mockdriver"},
+	} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", b.out, b.pkg)
+		cmd.Dir = "../.."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", b.pkg, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// syncBuffer collects a process's output while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type process struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	exited         chan struct{}
+	err            error
+}
+
+func startProcess(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("%s stdout:\n%s\n%s stderr:\n%s", p.name, p.stdout.String(), p.name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait returns the exit code once the process has exited.
+func (p *process) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not exit", p.name)
+	}
+	var exitErr *exec.ExitError
+	if errors.As(p.err, &exitErr) {
+		return exitErr.ExitCode()
+	}
+	if p.err != nil {
+		t.Fatalf("%s: %v", p.name, p.err)
+	}
+	return 0
+}
+
+func (p *process) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// node is one test's set-up: a driver socket directory and a registry
+// directory, as a DaemonSet pod mounts them.
+type node struct {
+	root, driverSocket, registry, termination, httpAddr string
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	root, err := os.MkdirTemp("", "it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	n := &node{
+		root:         root,
+		driverSocket: filepath.Join(root, "csi.sock"),
+		registry:     filepath.Join(root, "registry"),
+		termination:  filepath.Join(root, "termination-log"),
+		httpAddr:     freeAddress(t),
+	}
+	if err := os.Mkdir(n.registry, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// kubelet creates the termination message file before the container starts.
+	if err := os.WriteFile(n.termination, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (n *node) startDriver(t *testing.T, name string, args ...string) *process {
+	t.Helper()
+	p := startProcess(t, "mockdriver", driverBin, append([]string{"--endpoint=" + n.driverSocket, "--name=" + name}, args...)...)
+	eventually(t, "the driver listens", func() bool {
+		_, err := os.Stat(n.driverSocket)
+		return err == nil || !p.running()
+	})
+	return p
+}
+
+func (n *node) startRegistrar(t *testing.T, args ...string) *process {
+	t.Helper()
+	base := []string{
+		"--csi-address=" + n.driverSocket,
+		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
+		"--plugin-registration-path=" + n.registry,
+		"--http-endpoint=" + n.httpAddr,
+		"--termination-message-path=" + n.termination,
+		"-v=4",
+	}
+	return startProcess(t, "registrar", registrarBin, append(base, args...)...)
+}
+
+func (n *node) socketPath(name string) string {
+	return filepath.Join(n.registry, name+"-reg.sock")
+}
+
+func (n *node) waitForSocket(t *testing.T, name string, registrar *process) {
+	t.Helper()
+	eventually(t, "the registration socket is published", func() bool {
+		if !registrar.running() {
+			t.Fatalf("the registrar exited: %v", registrar.err)
+		}
+		fi, err := os.Lstat(n.socketPath(name))
+		return err == nil && fi.Mode().Type() == fs.ModeSocket
+	})
+}
+
+func (n *node) healthz(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + n.httpAddr + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func kubeletClient(t *testing.T, socket string) registerapi.RegistrationClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return registerapi.NewRegistrationClient(conn)
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(registrarBin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--version: %v: %s", err, out)
+	}
+	if want := registrarBin + " " + testVersion + "\n"; string(out) != want {
+		t.Errorf("--version printed %q, want %q", out, want)
+	}
+}
+
+func TestExecProbeModeExitsAtOnce(t *testing.T) {
+	// As in old manifests' exec liveness probes: nothing else is set up.
+	cmd := exec.Command(registrarBin, "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--mode=kubelet-registration-probe")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("probe mode: %v: %s", err, out)
+	}
+}
+
+func TestRegistersAndStopsCleanly(t *testing.T) {
+	const name = "it.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t)
+	n.waitForSocket(t, name, registrar)
+
+	fi, err := os.Lstat(n.socketPath(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("registration socket mode %v gives access to group or others", perm)
+	}
+
+	client := kubeletClient(t, n.socketPath(name))
+	ctx := context.Background()
+	info, err := client.GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if info.Type != registerapi.CSIPlugin || info.Name != name || info.Endpoint != "/var/lib/kubelet/plugins/test/csi.sock" || strings.Join(info.SupportedVersions, ",") != "1.0.0" {
+		t.Errorf("GetInfo = %+v", info)
+	}
+	if _, err := client.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatalf("NotifyRegistrationStatus: %v", err)
+	}
+	eventually(t, "the registrar logs the registration", func() bool {
+		return strings.Contains(registrar.stderr.String(), "kubelet registered the driver")
+	})
+	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "serving") {
+		t.Errorf("/healthz = %d %q, want 200 serving", code, body)
+	}
+
+	registrar.cmd.Process.Signal(syscall.SIGTERM)
+	if code := registrar.wait(t); code != 0 {
+		t.Errorf("exit code after SIGTERM = %d, want 0", code)
+	}
+	if _, err := os.Lstat(n.socketPath(name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("registration socket left behind after SIGTERM (err %v)", err)
+	}
+	entries, _ := os.ReadDir(n.registry)
+	if len(entries) != 0 {
+		t.Errorf("registry directory not empty after exit: %v", entries)
+	}
+	if _, err := os.Stat(n.driverSocket); err != nil {
+		t.Errorf("the driver's socket was touched: %v", err)
+	}
+}
+
+func TestWaitsForALateDriver(t *testing.T) {
+	const name = "late.csi.example.com"
+	n := newNode(t)
+	registrar := n.startRegistrar(t)
+	eventually(t, "the registrar waits for the driver", func() bool {
+		return strings.Contains(registrar.stderr.String(), "Waiting for the CSI driver")
+	})
+	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "waiting") {
+		t.Errorf("/healthz while waiting = %d %q, want 200", code, body)
+	}
+	n.startDriver(t, name)
+	n.waitForSocket(t, name, registrar)
+	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if got := strings.Count(registrar.stderr.String(), "Waiting for the CSI driver"); got != 1 {
+		t.Errorf("logged the wait %d times, want once", got)
+	}
+}
+
+func TestRetriesADriverThatIsNotReady(t *testing.T) {
+	const name = "slow.csi.example.com"
+	n := newNode(t)
+	driver := n.startDriver(t, name, "--unavailable-calls=3")
+	registrar := n.startRegistrar(t)
+	n.waitForSocket(t, name, registrar)
+	if got := strings.Count(driver.stdout.String(), "GetPluginInfo call="); got != 4 {
+		t.Errorf("GetPluginInfo called %d times, want 4 (3 Unavailable, then an answer)", got)
+	}
+}
+
+func TestRejectionByKubelet(t *testing.T) {
+	const name = "rejected.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t)
+	n.waitForSocket(t, name, registrar)
+
+	const reason = "RegisterPlugin error -- plugin registration failed with err: NodeGetInfo failed"
+	_, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(),
+		&registerapi.RegistrationStatus{PluginRegistered: false, Error: reason})
+	if err != nil {
+		t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
+	}
+	if code := registrar.wait(t); code != 1 {
+		t.Errorf("exit code after the rejection = %d, want 1", code)
+	}
+	msg, err := os.ReadFile(n.termination)
+	if err != nil || !strings.Contains(string(msg), reason) {
+		t.Errorf("termination message = %q (%v), want kubelet's reason", msg, err)
+	}
+	if _, err := os.Lstat(n.socketPath(name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("registration socket left behind after the rejection (err %v)", err)
+	}
+	if got := strings.Count(registrar.stderr.String(), reason); got < 1 {
+		t.Errorf("the reason is not in the log")
+	}
+}
+
+func TestLeavesAFileAtTheSocketPath(t *testing.T) {
+	const name = "file.csi.example.com"
+	n := newNode(t)
+	content := []byte("not a socket")
+	if err := os.WriteFile(n.socketPath(name), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t)
+	if code := registrar.wait(t); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	if got, _ := os.ReadFile(n.socketPath(name)); !bytes.Equal(got, content) {
+		t.Errorf("the file at the socket path changed: %q", got)
+	}
+	if stderr := registrar.stderr.String(); !strings.Contains(stderr, n.socketPath(name)) || !strings.Contains(stderr, "not a socket") {
+		t.Errorf("the error does not name the path and the problem:\n%s", stderr)
+	}
+	if msg, _ := os.ReadFile(n.termination); !strings.Contains(string(msg), n.socketPath(name)) {
+		t.Errorf("termination message = %q, want the error", msg)
+	}
+}
+
+func TestRefusesAnInvalidDriverName(t *testing.T) {
+	n := newNode(t)
+	n.startDriver(t, "../escape")
+	registrar := n.startRegistrar(t)
+	if code := registrar.wait(t); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	if stderr := registrar.stderr.String(); !strings.Contains(stderr, `\"../escape\"`) || !strings.Contains(stderr, "GetPluginInfo") {
+		t.Errorf("the error does not quote the name and say where it comes from:\n%s", stderr)
+	}
+	entries, _ := os.ReadDir(n.registry)
+	if len(entries) != 0 {
+		t.Errorf("files created for an invalid name: %v", entries)
+	}
+	var names []string
+	rootEntries, _ := os.ReadDir(n.root)
+	for _, e := range rootEntries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, ",") != "csi.sock,registry,termination-log" {
+		t.Errorf("files next to the registry changed: %v", names)
+	}
+}
+
+func TestAcceptsLegacyKlogFlags(t *testing.T) {
+	const name = "legacy.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	legacy := []string{"logtostderr", "alsologtostderr", "one_output"}
+	var args []string
+	for _, f := range legacy {
+		args = append(args, "--"+f)
+	}
+	registrar := n.startRegistrar(t, args...)
+	n.waitForSocket(t, name, registrar)
+	stderr := registrar.stderr.String()
+	for _, f := range legacy {
+		if got := strings.Count(stderr, "flag --"+f+" is deprecated"); got != 1 {
+			t.Errorf("--%s: %d deprecation warnings, want 1", f, got)
+		}
+	}
+}
+
+func TestJSONLogging(t *testing.T) {
+	const name = "json.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t, "--logging-format=json")
+	n.waitForSocket(t, name, registrar)
+	registrar.cmd.Process.Signal(syscall.SIGTERM)
+	if code := registrar.wait(t); code != 0 {
+		t.Fatalf("exit code = %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(registrar.stderr.String()), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("only %d log lines", len(lines))
+	}
+	for _, line := range lines {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", line, err)
+		}
+		for _, key := range []string{"ts", "caller", "msg"} {
+			if _, ok := entry[key]; !ok {
+				t.Errorf("line without %q: %s", key, line)
+			}
+		}
+	}
+}
