@@ -1,0 +1,212 @@
+// Package kubelet runs the part of kubelet that registers CSI drivers: the
+// real plugin manager (k8s.io/kubernetes/pkg/kubelet/pluginmanager) with the
+// real CSI registration handler (k8s.io/kubernetes/pkg/volume/csi), wired as
+// kubelet wires them, against a fake API server holding the node's Node
+// object. Every handler call is reported as a report.Event.
+//
+// The CSI volume plugin keeps process-global state (its driver registry, its
+// node info manager), so Start succeeds once per process; a kubelet restart
+// is a new process (cmd/fakekubelet).
+//
+// What kubelet v1.37 does when registration fails, read from v1.37.1's
+// pkg/kubelet/pluginmanager (operationexecutor/operation_generator.go,
+// reconciler/reconciler.go, pkg/util/goroutinemap):
+//   - A failed dial or GetInfo returns an error without any notification.
+//   - A failed ValidatePlugin, an unknown plugin type, or a failed
+//     RegisterPlugin (for CSI: NodeGetInfo failing, or writing CSINode or the
+//     Node annotation failing) is sent to the plugin with
+//     NotifyRegistrationStatus{PluginRegistered: false, Error: reason}. For
+//     RegisterPlugin the reason is "RegisterPlugin error -- plugin
+//     registration failed with err: <handler error>"; the CSI handler has
+//     already dropped the driver from its registry and from CSINode, and the
+//     plugin manager removes the socket from its actual state.
+//   - The operation then ends with an error (the reason, with ": <gRPC
+//     error>" appended if the notification itself failed). goroutinemap logs
+//     it at error level as `Operation for "<socket>" failed. No retries
+//     permitted until ... Error: ...` and backs off, 500 ms doubling up to
+//     2m2s.
+//   - The socket is still in the desired state, so the reconciler (every 1 s)
+//     runs the whole registration again once the backoff has passed, for as
+//     long as the socket exists: kubelet v1.37 does retry a failed
+//     RegisterPlugin by itself (seen here: attempts 1 s, then 2 s apart, the
+//     1 s reconcile period rounding the backoff up).
+//     A registrar that exits and removes its socket ends the retries.
+//   - The backoff is kept per socket path and cleared only by a success: a
+//     socket re-created at the same path is registered no sooner than the
+//     last failure's backoff allows.
+//   - If NotifyRegistrationStatus(true) fails after a successful
+//     RegisterPlugin, kubelet deregisters the driver again and retries the
+//     same way.
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	plugincache "k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
+	"k8s.io/kubernetes/pkg/volume"
+	"k8s.io/kubernetes/pkg/volume/csi"
+	"k8s.io/mount-utils"
+
+	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+)
+
+// Config says where the kubelet looks for plugins and which node it runs.
+type Config struct {
+	// RegistryDir is the directory the plugin manager watches, kubelet's
+	// <root-dir>/plugins_registry.
+	RegistryDir string
+	// RootDir stands for kubelet's --root-dir; nothing is written there
+	// while only registering plugins.
+	RootDir string
+	// NodeName is the name of the Node object the kubelet owns.
+	NodeName string
+	// CSINodeInitTimeout bounds the wait for the CSI plugin to create the
+	// node's CSINode object; zero means 30 s.
+	CSINodeInitTimeout time.Duration
+}
+
+// Kubelet is a running plugin manager with the CSI handler.
+type Kubelet struct {
+	client   *fake.Clientset
+	nodeName string
+	emit     func(report.Event)
+
+	// mu orders the reports: each snapshot is taken and emitted under it,
+	// so consecutive events never show the API objects going back in time.
+	mu sync.Mutex
+}
+
+var started atomic.Bool
+
+// Start initialises the CSI volume plugin as kubelet does, waits until it
+// has created the CSINode object, starts the plugin manager and returns.
+// Each handler call is passed to emit (one call at a time). The plugin
+// manager stops when ctx is done.
+func Start(ctx context.Context, cfg Config, emit func(report.Event)) (*Kubelet, error) {
+	if !started.CompareAndSwap(false, true) {
+		return nil, errors.New("the CSI volume plugin keeps global state: start one kubelet per process")
+	}
+
+	if cfg.CSINodeInitTimeout == 0 {
+		cfg.CSINodeInitTimeout = 30 * time.Second
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
+	client := fake.NewClientset(node)
+	host := &volumeHost{
+		rootDir:         cfg.RootDir,
+		nodeName:        types.NodeName(cfg.NodeName),
+		client:          client,
+		informerFactory: informers.NewSharedInformerFactory(client, 0),
+		recorder:        &record.FakeRecorder{},
+		mounter:         mount.NewFakeMounter(nil),
+	}
+
+	// As kubelet does at start-up (volume plugin manager, then informers):
+	// csiPlugin.Init sets csi.PluginHandler's plugin and the node info
+	// manager, and creates CSINode in the background, holding the node
+	// NotReady through SetKubeletError until it has.
+	var plugins volume.VolumePluginMgr
+	if err := plugins.InitPlugins(csi.ProbeVolumePlugins(), nil, host); err != nil {
+		return nil, fmt.Errorf("initialising the CSI volume plugin: %w", err)
+	}
+	host.informerFactory.Start(ctx.Done())
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cfg.CSINodeInitTimeout, true, func(context.Context) (bool, error) {
+		return host.err() == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the CSI volume plugin did not initialise CSINode %q: %v (last error: %v)", cfg.NodeName, err, host.err())
+	}
+
+	k := &Kubelet{client: client, nodeName: cfg.NodeName, emit: emit}
+	manager := pluginmanager.NewPluginManager(cfg.RegistryDir, host.recorder)
+	manager.AddHandler(registerapi.CSIPlugin, &observedHandler{inner: csi.PluginHandler, kubelet: k})
+	sourcesReady := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	go manager.Run(ctx, sourcesReady, ctx.Done())
+
+	k.report(ctx, report.Event{Kind: report.Ready})
+	return k, nil
+}
+
+// State reads what the node's API objects say about CSI drivers.
+func (k *Kubelet) State(ctx context.Context) report.State {
+	var state report.State
+	var errs []error
+	csiNode, err := k.client.StorageV1().CSINodes().Get(ctx, k.nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("reading CSINode: %w", err))
+	default:
+		for _, d := range csiNode.Spec.Drivers {
+			state.Drivers = append(state.Drivers, report.Driver{Name: d.Name, NodeID: d.NodeID})
+		}
+	}
+	node, err := k.client.CoreV1().Nodes().Get(ctx, k.nodeName, metav1.GetOptions{})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reading Node: %w", err))
+	} else if raw, ok := node.Annotations[report.NodeIDAnnotation]; ok {
+		if err := json.Unmarshal([]byte(raw), &state.NodeIDs); err != nil {
+			errs = append(errs, fmt.Errorf("node annotation %s=%q: %w", report.NodeIDAnnotation, raw, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		state.ReadError = err.Error()
+	}
+	return state
+}
+
+func (k *Kubelet) report(ctx context.Context, e report.Event) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e.State = k.State(ctx)
+	k.emit(e)
+}
+
+// observedHandler passes kubelet's calls through to the CSI handler and
+// reports each one with its outcome.
+type observedHandler struct {
+	inner   plugincache.PluginHandler
+	kubelet *Kubelet
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (h *observedHandler) ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error {
+	err := h.inner.ValidatePlugin(ctx, name, endpoint, versions)
+	h.kubelet.report(ctx, report.Event{Kind: report.Validate, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
+	return err
+}
+
+func (h *observedHandler) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string, timeout *time.Duration) error {
+	err := h.inner.RegisterPlugin(ctx, name, endpoint, versions, timeout)
+	h.kubelet.report(ctx, report.Event{Kind: report.Register, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
+	return err
+}
+
+func (h *observedHandler) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
+	h.inner.DeRegisterPlugin(ctx, name, endpoint)
+	h.kubelet.report(ctx, report.Event{Kind: report.Deregister, Driver: name, Endpoint: endpoint})
+}
