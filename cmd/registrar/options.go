@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/logging"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
 // probeMode is upstream's --mode for exec liveness probes in old manifests.
@@ -27,6 +28,8 @@ type options struct {
 	automaxprocs            bool
 	showVersion             bool
 	terminationMessagePath  string
+	rejectionPolicy         string
+	diagnose                bool
 
 	logging *logging.Options
 	flags   *flag.FlagSet
@@ -50,6 +53,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log", "File where the reason of a fatal error or of kubelet's rejection is written, for kubectl describe pod. It must exist: kubelet creates it.")
+	fs.StringVar(&o.rejectionPolicy, "rejection-policy", string(registration.Retry), "What to do when kubelet rejects the driver: \"retry\" publishes the registration socket again after a backoff (1s doubling up to 5m) until kubelet accepts it; \"exit\" exits 1, as upstream does.")
+	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
 	o.logging.AddFlags(fs)
 	o.flags = fs
 
@@ -74,6 +79,11 @@ func (o *options) validate() error {
 	}
 	if o.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout=%v must be positive", o.timeout))
+	}
+	switch registration.Policy(o.rejectionPolicy) {
+	case registration.Retry, registration.Exit:
+	default:
+		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", o.rejectionPolicy, registration.Retry, registration.Exit))
 	}
 	switch o.mode {
 	case "", "registration", probeMode:

@@ -48,6 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// probe on /healthz replaces it.
 		return exitOK
 	}
+	if o.diagnose {
+		return runDiagnose(ctx, o, stdout, stderr)
+	}
 	if err := o.logging.Apply(o.flags, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
 		return exitUsage
@@ -87,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var rejected *registration.RejectedError
 	switch {
 	case errors.As(err, &rejected):
-		writeTerminationMessage(logger, o.terminationMessagePath, rejected.Error())
+		// The termination message was written when kubelet rejected it.
 		return exitError
 	case err != nil:
 		logger.Error(err, "Registrar failed")
@@ -98,20 +101,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// register runs the HTTP server and the registration under one context:
-// the first error or signal stops both.
+// register runs the HTTP server, the registration and the watch of the
+// driver under one context: the first error or signal stops all three.
 func register(ctx context.Context, o *options) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
-	// Fail before the possibly long wait for the driver.
-	if err := registration.CheckDir(o.pluginRegistrationPath); err != nil {
+	logger := klog.FromContext(ctx)
+	// Created before the possibly long wait for the driver, so that a
+	// wrong directory fails at once and the probes report on it.
+	srv, err := registration.New(registration.Config{
+		Endpoint:     o.kubeletRegistrationPath,
+		Dir:          o.pluginRegistrationPath,
+		OnRejection:  registration.Policy(o.rejectionPolicy),
+		CheckTimeout: o.timeout,
+		Rejected: func(reason string) {
+			writeTerminationMessage(logger, o.terminationMessagePath, "kubelet rejected the plugin: "+reason)
+		},
+	})
+	if err != nil {
 		return err
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
-	var probes *healthz.Server
+	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
 	if addr := o.httpAddress(); addr != "" {
 		// Listen before anything else, so that probes get answers during
 		// start-up.
@@ -119,30 +133,20 @@ func register(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
 		}
-		probes = healthz.New(o.enablePprof)
+		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
+		probes.SetRegistration(srv)
+		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return probes.Run(ctx, l, httpShutdownTimeout) })
 	}
+	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error {
-		name, err := driver.PluginName(ctx, driver.Config{Address: address, Timeout: o.timeout})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while waiting
+		return driver.Follow(ctx, driverConfig, func(e driver.Event) {
+			if e.Reachable {
+				srv.DriverFound(e.Name)
+			} else {
+				srv.DriverGone()
 			}
-			return err
-		}
-		srv, err := registration.New(registration.Config{
-			DriverName:   name,
-			Endpoint:     o.kubeletRegistrationPath,
-			Dir:          o.pluginRegistrationPath,
-			CheckTimeout: o.timeout,
 		})
-		if err != nil {
-			return err
-		}
-		if probes != nil {
-			probes.SetChecker(srv)
-		}
-		return srv.Run(ctx)
 	})
 	return g.Wait()
 }

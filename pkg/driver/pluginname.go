@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -41,7 +42,18 @@ type Config struct {
 	// InitialBackoff when the socket is created. Zero or less means the
 	// default.
 	InitialBackoff time.Duration
-	MaxBackoff     time.Duration
+	// MaxBackoff caps the wait between attempts. It also paces Follow's
+	// looks at the socket when it cannot watch it. Zero or less means the
+	// default.
+	MaxBackoff time.Duration
+	// OnAttempt, if set, is called after every GetPluginInfo attempt, by
+	// PluginName and by Follow, with the attempt's duration and the RPC's
+	// error: nil when the driver answered (even with an invalid name),
+	// otherwise a gRPC status error (Unavailable when the socket cannot be
+	// reached, DeadlineExceeded after Timeout, Canceled when ctx ended the
+	// attempt). It is called on the goroutine making the attempts, which
+	// waits for it: keep it as cheap as updating a metric.
+	OnAttempt func(duration time.Duration, err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -79,79 +91,142 @@ func PluginName(ctx context.Context, cfg Config) (string, error) {
 		return "", errors.New("no CSI driver address given")
 	}
 	logger := klog.FromContext(ctx)
+	// Watch only from the first failure: a driver already up then costs no
+	// inotify instance, a per-user limit shared by everything that runs as
+	// root on the node.
+	watcher := newSocketWatcher(logger, path)
+	defer watcher.Close()
 
-	var (
-		watcher         *socketWatcher // set once the driver is found missing
-		delay           = cfg.InitialBackoff
-		waitingSince    time.Time
-		lastReminder    time.Time
-		reportedErrors  = map[string]bool{}
-		waitingErrorMsg = "waiting for the CSI driver at " + path
-	)
-	defer func() {
-		if watcher != nil {
-			watcher.Close()
+	name, _, err := search{cfg: cfg, logger: logger, watcher: watcher}.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("waiting for the CSI driver at %s: %w", path, ctx.Err())
 		}
-	}()
+		return "", err
+	}
+	logger.Info("Found the CSI driver", "driverName", name, "path", path)
+	return name, nil
+}
+
+// errSocketRemoved ends a search made for Follow when the socket is removed:
+// Follow then waits for a new socket without attempts.
+var errSocketRemoved = errors.New("the CSI driver socket was removed")
+
+// search is one search for the driver, as PluginName documents it: the
+// attempts, the backoff between them and their logging.
+type search struct {
+	cfg     Config // with defaults
+	logger  klog.Logger
+	watcher *socketWatcher // started at the first failure if it is not yet
+	// following is set for Follow: the search then ends with
+	// errSocketRemoved when the socket is removed, and records which socket
+	// answered.
+	following bool
+}
+
+// run makes attempts until the driver answers with a valid name, and returns
+// that name with, when following, the socket's file information as seen just
+// before the attempt that succeeded (nil if it could not be read). Once ctx
+// is done it returns ctx's error.
+func (s search) run(ctx context.Context) (string, os.FileInfo, error) {
+	path := s.cfg.Address.Path
+	var (
+		delay          = s.cfg.InitialBackoff
+		waitingSince   time.Time
+		lastReminder   time.Time
+		reportedErrors = map[string]bool{}
+		socket         os.FileInfo
+	)
 	for attempt := 1; ; attempt++ {
-		logger.V(4).Info("Calling GetPluginInfo", "path", path, "attempt", attempt)
-		name, err := getPluginInfo(ctx, cfg.Address, cfg.Timeout)
+		if s.following {
+			// Before the attempt: a socket replaced during the attempt must
+			// not pass for the one that answered.
+			socket, _ = os.Lstat(path)
+		}
+		name, err := s.attempt(ctx, attempt)
 		if err == nil {
 			if err := ValidateName(name); err != nil {
-				return "", err
+				return "", nil, err
 			}
-			logger.Info("Found the CSI driver", "driverName", name, "path", path)
-			return name, nil
+			return name, socket, nil
 		}
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%s: %w", waitingErrorMsg, ctx.Err())
+			return "", nil, ctx.Err()
 		}
 
 		switch code := status.Code(err); code {
 		case codes.Unimplemented:
-			return "", fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that --csi-address is the CSI driver's socket", path, err)
+			return "", nil, fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that --csi-address is the CSI driver's socket", path, err)
 		case codes.Unavailable, codes.DeadlineExceeded:
 			// Not there yet, not ready yet or too slow: the usual start-up.
-			logger.V(4).Info("CSI driver not ready", "path", path, "attempt", attempt, "err", err)
+			s.logger.V(4).Info("CSI driver not ready", "path", path, "attempt", attempt, "err", err)
 		default:
 			key := code.String() + ": " + status.Convert(err).Message()
 			if !reportedErrors[key] && len(reportedErrors) < maxReportedErrors {
 				reportedErrors[key] = true
-				logger.Info("CSI driver answered GetPluginInfo with an error; retrying", "path", path,
+				s.logger.Info("CSI driver answered GetPluginInfo with an error; retrying", "path", path,
 					"code", code.String(), "message", status.Convert(err).Message())
 			} else {
-				logger.V(4).Info("CSI driver answered GetPluginInfo with an error", "path", path, "attempt", attempt, "err", err)
+				s.logger.V(4).Info("CSI driver answered GetPluginInfo with an error", "path", path, "attempt", attempt, "err", err)
 			}
 		}
 
 		now := time.Now()
-		if watcher == nil {
-			// Watch only from the first failure: a driver already up then
-			// costs no inotify instance, a per-user limit shared by
-			// everything that runs as root on the node. Try again at once,
-			// as the socket may have been created just before the watch.
-			watcher = newSocketWatcher(logger, path)
+		if attempt == 1 {
 			waitingSince, lastReminder = now, now
-			logger.Info("Waiting for the CSI driver", "path", path, "reason", err)
-			continue
-		}
-		if now.Sub(lastReminder) >= stillWaitingInterval {
+			s.logger.Info("Waiting for the CSI driver", "path", path, "reason", err)
+			if s.watcher.start() {
+				// Try again at once, as the socket may have been created
+				// just before the watch.
+				continue
+			}
+		} else if now.Sub(lastReminder) >= stillWaitingInterval {
 			lastReminder = now
-			logger.Info("Still waiting for the CSI driver", "path", path,
+			s.logger.Info("Still waiting for the CSI driver", "path", path,
 				"waited", now.Sub(waitingSince).Round(time.Second), "attempts", attempt, "reason", err)
 		}
 
-		woken, err := watcher.wait(ctx, delay)
+		change, err := s.wait(ctx, now.Add(delay))
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", waitingErrorMsg, err)
+			return "", nil, err
 		}
-		if woken {
-			logger.V(4).Info("CSI driver socket created", "path", path)
-			delay = cfg.InitialBackoff
-		} else {
-			delay = min(2*delay, cfg.MaxBackoff)
+		switch change {
+		case socketCreated, socketUnknown:
+			s.logger.V(4).Info("CSI driver socket may have been created", "path", path)
+			delay = s.cfg.InitialBackoff
+		default:
+			delay = min(2*delay, s.cfg.MaxBackoff)
 		}
 	}
+}
+
+// wait waits until deadline for the socket to be created. When following, a
+// removal of the socket ends the search with errSocketRemoved; otherwise it
+// changes nothing: the next attempt is still due at deadline.
+func (s search) wait(ctx context.Context, deadline time.Time) (socketChange, error) {
+	for {
+		change, err := s.watcher.next(ctx, deadline)
+		if err != nil {
+			return noChange, err
+		}
+		if change != socketRemoved {
+			return change, nil
+		}
+		if s.following {
+			return noChange, errSocketRemoved
+		}
+	}
+}
+
+// attempt asks the driver for its name once and tells cfg.OnAttempt.
+func (s search) attempt(ctx context.Context, attempt int) (string, error) {
+	s.logger.V(4).Info("Calling GetPluginInfo", "path", s.cfg.Address.Path, "attempt", attempt)
+	start := time.Now()
+	name, err := getPluginInfo(ctx, s.cfg.Address, s.cfg.Timeout)
+	if s.cfg.OnAttempt != nil {
+		s.cfg.OnAttempt(time.Since(start), err)
+	}
+	return name, err
 }
 
 // getPluginInfo asks the driver for its name once, on a connection of its own.

@@ -52,45 +52,69 @@ func answerName(name string) answerFunc {
 	}
 }
 
-// fakeDriver is a csi-test mock Identity service with a call counter.
+// fakeDriver is a csi-test mock Identity service with a call counter, on a
+// gRPC server of its own: csi-test's MockCSIDriver panics when it is stopped
+// before its server goroutine got going, which quick restarts do.
 type fakeDriver struct {
-	mock  *csitest.MockCSIDriver
-	calls atomic.Int64
+	server *grpc.Server
+	calls  atomic.Int64
 }
 
 func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
 	t.Helper()
 	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
-	d := &fakeDriver{mock: csitest.NewMockCSIDriver(&csitest.MockCSIDriverServers{Identity: identity})}
+	d := &fakeDriver{server: grpc.NewServer()}
 	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 			return answer(ctx, d.calls.Add(1))
 		})
+	csi.RegisterIdentityServer(d.server, struct {
+		csi.UnsafeIdentityServer // the mock has all the methods but the marker
+		*csitest.MockIdentityServer
+	}{MockIdentityServer: identity})
 	return d
+}
+
+// start serves on listener until the test ends. The listener leaves its
+// socket file behind when closed, so that a driver stopped late cannot
+// remove the socket of the next one at the same path.
+func (d *fakeDriver) start(t testing.TB, listener net.Listener) {
+	t.Helper()
+	listener.(*net.UnixListener).SetUnlinkOnClose(false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.server.Serve(listener)
+	}()
+	t.Cleanup(func() {
+		d.server.Stop()
+		<-done
+	})
 }
 
 // serve starts the driver on a socket at path.
 func (d *fakeDriver) serve(t testing.TB, path string) {
 	t.Helper()
-	if err := d.mock.StartOnAddress("unix", path); err != nil {
+	listener, err := net.Listen("unix", path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(d.mock.Stop)
+	d.start(t, listener)
 }
+
+// hiddenSockets numbers the sockets made by serveByRename.
+var hiddenSockets atomic.Int64
 
 // serveByRename starts the driver on a hidden socket and renames it to path,
 // so the socket is accepting connections from the moment path exists.
 func (d *fakeDriver) serveByRename(t testing.TB, path string) {
 	t.Helper()
-	hidden := filepath.Join(filepath.Dir(path), ".tmp.sock")
+	hidden := filepath.Join(filepath.Dir(path), fmt.Sprintf(".tmp%d.sock", hiddenSockets.Add(1)))
 	listener, err := net.Listen("unix", hidden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.mock.CSIDriver.Start(listener); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.mock.Stop)
+	d.start(t, listener)
 	if err := os.Rename(hidden, path); err != nil {
 		t.Fatal(err)
 	}
@@ -470,12 +494,12 @@ func checkCancelled(t *testing.T, r result) {
 	}
 }
 
-// checkNoLeaks polls, up to testTimeout, until no goroutine of PluginName, of
-// its watcher or of a gRPC client connection is left. Tests running in
-// parallel would break this; none of this package's do.
+// checkNoLeaks polls, up to testTimeout, until no goroutine of PluginName or
+// Follow, of their watcher or of a gRPC client connection is left. Tests
+// running in parallel would break this; none of this package's do.
 func checkNoLeaks(t *testing.T) {
 	t.Helper()
-	leaks := []string{"driver.PluginName", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
+	leaks := []string{"driver.PluginName", "driver.Follow", "driver.(*follower)", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
 	deadline := time.Now().Add(testTimeout)
 	for {
 		buf := make([]byte, 1<<20)

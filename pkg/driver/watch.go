@@ -5,49 +5,91 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
 )
 
+// socketChange is what the watcher saw happen to the driver socket.
+type socketChange int
+
+const (
+	// noChange: the wait ended with nothing seen.
+	noChange socketChange = iota
+	// socketCreated: the socket was created or renamed into place, over an
+	// old one or not.
+	socketCreated
+	// socketRemoved: the socket was removed or renamed away.
+	socketRemoved
+	// socketUnknown: the socket may have been created or removed unseen
+	// (events were lost, or the watch had to move): look at the file system.
+	socketUnknown
+)
+
 // socketWatcher tells the retry loop when the driver socket is created, so
-// that the next attempt is made at once instead of at the end of a backoff.
+// that the next attempt is made at once instead of at the end of a backoff,
+// and tells Follow when the socket is removed or replaced.
 //
 // It watches the socket's directory or, while that does not exist yet, its
-// deepest existing ancestor, moving down as directories appear. It never
-// replaces the backoff timer, only cuts it short: if watching is impossible
-// (no inotify instances or watches left, no permission) or a watch is lost
-// without an event (an unmount), attempts still happen at the backoff pace.
+// deepest existing ancestor, moving down as directories appear and back up
+// when the directory is removed. It never replaces the backoff timer, only
+// cuts it short: if watching is impossible (no inotify instances or watches
+// left, no permission) attempts still happen at the backoff pace, and a watch
+// lost without an event (an unmount) is put back when a wait times out.
 type socketWatcher struct {
 	logger klog.Logger
 	socket string // absolute and clean, to compare with event names
+	absErr error  // why socket could not be made absolute
 
+	started bool
 	notify  *fsnotify.Watcher // nil when watching is impossible
 	watched string            // directory being watched, "" for none
 
 	reportedFailure bool
 }
 
+// newSocketWatcher prepares a watcher; it watches nothing until start.
 func newSocketWatcher(logger klog.Logger, socketPath string) *socketWatcher {
-	w := &socketWatcher{logger: logger}
-	socket, err := filepath.Abs(socketPath)
-	if err != nil {
-		w.reportFailure(err)
-		return w
+	w := &socketWatcher{logger: logger, socket: socketPath}
+	if socket, err := filepath.Abs(socketPath); err != nil {
+		w.absErr = err
+	} else {
+		w.socket = socket
 	}
-	w.socket = socket
-	notify, err := fsnotify.NewWatcher()
-	if err != nil {
-		w.reportFailure(err)
-		return w
-	}
-	w.notify = notify
-	w.rearm()
 	return w
 }
 
-// Close stops watching. It is safe to call on a watcher that failed to start.
+// start begins watching, on the first call only, and reports whether this
+// call began it.
+func (w *socketWatcher) start() bool {
+	if w.started {
+		return false
+	}
+	w.started = true
+	if w.absErr != nil {
+		w.reportFailure(w.absErr)
+		return true
+	}
+	notify, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.reportFailure(err)
+		return true
+	}
+	w.notify = notify
+	w.rearm()
+	return true
+}
+
+// watching reports whether events can be expected: if not, only a look at
+// the file system tells what happened to the socket.
+func (w *socketWatcher) watching() bool {
+	return w.notify != nil && w.watched != ""
+}
+
+// Close stops watching. It is safe to call on a watcher that was never
+// started or failed to start.
 func (w *socketWatcher) Close() {
 	if w.notify != nil {
 		_ = w.notify.Close()
@@ -66,8 +108,12 @@ func (w *socketWatcher) reportFailure(err error) {
 
 // rearm moves the watch to the deepest existing directory on the way to the
 // socket. It reports whether the watch moved: the socket may then have been
-// created before the new watch was in place, so the caller should look.
+// created (or removed) before the new watch was in place, so the caller
+// should look.
 func (w *socketWatcher) rearm() bool {
+	if w.notify == nil {
+		return false
+	}
 	moved := false
 	// Repeat until stable: a directory created while the watch was being
 	// moved produced no event for us.
@@ -105,11 +151,10 @@ func deepestExistingDir(dir string) string {
 	}
 }
 
-// wait returns after delay, or earlier with woken true when the socket (or a
-// directory on the way to it) was created. It returns ctx's error once ctx is
-// done.
-func (w *socketWatcher) wait(ctx context.Context, delay time.Duration) (woken bool, err error) {
-	timer := time.NewTimer(delay)
+// next returns the first change seen before deadline, or noChange at the
+// deadline. It returns ctx's error once ctx is done.
+func (w *socketWatcher) next(ctx context.Context, deadline time.Time) (socketChange, error) {
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	var events <-chan fsnotify.Event
 	var errs <-chan error
@@ -119,16 +164,16 @@ func (w *socketWatcher) wait(ctx context.Context, delay time.Duration) (woken bo
 	for {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return noChange, ctx.Err()
 		case <-timer.C:
-			return false, nil
+			return w.restoreWatch(), nil
 		case event, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
-			if w.handle(event) {
-				return true, nil
+			if change := w.handle(event); change != noChange {
+				return change, nil
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -136,26 +181,47 @@ func (w *socketWatcher) wait(ctx context.Context, delay time.Duration) (woken bo
 				continue
 			}
 			w.logger.V(4).Info("Error while watching for the CSI driver socket", "err", err)
-			// Lost events may have included the socket's creation.
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				return true, nil
+				return socketUnknown, nil
 			}
 		}
 	}
 }
 
-// handle reports whether event calls for an attempt now.
-func (w *socketWatcher) handle(event fsnotify.Event) bool {
+// handle tells what event means for the socket.
+func (w *socketWatcher) handle(event fsnotify.Event) socketChange {
 	w.logger.V(5).Info("File system event", "event", event.String())
-	if event.Name == w.socket && event.Has(fsnotify.Create) {
-		return true
+	if event.Name == w.socket {
+		switch {
+		case event.Has(fsnotify.Create):
+			return socketCreated
+		case event.Has(fsnotify.Remove) || event.Has(fsnotify.Rename):
+			return socketRemoved
+		}
 	}
 	if event.Name == w.watched && (event.Has(fsnotify.Remove) || event.Has(fsnotify.Rename)) {
 		// The kernel dropped the watch with the directory.
 		w.watched = ""
 	}
-	if event.Has(fsnotify.Create) || w.watched == "" {
-		return w.rearm()
+	if (event.Has(fsnotify.Create) || w.watched == "") && w.rearm() {
+		return socketUnknown
 	}
-	return false
+	return noChange
+}
+
+// restoreWatch puts back a watch that was lost without an event: the kernel
+// drops it silently when its file system is unmounted. It returns
+// socketUnknown when the watch moved.
+func (w *socketWatcher) restoreWatch() socketChange {
+	if w.notify == nil {
+		return noChange
+	}
+	if w.watched != "" && !slices.Contains(w.notify.WatchList(), w.watched) {
+		w.logger.V(4).Info("Lost the watch for the CSI driver socket", "directory", w.watched, "path", w.socket)
+		w.watched = ""
+	}
+	if w.watched == "" && w.rearm() {
+		return socketUnknown
+	}
+	return noChange
 }

@@ -1,9 +1,11 @@
 // Package healthz serves the registrar's HTTP endpoint: the /healthz
-// liveness probe and, when enabled, the Go profiler under /debug/pprof/.
+// liveness probe, the /readyz readiness probe, /status, /metrics and, when
+// enabled, the Go profiler under /debug/pprof/.
 package healthz
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,26 +19,44 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Checker reports the state of the registration socket.
-type Checker interface {
+// Registration is what the probes report on: a *registration.Server.
+type Registration interface {
 	Health(ctx context.Context) registration.Health
+	Status() registration.Status
 }
 
-// Server answers probes for the registrar.
+// Options configure the HTTP endpoint.
+type Options struct {
+	// EnablePprof serves the Go profiler under /debug/pprof/.
+	EnablePprof bool
+	// Version is reported in /status and in the build_info metric.
+	Version string
+}
+
+// Server answers probes and scrapes for the registrar.
 type Server struct {
-	mux *http.ServeMux
+	mux     *http.ServeMux
+	version string
+	metrics *metricSet
 
-	mu       sync.Mutex
-	checker  Checker
-	lastCode int
+	mu           sync.Mutex
+	registration Registration
+	lastCode     int
 }
 
-// New builds the HTTP handlers; with enablePprof it also serves the Go
-// profiler under /debug/pprof/.
-func New(enablePprof bool) *Server {
-	s := &Server{mux: http.NewServeMux(), lastCode: http.StatusOK}
+// New builds the HTTP handlers.
+func New(opts Options) *Server {
+	s := &Server{
+		mux:      http.NewServeMux(),
+		version:  opts.Version,
+		metrics:  newMetricSet(opts.Version),
+		lastCode: http.StatusOK,
+	}
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
-	if enablePprof {
+	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
+	s.mux.HandleFunc("GET /status", s.serveStatus)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -46,13 +66,33 @@ func New(enablePprof bool) *Server {
 	return s
 }
 
-// SetChecker starts checking the registration socket. Until it is called,
-// the registrar is waiting for its driver and /healthz answers 200:
-// waiting is not a fault that restarting the container would fix.
-func (s *Server) SetChecker(c Checker) {
+// SetRegistration names what the probes report on. Until it is called,
+// the registrar is starting: /healthz answers 200 and /readyz 503.
+func (s *Server) SetRegistration(r Registration) {
 	s.mu.Lock()
-	s.checker = c
+	s.registration = r
 	s.mu.Unlock()
+}
+
+// ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
+// /metrics.
+func (s *Server) ObservePluginInfo(d time.Duration, err error) {
+	s.metrics.observePluginInfo(d, err)
+}
+
+func (s *Server) currentRegistration() Registration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registration
+}
+
+// registrationStatus is the registration's status, or the status of a
+// registrar that is starting.
+func (s *Server) registrationStatus() registration.Status {
+	if r := s.currentRegistration(); r != nil {
+		return r.Status()
+	}
+	return registration.Status{State: registration.WaitingForDriver, Reason: "starting"}
 }
 
 // ServeHTTP makes the Server usable as a handler in tests.
@@ -61,31 +101,58 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	checker := s.checker
-	s.mu.Unlock()
-
-	code, reason := http.StatusOK, "waiting for the CSI driver"
-	if checker != nil {
-		h := checker.Health(r.Context())
+	code, reason := http.StatusOK, "starting"
+	if reg := s.currentRegistration(); reg != nil {
+		h := reg.Health(r.Context())
 		code, reason = statusCode(h.State), h.Reason
 	}
 	s.logChange(r.Context(), code, reason)
+	writeText(w, code, reason)
+}
+
+// serveReadyz answers 200 only once kubelet has confirmed the current
+// registration socket and the socket is still ours. A pod that is not
+// ready is not restarted: readiness only tells operators (and rollouts)
+// whether the driver is registered on the node.
+func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	st := s.registrationStatus()
+	code := http.StatusOK
+	if !st.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	klog.FromContext(r.Context()).V(5).Info("Readiness probe", "status", code, "reason", st.Reason)
+	writeText(w, code, st.Reason)
+}
+
+// statusDocument is what /status returns.
+type statusDocument struct {
+	Version string `json:"version"`
+	registration.Status
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus()})
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	fmt.Fprintln(w, reason)
+	fmt.Fprintln(w, body)
 }
 
 // statusCode maps a socket state to the answer a liveness probe expects.
 // A socket published by a newer instance of the driver is healthy: a
 // restart of this older instance would take the registration back from
 // it. A missing socket is 404, as upstream answers.
-func statusCode(state registration.State) int {
+func statusCode(state registration.SocketState) int {
 	switch state {
-	case registration.Serving, registration.Superseded, registration.Starting:
+	case registration.SocketServing, registration.SocketSuperseded, registration.SocketStarting:
 		return http.StatusOK
-	case registration.Missing:
+	case registration.SocketMissing:
 		return http.StatusNotFound
 	default:
 		return http.StatusInternalServerError

@@ -21,20 +21,21 @@ const testDriver = "test.csi.example.com"
 // and waits until its socket is published.
 func startRegistration(t *testing.T, dir string) (*registration.Server, func() error) {
 	t.Helper()
-	srv, err := registration.New(registration.Config{DriverName: testDriver, Endpoint: "/csi.sock", Dir: dir})
+	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	srv.DriverFound(testDriver)
 	stop := sync.OnceValue(func() error {
 		cancel()
 		return <-done
 	})
 	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(context.Background()).State != registration.Serving {
+	for srv.Health(context.Background()).State != registration.SocketServing {
 		if time.Now().After(deadline) {
 			t.Fatal("registration server did not start")
 		}
@@ -67,39 +68,42 @@ func TestHealthz(t *testing.T) {
 		wantCode int
 		wantBody string
 	}{
-		{"waiting for the driver", func(*testing.T, *Server) {}, http.StatusOK, "waiting for the CSI driver"},
+		{"starting", func(*testing.T, *Server) {}, http.StatusOK, "starting"},
+		{"waiting for the driver", func(t *testing.T, hz *Server) {
+			srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hz.SetRegistration(srv)
+		}, http.StatusOK, "waiting for the CSI driver"},
 		{"serving", func(t *testing.T, hz *Server) {
 			srv, _ := startRegistration(t, tempDir(t))
-			hz.SetChecker(srv)
+			hz.SetRegistration(srv)
 		}, http.StatusOK, "serving"},
 		{"superseded by a newer instance", func(t *testing.T, hz *Server) {
 			dir := tempDir(t)
 			older, _ := startRegistration(t, dir)
 			startRegistration(t, dir)
-			hz.SetChecker(older)
+			hz.SetRegistration(older)
 		}, http.StatusOK, "another instance"},
-		{"socket deleted", func(t *testing.T, hz *Server) {
-			srv, _ := startRegistration(t, tempDir(t))
-			os.Remove(srv.SocketPath())
-			hz.SetChecker(srv)
-		}, http.StatusNotFound, "does not exist"},
 		{"not a socket", func(t *testing.T, hz *Server) {
 			srv, _ := startRegistration(t, tempDir(t))
-			os.Remove(srv.SocketPath())
-			os.WriteFile(srv.SocketPath(), nil, 0o600)
-			hz.SetChecker(srv)
+			path := srv.Status().SocketPath
+			os.WriteFile(path+".tmp", nil, 0o600)
+			os.Rename(path+".tmp", path)
+			hz.SetRegistration(srv)
 		}, http.StatusInternalServerError, "not a socket"},
 		{"server stopped", func(t *testing.T, hz *Server) {
 			srv, stop := startRegistration(t, tempDir(t))
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
-			hz.SetChecker(srv)
+			hz.SetRegistration(srv)
 		}, http.StatusInternalServerError, "stopped"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			hz := New(false)
+			hz := New(Options{})
 			tc.setup(t, hz)
 			code, body := probe(t, hz, "/healthz")
 			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
@@ -110,10 +114,10 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestPprofOnlyWhenEnabled(t *testing.T) {
-	if code, _ := probe(t, New(false), "/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := probe(t, New(Options{}), "/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof disabled: GET /debug/pprof/ = %d, want 404", code)
 	}
-	if code, body := probe(t, New(true), "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := probe(t, New(Options{EnablePprof: true}), "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof enabled: GET /debug/pprof/ = %d, want 200 with the profile index", code)
 	}
 }
@@ -125,7 +129,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- New(false).Run(ctx, l, time.Second) }()
+	go func() { done <- New(Options{}).Run(ctx, l, time.Second) }()
 
 	resp, err := http.Get("http://" + l.Addr().String() + "/healthz")
 	if err != nil {

@@ -14,48 +14,48 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// State is what the registration path holds, seen from this process.
-type State int
+// SocketState is what the registration path holds, seen from this process.
+type SocketState int
 
 const (
-	// Serving: the path holds the socket this process published and
-	// serves.
-	Serving State = iota
-	// Superseded: the path holds a socket for the same driver published
-	// by another instance, typically the newer pod of a rolling update.
-	Superseded
-	// Missing: nothing is at the path.
-	Missing
-	// Broken: something at the path is not a registration socket for
-	// this driver, or cannot be inspected.
-	Broken
-	// Stopped: this process no longer serves kubelet.
-	Stopped
-	// Starting: the socket is not published yet.
-	Starting
+	// SocketServing: the path holds the socket this process published.
+	SocketServing SocketState = iota
+	// SocketSuperseded: the path holds a socket for the same driver
+	// published by another instance, typically the newer pod of a
+	// rolling update.
+	SocketSuperseded
+	// SocketMissing: nothing is at the path.
+	SocketMissing
+	// SocketBroken: something at the path is not a registration socket
+	// for this driver, or cannot be inspected.
+	SocketBroken
+	// SocketStopped: this process no longer serves kubelet.
+	SocketStopped
+	// SocketStarting: the driver is not known yet, so neither is the path.
+	SocketStarting
 )
 
-func (s State) String() string {
+func (s SocketState) String() string {
 	switch s {
-	case Serving:
+	case SocketServing:
 		return "serving"
-	case Superseded:
+	case SocketSuperseded:
 		return "superseded"
-	case Missing:
+	case SocketMissing:
 		return "missing"
-	case Broken:
+	case SocketBroken:
 		return "broken"
-	case Stopped:
+	case SocketStopped:
 		return "stopped"
-	case Starting:
+	case SocketStarting:
 		return "starting"
 	}
-	return fmt.Sprintf("State(%d)", int(s))
+	return fmt.Sprintf("SocketState(%d)", int(s))
 }
 
 // Health is the outcome of a check of the registration socket.
 type Health struct {
-	State State
+	State SocketState
 	// Reason says what was found, in one line.
 	Reason string
 }
@@ -65,26 +65,48 @@ type Health struct {
 // per check.
 func (s *Server) Health(ctx context.Context) Health {
 	s.mu.Lock()
-	sock, stopped := s.sock, s.stopped
+	pub, state, path := s.pub, s.st.state, s.st.socketPath
 	s.mu.Unlock()
-	if stopped {
-		return Health{Stopped, "the registration server has stopped"}
+	switch {
+	case state == Stopped:
+		return Health{SocketStopped, "the registration server has stopped"}
+	case path == "":
+		return Health{SocketStarting, "waiting for the CSI driver"}
 	}
-	if sock == nil {
-		return Health{Starting, fmt.Sprintf("the registration socket %s is not published yet", s.path)}
+	found := inspect(path)
+	switch {
+	case found.missing:
+		return Health{SocketMissing, fmt.Sprintf("the registration socket %s does not exist", path)}
+	case found.err != nil:
+		return Health{SocketBroken, fmt.Sprintf("cannot inspect %s: %v", path, found.err)}
+	case !found.socket:
+		return Health{SocketBroken, fmt.Sprintf("%s is a %s, not a socket", path, describeMode(found.info.Mode()))}
+	case pub != nil && pub.sock.isOurs(found.info):
+		return Health{SocketServing, fmt.Sprintf("serving %s", path)}
 	}
-	fi, err := os.Lstat(s.path)
+	s.mu.Lock()
+	name := s.st.driverName
+	s.mu.Unlock()
+	return s.identity.check(ctx, found.info, path, name, s.cfg.CheckTimeout)
+}
+
+// found is what is at a path.
+type found struct {
+	missing bool
+	socket  bool
+	info    fs.FileInfo
+	err     error
+}
+
+func inspect(path string) found {
+	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return Health{Missing, fmt.Sprintf("the registration socket %s does not exist", s.path)}
+		return found{missing: true}
 	case err != nil:
-		return Health{Broken, fmt.Sprintf("cannot inspect %s: %v", s.path, err)}
-	case fi.Mode().Type() != fs.ModeSocket:
-		return Health{Broken, fmt.Sprintf("%s is a %s, not a socket", s.path, describeMode(fi.Mode()))}
-	case sock.isOurs(fi):
-		return Health{Serving, fmt.Sprintf("serving %s", s.path)}
+		return found{err: err}
 	}
-	return s.identity.check(ctx, fi, s.path, s.cfg.DriverName, s.cfg.CheckTimeout)
+	return found{info: fi, socket: fi.Mode().Type() == fs.ModeSocket}
 }
 
 // foreignCache remembers the verdict on a socket this process did not
@@ -105,13 +127,13 @@ func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverNa
 	switch {
 	case ctx.Err() != nil:
 		// The prober gave up; that says nothing about the socket.
-		return Health{Broken, fmt.Sprintf("check of %s cancelled: %v", path, ctx.Err())}
+		return Health{SocketBroken, fmt.Sprintf("check of %s cancelled: %v", path, ctx.Err())}
 	case err != nil:
-		c.health = Health{Broken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)}
+		c.health = Health{SocketBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)}
 	case name != driverName:
-		c.health = Health{Broken, fmt.Sprintf("%s was published by another process for driver %q, not %q", path, name, driverName)}
+		c.health = Health{SocketBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", path, name, driverName)}
 	default:
-		c.health = Health{Superseded, fmt.Sprintf("%s was published by another instance of %s", path, driverName)}
+		c.health = Health{SocketSuperseded, fmt.Sprintf("%s was published by another instance of %s", path, driverName)}
 	}
 	c.file = fi
 	return c.health

@@ -1,15 +1,20 @@
 // Package registration is the kubelet-facing side of the registrar: it
-// publishes <driver>-reg.sock in kubelet's plugin registry directory and
-// serves kubelet's plugin registration API (pluginregistration.v1) on it.
+// publishes <driver>-reg.sock in kubelet's plugin registry directory, serves
+// kubelet's plugin registration API (pluginregistration.v1) on it, and keeps
+// it there: it publishes it again when it is deleted, when kubelet rejected
+// it (after a backoff) and when the driver changes its name, and steps aside
+// when a newer instance of the same driver takes the path over.
 package registration
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -20,28 +25,62 @@ import (
 // driver: kubelet's CSI handler requires the highest version to be 1.x.
 var SupportedVersions = []string{"1.0.0"}
 
-// DefaultShutdownTimeout bounds the graceful stop of the gRPC server.
-const DefaultShutdownTimeout = 5 * time.Second
+// Defaults for Config.
+const (
+	DefaultShutdownTimeout = 5 * time.Second
+	DefaultCheckTimeout    = time.Second
+	DefaultRetryInitial    = time.Second
+	DefaultRetryMax        = 5 * time.Minute
+)
 
-// Config says what to register and where.
+// Policy says what to do when kubelet rejects the plugin.
+type Policy string
+
+const (
+	// Retry publishes the socket again after a backoff, so that kubelet
+	// tries again, until it accepts.
+	Retry Policy = "retry"
+	// Exit ends Run with a *RejectedError, as upstream exits.
+	Exit Policy = "exit"
+)
+
+// Publication reasons, as counted in Status.Publications.
+const (
+	ReasonStart   = "start"   // first publication
+	ReasonDeleted = "deleted" // our socket was deleted
+	ReasonVacated = "vacated" // the instance that took the path over went away
+	ReasonStale   = "stale"   // a dead socket appeared at the path
+	ReasonRetry   = "retry"   // kubelet rejected the plugin, backoff elapsed
+	ReasonRenamed = "renamed" // the driver came back under another name
+)
+
+// Config says where to register and how to behave.
 type Config struct {
-	// DriverName is the CSI driver's name from GetPluginInfo.
-	DriverName string
 	// Endpoint is the driver's socket as kubelet sees it on the host
 	// (--kubelet-registration-path); it is returned to kubelet verbatim.
 	Endpoint string
 	// Dir is kubelet's plugin registry directory as mounted here
 	// (--plugin-registration-path).
 	Dir string
+	// OnRejection is the policy when kubelet rejects the plugin; Retry
+	// when empty.
+	OnRejection Policy
+	// RetryInitial and RetryMax bound the backoff of the Retry policy: it
+	// doubles from RetryInitial up to RetryMax, and starts over after
+	// kubelet accepted the plugin.
+	RetryInitial, RetryMax time.Duration
+	// Rejected, when set, is called with kubelet's reason each time
+	// kubelet rejects the plugin.
+	Rejected func(reason string)
 	// CheckTimeout bounds the GetInfo call that identifies a socket at the
 	// path that this process did not create.
 	CheckTimeout time.Duration
-	// ShutdownTimeout bounds the graceful stop of the gRPC server;
-	// DefaultShutdownTimeout when zero.
+	// ShutdownTimeout bounds the graceful stop of a gRPC server.
 	ShutdownTimeout time.Duration
 }
 
-// RejectedError is returned by Run when kubelet did not accept the plugin.
+// RejectedError is returned by Run when kubelet did not accept the plugin
+// and the policy is Exit.
 type RejectedError struct {
 	// Reason is kubelet's error message from NotifyRegistrationStatus.
 	Reason string
@@ -51,119 +90,281 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("kubelet rejected the plugin: %s", e.Reason)
 }
 
+// verdict is one NotifyRegistrationStatus call, for the publication that
+// received it.
+type verdict struct {
+	gen        uint64
+	registered bool
+	reason     string
+}
+
 // Server publishes the registration socket and answers kubelet on it.
 type Server struct {
-	cfg      Config
-	path     string
-	grpc     *grpc.Server
-	rejected chan string
+	cfg Config
 
-	mu         sync.Mutex
-	logger     logr.Logger
-	sock       *publishedSocket
-	stopped    bool
-	registered bool
+	// Wakes Run: a new driver name, or a kubelet verdict.
+	names    chan string
+	verdicts chan verdict
+	done     chan struct{}
 
+	mu     sync.Mutex
+	logger logr.Logger
+	st     status
+	pub    *publication // nil while waiting for the driver or superseded
+
+	retired  sync.WaitGroup // graceful stops of old publications
 	identity foreignCache
 }
 
-// New checks cfg and prepares a server; Run publishes the socket.
+// publication is one socket put in place, with its own gRPC server.
+// Kubelet's verdicts are attributed to the publication they came through,
+// so an old socket's verdict never counts for the current one.
+type publication struct {
+	gen  uint64
+	name string
+	path string
+	sock *publishedSocket
+	grpc *grpc.Server
+}
+
+// New checks cfg; Run publishes the socket once DriverFound named the
+// driver.
 func New(cfg Config) (*Server, error) {
-	if cfg.DriverName == "" {
-		return nil, errors.New("registration: the driver name is empty")
-	}
 	if cfg.Endpoint == "" {
 		return nil, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
 	}
 	if err := CheckDir(cfg.Dir); err != nil {
 		return nil, err
 	}
+	switch cfg.OnRejection {
+	case "":
+		cfg.OnRejection = Retry
+	case Retry, Exit:
+	default:
+		return nil, fmt.Errorf("rejection policy %q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit)
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.CheckTimeout <= 0 {
-		cfg.CheckTimeout = time.Second
+		cfg.CheckTimeout = DefaultCheckTimeout
 	}
-	s := &Server{
+	if cfg.RetryInitial <= 0 {
+		cfg.RetryInitial = DefaultRetryInitial
+	}
+	if cfg.RetryMax < cfg.RetryInitial {
+		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
+	}
+	return &Server{
 		cfg:      cfg,
-		path:     SocketPath(cfg.Dir, cfg.DriverName),
-		grpc:     grpc.NewServer(),
-		rejected: make(chan string, 1),
+		names:    make(chan string, 1),
+		verdicts: make(chan verdict, 16),
+		done:     make(chan struct{}),
 		logger:   klog.Background(),
-	}
-	if len(s.path) > MaxSocketPathLength {
-		_, err := checkSocketPath(s.path)
-		return nil, err
-	}
-	registerapi.RegisterRegistrationServer(s.grpc, &rpcServer{s: s})
-	return s, nil
+		st:       newStatus(cfg.Endpoint),
+	}, nil
 }
 
-// SocketPath is where the registration socket is published.
-func (s *Server) SocketPath() string { return s.path }
+// DriverFound tells the server the driver's name: the first call lets Run
+// publish the socket, a later call with another name re-registers under
+// it. It does not block.
+func (s *Server) DriverFound(name string) {
+	s.setDriverReachable(true)
+	for {
+		select {
+		case s.names <- name:
+			return
+		default:
+		}
+		// Only the latest name matters.
+		select {
+		case <-s.names:
+		default:
+		}
+	}
+}
 
-// Run publishes the registration socket and serves kubelet until ctx is
-// done or kubelet rejects the plugin (a *RejectedError). Either way it
-// removes the socket if it is still the one it published, and stops the
-// gRPC server after in-flight replies have gone out.
+// DriverGone records that the driver's socket went away. The registration
+// stays: kubelet needs the driver only when it calls it.
+func (s *Server) DriverGone() {
+	s.setDriverReachable(false)
+}
+
+// Run publishes the registration socket once the driver's name is known and
+// serves kubelet until ctx is done, keeping the socket in place. With the
+// Exit policy it also returns, with a *RejectedError, when kubelet rejects
+// the plugin. On return the socket is removed if it is still the one this
+// server published, and in-flight replies have gone out.
 func (s *Server) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithValues("driver", s.cfg.DriverName)
+	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	s.logger = logger
 	s.mu.Unlock()
+	defer close(s.done)
 
-	exists, err := checkSocketPath(s.path)
+	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot watch the registration directory: %w", err)
 	}
-	if exists {
-		logger.Info("Replacing the registration socket left at the path", "path", s.path, "live", socketAnswers(s.path, s.cfg.CheckTimeout))
+	defer watcher.Close()
+	if err := watcher.Add(s.cfg.Dir); err != nil {
+		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
-	sock, err := publish(s.path)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.sock = sock
-	s.mu.Unlock()
-	logger.Info("Registration socket published, waiting for kubelet", "path", s.path, "endpoint", s.cfg.Endpoint)
 
-	served := make(chan error, 1)
-	go func() { served <- s.grpc.Serve(sock) }()
-
-	var result error
-	select {
-	case <-ctx.Done():
-	case reason := <-s.rejected:
-		result = &RejectedError{Reason: reason}
-	case err := <-served:
-		result = fmt.Errorf("the registration server stopped unexpectedly: %w", err)
-	}
+	l := loop{Server: s, logger: logger, backoff: s.cfg.RetryInitial}
+	defer l.stopRetry()
+	err = l.run(ctx, watcher)
 	s.shutdown(logger)
-	return result
+	return err
 }
 
-// shutdown withdraws the registration before it stops answering, so that
-// kubelet deregisters the driver rather than failing to reach it.
-func (s *Server) shutdown(logger logr.Logger) {
-	s.mu.Lock()
-	s.stopped = true
-	sock := s.sock
-	s.mu.Unlock()
+// loop is the state of Run's goroutine.
+type loop struct {
+	*Server
+	logger  logr.Logger
+	retry   *time.Timer
+	backoff time.Duration
+}
 
-	removed, err := sock.removeIfOurs()
-	switch {
-	case err != nil:
-		logger.Error(err, "Cannot remove the registration socket", "path", s.path)
-	case removed:
-		logger.Info("Registration socket removed", "path", s.path)
-	default:
-		logger.Info("Registration socket left in place: another instance published it", "path", s.path)
+func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+
+		case name := <-l.names:
+			if err := l.driverNamed(name); err != nil {
+				return err
+			}
+
+		case event, ok := <-watcher.Events:
+			if !ok {
+				return errors.New("the watch of the registration directory ended")
+			}
+			if event.Name == filepath.Clean(l.cfg.Dir) && event.Has(fsnotify.Remove|fsnotify.Rename) {
+				return fmt.Errorf("the registration directory %q was removed", l.cfg.Dir)
+			}
+			if path := l.currentPath(); path != "" && event.Name == path {
+				if err := l.reconcile(); err != nil {
+					return err
+				}
+			}
+
+		case err, ok := <-watcher.Errors:
+			if !ok {
+				return errors.New("the watch of the registration directory ended")
+			}
+			// An overflow may have hidden a deletion: look at the path.
+			l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
+			if err := l.reconcile(); err != nil {
+				return err
+			}
+
+		case v := <-l.verdicts:
+			if err := l.verdict(v); err != nil {
+				return err
+			}
+
+		case <-l.retryChannel():
+			if err := l.retryAfterRejection(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// currentPath is the socket path of the current driver name, "" before
+// the driver is known.
+func (s *Server) currentPath() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.socketPath
+}
+
+// driverNamed publishes the socket for the first name, and re-registers
+// when the driver came back under another one.
+func (l *loop) driverNamed(name string) error {
+	l.mu.Lock()
+	old := l.st.driverName
+	l.mu.Unlock()
+	if name == old {
+		return nil
+	}
+	path := SocketPath(l.cfg.Dir, name)
+	if _, err := checkSocketPath(path); err != nil {
+		return err
+	}
+	reason := ReasonStart
+	if old != "" {
+		reason = ReasonRenamed
+		l.logger.Info("The CSI driver changed its name: registering under the new one", "oldName", old, "newName", name)
+	}
+	for _, leftover := range removeLeftovers(path, l.cfg.CheckTimeout) {
+		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
+	}
+	if exists, _ := checkSocketPath(path); exists {
+		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.cfg.CheckTimeout))
 	}
 
+	l.mu.Lock()
+	l.st.driverName = name
+	l.st.socketPath = path
+	l.mu.Unlock()
+	return l.publish(reason)
+}
+
+// publish puts a new socket with its own gRPC server in place at the
+// current path, then retires the previous publication: its socket, when
+// still at a path of ours, is replaced atomically or removed (after a
+// change of name).
+func (l *loop) publish(reason string) error {
+	l.mu.Lock()
+	name, path := l.st.driverName, l.st.socketPath
+	l.st.generation++
+	gen := l.st.generation
+	l.mu.Unlock()
+
+	sock, err := publish(path)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, &rpcServer{s: l.Server, gen: gen, name: name})
+	pub := &publication{gen: gen, name: name, path: path, sock: sock, grpc: srv}
+	go func() { _ = srv.Serve(sock) }()
+
+	l.mu.Lock()
+	previous := l.pub
+	l.pub = pub
+	l.st.published(reason)
+	l.mu.Unlock()
+	if previous != nil {
+		l.retire(previous)
+	}
+	l.logger.Info("Registration socket published, waiting for kubelet", "driver", name, "path", path, "endpoint", l.cfg.Endpoint, "reason", reason)
+	return nil
+}
+
+// retire stops a publication in the background: its socket is removed if
+// it is still ours, and its gRPC server stops gracefully.
+func (s *Server) retire(pub *publication) {
+	if removed, err := pub.sock.removeIfOurs(); err != nil {
+		s.log().Error(err, "Cannot remove a registration socket", "path", pub.path)
+	} else if removed {
+		s.log().V(2).Info("Registration socket removed", "path", pub.path)
+	}
+	s.retired.Add(1)
+	go func() {
+		defer s.retired.Done()
+		s.stopGRPC(pub.grpc)
+	}()
+}
+
+// stopGRPC lets in-flight replies go out, within the shutdown timeout.
+func (s *Server) stopGRPC(srv *grpc.Server) {
 	done := make(chan struct{})
 	go func() {
-		s.grpc.GracefulStop()
+		srv.GracefulStop()
 		close(done)
 	}()
 	timer := time.NewTimer(s.cfg.ShutdownTimeout)
@@ -171,54 +372,205 @@ func (s *Server) shutdown(logger logr.Logger) {
 	select {
 	case <-done:
 	case <-timer.C:
-		logger.Info("Graceful stop timed out, closing open kubelet connections", "timeout", s.cfg.ShutdownTimeout)
-		s.grpc.Stop()
+		s.log().Info("Graceful stop timed out, closing open kubelet connections", "timeout", s.cfg.ShutdownTimeout)
+		srv.Stop()
 		<-done
 	}
 }
 
-// rpcServer implements kubelet's registration API for a Server.
+// reconcile looks at the path after a change and restores the
+// registration when the node would otherwise be left without one.
+func (l *loop) reconcile() error {
+	l.mu.Lock()
+	pub, state, path := l.pub, l.st.state, l.st.socketPath
+	l.mu.Unlock()
+	if path == "" {
+		return nil
+	}
+	found := inspect(path)
+	switch {
+	case found.missing:
+		switch {
+		case state == Superseded:
+			l.logger.Info("The instance that took over the registration socket is gone: publishing ours again", "path", path)
+			return l.publish(ReasonVacated)
+		case pub != nil:
+			l.logger.Info("Registration socket deleted: publishing it again", "path", path)
+			return l.publish(ReasonDeleted)
+		}
+	case found.err != nil:
+		l.logger.Error(found.err, "Cannot inspect the registration socket", "path", path)
+	case pub != nil && pub.sock.isOurs(found.info):
+		// Our own publication.
+	case !found.socket:
+		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", describeMode(found.info.Mode()))
+	default:
+		return l.foreignSocket(pub, path)
+	}
+	return nil
+}
+
+// foreignSocket decides what to do about a socket another process put at
+// the path: step aside for a live instance of the same driver, replace a
+// dead socket, leave anything else alone.
+func (l *loop) foreignSocket(pub *publication, path string) error {
+	l.mu.Lock()
+	name, state := l.st.driverName, l.st.state
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
+	defer cancel()
+	other, err := askName(ctx, path, l.cfg.CheckTimeout)
+	switch {
+	case err != nil:
+		l.logger.Info("A dead socket replaced the registration socket: publishing ours again", "path", path, "err", err)
+		return l.publish(ReasonStale)
+	case other != name:
+		l.logger.Error(nil, "Another driver's registration socket is at our path; leaving it alone", "path", path, "otherDriver", other)
+	case state != Superseded:
+		// Never fight back: a newer instance (a rolling update with
+		// maxSurge) owns the registration now.
+		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", path)
+		l.stopRetry()
+		l.mu.Lock()
+		l.pub = nil
+		l.st.superseded()
+		l.mu.Unlock()
+		if pub != nil {
+			l.retire(pub)
+		}
+	}
+	return nil
+}
+
+// verdict records kubelet's answer for a publication.
+func (l *loop) verdict(v verdict) error {
+	l.mu.Lock()
+	current := l.pub != nil && l.pub.gen == v.gen
+	var changed bool
+	if current {
+		changed = l.st.verdict(v.registered, v.reason)
+	}
+	l.mu.Unlock()
+	if !current {
+		l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", v.registered, "reason", v.reason)
+		return nil
+	}
+	if v.registered {
+		l.stopRetry()
+		l.backoff = l.cfg.RetryInitial
+		if changed {
+			l.logger.Info("kubelet registered the driver", "endpoint", l.cfg.Endpoint)
+		} else {
+			// kubelet confirms again after each of its restarts.
+			l.logger.V(2).Info("kubelet confirmed the registration again")
+		}
+		return nil
+	}
+
+	if changed {
+		l.logger.Error(nil, "kubelet rejected the plugin", "reason", v.reason, "policy", l.cfg.OnRejection)
+	} else {
+		l.logger.V(2).Info("kubelet rejected the plugin again", "reason", v.reason)
+	}
+	if l.cfg.Rejected != nil {
+		l.cfg.Rejected(v.reason)
+	}
+	if l.cfg.OnRejection == Exit {
+		return &RejectedError{Reason: v.reason}
+	}
+	if l.retry == nil {
+		l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again", "backoff", l.backoff)
+		l.retry = time.NewTimer(l.backoff)
+		l.mu.Lock()
+		l.st.nextRetry = time.Now().Add(l.backoff)
+		l.mu.Unlock()
+		l.backoff = min(2*l.backoff, l.cfg.RetryMax)
+	}
+	return nil
+}
+
+func (l *loop) retryChannel() <-chan time.Time {
+	if l.retry == nil {
+		return nil
+	}
+	return l.retry.C
+}
+
+func (l *loop) stopRetry() {
+	if l.retry != nil {
+		l.retry.Stop()
+		l.retry = nil
+	}
+	l.mu.Lock()
+	l.st.nextRetry = time.Time{}
+	l.mu.Unlock()
+}
+
+func (l *loop) retryAfterRejection() error {
+	l.retry = nil
+	l.mu.Lock()
+	pub, state := l.pub, l.st.state
+	l.st.nextRetry = time.Time{}
+	l.mu.Unlock()
+	if state != Rejected || pub == nil {
+		return nil
+	}
+	l.logger.V(2).Info("Publishing the registration socket again after kubelet's rejection")
+	return l.publish(ReasonRetry)
+}
+
+// shutdown withdraws the registration before it stops answering, so that
+// kubelet deregisters the driver rather than failing to reach it.
+func (s *Server) shutdown(logger logr.Logger) {
+	s.mu.Lock()
+	pub := s.pub
+	s.pub = nil
+	s.st.stopped()
+	s.mu.Unlock()
+	if pub != nil {
+		removed, err := pub.sock.removeIfOurs()
+		switch {
+		case err != nil:
+			logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
+		case removed:
+			logger.Info("Registration socket removed", "path", pub.path)
+		default:
+			logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
+		}
+		s.stopGRPC(pub.grpc)
+	}
+	s.retired.Wait()
+}
+
+// rpcServer implements kubelet's registration API for one publication.
 type rpcServer struct {
 	registerapi.UnimplementedRegistrationServer
-	s *Server
+	s    *Server
+	gen  uint64
+	name string
 }
 
 func (r *rpcServer) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	s := r.s
-	s.log().V(4).Info("GetInfo called by kubelet")
+	r.s.log().V(4).Info("GetInfo called by kubelet", "driver", r.name)
+	r.s.mu.Lock()
+	r.s.st.calledGetInfo()
+	r.s.mu.Unlock()
 	return &registerapi.PluginInfo{
 		Type:              registerapi.CSIPlugin,
-		Name:              s.cfg.DriverName,
-		Endpoint:          s.cfg.Endpoint,
+		Name:              r.name,
+		Endpoint:          r.s.cfg.Endpoint,
 		SupportedVersions: SupportedVersions,
 	}, nil
 }
 
 func (r *rpcServer) NotifyRegistrationStatus(_ context.Context, status *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	s := r.s
-	logger := s.log()
-	logger.V(4).Info("NotifyRegistrationStatus called by kubelet", "registered", status.PluginRegistered, "error", status.Error)
-
-	s.mu.Lock()
-	changed := s.registered != status.PluginRegistered
-	s.registered = status.PluginRegistered
-	s.mu.Unlock()
-
-	if status.PluginRegistered {
-		// kubelet confirms again after each of its restarts: only a
-		// change is worth a line at the default level.
-		if changed {
-			logger.Info("kubelet registered the driver", "endpoint", s.cfg.Endpoint)
-		} else {
-			logger.V(2).Info("kubelet confirmed the registration again")
-		}
-		return &registerapi.RegistrationStatusResponse{}, nil
-	}
+	r.s.log().V(4).Info("NotifyRegistrationStatus called by kubelet", "driver", r.name, "registered", status.PluginRegistered, "error", status.Error)
+	r.s.mu.Lock()
+	r.s.st.calledNotify(status.PluginRegistered)
+	r.s.mu.Unlock()
 	select {
-	case s.rejected <- status.Error:
-		logger.Error(nil, "kubelet rejected the plugin", "reason", status.Error)
-	default:
-		// Already stopping for an earlier rejection.
+	case r.s.verdicts <- verdict{gen: r.gen, registered: status.PluginRegistered, reason: status.Error}:
+	case <-r.s.done:
 	}
 	return &registerapi.RegistrationStatusResponse{}, nil
 }
@@ -227,4 +579,10 @@ func (s *Server) log() logr.Logger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.logger
+}
+
+func (s *Server) setDriverReachable(reachable bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.driverReachable = reachable
 }

@@ -47,10 +47,26 @@ type running struct {
 	done   chan error
 }
 
-// start runs a Server for dir in the background and waits until it serves.
-func start(t *testing.T, dir string) *running {
+const testEndpoint = "/var/lib/kubelet/plugins/test/csi.sock"
+
+// start runs a Server for dir in the background, names the driver and
+// waits until the socket is published.
+func start(t *testing.T, dir string, configure ...func(*Config)) *running {
 	t.Helper()
-	srv, err := New(Config{DriverName: testDriver, Endpoint: "/var/lib/kubelet/plugins/test/csi.sock", Dir: dir})
+	r := startWaiting(t, dir, configure...)
+	r.srv.DriverFound(testDriver)
+	r.waitServing(t)
+	return r
+}
+
+// startWaiting runs a Server that has not been told the driver's name.
+func startWaiting(t *testing.T, dir string, configure ...func(*Config)) *running {
+	t.Helper()
+	cfg := Config{Endpoint: testEndpoint, Dir: dir}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +77,19 @@ func start(t *testing.T, dir string) *running {
 		cancel()
 		<-r.done
 	})
+	return r
+}
+
+func (r *running) waitServing(t *testing.T) {
+	t.Helper()
 	eventually(t, "the server serves", func() bool {
 		select {
 		case err := <-r.done:
 			t.Fatalf("Run returned early: %v", err)
 		default:
 		}
-		return srv.Health(context.Background()).State == Serving
+		return r.srv.Health(context.Background()).State == SocketServing
 	})
-	return r
 }
 
 func (r *running) stop(t *testing.T) error {
@@ -99,8 +119,8 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 	dir := shortTempDir(t)
 	r := start(t, dir)
 	path := filepath.Join(dir, testDriver+"-reg.sock")
-	if got := r.srv.SocketPath(); got != path {
-		t.Fatalf("SocketPath() = %q, want %q", got, path)
+	if got := r.srv.Status().SocketPath; got != path {
+		t.Fatalf("Status().SocketPath = %q, want %q", got, path)
 	}
 
 	fi, err := os.Lstat(path)
@@ -111,8 +131,8 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 		t.Errorf("socket mode = %v, want a socket with 0600", fi.Mode())
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("registry directory holds %d entries, want only the socket: %v", len(entries), entries)
+	if len(entries) != 2 || !strings.HasPrefix(entries[0].Name(), "."+testDriver+".") || entries[1].Name() != testDriver+"-reg.sock" {
+		t.Errorf("registry directory holds %v, want the socket and its hidden name", entries)
 	}
 
 	c := client(t, path)
@@ -139,11 +159,14 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
-	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("socket still at %s after shutdown (err %v)", path, err)
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("registry directory holds %v after shutdown, want nothing", entries)
 	}
-	if h := r.srv.Health(ctx); h.State != Stopped {
+	if h := r.srv.Health(ctx); h.State != SocketStopped {
 		t.Errorf("Health after shutdown = %v, want stopped", h)
+	}
+	if st := r.srv.Status(); st.State != Stopped || st.Ready {
+		t.Errorf("Status after shutdown = %+v", st)
 	}
 }
 
@@ -227,10 +250,11 @@ func TestLeavesNonSocketsUntouched(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{DriverName: testDriver, Endpoint: "/csi.sock", Dir: dir})
+			srv, err := New(Config{Endpoint: "/csi.sock", Dir: dir})
 			if err != nil {
 				t.Fatal(err)
 			}
+			srv.DriverFound(testDriver)
 			err = srv.Run(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("Run() = %v, want an error naming %s and containing %q", err, path, tc.wantErr)
@@ -267,18 +291,30 @@ func TestNewRejectsUnusableDirectory(t *testing.T) {
 	}{
 		{"missing", filepath.Join(dir, "nope"), "does not exist"},
 		{"not a directory", file, "is not a directory"},
-		{"path too long", long, "more than the 107 a Unix socket allows"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(Config{DriverName: testDriver, Endpoint: "/csi.sock", Dir: tc.dir})
+			_, err := New(Config{Endpoint: "/csi.sock", Dir: tc.dir})
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("New() = %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
 	}
-	if _, err := New(Config{DriverName: testDriver, Dir: dir}); err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path") {
+	if _, err := New(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path") {
 		t.Errorf("New() without an endpoint = %v, want an error naming --kubelet-registration-path", err)
+	}
+	if _, err := New(Config{Endpoint: "/csi.sock", Dir: dir, OnRejection: "ignore"}); err == nil || !strings.Contains(err.Error(), `"ignore"`) {
+		t.Errorf("New() with an unknown policy = %v, want an error quoting it", err)
+	}
+
+	// The path's length is known once the driver is.
+	srv, err := New(Config{Endpoint: "/csi.sock", Dir: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.DriverFound(testDriver)
+	if err := srv.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "more than the 107 a Unix socket allows") {
+		t.Errorf("Run() with a long path = %v, want an error about the length", err)
 	}
 }
 
@@ -286,14 +322,15 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	dir := shortTempDir(t)
 	older := start(t, dir)
 	newer := start(t, dir)
-	path := newer.srv.SocketPath()
+	path := newer.srv.SocketPathForTest()
 	published, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	ctx := context.Background()
-	if h := older.srv.Health(ctx); h.State != Superseded {
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	if h := older.srv.Health(ctx); h.State != SocketSuperseded {
 		t.Errorf("older instance Health = %+v, want superseded", h)
 	}
 	if err := older.stop(t); err != nil {
@@ -306,7 +343,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	if !os.SameFile(published, now) {
 		t.Fatal("the socket at the path changed when the older instance stopped")
 	}
-	if h := newer.srv.Health(ctx); h.State != Serving {
+	if h := newer.srv.Health(ctx); h.State != SocketServing {
 		t.Errorf("newer instance Health = %+v, want serving", h)
 	}
 	if _, err := client(t, path).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
@@ -314,10 +351,14 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	}
 }
 
-func TestRejectionEndsRunAfterReplying(t *testing.T) {
+func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 	dir := shortTempDir(t)
-	r := start(t, dir)
-	path := r.srv.SocketPath()
+	var reasons []string
+	r := start(t, dir, func(c *Config) {
+		c.OnRejection = Exit
+		c.Rejected = func(reason string) { reasons = append(reasons, reason) }
+	})
+	path := r.srv.SocketPathForTest()
 	const reason = "RegisterPlugin error -- plugin registration failed with err: boom"
 	_, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: false, Error: reason})
 	if err != nil {
@@ -336,6 +377,9 @@ func TestRejectionEndsRunAfterReplying(t *testing.T) {
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket still at %s after the rejection (err %v)", path, err)
+	}
+	if len(reasons) != 1 || reasons[0] != reason {
+		t.Errorf("Rejected callback got %q, want kubelet's reason once", reasons)
 	}
 }
 
@@ -377,52 +421,74 @@ func TestHealth(t *testing.T) {
 	cases := []struct {
 		name      string
 		change    func(t *testing.T, path string)
-		want      State
+		want      SocketState
 		wantInMsg string
 	}{
-		{"ours", func(*testing.T, string) {}, Serving, "serving"},
-		{"deleted", func(t *testing.T, path string) { os.Remove(path) }, Missing, "does not exist"},
+		{"ours", func(*testing.T, string) {}, SocketServing, "serving"},
 		{"regular file", func(t *testing.T, path string) {
-			os.Remove(path)
-			os.WriteFile(path, nil, 0o600)
-		}, Broken, "is a regular file"},
-		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, Superseded, "another instance"},
-		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, Broken, `"other.example.com"`},
-		{"dead socket", func(t *testing.T, path string) {
-			os.Remove(path)
-			leaveSocket(t, path, false)
-		}, Broken, "does not answer"},
+			// Replaced in one step: a deleted socket would be published again.
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		}, SocketBroken, "is a regular file"},
+		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, SocketSuperseded, "another instance"},
+		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, SocketBroken, `"other.example.com"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := start(t, shortTempDir(t))
-			tc.change(t, r.srv.SocketPath())
-			h := r.srv.Health(ctx)
-			if h.State != tc.want || !strings.Contains(h.Reason, tc.wantInMsg) {
+			tc.change(t, r.srv.SocketPathForTest())
+			var h Health
+			eventually(t, "the check sees the change", func() bool {
+				h = r.srv.Health(ctx)
+				return h.State == tc.want
+			})
+			if !strings.Contains(h.Reason, tc.wantInMsg) {
 				t.Errorf("Health() = %v %q, want %v with %q", h.State, h.Reason, tc.want, tc.wantInMsg)
 			}
 		})
 	}
 }
 
-func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
-	r := start(t, shortTempDir(t))
-	path := r.srv.SocketPath()
-	ctx := context.Background()
-	first := serveForeign(t, path, testDriver)
-	for i := 0; i < 5; i++ {
-		if h := r.srv.Health(ctx); h.State != Superseded {
-			t.Fatalf("Health() = %+v, want superseded", h)
-		}
+func TestHealthOfAMissingSocket(t *testing.T) {
+	// Not running, so nothing publishes the socket again.
+	dir := shortTempDir(t)
+	srv, err := New(Config{Endpoint: testEndpoint, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := first.calls.Load(); n != 1 {
-		t.Errorf("GetInfo called %d times for one file, want 1", n)
+	if h := srv.Health(context.Background()); h.State != SocketStarting {
+		t.Errorf("Health() before the driver is known = %v, want starting", h)
 	}
-	second := serveForeign(t, path, testDriver)
-	for i := 0; i < 3; i++ {
-		r.srv.Health(ctx)
-	}
-	if n := second.calls.Load(); n != 1 {
-		t.Errorf("GetInfo called %d times on the replacement file, want 1", n)
+	srv.st.driverName, srv.st.socketPath, srv.st.state = testDriver, SocketPath(dir, testDriver), Registered
+	if h := srv.Health(context.Background()); h.State != SocketMissing || !strings.Contains(h.Reason, "does not exist") {
+		t.Errorf("Health() = %v %q, want missing", h.State, h.Reason)
 	}
 }
+
+func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	path := r.srv.SocketPathForTest()
+	ctx := context.Background()
+	for i, foreign := range []*countingRegistration{nil, nil} {
+		foreign = serveForeign(t, path, testDriver)
+		// The server itself asks once when it sees the new file.
+		eventually(t, "the server identifies the new socket", func() bool { return foreign.calls.Load() >= 1 })
+		before := foreign.calls.Load()
+		for j := 0; j < 5; j++ {
+			if h := r.srv.Health(ctx); h.State != SocketSuperseded {
+				t.Fatalf("file %d: Health() = %+v, want superseded", i, h)
+			}
+		}
+		if n := foreign.calls.Load() - before; n > 1 {
+			t.Errorf("file %d: 5 checks called GetInfo %d times, want at most 1", i, n)
+		}
+	}
+}
+
+// SocketPathForTest is the current socket path.
+func (s *Server) SocketPathForTest() string { return s.currentPath() }

@@ -85,65 +85,78 @@ func socketAnswers(path string, timeout time.Duration) bool {
 	return true
 }
 
-// publishedSocket is a listening socket that was moved into place under
-// its final name. It remembers the file it created, so that it never
-// removes a socket another instance published at the same path.
+// publishedSocket is a listening socket that was put in place under its
+// final name. It remembers the file it created, so that it never removes a
+// socket another instance published at the same path.
 type publishedSocket struct {
 	net.Listener
 	path string
-	own  fs.FileInfo
+	// hidden is a second name of the same socket, dot-prefixed so that
+	// kubelet ignores it; it is removed with the socket.
+	hidden string
+	own    fs.FileInfo
 }
 
-// publish listens at path without kubelet ever seeing a socket that is
-// not ready: it binds under a dot-prefixed name in the same directory,
-// which kubelet's plugin watcher ignores, restricts its mode, and renames
-// it over path. The rename replaces whatever socket is there atomically,
-// and kubelet sees it as a newly created plugin socket.
+// publish listens at path without kubelet ever seeing a socket that is not
+// ready. It binds under a hidden (dot-prefixed) name in the same directory,
+// restricts the mode, and then gives the socket its final name: a hard link
+// when the path is free, a rename over the path when a socket is there,
+// which replaces it atomically. Either way kubelet sees a newly created
+// plugin socket.
+//
+// The hidden name is kept while the socket is published: kubelet's plugin
+// watcher stats every created file before it checks for the leading dot,
+// and logs an error when the file is already gone. The rename path cannot
+// avoid that once.
 func publish(path string) (*publishedSocket, error) {
-	tmp, err := tempSocketPath(path)
+	hidden, err := hiddenSocketPath(path)
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("unix", tmp)
+	l, err := net.Listen("unix", hidden)
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %q: %w", tmp, err)
+		return nil, fmt.Errorf("cannot listen on %q: %w", hidden, err)
 	}
-	ul := l.(*net.UnixListener)
-	// The file is renamed and later removed only if still ours; the
-	// listener must not unlink a name on Close.
-	ul.SetUnlinkOnClose(false)
+	// The names are removed only while they are still ours; the listener
+	// must not unlink anything on Close.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	fail := func(err error) (*publishedSocket, error) {
 		_ = l.Close()
-		_ = os.Remove(tmp)
+		_ = os.Remove(hidden)
 		return nil, err
 	}
 	// Owner only: kubelet runs as root. Setting the umask instead would
 	// change it for every goroutine of the process.
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return fail(fmt.Errorf("cannot restrict the mode of %q: %w", tmp, err))
+	if err := os.Chmod(hidden, 0o600); err != nil {
+		return fail(fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err))
 	}
-	// Identify the file before it becomes visible: once renamed, another
-	// instance may replace it at any moment.
-	own, err := os.Lstat(tmp)
+	own, err := os.Lstat(hidden)
 	if err != nil {
-		return fail(fmt.Errorf("cannot inspect %q: %w", tmp, err))
+		return fail(fmt.Errorf("cannot inspect %q: %w", hidden, err))
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail(fmt.Errorf("cannot move the registration socket into place at %q: %w", path, err))
+	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
+	err = os.Link(hidden, path)
+	if err != nil {
+		// The path is taken (by a socket: callers check), or the file
+		// system has no hard links for sockets: replace atomically.
+		if err := os.Rename(hidden, path); err != nil {
+			return fail(fmt.Errorf("cannot move the registration socket into place at %q: %w", path, err))
+		}
+		sock.hidden = ""
 	}
-	return &publishedSocket{Listener: l, path: path, own: own}, nil
+	return sock, nil
 }
 
-// tempSocketPath names a hidden sibling of path that is no longer than
-// path itself, so that it fits in a Unix socket address whenever path does.
-func tempSocketPath(path string) (string, error) {
+// hiddenSocketPath names a dot-prefixed sibling of path, unique to this
+// call, that is no longer than path itself, so that it fits in a Unix
+// socket address whenever path does.
+func hiddenSocketPath(path string) (string, error) {
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	dir, base := filepath.Split(path)
-	base = strings.TrimSuffix(base, "-reg.sock")
-	return filepath.Join(dir, "."+base+"."+hex.EncodeToString(b[:])), nil
+	return filepath.Join(dir, "."+strings.TrimSuffix(base, "-reg.sock")+"."+hex.EncodeToString(b[:])), nil
 }
 
 // isOurs tells whether fi is the file this socket created.
@@ -152,8 +165,14 @@ func (s *publishedSocket) isOurs(fi fs.FileInfo) bool {
 }
 
 // removeIfOurs unlinks the path when it still holds the file this socket
-// created; a socket published there by a newer instance is left alone.
+// created; a socket published there by a newer instance is left alone. The
+// hidden name is private to this socket and always removed.
 func (s *publishedSocket) removeIfOurs() (removed bool, err error) {
+	if s.hidden != "" {
+		if err := removeIfSame(s.hidden, s.own); err != nil {
+			return false, err
+		}
+	}
 	fi, err := os.Lstat(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -168,4 +187,49 @@ func (s *publishedSocket) removeIfOurs() (removed bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+func removeIfSame(path string, own fs.FileInfo) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(fi, own) {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeLeftovers removes hidden sockets that an earlier registrar for the
+// same driver left behind when it was killed: names of the form
+// .<driver>.<6 hex digits> that nobody listens on. Live ones belong to
+// another running instance and stay.
+func removeLeftovers(path string, timeout time.Duration) (removed []string) {
+	dir, base := filepath.Split(path)
+	prefix := "." + strings.TrimSuffix(base, "-reg.sock") + "."
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		name := e.Name()
+		suffix, ok := strings.CutPrefix(name, prefix)
+		if !ok || len(suffix) != 6 || strings.Trim(suffix, "0123456789abcdef") != "" || e.Type() != fs.ModeSocket {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		if socketAnswers(full, timeout) {
+			continue
+		}
+		if os.Remove(full) == nil {
+			removed = append(removed, full)
+		}
+	}
+	return removed
 }

@@ -348,31 +348,88 @@ func TestRetriesADriverThatIsNotReady(t *testing.T) {
 }
 
 func TestRejectionByKubelet(t *testing.T) {
-	const name = "rejected.csi.example.com"
-	n := newNode(t)
-	n.startDriver(t, name)
-	registrar := n.startRegistrar(t)
-	n.waitForSocket(t, name, registrar)
-
 	const reason = "RegisterPlugin error -- plugin registration failed with err: NodeGetInfo failed"
-	_, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(),
-		&registerapi.RegistrationStatus{PluginRegistered: false, Error: reason})
-	if err != nil {
-		t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
+	reject := func(t *testing.T, n *node, name string) {
+		t.Helper()
+		_, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(),
+			&registerapi.RegistrationStatus{PluginRegistered: false, Error: reason})
+		if err != nil {
+			t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
+		}
 	}
-	if code := registrar.wait(t); code != 1 {
-		t.Errorf("exit code after the rejection = %d, want 1", code)
+	termination := func(t *testing.T, n *node) string {
+		t.Helper()
+		msg, err := os.ReadFile(n.termination)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(msg)
 	}
-	msg, err := os.ReadFile(n.termination)
-	if err != nil || !strings.Contains(string(msg), reason) {
-		t.Errorf("termination message = %q (%v), want kubelet's reason", msg, err)
-	}
-	if _, err := os.Lstat(n.socketPath(name)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("registration socket left behind after the rejection (err %v)", err)
-	}
-	if got := strings.Count(registrar.stderr.String(), reason); got < 1 {
-		t.Errorf("the reason is not in the log")
-	}
+
+	t.Run("retry (default)", func(t *testing.T) {
+		const name = "retried.csi.example.com"
+		n := newNode(t)
+		n.startDriver(t, name)
+		registrar := n.startRegistrar(t)
+		n.waitForSocket(t, name, registrar)
+		before, err := os.Lstat(n.socketPath(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reject(t, n, name)
+		eventually(t, "the socket is published again after the backoff", func() bool {
+			now, err := os.Lstat(n.socketPath(name))
+			return err == nil && !os.SameFile(before, now)
+		})
+		if !registrar.running() {
+			t.Fatal("the registrar exited")
+		}
+		if msg := termination(t, n); !strings.Contains(msg, reason) {
+			t.Errorf("termination message = %q, want kubelet's reason", msg)
+		}
+		resp, err := http.Get("http://" + n.httpAddr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("/readyz is 200 after a rejection")
+		}
+		// Accepted on the new socket.
+		if _, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(),
+			&registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "/readyz turns 200", func() bool {
+			resp, err := http.Get("http://" + n.httpAddr + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	})
+
+	t.Run("exit", func(t *testing.T) {
+		const name = "rejected.csi.example.com"
+		n := newNode(t)
+		n.startDriver(t, name)
+		registrar := n.startRegistrar(t, "--rejection-policy=exit")
+		n.waitForSocket(t, name, registrar)
+		reject(t, n, name)
+		if code := registrar.wait(t); code != 1 {
+			t.Errorf("exit code after the rejection = %d, want 1", code)
+		}
+		if msg := termination(t, n); !strings.Contains(msg, reason) {
+			t.Errorf("termination message = %q, want kubelet's reason", msg)
+		}
+		if _, err := os.Lstat(n.socketPath(name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("registration socket left behind after the rejection (err %v)", err)
+		}
+		if got := strings.Count(registrar.stderr.String(), reason); got < 1 {
+			t.Errorf("the reason is not in the log")
+		}
+	})
 }
 
 func TestLeavesAFileAtTheSocketPath(t *testing.T) {

@@ -1,0 +1,161 @@
+// Package diagnose answers "why is my driver not registered?" from inside the
+// registrar's container: it checks the registry directory, the CSI driver,
+// the registration socket and its neighbours, and prints one verdict per
+// line. It changes nothing, and it needs no shell, so that it works through
+// `kubectl exec` in a distroless image.
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+)
+
+// DefaultTimeout bounds each RPC when Config.Timeout is zero or less.
+const DefaultTimeout = time.Second
+
+// Config is what the registrar was told, as given on its command line.
+type Config struct {
+	// CSIAddress is --csi-address.
+	CSIAddress string
+	// KubeletRegistrationPath is --kubelet-registration-path: the driver's
+	// socket path on the host.
+	KubeletRegistrationPath string
+	// RegistrationDir is --plugin-registration-path.
+	RegistrationDir string
+	// Timeout bounds each RPC; DefaultTimeout when zero or less.
+	Timeout time.Duration
+}
+
+// Verdict is the outcome of one check.
+type Verdict int
+
+const (
+	// OK: nothing to do.
+	OK Verdict = iota
+	// Warn: probably fine, but worth a look; the diagnosis still passes.
+	Warn
+	// Fail: the driver cannot be registered (or stay registered) this way.
+	Fail
+	// Skip: the check needs the result of an earlier one that failed.
+	Skip
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case OK:
+		return "OK"
+	case Warn:
+		return "WARN"
+	case Fail:
+		return "FAIL"
+	case Skip:
+		return "SKIP"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// label is the verdict as printed at the start of a line, all of one width.
+func (v Verdict) label() string {
+	switch v {
+	case OK:
+		return "[ OK ]"
+	case Warn:
+		return "[WARN]"
+	case Fail:
+		return "[FAIL]"
+	case Skip:
+		return "[ -- ]"
+	}
+	return "[ ?? ]"
+}
+
+// Check is one line of the checklist.
+type Check struct {
+	// Name says what was checked, with the path it was checked at.
+	Name    string
+	Verdict Verdict
+	// Detail is what was found and, when it is not OK, what to do.
+	Detail string
+}
+
+// Run performs every check, in order, and returns one Check per check. A
+// failed check does not stop the others; a check that needs what an earlier
+// one could not establish returns Skip with a Detail saying why.
+//
+// Run only reads, except for a uniquely named dot-file it creates in the
+// registry directory and removes at once to test that it is writable. Each
+// RPC gets a new connection, closed afterwards, and is bounded by
+// cfg.Timeout; the RPCs run in at most four rounds (the driver, the
+// registration socket, then up to 20 other sockets at once), so Run takes
+// at most about four times cfg.Timeout.
+func Run(ctx context.Context, cfg Config) []Check {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	d := &diagnosis{cfg: cfg}
+	return []Check{
+		d.checkRegistryDir(),
+		d.checkDriverSocket(),
+		d.checkDriverInfo(ctx),
+		d.checkSocketPathLength(),
+		d.checkRegistrationSocket(ctx),
+		d.checkKubeletRegistrationPath(),
+		d.checkNeighbours(ctx),
+	}
+}
+
+// diagnosis carries what earlier checks established to later ones.
+type diagnosis struct {
+	cfg Config
+
+	// dirExists: the registry directory exists and is a directory.
+	dirExists bool
+	// address is the parsed --csi-address; addressParsed tells whether it
+	// parsed, socketFound whether a socket is there.
+	address       driver.Address
+	addressParsed bool
+	socketFound   bool
+	// driverName is the driver's valid name; "" when unknown or invalid.
+	driverName string
+}
+
+// Print writes the checklist, one line per check, then a summary line. It
+// returns true when no check failed: warnings and skipped checks do not
+// count as failures (a check is only skipped after an earlier failure).
+func Print(w io.Writer, checks []Check) bool {
+	counts := map[Verdict]int{}
+	for _, c := range checks {
+		counts[c.Verdict]++
+		fmt.Fprintf(w, "%s %s: %s\n", c.Verdict.label(), c.Name, c.Detail)
+	}
+	var summary string
+	switch {
+	case counts[Fail] > 0:
+		parts := []string{plural(counts[Fail], "check failed", "checks failed")}
+		if counts[Warn] > 0 {
+			parts = append(parts, plural(counts[Warn], "warning", "warnings"))
+		}
+		if counts[Skip] > 0 {
+			parts = append(parts, plural(counts[Skip], "check skipped", "checks skipped"))
+		}
+		summary = "NOT OK: " + strings.Join(parts, ", ") + "; fix the first [FAIL] line first, the others often follow from it"
+	case counts[Warn] > 0:
+		summary = "OK with " + plural(counts[Warn], "warning", "warnings") + ": the driver can be registered; read the [WARN] lines"
+	default:
+		summary = fmt.Sprintf("OK: all %d checks passed", len(checks))
+	}
+	fmt.Fprintln(w, summary)
+	return counts[Fail] == 0
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,656 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
+	"go.uber.org/mock/gomock"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+const (
+	testDriver   = "mock.csi.example.com"
+	testEndpoint = "/var/lib/kubelet/plugins/mock.csi.example.com/csi.sock"
+	// testTimeout bounds each RPC of a diagnosis in these tests: a safety
+	// net for slow CI machines, never a measurement.
+	testTimeout = 10 * time.Second
+)
+
+// Indexes of the checks in Run's result.
+const (
+	checkDir = iota
+	checkDriverSocket
+	checkDriverInfo
+	checkPathLength
+	checkRegSocket
+	checkKubeletPath
+	checkNeighbours
+	numChecks
+)
+
+// env is a registrar's surroundings: a registry directory, a CSI driver and
+// a registration socket, all in one short temporary directory.
+type env struct {
+	base, regDir, driverSocket string
+	cfg                        Config
+}
+
+// regSocket is where the registration socket of name goes.
+func (e *env) regSocket(name string) string {
+	return filepath.Join(e.regDir, name+"-reg.sock")
+}
+
+// answer is the mock driver's GetPluginInfo.
+type answer func(ctx context.Context) (*csi.GetPluginInfoResponse, error)
+
+func answerName(name string) answer {
+	return func(context.Context) (*csi.GetPluginInfoResponse, error) {
+		return &csi.GetPluginInfoResponse{Name: name, VendorVersion: "v1.2.3"}, nil
+	}
+}
+
+// newEnv prepares the directories and the configuration, with nothing
+// running yet.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	// Short: socket paths must stay under 107 bytes.
+	base, err := os.MkdirTemp("", "dg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	e := &env{
+		base:         base,
+		regDir:       filepath.Join(base, "reg"),
+		driverSocket: filepath.Join(base, "csi", "csi.sock"),
+	}
+	for _, dir := range []string{e.regDir, filepath.Dir(e.driverSocket)} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.cfg = Config{
+		CSIAddress:              "unix://" + e.driverSocket,
+		KubeletRegistrationPath: testEndpoint,
+		RegistrationDir:         e.regDir,
+		Timeout:                 testTimeout,
+	}
+	return e
+}
+
+// healthyEnv is a driver and a registration socket as the registrar
+// publishes them.
+func healthyEnv(t *testing.T) *env {
+	e := newEnv(t)
+	e.startDriver(t, answerName(testDriver))
+	e.publish(t, testDriver, healthyInfo())
+	return e
+}
+
+func healthyInfo() *registerapi.PluginInfo {
+	return &registerapi.PluginInfo{
+		Type:              registerapi.CSIPlugin,
+		Name:              testDriver,
+		Endpoint:          testEndpoint,
+		SupportedVersions: []string{"1.0.0"},
+	}
+}
+
+// startDriver serves the csi-test mock Identity service at the driver socket.
+func (e *env) startDriver(t *testing.T, reply answer) {
+	t.Helper()
+	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
+	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+			return reply(ctx)
+		})
+	d := csitest.NewMockCSIDriver(&csitest.MockCSIDriverServers{Identity: identity})
+	if err := d.StartOnAddress("unix", e.driverSocket); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+}
+
+// registrar is kubelet's registration API answering with a fixed
+// PluginInfo.
+type registrar struct {
+	registerapi.UnimplementedRegistrationServer
+	info *registerapi.PluginInfo
+}
+
+func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return r.info, nil
+}
+
+// serveRegistration serves info on a new socket at path.
+func serveRegistration(t *testing.T, path string, info *registerapi.PluginInfo) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(s, &registrar{info: info})
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+}
+
+// publish serves info as the registrar publishes its socket: bound under a
+// hidden name, which stays as a second name of <name>-reg.sock.
+func (e *env) publish(t *testing.T, name string, info *registerapi.PluginInfo) {
+	t.Helper()
+	hidden := filepath.Join(e.regDir, "."+name+".a1b2c3")
+	serveRegistration(t, hidden, info)
+	if err := os.Link(hidden, e.regSocket(name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaveStaleSocket binds a socket at path and closes it without unlinking,
+// as a process that was killed leaves it.
+func leaveStaleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name string
+		// setUp builds the surroundings; healthyEnv when nil.
+		setUp func(t *testing.T) *env
+		// want holds the verdicts that are not OK.
+		want map[int]Verdict
+		// details holds text each check's Detail must contain.
+		details map[int][]string
+	}{
+		{
+			name: "healthy",
+			details: map[int][]string{
+				checkDir:          {"present, writable"},
+				checkDriverSocket: {"present, a socket"},
+				checkDriverInfo:   {`"` + testDriver + `"`, `"v1.2.3"`},
+				checkPathLength:   {testDriver + "-reg.sock"},
+				checkRegSocket:    {"CSIPlugin", testDriver, testEndpoint, "1.0.0"},
+				checkKubeletPath:  {"same file name"},
+				checkNeighbours:   {"no other plugin sockets", "hidden second names of published sockets (normal): ." + testDriver + ".a1b2c3"},
+			},
+		},
+		{
+			name: "registry directory missing",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				if err := os.Remove(e.regDir); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			want: map[int]Verdict{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			details: map[int][]string{
+				checkDir:        {"does not exist", "plugins_registry"},
+				checkRegSocket:  {"skipped"},
+				checkNeighbours: {"skipped"},
+			},
+		},
+		{
+			name: "registry directory is a file",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				e.cfg.RegistrationDir = filepath.Join(e.base, "file")
+				if err := os.WriteFile(e.cfg.RegistrationDir, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			want:    map[int]Verdict{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			details: map[int][]string{checkDir: {"regular file, not a directory"}},
+		},
+		{
+			name: "driver socket missing",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.publish(t, testDriver, healthyInfo())
+				return e
+			},
+			want: map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{
+				checkDriverSocket: {"does not exist", "mount"},
+				checkDriverInfo:   {"skipped"},
+				// Without the driver's name, its socket is one among others.
+				checkNeighbours: {"1 plugin socket: " + testDriver + "-reg.sock (not asked", "name is unknown"},
+			},
+		},
+		{
+			name: "driver address does not parse",
+			setUp: func(t *testing.T) *env {
+				e := healthyEnv(t)
+				e.cfg.CSIAddress = "tcp://127.0.0.1:10000"
+				return e
+			},
+			want: map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{
+				checkDriverSocket: {`"tcp" is not supported`},
+				checkKubeletPath:  {"does not parse"},
+			},
+		},
+		{
+			name: "driver socket is not a socket",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				if err := os.WriteFile(e.driverSocket, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			want:    map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{checkDriverSocket: {"regular file, not a socket"}},
+		},
+		{
+			name: "driver socket stale",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				leaveStaleSocket(t, e.driverSocket)
+				return e
+			},
+			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{checkDriverInfo: {"cannot connect", "refused", "nothing listens"}},
+		},
+		{
+			name: "driver answers an invalid name",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName("csi/example"))
+				return e
+			},
+			want: map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{
+				checkDriverInfo: {`"csi/example"`, `contains '/'`, `"v1.2.3"`},
+				checkPathLength: {"skipped", "name"},
+			},
+		},
+		{
+			name: "driver answers an error",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, func(context.Context) (*csi.GetPluginInfoResponse, error) {
+					return nil, status.Error(codes.Internal, "disk on fire")
+				})
+				return e
+			},
+			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{checkDriverInfo: {"Internal", "disk on fire"}},
+		},
+		{
+			name: "driver does not answer in time",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, func(ctx context.Context) (*csi.GetPluginInfoResponse, error) {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				})
+				e.cfg.Timeout = 50 * time.Millisecond
+				return e
+			},
+			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			details: map[int][]string{checkDriverInfo: {"no answer within 50ms"}},
+		},
+		{
+			name: "registration socket path too long",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				name := strings.Repeat("x", 63)
+				e.startDriver(t, answerName(name))
+				e.cfg.RegistrationDir = filepath.Join(e.base, strings.Repeat("r", 40))
+				if err := os.Mkdir(e.cfg.RegistrationDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			want:    map[int]Verdict{checkPathLength: Fail, checkRegSocket: Fail},
+			details: map[int][]string{checkPathLength: {"more than the 107"}},
+		},
+		{
+			name: "registration socket missing",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Fail},
+			details: map[int][]string{checkRegSocket: {"missing", "not registered", "registrar running"}},
+		},
+		{
+			name: "registration socket stale",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				leaveStaleSocket(t, e.regSocket(testDriver))
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Fail},
+			details: map[int][]string{checkRegSocket: {"refused", "stale socket"}},
+		},
+		{
+			name: "registration socket is a file",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				if err := os.WriteFile(e.regSocket(testDriver), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Fail},
+			details: map[int][]string{checkRegSocket: {"regular file, not a socket"}},
+		},
+		{
+			name: "registration socket answers another name",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Name = "other.csi.example.com"
+				serveRegistration(t, e.regSocket(testDriver), info)
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Fail},
+			details: map[int][]string{checkRegSocket: {`for driver "other.csi.example.com", not "` + testDriver + `"`}},
+		},
+		{
+			name: "registration socket answers a wrong type and version",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Type = registerapi.DRAPlugin
+				info.SupportedVersions = []string{"1.0.0", "2.0.0"}
+				serveRegistration(t, e.regSocket(testDriver), info)
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Fail},
+			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "highest version is 2.x"}},
+		},
+		{
+			name: "endpoint mismatch",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Endpoint = "/var/lib/kubelet/plugins/old/csi.sock"
+				e.publish(t, testDriver, info)
+				return e
+			},
+			want:    map[int]Verdict{checkRegSocket: Warn},
+			details: map[int][]string{checkRegSocket: {"/var/lib/kubelet/plugins/old/csi.sock", testEndpoint, "another instance"}},
+		},
+		{
+			name: "base name mismatch",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Endpoint = "/var/lib/kubelet/plugins/mock/driver.sock"
+				e.publish(t, testDriver, info)
+				e.cfg.KubeletRegistrationPath = info.Endpoint
+				return e
+			},
+			want:    map[int]Verdict{checkKubeletPath: Warn},
+			details: map[int][]string{checkKubeletPath: {`"driver.sock"`, `"csi.sock"`, "differs"}},
+		},
+		{
+			name: "kubelet registration path empty",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Endpoint = ""
+				e.publish(t, testDriver, info)
+				e.cfg.KubeletRegistrationPath = ""
+				return e
+			},
+			want:    map[int]Verdict{checkKubeletPath: Fail},
+			details: map[int][]string{checkKubeletPath: {"required"}},
+		},
+		{
+			name: "kubelet registration path relative",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.Endpoint = "csi.sock"
+				e.publish(t, testDriver, info)
+				e.cfg.KubeletRegistrationPath = info.Endpoint
+				return e
+			},
+			want:    map[int]Verdict{checkKubeletPath: Warn},
+			details: map[int][]string{checkKubeletPath: {"not an absolute path", "same file name"}},
+		},
+		{
+			name: "another socket claims the driver",
+			setUp: func(t *testing.T) *env {
+				e := healthyEnv(t)
+				serveRegistration(t, filepath.Join(e.regDir, "old-reg.sock"), healthyInfo())
+				// Same name, another kind of plugin: no conflict.
+				dra := healthyInfo()
+				dra.Type = registerapi.DRAPlugin
+				serveRegistration(t, filepath.Join(e.regDir, "dra-reg.sock"), dra)
+				return e
+			},
+			want: map[int]Verdict{checkNeighbours: Warn},
+			details: map[int][]string{checkNeighbours: {
+				"2 other plugin sockets; answering: dra-reg.sock, old-reg.sock",
+				`also serving driver "` + testDriver + `": old-reg.sock;`,
+			}},
+		},
+		{
+			name: "many other sockets and leftovers",
+			setUp: func(t *testing.T) *env {
+				e := healthyEnv(t)
+				for i := range 12 {
+					leaveStaleSocket(t, e.regSocket(fmt.Sprintf("d%02d", i)))
+				}
+				serveRegistration(t, e.regSocket("live"), &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: "live", SupportedVersions: []string{"1.0.0"}})
+				leaveStaleSocket(t, filepath.Join(e.regDir, "."+testDriver+".dead00"))
+				serveRegistration(t, filepath.Join(e.regDir, "."+testDriver+".0a0b0c"), healthyInfo())
+				if err := os.WriteFile(filepath.Join(e.regDir, "notes.txt"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(e.regDir, ".keep"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return e
+			},
+			details: map[int][]string{checkNeighbours: {
+				"13 other plugin sockets; answering: live-reg.sock; stale (no answer; harmless, kubelet retries them): d00-reg.sock, d01-reg.sock,",
+				"d09-reg.sock and 2 more;",
+				"running registrar (an older pod of a rolling update?): ." + testDriver + ".0a0b0c",
+				"killed registrar (harmless; safe to delete): ." + testDriver + ".dead00",
+				"dot-files, ignored by kubelet: .keep",
+				"notes.txt (regular file)",
+			}},
+		},
+		{
+			name: "more sockets than are asked",
+			setUp: func(t *testing.T) *env {
+				e := healthyEnv(t)
+				for i := range maxDialed + 2 {
+					leaveStaleSocket(t, e.regSocket(fmt.Sprintf("d%02d", i)))
+				}
+				leaveStaleSocket(t, filepath.Join(e.regDir, "."+testDriver+".dead00"))
+				return e
+			},
+			details: map[int][]string{checkNeighbours: {
+				"22 other plugin sockets; stale",
+				"d09-reg.sock and 10 more;",
+				"not asked (at most 20 sockets are): d20-reg.sock, d21-reg.sock;",
+				"hidden sockets not checked (at most 20 sockets are): ." + testDriver + ".dead00",
+			}},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			setUp := test.setUp
+			if setUp == nil {
+				setUp = healthyEnv
+			}
+			e := setUp(t)
+			before := listDir(t, e.cfg.RegistrationDir)
+
+			checks := Run(context.Background(), e.cfg)
+
+			var out strings.Builder
+			passed := Print(&out, checks)
+			t.Logf("%+v\n%s", e.cfg, out.String())
+			if len(checks) != numChecks {
+				t.Fatalf("Run returned %d checks, want %d", len(checks), numChecks)
+			}
+			wantPass := true
+			for i, c := range checks {
+				want := test.want[i] // OK when not listed
+				if want == Fail {
+					wantPass = false
+				}
+				if c.Verdict != want {
+					t.Errorf("check %d (%s) = %v: %s; want %v", i+1, c.Name, c.Verdict, c.Detail, want)
+				}
+				if c.Verdict == Skip && !strings.HasPrefix(c.Detail, "skipped: ") {
+					t.Errorf("check %d (%s) is skipped, but its detail %q does not say so", i+1, c.Name, c.Detail)
+				}
+				for _, s := range test.details[i] {
+					if !strings.Contains(c.Detail, s) {
+						t.Errorf("check %d (%s) detail %q does not contain %q", i+1, c.Name, c.Detail, s)
+					}
+				}
+			}
+			if passed != wantPass {
+				t.Errorf("Print returned %v, want %v", passed, wantPass)
+			}
+			if after := listDir(t, e.cfg.RegistrationDir); !slices.Equal(before, after) {
+				t.Errorf("the registry directory changed: %v, then %v", before, after)
+			}
+		})
+	}
+}
+
+func TestRunChecksWritability(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes to a read-only directory anyway")
+	}
+	e := healthyEnv(t)
+	if err := os.Chmod(e.regDir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(e.regDir, 0o755) })
+	c := Run(context.Background(), e.cfg)[checkDir]
+	if c.Verdict != Fail || !strings.Contains(c.Detail, "not writable (permission denied)") {
+		t.Errorf("check of a read-only directory = %v: %s", c.Verdict, c.Detail)
+	}
+}
+
+func TestPrint(t *testing.T) {
+	tests := []struct {
+		name    string
+		checks  []Check
+		want    string
+		wantRet bool
+	}{
+		{
+			name: "all OK",
+			checks: []Check{
+				{Name: "registry directory /registration", Verdict: OK, Detail: "present, writable"},
+				{Name: "driver socket /csi/csi.sock", Verdict: OK, Detail: "present, a socket"},
+			},
+			want: "[ OK ] registry directory /registration: present, writable\n" +
+				"[ OK ] driver socket /csi/csi.sock: present, a socket\n" +
+				"OK: all 2 checks passed\n",
+			wantRet: true,
+		},
+		{
+			name: "warnings only",
+			checks: []Check{
+				{Name: "a", Verdict: OK, Detail: "fine"},
+				{Name: "b", Verdict: Warn, Detail: "odd"},
+			},
+			want:    "[ OK ] a: fine\n[WARN] b: odd\nOK with 1 warning: the driver can be registered; read the [WARN] lines\n",
+			wantRet: true,
+		},
+		{
+			name: "failures",
+			checks: []Check{
+				{Name: "a", Verdict: Fail, Detail: "broken"},
+				{Name: "b", Verdict: Warn, Detail: "odd"},
+				{Name: "c", Verdict: Skip, Detail: "skipped: needs a"},
+				{Name: "d", Verdict: Skip, Detail: "skipped: needs a"},
+			},
+			want: "[FAIL] a: broken\n[WARN] b: odd\n[ -- ] c: skipped: needs a\n[ -- ] d: skipped: needs a\n" +
+				"NOT OK: 1 check failed, 1 warning, 2 checks skipped; fix the first [FAIL] line first, the others often follow from it\n",
+			wantRet: false,
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			var out strings.Builder
+			if got := Print(&out, test.checks); got != test.wantRet {
+				t.Errorf("Print returned %v, want %v", got, test.wantRet)
+			}
+			if out.String() != test.want {
+				t.Errorf("Print wrote\n%s\nwant\n%s", out.String(), test.want)
+			}
+		})
+	}
+}
+
+func TestVersionsProblem(t *testing.T) {
+	tests := []struct {
+		versions []string
+		problem  string // "" when kubelet accepts them
+	}{
+		{versions: []string{"1.0.0"}},
+		{versions: []string{"v1.2"}},
+		{versions: []string{"0.3.0", "1.0.0"}},
+		{versions: nil, problem: "no supported versions"},
+		{versions: []string{"0.3.0"}, problem: "highest version is 0.x"},
+		{versions: []string{"1.0.0", "2.0.0"}, problem: "highest version is 2.x"},
+		{versions: []string{"1"}, problem: `"1" does not parse`},
+		{versions: []string{"1.0.0", "one"}, problem: `"one" does not parse`},
+	}
+	for _, test := range tests {
+		got := versionsProblem(test.versions)
+		if test.problem == "" && got != "" || !strings.Contains(got, test.problem) {
+			t.Errorf("versionsProblem(%q) = %q, want %q", test.versions, got, test.problem)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// connectError is a failure to connect to a socket at all, as opposed to an
+// RPC that failed on an open connection.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// callOnce connects to the Unix socket at path once and runs rpc on that
+// one connection, all within timeout; the connection is closed before it
+// returns. Connecting first, outside gRPC, gives a plain error for the
+// usual problems (no such file, connection refused) and makes sure that
+// gRPC never reconnects: a diagnosis makes one attempt.
+func callOnce(ctx context.Context, path string, timeout time.Duration, rpc func(context.Context, *grpc.ClientConn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var dialer net.Dialer
+	raw, err := dialer.DialContext(ctx, "unix", path)
+	if err != nil {
+		return &connectError{err}
+	}
+	defer func() { _ = raw.Close() }()
+
+	var handedOut atomic.Bool
+	// The passthrough target only sets the :authority; the connection is
+	// the one made above, whatever the path looks like (Windows, '%').
+	conn, err := grpc.NewClient("passthrough:///localhost",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
+			if handedOut.Swap(true) {
+				return nil, errors.New("the connection was closed; a diagnosis does not reconnect")
+			}
+			return raw, nil
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	return rpc(ctx, conn)
+}
+
+// pluginInfo asks a CSI driver for its name and version.
+func pluginInfo(ctx context.Context, path string, timeout time.Duration) (*csi.GetPluginInfoResponse, error) {
+	var info *csi.GetPluginInfoResponse
+	err := callOnce(ctx, path, timeout, func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		info, err = csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+		return err
+	})
+	return info, err
+}
+
+// registrationInfo asks a registration socket what kubelet would learn
+// from it.
+func registrationInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
+	var info *registerapi.PluginInfo
+	err := callOnce(ctx, path, timeout, func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		info, err = registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
+		return err
+	})
+	return info, err
+}
+
+// describeCallError says in a few words how a call made by callOnce failed.
+func describeCallError(err error, timeout time.Duration) string {
+	var ce *connectError
+	if errors.As(err, &ce) {
+		var opErr *net.OpError
+		if errors.As(ce.err, &opErr) && opErr.Err != nil {
+			// "connect: connection refused" without the repeated path.
+			return "cannot connect (" + opErr.Err.Error() + ")"
+		}
+		return "cannot connect (" + ce.err.Error() + ")"
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Sprintf("no answer within %v", timeout)
+	case codes.Canceled:
+		return "canceled"
+	default:
+		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+}
+
+// accepts tells whether something listens on the Unix socket at path.
+func accepts(ctx context.Context, path string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", path)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}

@@ -1,0 +1,793 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+)
+
+const otherDriverName = "other.csi.example.com"
+
+var gone = driver.Event{}
+
+func reachable(name string) driver.Event {
+	return driver.Event{Name: name, Reachable: true}
+}
+
+// eventDrivenConfig never retries or looks on a timer within a test's time:
+// only file system events can bring an attempt or a report.
+func eventDrivenConfig(path string) driver.Config {
+	return driver.Config{
+		Address:        driver.Address{Path: path},
+		Timeout:        time.Second,
+		InitialBackoff: time.Hour,
+		MaxBackoff:     time.Hour,
+	}
+}
+
+// stop stops the driver and removes its socket, as a driver does when it
+// exits.
+func (d *fakeDriver) stop(t testing.TB, path string) {
+	t.Helper()
+	d.server.Stop()
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+}
+
+// following is a Follow running in the background.
+type following struct {
+	cancel context.CancelFunc
+	events chan driver.Event
+	done   chan error
+}
+
+func followAsync(t testing.TB, ctx context.Context, cfg driver.Config) *following {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	f := &following{
+		cancel: cancel,
+		// Large enough that Follow never waits for the test.
+		events: make(chan driver.Event, 1000),
+		done:   make(chan error, 1),
+	}
+	go func() {
+		f.done <- driver.Follow(ctx, cfg, func(event driver.Event) { f.events <- event })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-f.done
+	})
+	return f
+}
+
+// next returns the next event; it fails the test if Follow returns first.
+func (f *following) next(t testing.TB) driver.Event {
+	t.Helper()
+	select {
+	case event := <-f.events:
+		return event
+	case err := <-f.done:
+		f.done <- err // for the cleanup
+		t.Fatalf("Follow returned %v, want an event", err)
+	case <-time.After(testTimeout):
+		t.Fatalf("no event after %v", testTimeout)
+	}
+	return driver.Event{}
+}
+
+// expect reads the next events and checks them.
+func (f *following) expect(t testing.TB, want ...driver.Event) {
+	t.Helper()
+	for _, w := range want {
+		if got := f.next(t); got != w {
+			t.Fatalf("event %+v, want %+v", got, w)
+		}
+	}
+}
+
+// result waits for Follow to return, and returns its error.
+func (f *following) result(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-f.done:
+		f.done <- err // for the cleanup
+		return err
+	case <-time.After(testTimeout + 5*time.Second):
+		t.Fatal("Follow did not return")
+		return nil
+	}
+}
+
+// stop cancels Follow, checks that it returns nil, and returns the events
+// left unread.
+func (f *following) stop(t testing.TB) []driver.Event {
+	t.Helper()
+	f.cancel()
+	if err := f.result(t); err != nil {
+		t.Fatalf("Follow = %v after cancel, want nil", err)
+	}
+	var left []driver.Event
+	for {
+		select {
+		case event := <-f.events:
+			left = append(left, event)
+		default:
+			return left
+		}
+	}
+}
+
+func TestFollowFindsDriver(t *testing.T) {
+	t.Run("driver up", func(t *testing.T) {
+		ctx, logs := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		fake := newFakeDriver(t, answerName(testDriverName))
+		fake.serve(t, path)
+
+		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f.expect(t, reachable(testDriverName))
+		if left := f.stop(t); len(left) > 0 {
+			t.Errorf("more events: %+v", left)
+		}
+		if got, want := levelZero(logs), []string{"Found the CSI driver"}; !equalStrings(got, want) {
+			t.Errorf("level 0 log = %q, want %q", got, want)
+		}
+	})
+	t.Run("driver appears later", func(t *testing.T) {
+		ctx, logs := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		f := followAsync(t, ctx, eventDrivenConfig(path))
+		waitForLog(t, logs, "Waiting for the CSI driver")
+
+		fake := newFakeDriver(t, answerName(testDriverName))
+		fake.serveByRename(t, path)
+		f.expect(t, reachable(testDriverName))
+		if left := f.stop(t); len(left) > 0 {
+			t.Errorf("more events: %+v", left)
+		}
+		if got, want := levelZero(logs), []string{"Waiting for the CSI driver", "Found the CSI driver"}; !equalStrings(got, want) {
+			t.Errorf("level 0 log = %q, want %q", got, want)
+		}
+	})
+}
+
+// TestFollowRestart restarts the driver once Follow has found it. Timers
+// never fire within the test's time: only the file system watch brings the
+// new attempt.
+func TestFollowRestart(t *testing.T) {
+	tests := []struct {
+		name    string
+		newName string
+		// remove: the old socket is removed, and the removal reported,
+		// before the new one is renamed into place; otherwise the new
+		// socket replaces the old one.
+		remove     bool
+		wantEvents []driver.Event
+		wantLogged []string
+	}{
+		{
+			name:       "same name",
+			newName:    testDriverName,
+			remove:     true,
+			wantEvents: []driver.Event{gone, reachable(testDriverName)},
+			wantLogged: []string{"Found the CSI driver", "CSI driver socket removed", "CSI driver is back"},
+		},
+		{
+			name:       "new name",
+			newName:    otherDriverName,
+			remove:     true,
+			wantEvents: []driver.Event{gone, reachable(otherDriverName)},
+			wantLogged: []string{"Found the CSI driver", "CSI driver socket removed", "CSI driver name changed"},
+		},
+		{
+			name:       "replaced in place, same name",
+			newName:    testDriverName,
+			wantEvents: []driver.Event{reachable(testDriverName)},
+			wantLogged: []string{"Found the CSI driver", "CSI driver is back"},
+		},
+		{
+			name:       "replaced in place, new name",
+			newName:    otherDriverName,
+			wantEvents: []driver.Event{reachable(otherDriverName)},
+			wantLogged: []string{"Found the CSI driver", "CSI driver name changed"},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, logs := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			old := newFakeDriver(t, answerName(testDriverName))
+			old.serveByRename(t, path)
+			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f.expect(t, reachable(testDriverName))
+
+			if test.remove {
+				old.stop(t, path)
+				f.expect(t, gone)
+			}
+			restarted := newFakeDriver(t, answerName(test.newName))
+			restarted.serveByRename(t, path)
+			f.expect(t, test.wantEvents[len(test.wantEvents)-1])
+
+			if left := f.stop(t); len(left) > 0 {
+				t.Errorf("more events: %+v", left)
+			}
+			if got := levelZero(logs); !equalStrings(got, test.wantLogged) {
+				t.Errorf("level 0 log = %q, want %q", got, test.wantLogged)
+			}
+			if got := old.calls.Load() + restarted.calls.Load(); got != 2 {
+				t.Errorf("GetPluginInfo called %d times, want 2", got)
+			}
+		})
+	}
+}
+
+// TestFollowRestartNotReady restarts the driver with one that needs a few
+// attempts, retried with the start-up backoff.
+func TestFollowRestartNotReady(t *testing.T) {
+	const failures = 3
+	tests := []struct {
+		name       string
+		timeout    time.Duration
+		answer     answerFunc
+		wantLogged []string
+	}{
+		{
+			name:    "unavailable",
+			timeout: time.Second,
+			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					return nil, status.Error(codes.Unavailable, "not ready yet")
+				}
+				return &csi.GetPluginInfoResponse{Name: otherDriverName}, nil
+			},
+			wantLogged: []string{
+				"Found the CSI driver", "CSI driver socket removed",
+				"Waiting for the CSI driver", "CSI driver name changed",
+			},
+		},
+		{
+			name:    "slower than the timeout",
+			timeout: 50 * time.Millisecond,
+			answer: func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					<-ctx.Done()
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+				return &csi.GetPluginInfoResponse{Name: otherDriverName}, nil
+			},
+			wantLogged: []string{
+				"Found the CSI driver", "CSI driver socket removed",
+				"Waiting for the CSI driver", "CSI driver name changed",
+			},
+		},
+		{
+			name:    "other error, logged once",
+			timeout: time.Second,
+			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+				if call <= failures {
+					return nil, status.Error(codes.Internal, "disk on fire")
+				}
+				return &csi.GetPluginInfoResponse{Name: otherDriverName}, nil
+			},
+			wantLogged: []string{
+				"Found the CSI driver", "CSI driver socket removed",
+				"CSI driver answered GetPluginInfo with an error; retrying",
+				"Waiting for the CSI driver", "CSI driver name changed",
+			},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, logs := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			old := newFakeDriver(t, answerName(testDriverName))
+			old.serve(t, path)
+			cfg := fastConfig(path)
+			cfg.Timeout = test.timeout
+			f := followAsync(t, ctx, cfg)
+			f.expect(t, reachable(testDriverName))
+
+			old.stop(t, path)
+			f.expect(t, gone)
+			restarted := newFakeDriver(t, test.answer)
+			restarted.serveByRename(t, path)
+			f.expect(t, reachable(otherDriverName))
+
+			if left := f.stop(t); len(left) > 0 {
+				t.Errorf("more events: %+v", left)
+			}
+			if got := restarted.calls.Load(); got != failures+1 {
+				t.Errorf("GetPluginInfo called %d times on the restarted driver, want %d", got, failures+1)
+			}
+			if got := levelZero(logs); !equalStrings(got, test.wantLogged) {
+				t.Errorf("level 0 log = %q, want %q", got, test.wantLogged)
+			}
+		})
+	}
+}
+
+// TestFollowRemovedWhileSearching removes a socket whose driver never gets
+// ready: Follow stops trying until the next socket, which it finds at once.
+func TestFollowRemovedWhileSearching(t *testing.T) {
+	tests := []struct {
+		name string
+		// replace: the never ready driver's socket replaces the first one,
+		// which is still reported reachable until the removal; otherwise
+		// the first one is removed and reported gone before.
+		replace bool
+	}{
+		{name: "after a removal"},
+		{name: "after a replacement", replace: true},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, _ := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			old := newFakeDriver(t, answerName(testDriverName))
+			old.serveByRename(t, path)
+			var attempts attemptLog
+			cfg := eventDrivenConfig(path)
+			cfg.OnAttempt = attempts.observe
+			f := followAsync(t, ctx, cfg)
+			f.expect(t, reachable(testDriverName))
+			if !test.replace {
+				old.stop(t, path)
+				f.expect(t, gone)
+			}
+
+			notReady := newFakeDriver(t, func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
+				return nil, status.Error(codes.Unavailable, "not ready yet")
+			})
+			notReady.serveByRename(t, path)
+			attempts.waitFor(t, 2) // the first one, then one on the driver not ready
+			notReady.stop(t, path)
+			if test.replace {
+				f.expect(t, gone)
+			}
+			newFakeDriver(t, answerName(otherDriverName)).serveByRename(t, path)
+			f.expect(t, reachable(otherDriverName))
+
+			if left := f.stop(t); len(left) > 0 {
+				t.Errorf("more events: %+v", left)
+			}
+			// No attempt while the socket was missing.
+			attempts.check(t, []codes.Code{codes.OK, codes.Unavailable, codes.OK})
+		})
+	}
+}
+
+// TestFollowQuickRestart removes the socket and creates the next one at once,
+// without waiting for Follow to see the removal.
+func TestFollowQuickRestart(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  func(path string) driver.Config
+		// serve starts a driver: by rename, so that it answers from the
+		// first moment, with timers that never fire; or listening on the
+		// path itself, so that an attempt may come between bind and listen
+		// and be retried.
+		serve func(d *fakeDriver, t testing.TB, path string)
+	}{
+		{name: "by rename", cfg: eventDrivenConfig, serve: (*fakeDriver).serveByRename},
+		{name: "listening on the path", cfg: fastConfig, serve: (*fakeDriver).serve},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			t.Run("once", func(t *testing.T) {
+				ctx, _ := logContext(t)
+				path := filepath.Join(socketDir(t), "csi.sock")
+				old := newFakeDriver(t, answerName(testDriverName))
+				test.serve(old, t, path)
+				f := followAsync(t, ctx, test.cfg(path))
+				f.expect(t, reachable(testDriverName))
+
+				old.stop(t, path)
+				test.serve(newFakeDriver(t, answerName(otherDriverName)), t, path)
+
+				// Follow was idle with nothing pending when the restart
+				// began: the events are exactly these, ending reachable.
+				f.expect(t, gone, reachable(otherDriverName))
+				if left := f.stop(t); len(left) > 0 {
+					t.Errorf("more events: %+v", left)
+				}
+			})
+			t.Run("many times", func(t *testing.T) {
+				const restarts = 10
+				ctx, logs := logContext(t)
+				path := filepath.Join(socketDir(t), "csi.sock")
+				current := newFakeDriver(t, answerName(testDriverName))
+				test.serve(current, t, path)
+				f := followAsync(t, ctx, test.cfg(path))
+				f.expect(t, reachable(testDriverName))
+
+				names := map[string]bool{testDriverName: true}
+				var last string
+				for i := range restarts {
+					current.stop(t, path)
+					last = fmt.Sprintf("drv%d.example.com", i)
+					names[last] = true
+					current = newFakeDriver(t, answerName(last))
+					test.serve(current, t, path)
+				}
+
+				// Follow may see the file system events late and report
+				// drivers already replaced, and their removals, after the
+				// last driver. It is done once it has logged the last
+				// driver after handling the last creation of the socket.
+				waitUntil(t, logs, func(entries []ktesting.LogEntry) bool {
+					return settled(entries, path, restarts, last)
+				})
+				events := append([]driver.Event{reachable(testDriverName)}, f.stop(t)...)
+				for i, event := range events {
+					if event.Reachable && !names[event.Name] || !event.Reachable && event != gone {
+						t.Errorf("event %+v: not one of the drivers", event)
+					}
+					if i > 0 && event == gone && events[i-1] == gone {
+						t.Errorf("removal reported twice in a row: %+v", events)
+					}
+				}
+				if got := events[len(events)-1]; got != reachable(last) {
+					t.Errorf("last event %+v, want %+v; all events: %+v", got, reachable(last), events)
+				}
+			})
+		})
+	}
+}
+
+// TestFollowSocketDirectory takes the socket's directory away while Follow
+// watches it: the watch falls back on the parent and comes back down when the
+// directory is created again.
+func TestFollowSocketDirectory(t *testing.T) {
+	tests := []struct {
+		name string
+		// takeAway removes the directory dir/csi of the driver's socket.
+		takeAway func(t *testing.T, old *fakeDriver, dir, path string, f *following)
+	}{
+		{
+			name: "removed",
+			takeAway: func(t *testing.T, old *fakeDriver, dir, path string, f *following) {
+				old.stop(t, path)
+				f.expect(t, gone)
+				if err := os.Remove(filepath.Join(dir, "csi")); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "renamed away with the socket",
+			takeAway: func(t *testing.T, _ *fakeDriver, dir, _ string, f *following) {
+				if err := os.Rename(filepath.Join(dir, "csi"), filepath.Join(dir, "old")); err != nil {
+					t.Fatal(err)
+				}
+				f.expect(t, gone)
+			},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, logs := logContext(t)
+			dir := socketDir(t)
+			if err := os.Mkdir(filepath.Join(dir, "csi"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "csi", "csi.sock")
+			old := newFakeDriver(t, answerName(testDriverName))
+			old.serveByRename(t, path)
+			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f.expect(t, reachable(testDriverName))
+
+			test.takeAway(t, old, dir, path, f)
+			if err := os.Mkdir(filepath.Join(dir, "csi"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			newFakeDriver(t, answerName(otherDriverName)).serveByRename(t, path)
+			f.expect(t, reachable(otherDriverName))
+
+			if left := f.stop(t); len(left) > 0 {
+				t.Errorf("more events: %+v", left)
+			}
+			want := []string{"Found the CSI driver", "CSI driver socket removed", "CSI driver name changed"}
+			if got := levelZero(logs); !equalStrings(got, want) {
+				t.Errorf("level 0 log = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestFollowFatalAfterRestart(t *testing.T) {
+	tests := []struct {
+		name    string
+		answer  answerFunc
+		wantErr func(error) bool
+	}{
+		{
+			name:   "invalid name",
+			answer: answerName("a/b"),
+			wantErr: func(err error) bool {
+				return strings.Contains(err.Error(), `"a/b"`) && strings.Contains(err.Error(), "GetPluginInfo")
+			},
+		},
+		{
+			name: "no Identity service",
+			answer: func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
+				return nil, status.Error(codes.Unimplemented, "no")
+			},
+			wantErr: func(err error) bool {
+				return status.Code(err) == codes.Unimplemented && strings.Contains(err.Error(), "Identity service")
+			},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			ctx, _ := logContext(t)
+			path := filepath.Join(socketDir(t), "csi.sock")
+			old := newFakeDriver(t, answerName(testDriverName))
+			old.serve(t, path)
+			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f.expect(t, reachable(testDriverName))
+
+			old.stop(t, path)
+			f.expect(t, gone)
+			restarted := newFakeDriver(t, test.answer)
+			restarted.serveByRename(t, path)
+
+			err := f.result(t)
+			if err == nil || !test.wantErr(err) {
+				t.Fatalf("Follow = %v, want the %s error", err, test.name)
+			}
+			if calls := restarted.calls.Load(); calls != 1 {
+				t.Errorf("GetPluginInfo called %d times, want 1: a fatal answer is not retried", calls)
+			}
+			if len(f.events) > 0 {
+				t.Errorf("events after the fatal answer: %+v", <-f.events)
+			}
+		})
+	}
+}
+
+// TestFollowCancel cancels Follow in each of its states and checks that it
+// returns nil and leaves nothing behind.
+func TestFollowCancel(t *testing.T) {
+	t.Run("before the driver is found", func(t *testing.T) {
+		ctx, logs := logContext(t)
+		path := filepath.Join(socketDir(t), "missing", "csi.sock")
+		f := followAsync(t, ctx, eventDrivenConfig(path))
+		waitForLog(t, logs, "Waiting for the CSI driver")
+		if left := f.stop(t); len(left) > 0 {
+			t.Errorf("events: %+v", left)
+		}
+	})
+	t.Run("while the driver is up", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		newFakeDriver(t, answerName(testDriverName)).serve(t, path)
+		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f.expect(t, reachable(testDriverName))
+		f.stop(t)
+	})
+	t.Run("while the socket is gone", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		old := newFakeDriver(t, answerName(testDriverName))
+		old.serve(t, path)
+		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f.expect(t, reachable(testDriverName))
+		old.stop(t, path)
+		f.expect(t, gone)
+		f.stop(t)
+	})
+	t.Run("during a slow attempt after a restart", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		old := newFakeDriver(t, answerName(testDriverName))
+		old.serve(t, path)
+		cfg := eventDrivenConfig(path)
+		cfg.Timeout = time.Hour
+		f := followAsync(t, ctx, cfg)
+		f.expect(t, reachable(testDriverName))
+		old.stop(t, path)
+		f.expect(t, gone)
+
+		called := make(chan struct{})
+		newFakeDriver(t, func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+			if call == 1 {
+				close(called)
+			}
+			<-ctx.Done()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}).serveByRename(t, path)
+		select {
+		case <-called:
+		case <-time.After(testTimeout):
+			t.Fatal("GetPluginInfo was not called")
+		}
+		if left := f.stop(t); len(left) > 0 {
+			t.Errorf("events: %+v", left)
+		}
+	})
+	checkNoLeaks(t)
+}
+
+// attemptLog records what OnAttempt is given.
+type attemptLog struct {
+	mu        sync.Mutex
+	codes     []codes.Code
+	durations []time.Duration
+}
+
+func (a *attemptLog) observe(duration time.Duration, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.codes = append(a.codes, status.Code(err))
+	a.durations = append(a.durations, duration)
+}
+
+// waitFor polls, up to testTimeout, until OnAttempt was called n times.
+func (a *attemptLog) waitFor(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		a.mu.Lock()
+		got := len(a.codes)
+		a.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OnAttempt called %d times after %v, want %d", got, testTimeout, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (a *attemptLog) check(t *testing.T, want []codes.Code) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fmt.Sprint(a.codes) != fmt.Sprint(want) {
+		t.Errorf("OnAttempt got codes %v, want %v", a.codes, want)
+	}
+	for i, d := range a.durations {
+		if d <= 0 {
+			t.Errorf("OnAttempt call %d got duration %v", i+1, d)
+		}
+	}
+}
+
+func TestOnAttempt(t *testing.T) {
+	t.Run("PluginName", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		var attempts attemptLog
+		cfg := eventDrivenConfig(path)
+		cfg.OnAttempt = attempts.observe
+		done := pluginNameAsync(ctx, cfg)
+		// Two attempts without a socket: the first, and the one right
+		// after the watch started.
+		attempts.waitFor(t, 2)
+		fake := newFakeDriver(t, answerName(testDriverName))
+		fake.serveByRename(t, path)
+		if r := awaitResult(t, done); r.err != nil {
+			t.Fatal(r.err)
+		}
+		attempts.check(t, []codes.Code{codes.Unavailable, codes.Unavailable, codes.OK})
+	})
+	t.Run("PluginName, invalid name", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		newFakeDriver(t, answerName("a/b")).serve(t, path)
+		var attempts attemptLog
+		cfg := fastConfig(path)
+		cfg.OnAttempt = attempts.observe
+		if _, err := driver.PluginName(ctx, cfg); err == nil {
+			t.Fatal("PluginName accepted an invalid name")
+		}
+		// The RPC succeeded; the name is what is wrong.
+		attempts.check(t, []codes.Code{codes.OK})
+	})
+	t.Run("Follow", func(t *testing.T) {
+		ctx, _ := logContext(t)
+		path := filepath.Join(socketDir(t), "csi.sock")
+		old := newFakeDriver(t, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+			if call <= 2 {
+				return nil, status.Error(codes.Unavailable, "not ready yet")
+			}
+			return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+		})
+		old.serve(t, path)
+		var attempts attemptLog
+		cfg := fastConfig(path)
+		cfg.OnAttempt = attempts.observe
+		f := followAsync(t, ctx, cfg)
+		f.expect(t, reachable(testDriverName))
+		attempts.check(t, []codes.Code{codes.Unavailable, codes.Unavailable, codes.OK})
+
+		// No attempt while the socket is gone.
+		old.stop(t, path)
+		f.expect(t, gone)
+		newFakeDriver(t, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+			if call == 1 {
+				return nil, status.Error(codes.Internal, "disk on fire")
+			}
+			return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+		}).serveByRename(t, path)
+		f.expect(t, reachable(testDriverName))
+		f.stop(t)
+		attempts.check(t, []codes.Code{codes.Unavailable, codes.Unavailable, codes.OK, codes.Internal, codes.OK})
+	})
+}
+
+// BenchmarkFollowRestart measures a driver restart as Follow sees it: from
+// the removal of the socket to the report of the new driver.
+func BenchmarkFollowRestart(b *testing.B) {
+	path := filepath.Join(socketDir(b), "csi.sock")
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	current := newFakeDriver(b, answerName(testDriverName))
+	current.serveByRename(b, path)
+	f := followAsync(b, ctx, eventDrivenConfig(path))
+	f.expect(b, reachable(testDriverName))
+	b.ReportAllocs()
+	for b.Loop() {
+		current.stop(b, path)
+		current = newFakeDriver(b, answerName(testDriverName))
+		current.serveByRename(b, path)
+		f.expect(b, gone, reachable(testDriverName))
+	}
+}
+
+// waitUntil polls the log, up to testTimeout, until done holds.
+func waitUntil(t testing.TB, logs ktesting.Buffer, done func([]ktesting.LogEntry) bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !done(logs.Data()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %v:\n%s", testTimeout, logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settled reports whether the log shows Follow done with a series of
+// restarts: it handled creations file system events for the socket at path,
+// and then logged that it found the driver called last.
+func settled(entries []ktesting.LogEntry, path string, creations int, last string) bool {
+	seen, lastCreation := 0, -1
+	for i, entry := range entries {
+		if entry.Message == "File system event" {
+			event := fmt.Sprint(entry.ParameterKVList...)
+			if strings.Contains(event, "CREATE") && strings.Contains(event, fmt.Sprintf("%q", path)) {
+				seen++
+				lastCreation = i
+			}
+		}
+	}
+	if seen < creations {
+		return false
+	}
+	for _, entry := range entries[lastCreation+1:] {
+		found := entry.Message == "CSI driver is back" || entry.Message == "CSI driver name changed"
+		if found && slices.Contains(entry.ParameterKVList, any(last)) {
+			return true
+		}
+	}
+	return false
+}

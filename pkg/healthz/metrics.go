@@ -1,0 +1,176 @@
+package healthz
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+)
+
+// Metric names, listed in the README.
+const (
+	metricRegistered         = "node_driver_registrar_registered"
+	metricState              = "node_driver_registrar_state"
+	metricKubeletRPCs        = "node_driver_registrar_kubelet_rpcs_total"
+	metricPublications       = "node_driver_registrar_socket_publications_total"
+	metricFailures           = "node_driver_registrar_registration_failures_total"
+	metricLastFailure        = "node_driver_registrar_last_registration_failure_timestamp_seconds"
+	metricDriverReachable    = "node_driver_registrar_driver_reachable"
+	metricPluginInfoDuration = "node_driver_registrar_driver_get_plugin_info_duration_seconds"
+	metricPluginInfoErrors   = "node_driver_registrar_driver_get_plugin_info_errors_total"
+	metricBuildInfo          = "node_driver_registrar_build_info"
+)
+
+// publicationReasons are exported before they first happen, so that
+// rate() and increase() see the first one.
+var publicationReasons = []string{
+	registration.ReasonStart, registration.ReasonDeleted, registration.ReasonVacated,
+	registration.ReasonStale, registration.ReasonRetry, registration.ReasonRenamed,
+}
+
+// pluginInfoBuckets span a driver that answers at once to one at the edge
+// of a generous --timeout.
+var pluginInfoBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// metricSet holds what cannot be read from the registration's status at
+// scrape time: the driver's GetPluginInfo calls, observed as they happen.
+// Everything else is taken from a status snapshot when scraped, and
+// written with Prometheus' own text encoder.
+type metricSet struct {
+	version string
+
+	mu        sync.Mutex
+	buckets   []uint64 // per bucket, not cumulative; the last is +Inf
+	sum       float64
+	count     uint64
+	errByCode map[string]uint64
+}
+
+func newMetricSet(version string) *metricSet {
+	return &metricSet{
+		version:   version,
+		buckets:   make([]uint64, len(pluginInfoBuckets)+1),
+		errByCode: map[string]uint64{},
+	}
+}
+
+// observePluginInfo records one GetPluginInfo call to the driver.
+func (m *metricSet) observePluginInfo(d time.Duration, err error) {
+	seconds := d.Seconds()
+	i := sort.SearchFloat64s(pluginInfoBuckets, seconds)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.buckets[i]++
+	m.sum += seconds
+	m.count++
+	if err != nil {
+		m.errByCode[status.Code(err).String()]++
+	}
+}
+
+// families builds every metric from a status snapshot, sorted by name.
+func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
+	boolean := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	var out []*dto.MetricFamily
+	add := func(name, help string, typ dto.MetricType, metrics ...*dto.Metric) {
+		out = append(out, &dto.MetricFamily{Name: proto.String(name), Help: proto.String(help), Type: typ.Enum(), Metric: metrics})
+	}
+
+	add(metricRegistered, "1 when kubelet has accepted the driver through the current registration socket, 0 otherwise.",
+		dto.MetricType_GAUGE, gauge(boolean(st.State == registration.Registered)))
+
+	states := make([]*dto.Metric, 0, len(registration.States))
+	for _, state := range registration.States {
+		states = append(states, gauge(boolean(st.State == state), "state", string(state)))
+	}
+	add(metricState, "The registration's state: 1 for the current one.", dto.MetricType_GAUGE, states...)
+
+	add(metricKubeletRPCs, "Calls by kubelet on the registration socket, by method and result.", dto.MetricType_COUNTER,
+		counter(st.KubeletCalls.GetInfo, "method", "GetInfo", "result", "ok"),
+		counter(st.KubeletCalls.NotifyRegistered, "method", "NotifyRegistrationStatus", "result", "registered"),
+		counter(st.KubeletCalls.NotifyRejected, "method", "NotifyRegistrationStatus", "result", "rejected"))
+
+	publications := make([]*dto.Metric, 0, len(publicationReasons))
+	for _, reason := range publicationReasons {
+		publications = append(publications, counter(st.Publications[reason], "reason", reason))
+	}
+	add(metricPublications, "Registration sockets published, by reason.", dto.MetricType_COUNTER, publications...)
+
+	add(metricFailures, "Rejections of the driver by kubelet.", dto.MetricType_COUNTER, counter(st.RegistrationFailures))
+	var lastFailure float64
+	if st.LastFailure != nil {
+		lastFailure = float64(st.LastFailure.UnixNano()) / 1e9
+	}
+	add(metricLastFailure, "Time of kubelet's last rejection of the driver, in seconds since the epoch; 0 if none.",
+		dto.MetricType_GAUGE, gauge(lastFailure))
+	add(metricDriverReachable, "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.",
+		dto.MetricType_GAUGE, gauge(boolean(st.DriverReachable)))
+
+	m.mu.Lock()
+	histogram := &dto.Histogram{SampleCount: proto.Uint64(m.count), SampleSum: proto.Float64(m.sum)}
+	var cumulative uint64
+	for i, upper := range pluginInfoBuckets {
+		cumulative += m.buckets[i]
+		histogram.Bucket = append(histogram.Bucket, &dto.Bucket{UpperBound: proto.Float64(upper), CumulativeCount: proto.Uint64(cumulative)})
+	}
+	codes := make([]string, 0, len(m.errByCode))
+	for code := range m.errByCode {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	errors := make([]*dto.Metric, 0, len(codes))
+	for _, code := range codes {
+		errors = append(errors, counter(m.errByCode[code], "code", code))
+	}
+	m.mu.Unlock()
+	add(metricPluginInfoDuration, "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
+		dto.MetricType_HISTOGRAM, &dto.Metric{Histogram: histogram})
+	if len(errors) > 0 {
+		add(metricPluginInfoErrors, "Failed GetPluginInfo calls to the CSI driver, by gRPC code.", dto.MetricType_COUNTER, errors...)
+	}
+
+	add(metricBuildInfo, "Always 1: the registrar's version and the driver it registers.", dto.MetricType_GAUGE,
+		gauge(1, "version", m.version, "driver_name", st.DriverName))
+
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+func gauge(v float64, labels ...string) *dto.Metric {
+	return &dto.Metric{Label: labelPairs(labels), Gauge: &dto.Gauge{Value: proto.Float64(v)}}
+}
+
+func counter(v uint64, labels ...string) *dto.Metric {
+	return &dto.Metric{Label: labelPairs(labels), Counter: &dto.Counter{Value: proto.Float64(float64(v))}}
+}
+
+func labelPairs(kv []string) []*dto.LabelPair {
+	pairs := make([]*dto.LabelPair, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		pairs = append(pairs, &dto.LabelPair{Name: proto.String(kv[i]), Value: proto.String(kv[i+1])})
+	}
+	return pairs
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	for _, family := range s.metrics.families(s.registrationStatus()) {
+		if _, err := expfmt.MetricFamilyToText(w, family); err != nil {
+			klog.FromContext(r.Context()).V(5).Info("Cannot write metrics", "err", err)
+			return
+		}
+	}
+}

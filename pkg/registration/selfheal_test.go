@@ -1,0 +1,274 @@
+package registration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	fa, errA := os.Lstat(a)
+	fb, errB := os.Lstat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+func TestPublishesADeletedSocketAgain(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	path := r.srv.SocketPathForTest()
+	for i := 1; i <= 3; i++ {
+		before, err := os.Lstat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the socket is back", func() bool {
+			now, err := os.Lstat(path)
+			return err == nil && !os.SameFile(before, now) && r.srv.Health(context.Background()).State == SocketServing
+		})
+		if n := r.srv.Status().Publications[ReasonDeleted]; n != uint64(i) {
+			t.Errorf("publications after deletion %d = %d", i, n)
+		}
+		if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+			t.Fatalf("GetInfo on the new socket: %v", err)
+		}
+	}
+	// One hidden name per publication, the old ones gone.
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 2 {
+		t.Errorf("registry directory holds %v, want the socket and one hidden name", entries)
+	}
+}
+
+func TestStepsAsideForANewerInstanceAndReturnsWhenItLeaves(t *testing.T) {
+	dir := shortTempDir(t)
+	older := start(t, dir)
+	newer := start(t, dir)
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+
+	st := older.srv.Status()
+	if st.Ready || !strings.Contains(st.Reason, "superseded") {
+		t.Errorf("older Status = ready %v %q, want not ready, superseded", st.Ready, st.Reason)
+	}
+	// Give a ping-pong a chance to show: neither instance may publish again.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if o, n := older.srv.Status().Publications, newer.srv.Status().Publications; o[ReasonStart] != 1 || n[ReasonStart] != 1 || len(o) != 1 || len(n) != 1 {
+			t.Fatalf("publications: older %v, newer %v; want one each", o, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The newer instance goes away (its pod failed): the node must not be
+	// left without a registration.
+	if err := newer.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the older instance publishes again", func() bool {
+		return older.srv.Health(context.Background()).State == SocketServing
+	})
+	if n := older.srv.Status().Publications[ReasonVacated]; n != 1 {
+		t.Errorf("vacated publications = %d, want 1", n)
+	}
+	if st := older.srv.Status(); st.State != WaitingForKubelet {
+		t.Errorf("older state = %v, want waiting for kubelet", st.State)
+	}
+}
+
+func TestReplacesADeadSocketAtThePath(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	path := r.srv.SocketPathForTest()
+	tmp := filepath.Join(filepath.Dir(path), "dead.sock")
+	leaveSocket(t, tmp, false)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a live socket of ours replaces the dead one", func() bool {
+		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).State == SocketServing
+	})
+}
+
+func TestRetriesAfterRejection(t *testing.T) {
+	var mu sync.Mutex
+	var reasons []string
+	r := start(t, shortTempDir(t), func(c *Config) {
+		c.RetryInitial, c.RetryMax = 20*time.Millisecond, 40*time.Millisecond
+		c.Rejected = func(reason string) {
+			mu.Lock()
+			reasons = append(reasons, reason)
+			mu.Unlock()
+		}
+	})
+	path := r.srv.SocketPathForTest()
+	ctx := context.Background()
+
+	for i := 0; i < 3; i++ {
+		before, _ := os.Lstat(path)
+		reason := "NodeGetInfo failed " + string(rune('a'+i))
+		if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{Error: reason}); err != nil {
+			t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
+		}
+		eventually(t, "the rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == uint64(i+1) })
+		eventually(t, "the socket is published again", func() bool {
+			now, err := os.Lstat(path)
+			return err == nil && !os.SameFile(before, now) && r.srv.Status().State == WaitingForKubelet
+		})
+		st := r.srv.Status()
+		if st.Publications[ReasonRetry] != uint64(i+1) {
+			t.Errorf("retry publications = %d, want %d", st.Publications[ReasonRetry], i+1)
+		}
+		if st.LastVerdict == nil || st.LastVerdict.Registered || st.LastVerdict.Reason != reason {
+			t.Errorf("last verdict = %+v, want the rejection %q", st.LastVerdict, reason)
+		}
+	}
+
+	// Accepted through the current socket: ready, and the backoff starts over.
+	if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the registration is confirmed", func() bool { ready, _ := r.srv.Ready(); return ready })
+	mu.Lock()
+	if len(reasons) != 3 {
+		t.Errorf("Rejected callback called %d times, want 3", len(reasons))
+	}
+	mu.Unlock()
+}
+
+func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
+	// Long enough that the retry does not happen during the test.
+	r := start(t, shortTempDir(t), func(c *Config) { c.RetryInitial, c.RetryMax = time.Hour, 4*time.Hour })
+	path := r.srv.SocketPathForTest()
+	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	eventually(t, "the retry is scheduled", func() bool { st = r.srv.Status(); return st.NextRetry != nil })
+	if wait := st.NextRetry.Sub(*st.LastFailure); wait < time.Hour || wait > time.Hour+time.Minute {
+		t.Errorf("first retry after %v, want 1h", wait)
+	}
+	if ready, reason := r.srv.Ready(); ready || !strings.Contains(reason, "rejected by kubelet: no") {
+		t.Errorf("Ready() = %v %q, want not ready with kubelet's reason", ready, reason)
+	}
+	// A second rejection while a retry is pending does not push it back.
+	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == 2 })
+	if again := r.srv.Status(); !again.NextRetry.Equal(*st.NextRetry) {
+		t.Errorf("the pending retry moved from %v to %v", st.NextRetry, again.NextRetry)
+	}
+}
+
+func TestIgnoresAVerdictOnAnEarlierSocket(t *testing.T) {
+	// kubelet may answer through a socket that was replaced meanwhile; the
+	// loop is driven by hand to make that race deterministic.
+	srv, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.st.driverName, srv.st.state = testDriver, WaitingForKubelet
+	srv.pub = &publication{gen: 2}
+	l := &loop{Server: srv, logger: srv.logger, backoff: time.Second}
+	if err := l.verdict(verdict{gen: 1, registered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st := srv.Status(); st.State != WaitingForKubelet || st.LastVerdict != nil {
+		t.Errorf("after a verdict on socket 1: state %v, last verdict %+v; want both unchanged", st.State, st.LastVerdict)
+	}
+	if err := l.verdict(verdict{gen: 2, registered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st := srv.Status(); st.State != Registered {
+		t.Errorf("after a verdict on socket 2: state %v, want registered", st.State)
+	}
+}
+
+func TestRegistersUnderTheDriversNewName(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	oldPath := r.srv.SocketPathForTest()
+	r.srv.DriverFound("renamed.csi.example.com")
+	newPath := SocketPath(filepath.Dir(oldPath), "renamed.csi.example.com")
+	eventually(t, "the new socket is published and the old one removed", func() bool {
+		_, errOld := os.Lstat(oldPath)
+		return os.IsNotExist(errOld) && r.srv.Health(context.Background()).State == SocketServing && r.srv.SocketPathForTest() == newPath
+	})
+	info, err := client(t, newPath).GetInfo(context.Background(), &registerapi.InfoRequest{})
+	if err != nil || info.Name != "renamed.csi.example.com" {
+		t.Fatalf("GetInfo = %+v, %v; want the new name", info, err)
+	}
+	if st := r.srv.Status(); st.Publications[ReasonRenamed] != 1 || st.DriverName != "renamed.csi.example.com" {
+		t.Errorf("Status = %+v", st)
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	r := startWaiting(t, shortTempDir(t))
+	if ready, reason := r.srv.Ready(); ready || reason != "waiting for the CSI driver" {
+		t.Errorf("before the driver: Ready() = %v %q", ready, reason)
+	}
+	r.srv.DriverFound(testDriver)
+	r.waitServing(t)
+	if ready, reason := r.srv.Ready(); ready || !strings.Contains(reason, "waiting for kubelet") {
+		t.Errorf("before kubelet's verdict: Ready() = %v %q", ready, reason)
+	}
+	path := r.srv.SocketPathForTest()
+	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() bool { ready, _ := r.srv.Ready(); return ready })
+	if st := r.srv.Status(); st.State != Registered || st.LastVerdict == nil || !st.LastVerdict.Registered || st.LastNotify == nil || st.KubeletCalls.NotifyRegistered != 1 {
+		t.Errorf("Status = %+v", st)
+	}
+	// A new socket needs kubelet's verdict again.
+	os.Remove(path)
+	eventually(t, "not ready until kubelet confirms the new socket", func() bool {
+		ready, reason := r.srv.Ready()
+		return !ready && strings.Contains(reason, "waiting for kubelet")
+	})
+}
+
+func TestDriverReachability(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	if !r.srv.Status().DriverReachable {
+		t.Error("driver not reachable after it was found")
+	}
+	r.srv.DriverGone()
+	if st := r.srv.Status(); st.DriverReachable {
+		t.Error("driver still reachable after DriverGone")
+	}
+	r.srv.DriverFound(testDriver)
+	if st := r.srv.Status(); !st.DriverReachable || st.Publications[ReasonStart] != 1 || len(st.Publications) != 1 {
+		t.Errorf("the same name again: Status = %+v, want reachable and no new publication", st)
+	}
+}
+
+func TestRemovesHiddenSocketsLeftByAKilledRegistrar(t *testing.T) {
+	dir := shortTempDir(t)
+	dead := filepath.Join(dir, "."+testDriver+".abcdef")
+	live := filepath.Join(dir, "."+testDriver+".123456")
+	other := filepath.Join(dir, ".other.example.com.abcdef")
+	notOurs := filepath.Join(dir, "."+testDriver+".notes")
+	leaveSocket(t, dead, false)
+	leaveSocket(t, live, true)
+	leaveSocket(t, other, false)
+	if err := os.WriteFile(notOurs, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, dir)
+	if _, err := os.Lstat(dead); !os.IsNotExist(err) {
+		t.Errorf("the dead hidden socket is still there (%v)", err)
+	}
+	for _, keep := range []string{live, other, notOurs} {
+		if _, err := os.Lstat(keep); err != nil {
+			t.Errorf("%s was removed: %v", filepath.Base(keep), err)
+		}
+	}
+}

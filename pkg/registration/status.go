@@ -1,0 +1,203 @@
+package registration
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// State is where the registration stands.
+type State string
+
+const (
+	// WaitingForDriver: the driver's name is not known yet.
+	WaitingForDriver State = "waiting-for-driver"
+	// WaitingForKubelet: the socket is published, kubelet has not given
+	// its verdict on it yet.
+	WaitingForKubelet State = "waiting-for-kubelet"
+	// Registered: kubelet accepted the plugin through the current socket.
+	Registered State = "registered"
+	// Rejected: kubelet did not accept the plugin; with the Retry policy
+	// the socket is published again after a backoff.
+	Rejected State = "rejected"
+	// Superseded: another instance of the driver published the socket and
+	// owns the registration; this one steps aside.
+	Superseded State = "superseded"
+	// Stopped: Run has returned.
+	Stopped State = "stopped"
+)
+
+// States lists every State, for metrics.
+var States = []State{WaitingForDriver, WaitingForKubelet, Registered, Rejected, Superseded, Stopped}
+
+// Verdict is kubelet's last NotifyRegistrationStatus.
+type Verdict struct {
+	Registered bool      `json:"registered"`
+	Reason     string    `json:"reason,omitempty"`
+	Time       time.Time `json:"time"`
+}
+
+// KubeletCalls counts kubelet's calls on the registration sockets.
+type KubeletCalls struct {
+	GetInfo          uint64 `json:"getInfo"`
+	NotifyRegistered uint64 `json:"notifyRegistered"`
+	NotifyRejected   uint64 `json:"notifyRejected"`
+}
+
+// Status is a snapshot of the registration for /status, /readyz and
+// /metrics.
+type Status struct {
+	DriverName      string `json:"driverName"`
+	DriverReachable bool   `json:"driverReachable"`
+	Endpoint        string `json:"endpoint"`
+	SocketPath      string `json:"socketPath"`
+	State           State  `json:"state"`
+	// Ready: kubelet confirmed the current socket and it is still ours.
+	Ready bool `json:"ready"`
+	// Reason explains State and Ready in one line.
+	Reason               string            `json:"reason"`
+	LastVerdict          *Verdict          `json:"lastKubeletVerdict,omitempty"`
+	LastGetInfo          *time.Time        `json:"lastGetInfoTime,omitempty"`
+	LastNotify           *time.Time        `json:"lastNotifyTime,omitempty"`
+	LastFailure          *time.Time        `json:"lastRegistrationFailureTime,omitempty"`
+	NextRetry            *time.Time        `json:"nextRetryTime,omitempty"`
+	RegistrationFailures uint64            `json:"registrationFailures"`
+	Publications         map[string]uint64 `json:"socketPublications"`
+	KubeletCalls         KubeletCalls      `json:"kubeletCalls"`
+}
+
+// status is the mutable state behind Status, guarded by Server.mu.
+type status struct {
+	driverName      string
+	driverReachable bool
+	endpoint        string
+	socketPath      string
+	generation      uint64
+	state           State
+	lastVerdict     *Verdict
+	lastGetInfo     time.Time
+	lastNotify      time.Time
+	lastFailure     time.Time
+	nextRetry       time.Time
+	failures        uint64
+	publications    map[string]uint64
+	calls           KubeletCalls
+}
+
+func newStatus(endpoint string) status {
+	return status{endpoint: endpoint, state: WaitingForDriver, publications: map[string]uint64{}}
+}
+
+func (st *status) published(reason string) {
+	st.publications[reason]++
+	st.state = WaitingForKubelet
+}
+
+func (st *status) superseded() { st.state = Superseded }
+
+func (st *status) stopped() { st.state = Stopped }
+
+func (st *status) calledGetInfo() {
+	st.calls.GetInfo++
+	st.lastGetInfo = time.Now()
+}
+
+func (st *status) calledNotify(registered bool) {
+	if registered {
+		st.calls.NotifyRegistered++
+	} else {
+		st.calls.NotifyRejected++
+	}
+	st.lastNotify = time.Now()
+}
+
+// verdict records kubelet's verdict on the current socket and tells
+// whether it changes what an operator should know.
+func (st *status) verdict(registered bool, reason string) (changed bool) {
+	now := time.Now()
+	previous := st.lastVerdict
+	st.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
+	if registered {
+		changed = st.state != Registered
+		st.state = Registered
+		return changed
+	}
+	st.failures++
+	st.lastFailure = now
+	changed = st.state != Rejected || previous == nil || previous.Reason != reason
+	st.state = Rejected
+	return changed
+}
+
+// Status returns a snapshot of the registration.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	st := s.st
+	pub := s.pub
+	out := Status{
+		DriverName:           st.driverName,
+		DriverReachable:      st.driverReachable,
+		Endpoint:             st.endpoint,
+		SocketPath:           st.socketPath,
+		State:                st.state,
+		RegistrationFailures: st.failures,
+		Publications:         make(map[string]uint64, len(st.publications)),
+		KubeletCalls:         st.calls,
+		LastGetInfo:          timeOrNil(st.lastGetInfo),
+		LastNotify:           timeOrNil(st.lastNotify),
+		LastFailure:          timeOrNil(st.lastFailure),
+		NextRetry:            timeOrNil(st.nextRetry),
+	}
+	for reason, n := range st.publications {
+		out.Publications[reason] = n
+	}
+	if st.lastVerdict != nil {
+		v := *st.lastVerdict
+		out.LastVerdict = &v
+	}
+	s.mu.Unlock()
+
+	switch st.state {
+	case WaitingForDriver:
+		out.Reason = "waiting for the CSI driver"
+	case WaitingForKubelet:
+		out.Reason = "waiting for kubelet to register the driver"
+	case Registered:
+		out.Ready, out.Reason = socketStillOurs(pub)
+	case Rejected:
+		out.Reason = "rejected by kubelet: " + st.lastVerdict.Reason
+	case Superseded:
+		out.Reason = "superseded: another instance of the driver owns the registration socket"
+	case Stopped:
+		out.Reason = "stopped"
+	}
+	return out
+}
+
+// Ready tells whether kubelet has confirmed the current registration
+// socket and the socket is still ours; otherwise it says why not.
+func (s *Server) Ready() (bool, string) {
+	st := s.Status()
+	return st.Ready, st.Reason
+}
+
+func socketStillOurs(pub *publication) (bool, string) {
+	if pub == nil {
+		return false, "no registration socket is published"
+	}
+	fi, err := os.Lstat(pub.path)
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("the registration socket is gone: %v", err)
+	case !pub.sock.isOurs(fi):
+		return false, "the registration socket was replaced"
+	}
+	return true, "registered"
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
