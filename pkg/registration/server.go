@@ -200,20 +200,24 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.logger = logger
 	s.mu.Unlock()
-	defer close(s.done)
 
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
+		close(s.done)
 		return fmt.Errorf("cannot watch the registration directory: %w", err)
 	}
 	defer watcher.Close()
 	if err := watcher.Add(s.cfg.Dir); err != nil {
+		close(s.done)
 		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
 
 	l := loop{Server: s, logger: logger, backoff: s.cfg.RetryInitial}
-	defer l.stopRetry()
 	err = l.run(ctx, watcher)
+	l.stopRetry()
+	// Verdicts arriving from now on have nobody to act on them: their
+	// handlers must reply at once, or the graceful stop would wait for them.
+	close(s.done)
 	s.shutdown(logger)
 	return err
 }
