@@ -8,14 +8,55 @@ FUZZTIME  ?= 10s
 # Extra flags for the demo, e.g. make demo DEMO_FLAGS=-duration=10s
 DEMO_FLAGS ?=
 
+# What build-all cross-compiles, as GOOS/GOARCH; linux/arm is ARMv7.
+# Each binary is $(BIN)-<os>-<arch>, with .exe on Windows: the names the
+# Dockerfiles copy.
+PLATFORMS ?= linux/amd64 linux/arm64 linux/arm linux/ppc64le linux/s390x windows/amd64
+
+# make image: docker buildx. IMAGE_PLATFORMS is a comma-separated list;
+# --load takes a single platform, so a multi-arch build needs
+# IMAGE_OUTPUT=--push (or --output=...).
+IMAGE           ?= csi-node-driver-registrar
+IMAGE_TAG       ?= $(VERSION)
+IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+IMAGE_OUTPUT    ?= --load
+# Empty: the Dockerfile's default (gcr.io/distroless/static:latest).
+BASE_IMAGE      ?=
+# make image-windows: one image per Windows release, written as OCI archives
+# to _output/ unless WINDOWS_IMAGE_OUTPUT=--push.
+WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
+WINDOWS_IMAGE_OUTPUT ?=
+
+# Every Go module of the repository: lint covers them all.
+MODULES := . test/e2e test/deploy
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean
+.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/registrar
+
+# Static binaries for every platform of the images.
+build-all:
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; \
+		if [ "$$os" = windows ]; then out=$$out.exe; fi; \
+		echo "build $$p -> $$out"; \
+		GOOS=$$os GOARCH=$$arch GOARM=7 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/registrar; \
+	done
+
+# The product module for Windows: vet, and compile every package's tests.
+vet-windows:
+	GOOS=windows GOARCH=amd64 $(GO) vet ./...
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+		echo "GOOS=windows GOARCH=amd64 $(GO) test -c ./..." && \
+		GOOS=windows GOARCH=amd64 $(GO) test -c -o "$$out/" ./...
 
 vet:
 	$(GO) vet ./...
@@ -33,7 +74,53 @@ fuzz:
 e2e:
 	cd test/e2e && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-test: vet unit fuzz e2e
+# The example manifests in deploy/: strict decoding and wiring checks.
+deploy-test:
+	cd test/deploy && $(GO) vet ./...
+	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+test: vet unit fuzz e2e deploy-test
+
+# gofmt, go vet and staticcheck on every module; staticcheck also on the
+# product module as built for Windows.
+lint: $(STATICCHECK)
+	@files=$$(gofmt -l .); if [ -n "$$files" ]; then \
+		echo "gofmt: these files are not formatted (gofmt -w FILE):" >&2; echo "$$files" >&2; exit 1; fi
+	@set -e; for m in $(MODULES); do \
+		echo "lint: $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); \
+	done
+	GOOS=windows GOARCH=amd64 $(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# Fails with a clear message where there is no Docker engine with buildx.
+require-buildx:
+	@command -v docker >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): no docker command here; it needs Docker with buildx. Without Docker, make image-check builds the image with buildah and checks it." >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): no Docker engine reachable (docker info failed); it needs Docker with buildx. Without Docker, make image-check builds the image with buildah and checks it." >&2; exit 1; }
+	@docker buildx version >/dev/null 2>&1 || { echo "make $(MAKECMDGOALS): docker buildx is not installed." >&2; exit 1; }
+
+# The Linux image, for IMAGE_PLATFORMS, with docker buildx.
+image: require-buildx build-all
+	docker buildx build --platform $(IMAGE_PLATFORMS) --build-arg VERSION=$(VERSION) \
+		$(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+		-t $(IMAGE):$(IMAGE_TAG) $(IMAGE_OUTPUT) -f Dockerfile .
+
+# The Windows images, one per WINDOWS_OS_VERSIONS, with docker buildx.
+image-windows: require-buildx build-all
+	@set -e; mkdir -p _output; for v in $(WINDOWS_OS_VERSIONS); do \
+		output="$(WINDOWS_IMAGE_OUTPUT)"; \
+		if [ -z "$$output" ]; then output=--output=type=oci,dest=_output/csi-node-driver-registrar-windows-$$v.tar; fi; \
+		echo "docker buildx build --platform windows/amd64 -f Dockerfile.Windows --build-arg OS_VERSION=$$v ... $$output"; \
+		docker buildx build --platform windows/amd64 -f Dockerfile.Windows --build-arg OS_VERSION=$$v \
+			--build-arg VERSION=$(VERSION) -t $(IMAGE):$(IMAGE_TAG)-windows-$$v $$output .; \
+	done
+
+# Builds both Dockerfiles offline with buildah (installed with apt-get when
+# missing) on stand-in bases, and checks the images: entrypoint, labels, the
+# files in them, and that the binary in the Linux image runs.
+image-check:
+	VERSION=$(VERSION) hack/check-image.sh
 
 demo:
 	cd test/e2e && $(GO) run ./cmd/demo $(DEMO_FLAGS)

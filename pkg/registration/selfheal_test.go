@@ -12,13 +12,6 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-func sameFile(t *testing.T, a, b string) bool {
-	t.Helper()
-	fa, errA := os.Lstat(a)
-	fb, errB := os.Lstat(b)
-	return errA == nil && errB == nil && os.SameFile(fa, fb)
-}
-
 func TestPublishesADeletedSocketAgain(t *testing.T) {
 	r := start(t, shortTempDir(t))
 	path := r.srv.SocketPathForTest()

@@ -137,8 +137,12 @@ func publish(path string) (*publishedSocket, error) {
 	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
 	err = os.Link(hidden, path)
 	if err != nil {
-		// The path is taken (by a socket: callers check), or the file
-		// system has no hard links for sockets: replace atomically.
+		// The path is taken, or the file system has no hard links for
+		// sockets: replace atomically, but only a socket. There is no way
+		// to rename only over a socket; this check narrows the gap.
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+			return fail(fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, describeMode(fi.Mode())))
+		}
 		if err := os.Rename(hidden, path); err != nil {
 			return fail(fmt.Errorf("cannot move the registration socket into place at %q: %w", path, err))
 		}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Builds Dockerfile and Dockerfile.Windows with buildah, offline and without a
+# Docker engine, and checks what they produce:
+#  - the Linux image: entrypoint, user, labels, platform, that it holds the
+#    binary at /csi-node-driver-registrar and nothing else, and that this
+#    binary runs `--version` and the legacy probe mode from the image's own
+#    root file system;
+#  - the Windows image: entrypoint, user, platform, the .exe and netapi32.dll.
+# Base images cannot be pulled here, so the bases are replaced: `scratch`
+# for the Linux image, local stand-ins for Nano Server and Server Core. The
+# rest of each Dockerfile is built as it is.
+#
+# buildah is installed with apt-get when missing. Storage (vfs) lives in a
+# temporary directory that is removed at the end.
+#
+#   hack/check-image.sh        (make image-check)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() {
+	echo "check-image: FAIL: $*" >&2
+	exit 1
+}
+step() { echo "check-image: $*"; }
+
+if ! command -v buildah >/dev/null 2>&1; then
+	step "buildah is missing: installing it with apt-get"
+	[[ $(id -u) == 0 ]] || fail "buildah is not installed and installing it needs root: apt-get install buildah"
+	apt-get update -q || fail "apt-get update failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah || fail "apt-get install buildah failed"
+fi
+buildah --version
+
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
+arch=$(go env GOARCH)
+make build-all PLATFORMS="linux/$arch windows/amd64" VERSION="$version"
+
+work=$(mktemp -d /tmp/check-image.XXXXXX)
+bah() {
+	buildah --storage-driver vfs --root "$work/root" --runroot "$work/run" "$@"
+}
+cleanup() {
+	bah rm --all >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# expect WHAT GOT WANT
+expect() {
+	[[ $2 == "$3" ]] || fail "$1: '$2', want '$3'"
+	step "ok: $1: '$2'"
+}
+
+image=localhost/csi-node-driver-registrar:check
+step "building Dockerfile for linux/$arch on scratch"
+bah bud --platform "linux/$arch" --build-arg BASE_IMAGE=scratch --build-arg VERSION="$version" \
+	-f Dockerfile -t "$image" . || fail "buildah could not build Dockerfile"
+
+config() { bah inspect --type image --format "$1" "$image"; }
+expect "the entrypoint" "$(config '{{.OCIv1.Config.Entrypoint}}')" '[/csi-node-driver-registrar]'
+expect "the number of CMD arguments" "$(config '{{len .OCIv1.Config.Cmd}}')" '0'
+expect "the user" "$(config '{{.OCIv1.Config.User}}')" ''
+expect "the platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "linux/$arch"
+expect "label org.opencontainers.image.version" \
+	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"
+for label in org.opencontainers.image.source org.opencontainers.image.description; do
+	value=$(config "{{index .OCIv1.Config.Labels \"$label\"}}")
+	[[ -n $value ]] || fail "label $label is missing"
+	step "ok: label $label: '$value'"
+done
+
+container=$(bah from --pull=false "$image")
+root=$(bah mount "$container")
+files=$(cd "$root" && find . -mindepth 1 | sort | tr '\n' ' ')
+expect "the image's files" "$files" "./csi-node-driver-registrar "
+[[ -x $root/csi-node-driver-registrar ]] || fail "/csi-node-driver-registrar is not executable"
+
+# Run the binary with the image's file system as its root: an empty base has
+# no libc, so this also proves the binary is static.
+if chroot "$root" /csi-node-driver-registrar --version >/dev/null 2>&1; then
+	run() { chroot "$root" /csi-node-driver-registrar "$@"; }
+	where="chrooted into the image"
+else
+	run() { "$root/csi-node-driver-registrar" "$@"; }
+	where="from the image's files (chroot is not permitted here)"
+fi
+out=$(run --version) || fail "/csi-node-driver-registrar --version failed: $out"
+[[ $out == *" $version" ]] || fail "--version printed '$out', want it to end with ' $version'"
+step "ok: --version, run $where, printed '$out'"
+run --mode=kubelet-registration-probe >/dev/null 2>&1 ||
+	fail "the legacy exec probe /csi-node-driver-registrar --mode=kubelet-registration-probe did not exit 0"
+step "ok: the legacy exec probe exits 0"
+bah umount "$container" >/dev/null
+
+# Dockerfile.Windows: no RUN step, so buildah builds it on Linux. Stand-ins
+# for Nano Server (empty) and Server Core (a dummy netapi32.dll) are made
+# locally and reached through the Dockerfile's own REGISTRY and OS_VERSION.
+step "building Dockerfile.Windows for windows/amd64 on local stand-ins"
+standin() { # NAME [FILE]
+	local ctr root
+	ctr=$(bah from scratch)
+	if [[ -n ${2:-} ]]; then
+		root=$(bah mount "$ctr")
+		mkdir -p "$root/$(dirname "$2")"
+		echo "stand-in" >"$root/$2"
+		bah umount "$ctr" >/dev/null
+	fi
+	bah config --os windows --arch amd64 "$ctr"
+	bah commit --quiet "$ctr" "localhost/$1:check" >/dev/null
+}
+standin nanoserver
+standin servercore Windows/System32/netapi32.dll
+image=localhost/csi-node-driver-registrar:check-windows
+bah bud --platform windows/amd64 --pull=false --build-arg REGISTRY=localhost --build-arg OS_VERSION=check \
+	--build-arg VERSION="$version" -f Dockerfile.Windows -t "$image" . ||
+	fail "buildah could not build Dockerfile.Windows"
+
+expect "the Windows entrypoint" "$(config '{{.OCIv1.Config.Entrypoint}}')" '[/csi-node-driver-registrar.exe]'
+expect "the Windows user" "$(config '{{.OCIv1.Config.User}}')" 'ContainerAdministrator'
+expect "the Windows platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "windows/amd64"
+expect "the Windows image's version label" \
+	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"
+container=$(bah from --pull=false "$image")
+root=$(bah mount "$container")
+files=$(cd "$root" && find . -mindepth 1 -type f | sort | tr '\n' ' ')
+expect "the Windows image's files" "$files" "./Windows/System32/netapi32.dll ./csi-node-driver-registrar.exe "
+cmp -s "$root/csi-node-driver-registrar.exe" bin/csi-node-driver-registrar-windows-amd64.exe ||
+	fail "/csi-node-driver-registrar.exe is not bin/csi-node-driver-registrar-windows-amd64.exe"
+[[ $(head -c 2 "$root/csi-node-driver-registrar.exe") == MZ ]] || fail "/csi-node-driver-registrar.exe is not a Windows executable"
+step "ok: /csi-node-driver-registrar.exe is the Windows build"
+bah umount "$container" >/dev/null
+
+step "PASS: both images build and hold what the manifests expect"

@@ -1,0 +1,8 @@
+// Package deploy checks the example manifests in the repository's deploy/
+// directory: every file decodes strictly into its Kubernetes API type, every
+// kustomization renders, and the DaemonSet it renders is wired the way the
+// registrar and kubelet need.
+//
+// It is its own module so that the registrar's go.mod does not carry
+// k8s.io/api and kustomize.
+package deploy
