@@ -7,11 +7,14 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +35,14 @@ const (
 	exitTimeout = 15 * time.Second
 	// maxSocketPath is the longest Unix socket path Linux accepts.
 	maxSocketPath = 107
+	// pollInterval is how often an HTTP endpoint is asked again while
+	// waiting for an answer.
+	pollInterval = 50 * time.Millisecond
+	// parallelism is how many tests run at once unless -test.parallel
+	// says otherwise. Each test spends its time waiting for kubelet's
+	// one-second reconcile loop, not computing; with the default
+	// (GOMAXPROCS) a small machine would run them nearly one by one.
+	parallelism = 8
 )
 
 var bins harness.Binaries
@@ -41,6 +52,13 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse()
+	if !flagGiven("test.parallel") {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelism, runtime.GOMAXPROCS(0)))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	dir, err := os.MkdirTemp("", "e2ebin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -57,6 +75,13 @@ func runMain(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e: binaries ready in %v: %+v\n", time.Since(start).Round(time.Millisecond), bins)
 	return m.Run()
+}
+
+// flagGiven tells whether the named flag was on the command line.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // env is one test's node: a short temp directory holding the registry
@@ -130,9 +155,15 @@ func (e *env) startKubelet() *harness.Kubelet {
 
 func (e *env) startDriver(failNodeGetInfo bool) *harness.Process {
 	e.t.Helper()
+	return e.startNamedDriver(e.driver, failNodeGetInfo)
+}
+
+// startNamedDriver starts the mock driver on the env's socket under name.
+func (e *env) startNamedDriver(name string, failNodeGetInfo bool) *harness.Process {
+	e.t.Helper()
 	d, err := harness.StartMockDriver(bins.MockDriver, harness.MockDriverConfig{
 		Endpoint:        e.driverSock,
-		Name:            e.driver,
+		Name:            name,
 		NodeID:          e.nodeID,
 		FailNodeGetInfo: failNodeGetInfo,
 	})
@@ -143,13 +174,24 @@ func (e *env) startDriver(failNodeGetInfo bool) *harness.Process {
 	return d
 }
 
-func (e *env) startRegistrar(name string) *harness.Registrar {
+// stop sends p SIGTERM and expects it to exit 0.
+func (e *env) stop(p *harness.Process) {
+	e.t.Helper()
+	code, err := p.Stop(exitTimeout)
+	if err != nil || code != 0 {
+		e.t.Fatalf("stopping %s: exit %d, %v", p.Name, code, err)
+	}
+}
+
+// startRegistrar starts a registrar for the env; configure, if given,
+// changes its command line first.
+func (e *env) startRegistrar(name string, configure ...func(*harness.RegistrarConfig)) *harness.Registrar {
 	e.t.Helper()
 	addr, err := harness.FreeLocalAddr()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	r, err := harness.StartRegistrar(name, bins.Registrar, harness.RegistrarConfig{
+	cfg := harness.RegistrarConfig{
 		CSIAddress: e.driverSock,
 		// kubelet dials the endpoint itself, so it is the real path here.
 		KubeletRegistrationPath: e.driverSock,
@@ -157,12 +199,29 @@ func (e *env) startRegistrar(name string) *harness.Registrar {
 		HTTPEndpoint:            addr,
 		TerminationMessagePath:  e.termination,
 		Verbosity:               5,
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	r, err := harness.StartRegistrar(name, bins.Registrar, cfg)
 	if err != nil {
 		e.t.Fatalf("starting %s: %v", name, err)
 	}
 	e.track(r.Process, nil)
 	return r
+}
+
+// exitOnRejection makes the registrar exit 1 when kubelet rejects the
+// driver, as upstream does, instead of publishing its socket again.
+func exitOnRejection(cfg *harness.RegistrarConfig) { cfg.RejectionPolicy = "exit" }
+
+// assertRunning fails the test if p has exited: the registrar must cope
+// without a restart.
+func assertRunning(t *testing.T, p *harness.Process) {
+	t.Helper()
+	if exited, code := p.Exited(); exited {
+		t.Fatalf("%s (pid %d) exited with %d, want it still running", p.Name, p.Pid(), code)
+	}
 }
 
 // waitRegistered waits until kubelet lists the driver in CSINode with the
@@ -200,6 +259,48 @@ func assertNoFile(t *testing.T, path string) {
 			mode = fi.Mode().String()
 		}
 		t.Errorf("%s still exists (mode %s, err %v), want it removed", path, mode, err)
+	}
+}
+
+// assertRegistryHolds fails the test unless the registry directory holds
+// the registration socket of each driver given and nothing else, apart from
+// at most one hidden second name per socket (".<driver>.<suffix>", which
+// kubelet ignores): nothing left behind by earlier sockets or processes.
+func assertRegistryHolds(t *testing.T, registry string, drivers ...string) {
+	t.Helper()
+	entries, err := os.ReadDir(registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockets := map[string]bool{}
+	hidden := map[string]int{}
+	var unexpected []string
+	for _, entry := range entries {
+		name := entry.Name()
+		known := false
+		for _, d := range drivers {
+			switch {
+			case name == d+"-reg.sock":
+				sockets[d], known = true, true
+			case strings.HasPrefix(name, "."+d+"."):
+				hidden[d]++
+				known = true
+			}
+		}
+		if !known {
+			unexpected = append(unexpected, name)
+		}
+	}
+	for _, d := range drivers {
+		if !sockets[d] {
+			t.Errorf("%s has no registration socket for %q", registry, d)
+		}
+		if hidden[d] > 1 {
+			t.Errorf("%s holds %d hidden names of %q sockets, want at most 1: earlier sockets left behind", registry, hidden[d], d)
+		}
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("%s holds %q, want only the registration sockets of %q", registry, unexpected, drivers)
 	}
 }
 
@@ -277,6 +378,7 @@ func TestSIGTERMDeregisters(t *testing.T) {
 	}
 	wantExit(t, r, 0)
 	assertNoFile(t, e.regSocket())
+	assertRegistryHolds(t, e.registry)
 	if err := k.WaitForNoDriver(waitTimeout, e.driver); err != nil {
 		t.Fatal(err)
 	}
@@ -336,18 +438,21 @@ func TestRegularFileAtSocketPath(t *testing.T) {
 	}
 }
 
-// kubelet rejects the driver (its NodeGetInfo fails): the registrar answers
+// kubelet rejects the driver (its NodeGetInfo fails) and the registrar runs
+// with --rejection-policy=exit, upstream's behaviour: it answers
 // NotifyRegistrationStatus, writes kubelet's reason to the termination
-// message file, removes its socket and exits 1.
+// message file, removes its socket and exits 1. (The default policy, retry,
+// is TestRejectedThenAccepted.)
 func TestKubeletRejects(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "rejected.e2e.example.com")
 	k := e.startKubelet()
 	e.startDriver(true)
-	r := e.startRegistrar("registrar")
+	r := e.startRegistrar("registrar", exitOnRejection)
 
 	wantExit(t, r, 1)
 	assertNoFile(t, e.regSocket())
+	assertRegistryHolds(t, e.registry)
 
 	rejected, err := k.WaitForEvents(waitTimeout, e.driver, report.Register, false, 1)
 	if err != nil {
@@ -382,8 +487,10 @@ func TestKubeletRejects(t *testing.T) {
 }
 
 // A rolling update with maxSurge: a second registrar takes the socket over,
-// kubelet registers it again; the first one's SIGTERM must not take the
-// second one's socket with it.
+// kubelet registers it again, and the first one steps aside: not ready
+// ("superseded" in /readyz, /status and /metrics) but alive (/healthz 200,
+// so that its liveness probe does not restart it and take the socket back).
+// The first one's SIGTERM must not take the second one's socket with it.
 func TestMaxSurgeTakeover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "max-surge.e2e.example.com")
@@ -407,6 +514,11 @@ func TestMaxSurgeTakeover(t *testing.T) {
 	if err := b.WaitForHealthz(waitTimeout, 200); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		t.Fatal(err)
+	}
+	waitForMetrics(t, b, registeredSamples(stateRegistered, is(1, metricPublications, "reason", "start"))...)
+	assertSuperseded(t, a)
 
 	deregistrations := k.CountEvents(e.driver, report.Deregister, false)
 	if err := a.Signal(syscall.SIGTERM); err != nil {
@@ -418,6 +530,7 @@ func TestMaxSurgeTakeover(t *testing.T) {
 	if ino := socketInode(t, e.regSocket()); ino != inodeB {
 		t.Errorf("the socket at %s has inode %d, want B's %d", e.regSocket(), ino, inodeB)
 	}
+	assertRegistryHolds(t, e.registry, e.driver)
 	// kubelet would notice a removal within a reconcile period (1 s): give
 	// it three and expect no deregistration.
 	err := k.WaitUntil(3*time.Second, "a deregistration", func() bool {
@@ -434,8 +547,34 @@ func TestMaxSurgeTakeover(t *testing.T) {
 	if code, err := b.Healthz(); err != nil || code != 200 {
 		t.Errorf("B's /healthz: %d, %v; want 200", code, err)
 	}
+	if code, body, err := b.Readyz(); err != nil || code != 200 {
+		t.Errorf("B's /readyz: %d %q, %v; want 200", code, body, err)
+	}
+	waitForMetrics(t, b, registeredSamples(stateRegistered)...)
 	if exited, code := b.Exited(); exited {
 		t.Errorf("B exited with %d", code)
+	}
+}
+
+// assertSuperseded checks that r has stepped aside for a newer instance:
+// not ready, superseded, not registered, yet live.
+func assertSuperseded(t *testing.T, r *harness.Registrar) {
+	t.Helper()
+	body, err := r.WaitForReadyz(waitTimeout, 503, "superseded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s /readyz: 503 %q", r.Name, body)
+	st, err := r.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != stateSuperseded || st.Ready {
+		t.Errorf("%s /status: state %q, ready %v; want %q, false\n%s", r.Name, st.State, st.Ready, stateSuperseded, st.Raw)
+	}
+	waitForMetrics(t, r, registeredSamples(stateSuperseded)...)
+	if code, err := r.Healthz(); err != nil || code != 200 {
+		t.Errorf("%s /healthz while superseded: %d, %v; want 200", r.Name, code, err)
 	}
 }
 
@@ -448,6 +587,11 @@ func TestKubeletRestart(t *testing.T) {
 	e.startDriver(false)
 	r := e.startRegistrar("registrar")
 	e.waitRegistered(first)
+	// kubelet sends its verdict after writing CSINode: let it arrive, so
+	// that this kubelet's registration is complete when it stops.
+	if _, err := r.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		t.Fatal(err)
+	}
 
 	if code, err := first.Stop(exitTimeout); err != nil || code != 0 {
 		t.Fatalf("stopping the first kubelet: exit %d, %v", code, err)
@@ -466,6 +610,14 @@ func TestKubeletRestart(t *testing.T) {
 	if code, err := r.Healthz(); err != nil || code != 200 {
 		t.Errorf("/healthz: %d, %v; want 200", code, err)
 	}
+	// The fresh kubelet's verdict is counted; the socket was not published
+	// again for it.
+	if _, err := r.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		t.Error(err)
+	}
+	waitForMetrics(t, r, registeredSamples(stateRegistered,
+		is(1, metricPublications, "reason", "start"),
+		is(2, metricKubeletRPCs, "method", "NotifyRegistrationStatus", "result", "registered"))...)
 }
 
 // The driver starts after the registrar: /healthz answers 200 while the

@@ -24,13 +24,17 @@ type RegistrarConfig struct {
 	// PluginRegistrationPath is the registry directory
 	// (--plugin-registration-path).
 	PluginRegistrationPath string
-	// HTTPEndpoint serves /healthz (--http-endpoint); empty: off.
+	// HTTPEndpoint serves /healthz, /readyz, /status and /metrics
+	// (--http-endpoint); empty: off.
 	HTTPEndpoint string
 	// TerminationMessagePath is where a fatal reason goes
 	// (--termination-message-path).
 	TerminationMessagePath string
 	// Timeout is --timeout; zero leaves the default.
 	Timeout time.Duration
+	// RejectionPolicy is --rejection-policy ("retry" or "exit"); empty
+	// leaves the default.
+	RejectionPolicy string
 	// Verbosity is -v.
 	Verbosity int
 	// ExtraArgs are appended as they are.
@@ -53,6 +57,9 @@ func (c RegistrarConfig) Args() []string {
 	}
 	if c.Timeout != 0 {
 		args = append(args, "--timeout="+c.Timeout.String())
+	}
+	if c.RejectionPolicy != "" {
+		args = append(args, "--rejection-policy="+c.RejectionPolicy)
 	}
 	return append(args, c.ExtraArgs...)
 }

@@ -1,9 +1,10 @@
 // Command demo shows the registrar at work between a CSI driver and kubelet:
 // it starts kubelet's real plugin manager and CSI registration handler on a
 // fake API server (cmd/fakekubelet), the mock CSI driver and the registrar,
-// prints what kubelet registered, then the registrar's /healthz until Ctrl-C,
-// SIGTERM or -duration, and stops everything in order: the registrar first,
-// so kubelet is seen deregistering the driver.
+// prints what kubelet registered and what the registrar reports about it
+// (/readyz, /metrics, /status), then the registrar's /healthz and /readyz
+// until Ctrl-C, SIGTERM or -duration, and stops everything in order: the
+// registrar first, so kubelet is seen deregistering the driver.
 //
 // Run it from test/e2e: go run ./cmd/demo [-duration=5s]. REGISTRAR_BIN,
 // MOCKDRIVER_BIN and FAKEKUBELET_BIN name prebuilt binaries.
@@ -39,7 +40,7 @@ func main() {
 	var opts options
 	flag.DurationVar(&opts.duration, "duration", 0, "stop by itself after this long once registered; 0 runs until Ctrl-C or SIGTERM")
 	flag.DurationVar(&opts.registrationTimeout, "registration-timeout", 60*time.Second, "give up if kubelet has not registered the driver by then")
-	flag.DurationVar(&opts.interval, "interval", 2*time.Second, "how often to print the registrar's /healthz status")
+	flag.DurationVar(&opts.interval, "interval", 2*time.Second, "how often to print the registrar's /healthz and /readyz")
 	flag.StringVar(&opts.driver, "driver", "demo.csi.example.com", "name of the mock CSI driver")
 	flag.StringVar(&opts.nodeID, "node-id", "demo-node-0001", "node ID the mock driver reports")
 	flag.Parse()
@@ -142,6 +143,9 @@ func run(ctx context.Context, opts options) (err error) {
 	if err := d.waitForRegistration(ctx, opts); err != nil {
 		return err
 	}
+	if err := d.showReadiness(ctx, opts); err != nil {
+		return err
+	}
 
 	var deadline <-chan time.Time
 	if opts.duration > 0 {
@@ -166,12 +170,18 @@ func run(ctx context.Context, opts options) (err error) {
 			_, code := d.registrar.Exited()
 			return fmt.Errorf("the registrar exited by itself with code %d", code)
 		case <-ticker.C:
-			code, err := d.registrar.Healthz()
-			if err != nil {
-				say("registrar /healthz: %v", err)
+			var healthz, readyz string
+			if code, err := d.registrar.Healthz(); err != nil {
+				healthz = err.Error()
 			} else {
-				say("registrar /healthz: %d %s", code, statusText(code))
+				healthz = fmt.Sprintf("%d %s", code, statusText(code))
 			}
+			if code, reason, err := d.registrar.Readyz(); err != nil {
+				readyz = err.Error()
+			} else {
+				readyz = fmt.Sprintf("%d %s", code, reason)
+			}
+			say("registrar /healthz: %s; /readyz: %s", healthz, readyz)
 		}
 	}
 }
@@ -221,6 +231,49 @@ func (d *demo) waitForRegistration(ctx context.Context, opts options) error {
 	fmt.Printf("    CSINode node ID:   %s\n", csiNodeDriver.NodeID)
 	fmt.Printf("    Node annotation:   %s: %s\n", report.NodeIDAnnotation, formatNodeIDs(registered.State.NodeIDs))
 	fmt.Printf("    registration sock: %s\n", d.registrar.SocketPath(opts.driver))
+	return nil
+}
+
+// showReadiness waits until the registrar has kubelet's verdict (kubelet
+// sends it just after writing CSINode), then prints its /readyz, the
+// registration's metrics and /status.
+func (d *demo) showReadiness(ctx context.Context, opts options) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.registrar.WaitForReadyz(opts.registrationTimeout, 200, "")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("the registrar did not report ready: %w", err)
+		}
+	case <-ctx.Done():
+		return errors.New("interrupted before the registrar reported ready")
+	}
+
+	code, reason, err := d.registrar.Readyz()
+	if err != nil {
+		return err
+	}
+	metrics, err := d.registrar.Metrics()
+	if err != nil {
+		return err
+	}
+	status, err := d.registrar.Status()
+	if err != nil {
+		return err
+	}
+	say("the registrar reports (http://%s):", d.registrar.Config.HTTPEndpoint)
+	fmt.Printf("    GET /readyz:  %d %s\n", code, reason)
+	fmt.Printf("    GET /metrics (excerpt):\n")
+	for _, line := range metrics.Lines("node_driver_registrar_registered", "node_driver_registrar_state") {
+		fmt.Printf("        %s\n", line)
+	}
+	fmt.Printf("    GET /status:\n")
+	for _, line := range strings.Split(strings.TrimSpace(status.Raw), "\n") {
+		fmt.Printf("        %s\n", line)
+	}
 	return nil
 }
 
