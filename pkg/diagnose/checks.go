@@ -47,7 +47,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case !fi.IsDir():
-		return fail(c, "is a "+describeMode(fi.Mode())+", not a directory: fix --plugin-registration-path or the volume mount")
+		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a directory: fix --plugin-registration-path or the volume mount")
 	}
 	d.dirExists = true
 
@@ -88,7 +88,7 @@ func (d *diagnosis) checkDriverSocket() Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fail(c, "is a "+describeMode(fi.Mode())+", not a socket: check --csi-address")
+		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a socket: check --csi-address")
 	}
 	d.socketFound = true
 	return ok(c, "present, a socket")
@@ -148,7 +148,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fail(c, "is a "+describeMode(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
+		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
 	}
 	info, err := registrationInfo(ctx, path, d.cfg.Timeout)
 	if err != nil {
@@ -287,7 +287,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 			}
 			continue
 		case !isSocket:
-			others = append(others, fmt.Sprintf("%s (%s)", name, describeMode(e.Type())))
+			others = append(others, fmt.Sprintf("%s (%s)", name, registration.DescribeFileType(e.Type())))
 			continue
 		case name != own:
 			sockets = append(sockets, name)
@@ -452,22 +452,4 @@ func pathErrorCause(err error) string {
 		return pe.Err.Error()
 	}
 	return err.Error()
-}
-
-func describeMode(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "regular file"
-	case fs.ModeDir:
-		return "directory"
-	case fs.ModeSymlink:
-		return "symbolic link"
-	case fs.ModeNamedPipe:
-		return "named pipe"
-	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
-		return "device"
-	case fs.ModeSocket:
-		return "socket"
-	}
-	return "special file"
 }

@@ -80,7 +80,7 @@ func (s *Server) Health(ctx context.Context) Health {
 	case found.err != nil:
 		return Health{SocketBroken, fmt.Sprintf("cannot inspect %s: %v", path, found.err)}
 	case !found.socket:
-		return Health{SocketBroken, fmt.Sprintf("%s is a %s, not a socket", path, describeMode(found.info.Mode()))}
+		return Health{SocketBroken, fmt.Sprintf("%s is a %s, not a socket", path, DescribeFileType(found.info.Mode()))}
 	case pub != nil && pub.sock.isOurs(found.info):
 		return Health{SocketServing, fmt.Sprintf("serving %s", path)}
 	}

@@ -407,7 +407,7 @@ func (l *loop) reconcile() error {
 	case pub != nil && pub.sock.isOurs(found.info):
 		// Our own publication.
 	case !found.socket:
-		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", describeMode(found.info.Mode()))
+		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", DescribeFileType(found.info.Mode()))
 	default:
 		return l.foreignSocket(pub, path)
 	}

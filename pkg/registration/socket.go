@@ -31,7 +31,7 @@ func CheckDir(dir string) error {
 	case err != nil:
 		return fmt.Errorf("registration directory %q cannot be read: %w", dir, err)
 	case !fi.IsDir():
-		return fmt.Errorf("registration directory %q is not a directory (%s): point --plugin-registration-path at kubelet's plugin registry directory", dir, describeMode(fi.Mode()))
+		return fmt.Errorf("registration directory %q is not a directory (%s): point --plugin-registration-path at kubelet's plugin registry directory", dir, DescribeFileType(fi.Mode()))
 	}
 	return nil
 }
@@ -52,11 +52,13 @@ func checkSocketPath(path string) (socketExists bool, err error) {
 	case fi.Mode().Type() == fs.ModeSocket:
 		return true, nil
 	default:
-		return false, fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, describeMode(fi.Mode()))
+		return false, fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, DescribeFileType(fi.Mode()))
 	}
 }
 
-func describeMode(m fs.FileMode) string {
+// DescribeFileType names the type of a file for an operator: "regular
+// file", "directory", "symbolic link", ...
+func DescribeFileType(m fs.FileMode) string {
 	switch m.Type() {
 	case 0:
 		return "regular file"
@@ -141,7 +143,7 @@ func publish(path string) (*publishedSocket, error) {
 		// sockets: replace atomically, but only a socket. There is no way
 		// to rename only over a socket; this check narrows the gap.
 		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
-			return fail(fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, describeMode(fi.Mode())))
+			return fail(fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, DescribeFileType(fi.Mode())))
 		}
 		if err := os.Rename(hidden, path); err != nil {
 			return fail(fmt.Errorf("cannot move the registration socket into place at %q: %w", path, err))
