@@ -28,14 +28,14 @@ WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy
+MODULES := . test/e2e test/deploy test/node
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean
-.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx
+.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench
 
 all: build
 
@@ -124,6 +124,14 @@ image-check:
 
 demo:
 	cd test/e2e && $(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+# The registrar's image as the sidecar of a CSI driver's DaemonSet under a
+# real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this
+# machine, in namespaces of their own. Needs root; installs etcd-server,
+# containerd, runc and buildah with apt-get when missing. See
+# hack/e2e-node.sh and test/node/README.md.
+e2e-node:
+	VERSION=$(VERSION) hack/e2e-node.sh
 
 clean:
 	rm -rf bin

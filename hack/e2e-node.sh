@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# The registrar's image as the sidecar of a CSI driver's DaemonSet under a
+# real kubelet, on this machine, from one command (make e2e-node):
+#
+#  1. installs etcd-server, containerd, runc and buildah with apt-get when
+#     missing;
+#  2. builds kubelet, kube-apiserver, kube-controller-manager and
+#     kube-scheduler from test/node's go.mod into test/node/_bin (the Go
+#     build cache makes later runs fast), the registrar's binary (make
+#     build-all) and the test driver;
+#  3. builds three images with buildah (vfs storage in the scratch
+#     directory): the registrar from the project's Dockerfile on scratch, the
+#     test driver (test/mockdriver) and a pause image, both FROM scratch;
+#  4. runs test/node's e2e-node program as PID 1 of new network, mount and
+#     PID namespaces: the node's processes, iptables chains, mounts and
+#     containers cannot outlive it, and /run, /var/log and /var/lib are
+#     private tmpfs there, so what containerd and kubelet write to fixed
+#     paths (shim sockets, /var/log/containers, kubelet's device plugin
+#     socket in /var/lib/kubelet) vanishes too;
+#  5. on every exit (success, failure, Ctrl-C, SIGTERM) stops the node,
+#     removes kubelet's cgroups (cgroupRoot /e2e-node in every hierarchy),
+#     restores the sysctls kubelet sets, copies the logs to test/node/_logs
+#     and removes the scratch directory.
+#
+#   hack/e2e-node.sh        (make e2e-node; needs root)
+#
+# E2E_NODE_MAX_ROLLOUT_GAP (a Go duration, default 0s): the longest time
+# without the driver in CSINode that the rolling update check accepts.
+# kubelet v1.37 unregisters a plugin whose socket is replaced and registers
+# it again one reconcile period (1 s) later, so 0s fails on every rollout.
+# E2E_NODE_KEEP=1 keeps the scratch directory (its path is printed) until
+# the next run. A run killed with SIGKILL leaves its cgroups, scratch
+# directory and kubelet's sysctls: the next run restores and removes them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+say() { echo "e2e-node: $*"; }
+fail() {
+	echo "e2e-node: FAIL: $*" >&2
+	exit 1
+}
+
+[[ $(id -u) == 0 ]] || fail "needs root: it runs containerd and kubelet, and creates namespaces and cgroups"
+
+# 1. Packages.
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+if ((${#missing[@]})); then
+	say "installing ${missing[*]} with apt-get"
+	apt-get update -q || fail "apt-get update failed"
+	# policy-rc.d: the packages' own services (etcd, containerd) must not
+	# start on the host; this run starts its own, in its namespaces.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" || install_failed=1
+	[[ -n $own_policy ]] && rm -f "$policy"
+	[[ -z ${install_failed:-} ]] || fail "apt-get install ${missing[*]} failed"
+fi
+
+# kubelet's cgroup root, /e2e-node in every cgroup hierarchy (cgroup v1:
+# one per controller; v2: the one). A run's processes are gone when its PID
+# namespace is; a populated root means another run is going on.
+hierarchies() { findmnt -rn -t cgroup,cgroup2 -o TARGET; }
+cgroup_dirs() {
+	local h
+	for h in $(hierarchies); do
+		[[ -d $h/e2e-node ]] && echo "$h/e2e-node"
+	done
+	return 0
+}
+cgroup_tasks() {
+	local d
+	for d in $(cgroup_dirs); do
+		find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+	done
+}
+remove_cgroups() {
+	local d i
+	for i in $(seq 1 60); do
+		[[ -z $(cgroup_tasks) ]] && break
+		sleep 0.5
+	done
+	for d in $(cgroup_dirs); do
+		find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	done
+	[[ -z $(cgroup_dirs) ]] || {
+		echo "e2e-node: could not remove $(cgroup_dirs | tr '\n' ' ')(processes: $(cgroup_tasks | tr '\n' ' '))" >&2
+		return 1
+	}
+}
+
+# One run at a time: a lock on this script, held by every process of the
+# run (the descriptor is inherited), so also by a node whose script was
+# killed.
+exec 9<"$0"
+flock -n 9 || fail "another e2e-node run is going on (it holds a lock on $0)"
+
+# What a run killed with SIGKILL left: its cgroups, its scratch directory
+# and the sysctls kubelet changed, saved there.
+if [[ -n $(cgroup_dirs) ]]; then
+	[[ -z $(cgroup_tasks) ]] || fail "processes of an earlier run are still in $(cgroup_dirs | tr '\n' ' ')"
+	say "removing an earlier run's empty cgroups"
+	remove_cgroups || fail "cannot remove an earlier run's cgroups"
+fi
+for stale in /tmp/e2e-node.??????; do
+	[[ -d $stale ]] || continue
+	if [[ -f $stale/sysctl.saved ]]; then
+		while read -r key value; do echo "$value" >"/proc/sys/$key"; done <"$stale/sysctl.saved"
+	fi
+	grep -q " $stale" /proc/self/mountinfo && fail "$stale, left by an earlier run, has mounts: unmount them, then remove it"
+	say "removing $stale, left by an earlier run (its sysctls restored)"
+	rm -rf "$stale"
+done
+
+# 2. Binaries. CGO_ENABLED=0 everywhere: static binaries for FROM scratch
+# images, and one build cache entry whoever calls this.
+export CGO_ENABLED=0
+arch=$(go env GOARCH)
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
+bin=$repo/test/node/_bin
+say "building kubelet, kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes from test/node/go.mod) into test/node/_bin"
+started=$SECONDS
+(cd test/node && go build -trimpath -o "$bin/" \
+	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
+	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+	./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"
+say "built in $((SECONDS - started))s"
+make build-all PLATFORMS="linux/$arch" VERSION="$version" >/dev/null || fail "make build-all failed"
+
+work=$(mktemp -d /tmp/e2e-node.XXXXXX)
+chmod 755 "$work"
+declare -A sysctl_saved
+for key in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+	sysctl_saved[$key]=$(cat "/proc/sys/$key")
+	echo "$key ${sysctl_saved[$key]}" >>"$work/sysctl.saved"
+done
+# Paths a node writes by default: none may appear on the host.
+host_paths=(/var/lib/kubelet /var/lib/containerd /run/containerd /opt/containerd /var/log/pods
+	/var/log/containers /etc/kubernetes /var/run/kubernetes /var/lib/cni /run/netns)
+declare -A host_path_existed
+for p in "${host_paths[@]}"; do
+	[[ -e $p ]] && host_path_existed[$p]=1
+done
+node_pid=
+node_ns=
+cgroup_name=/e2e-node
+
+cleanup() {
+	local status=$? cleanup_began=$SECONDS
+	trap - EXIT INT TERM
+	set +e # clean up as much as possible, whatever fails
+	if [[ -n $node_pid ]] && kill -0 "$node_pid" 2>/dev/null; then
+		# PID 1 of the namespaces: SIGTERM makes it stop the node in order;
+		# if it does not, SIGKILL ends every process in the namespace.
+		kill -TERM "$(pgrep -P "$node_pid" || echo "$node_pid")" 2>/dev/null || true
+		for _ in $(seq 1 120); do
+			kill -0 "$node_pid" 2>/dev/null || break
+			sleep 0.5
+		done
+		kill -KILL "$(pgrep -P "$node_pid" || echo "$node_pid")" 2>/dev/null || true
+		wait "$node_pid" 2>/dev/null || true
+	fi
+	remove_cgroups || status=1
+	local key
+	for key in "${!sysctl_saved[@]}"; do
+		echo "${sysctl_saved[$key]}" >"/proc/sys/$key" 2>/dev/null || {
+			echo "e2e-node: could not restore $key" >&2
+			status=1
+		}
+	done
+	if [[ -d $work/logs ]]; then
+		rm -rf test/node/_logs
+		cp -r "$work/logs" test/node/_logs
+		cp "$work"/*.yaml "$work"/*.toml test/node/_logs/ 2>/dev/null || true
+		say "logs: test/node/_logs"
+	fi
+	if grep -q " $work" /proc/self/mountinfo; then
+		echo "e2e-node: mounts left under $work:" >&2
+		grep " $work" /proc/self/mountinfo >&2
+		status=1
+	fi
+	if [[ -n ${E2E_NODE_KEEP:-} ]]; then
+		say "kept $work"
+	else
+		rm -rf "$work"
+	fi
+
+	# Check 6: nothing of the node is left outside the scratch directory.
+	local left=() p ns
+	[[ -z $(cgroup_dirs) ]] || left+=("cgroups $(cgroup_dirs | tr '\n' ' ')")
+	if [[ -n $node_ns ]]; then
+		for p in /proc/[0-9]*; do
+			ns="$(readlink "$p/ns/pid" 2>/dev/null || true) $(readlink "$p/ns/net" 2>/dev/null || true)"
+			[[ " $ns " == *" ${node_ns% *} "* || " $ns " == *" ${node_ns#* } "* ]] && left+=("process ${p#/proc/}")
+		done
+	fi
+	for key in "${!sysctl_saved[@]}"; do
+		[[ $(cat "/proc/sys/$key") == "${sysctl_saved[$key]}" ]] || left+=("sysctl $key")
+	done
+	grep -q " $work" /proc/self/mountinfo && left+=("mounts under $work")
+	for p in "${host_paths[@]}"; do
+		[[ -e $p && -z ${host_path_existed[$p]:-} ]] && left+=("$p")
+	done
+	[[ -n ${E2E_NODE_KEEP:-} || ! -e $work ]] || left+=("$work")
+	if ((${#left[@]})); then
+		echo "e2e-node: FAIL 6. clean-up: left behind: ${left[*]}" >&2
+		status=1
+	elif [[ -n $node_ns ]]; then
+		say "PASS 6. clean-up in $((SECONDS - cleanup_began))s: no process in the node's PID or network namespace, no cgroup under $cgroup_name, no mount, nothing new in ${host_paths[*]}, kubelet's sysctls restored, scratch directory removed"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# 3. Images.
+bah() { TMPDIR=$work/tmp buildah --storage-driver vfs --root "$work/buildah/root" --runroot "$work/buildah/run" "$@"; }
+mkdir -p "$work/images" "$work/build" "$work/tmp"
+go build -trimpath -o "$work/build/mockdriver" ./test/mockdriver || fail "building test/mockdriver failed"
+say "building the registrar's image from Dockerfile (BASE_IMAGE=scratch)"
+bah bud --quiet --platform "linux/$arch" --build-arg BASE_IMAGE=scratch --build-arg VERSION="$version" \
+	-f Dockerfile -t localhost/csi-node-driver-registrar:e2e-node . >/dev/null || fail "buildah could not build Dockerfile"
+from_scratch() { # IMAGE BINARY
+	local ctr
+	ctr=$(bah from scratch)
+	bah copy "$ctr" "$2" "/$(basename "$2")" >/dev/null
+	bah config --entrypoint "[\"/$(basename "$2")\"]" --os linux --arch "$arch" "$ctr"
+	bah commit --quiet "$ctr" "$1" >/dev/null
+	bah rm "$ctr" >/dev/null
+}
+from_scratch localhost/e2e-node/mockdriver:1 "$work/build/mockdriver"
+from_scratch localhost/e2e-node/pause:1 "$bin/pause"
+archives=()
+for image in localhost/csi-node-driver-registrar:e2e-node localhost/e2e-node/mockdriver:1 localhost/e2e-node/pause:1; do
+	archive=$work/images/$(basename "${image%%:*}").tar
+	bah push --quiet "$image" "docker-archive:$archive:$image" >/dev/null || fail "buildah push $image failed"
+	archives+=("$archive")
+done
+rm -rf "$work/buildah"
+
+# 4. The node. kubelet's cgroup root must exist in every hierarchy, cpuset's
+# with its parent's CPUs and memory nodes.
+for h in $(hierarchies); do
+	mkdir -p "$h/e2e-node"
+	if [[ -f $h/cpuset.cpus && ! -f $h/cgroup.controllers ]]; then
+		cat "$h/cpuset.cpus" >"$h/e2e-node/cpuset.cpus"
+		cat "$h/cpuset.mems" >"$h/e2e-node/cpuset.mems"
+	fi
+done
+
+say "scratch directory $work"
+images=$(
+	IFS=,
+	echo "${archives[*]}"
+)
+unshare --net --mount --pid --fork --mount-proc --propagation private -- \
+	bash -c 'mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /var/lib && exec "$@"' e2e-node-ns \
+	"$bin/e2e-node" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
+	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" &
+node_pid=$!
+# The namespaces' identities, to check at the end that nothing runs in them.
+for _ in $(seq 1 100); do
+	child=$(pgrep -P "$node_pid" || true)
+	[[ -n $child ]] && node_ns="$(readlink "/proc/$child/ns/pid") $(readlink "/proc/$child/ns/net")" && break
+	sleep 0.1
+done
+wait "$node_pid"

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// result is one line of the report.
+type result struct {
+	name   string
+	ok     bool
+	detail string
+}
+
+type suite struct {
+	*cluster
+	repo    string
+	watch   *csiNodeWatch
+	results []result
+	podName string // the current pod of the DaemonSet
+	// maxRolloutGap is the longest time without the driver in CSINode
+	// that check 4 accepts; 0: none at all.
+	maxRolloutGap time.Duration
+}
+
+func (s *suite) report(name string, ok bool, format string, args ...any) bool {
+	s.results = append(s.results, result{name, ok, fmt.Sprintf(format, args...)})
+	status := "PASS"
+	if !ok {
+		status = "FAIL"
+	}
+	fmt.Printf("e2e-node: %s %s: %s\n", status, name, fmt.Sprintf(format, args...))
+	return ok
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+var plainHTTP = &http.Client{Timeout: 2 * time.Second}
+
+// get returns the status code and the first line of the body, or 0.
+func get(url string) (int, string) {
+	resp, err := plainHTTP.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	return resp.StatusCode, line
+}
+
+func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) {
+	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=csi-node"})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == name {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (s *suite) regSocket() string {
+	return s.path("kubelet", "plugins_registry", driverName+"-reg.sock")
+}
+
+// checkFirstRegistration creates the DaemonSet and follows its pod from
+// creation to registration and readiness (checks 1 and, in part, 2).
+func (s *suite) checkFirstRegistration(ctx context.Context) bool {
+	const name1, name2 = "1. DaemonSet pod runs, kubelet registers the driver", "2a. readiness only after registration"
+	if _, err := s.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return s.report(name1, false, "create namespace: %v", err)
+	}
+	// No serviceaccount controller runs: create the pods' account.
+	if _, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		return s.report(name1, false, "create service account: %v", err)
+	}
+	ds, err := s.daemonSet(s.repo, 1)
+	if err != nil {
+		return s.report(name1, false, "%v", err)
+	}
+	began := time.Now()
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return s.report(name1, false, "create DaemonSet: %v", err)
+	}
+
+	var tCreated, tScheduled, tRunning, tRegistered, tReady, tReadyz503 time.Duration
+	var readyz503 string
+	var violations []string
+	deadline := time.Now().Add(4 * time.Minute)
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(1).port())
+	for {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return s.report(name1, false, "no registered and ready pod after 4m: created %s, scheduled %s, running %s, registered %s, ready %s (see logs/kubelet.log)",
+				ms(tCreated), ms(tScheduled), ms(tRunning), ms(tRegistered), ms(tReady))
+		}
+		// Read the pod and /readyz before CSINode: if either says ready
+		// while CSINode, read afterwards, does not list the driver,
+		// readiness came before registration.
+		pods, err := s.pods(ctx)
+		code, body := get(readyz)
+		reg, _ := s.watch.now()
+		since := time.Since(began)
+		if err == nil && len(pods) > 0 {
+			pod := &pods[0]
+			s.podName = pod.Name
+			if tCreated == 0 {
+				tCreated = since
+			}
+			if tScheduled == 0 && pod.Spec.NodeName != "" {
+				tScheduled = since
+			}
+			if st := containerStatus(pod, registrarName); tRunning == 0 && st != nil && st.State.Running != nil {
+				tRunning = since
+			}
+			if podReady(pod) {
+				if !reg.registered {
+					violations = append(violations, fmt.Sprintf("pod Ready at %s before CSINode listed the driver", ms(since)))
+				}
+				if tReady == 0 {
+					tReady = since
+				}
+			}
+		}
+		if code == http.StatusOK && !reg.registered {
+			violations = append(violations, fmt.Sprintf("/readyz 200 at %s before CSINode listed the driver", ms(since)))
+		}
+		if code == http.StatusServiceUnavailable && tReadyz503 == 0 {
+			tReadyz503, readyz503 = since, body
+		}
+		if reg.registered && tRegistered == 0 {
+			tRegistered = since
+		}
+		if tRegistered != 0 && tReady != 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	reg, _ := s.watch.now()
+	ok := reg.nodeID == expectedNodeID
+	detail := fmt.Sprintf("CSINode lists %s with node ID %q", driverName, reg.nodeID)
+	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		ok, detail = false, detail+"; get Node: "+err.Error()
+	} else {
+		ids := map[string]string{}
+		annotation := node.Annotations["csi.volume.kubernetes.io/nodeid"]
+		if err := json.Unmarshal([]byte(annotation), &ids); err != nil || ids[driverName] != expectedNodeID {
+			ok = false
+		}
+		detail += fmt.Sprintf("; Node annotation csi.volume.kubernetes.io/nodeid=%s", annotation)
+	}
+	s.report(name1, ok, "%s; DaemonSet created, then pod created +%s, scheduled +%s, registrar running +%s, registered +%s (%s after the container started), pod Ready +%s",
+		detail, ms(tCreated), ms(tScheduled), ms(tRunning), ms(tRegistered), ms(tRegistered-tRunning), ms(tReady))
+	if tReadyz503 == 0 {
+		readyz503 = "never seen: registration came before the first /readyz poll"
+	}
+	s.report(name2, len(violations) == 0, "violations: %d %v; /readyz before registration: 503 %q at +%s; registered +%s; kubelet marked the pod Ready +%s",
+		len(violations), violations, readyz503, ms(tReadyz503), ms(tRegistered), ms(tReady))
+	return ok
+}
+
+// probeCounts reads kubelet's prober_probe_total for a container:
+// counts["Liveness/successful"] and so on.
+func probeCounts(pod, container string) (map[string]float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // kubelet's self-signed serving certificate
+	}}
+	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", nodeIP))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kubelet /metrics: %s", resp.Status)
+	}
+	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	counts := map[string]float64{}
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if !strings.HasPrefix(line, "prober_probe_total{") {
+			continue
+		}
+		labels := map[string]string{}
+		for _, m := range label.FindAllStringSubmatch(line, -1) {
+			labels[m[1]] = m[2]
+		}
+		if labels["pod"] != pod || labels["container"] != container {
+			continue
+		}
+		var value float64
+		fields := strings.Fields(line)
+		fmt.Sscan(fields[len(fields)-1], &value)
+		counts[labels["probe_type"]+"/"+labels["result"]] += value
+	}
+	return counts, scanner.Err()
+}
+
+// checkProbes waits until kubelet has run each of the registrar's probes
+// and checks that none failed, except readiness before registration.
+func (s *suite) checkProbes(ctx context.Context) bool {
+	const name = "2b. kubelet's probes pass (exec startup, liveness /healthz, readiness /readyz)"
+	var counts map[string]float64
+	err := waitFor(ctx, "kubelet ran the liveness probe", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+		var err error
+		counts, err = probeCounts(s.podName, registrarName)
+		return err == nil && counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1, err
+	})
+	if err != nil {
+		return s.report(name, false, "%v; counts %v", err, counts)
+	}
+	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	st := containerStatus(pod, registrarName)
+	ok := counts["Startup/successful"] >= 1 && counts["Startup/failed"] == 0 &&
+		counts["Liveness/failed"] == 0 && counts["Readiness/successful"] >= 1 &&
+		st != nil && st.RestartCount == 0 && st.Started != nil && *st.Started
+	return s.report(name, ok, "kubelet prober_probe_total for %s/%s: startup exec (--mode=kubelet-registration-probe) %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed; restartCount %d",
+		s.podName, registrarName, counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
+		counts["Readiness/successful"], counts["Readiness/failed"], st.RestartCount)
+}
+
+// checkSocketDeleted removes the registration socket on the host and waits
+// for the running registrar to publish it again and kubelet to register it.
+func (s *suite) checkSocketDeleted(ctx context.Context) bool {
+	const name = "5. registration socket deleted on the host: registered again, no restart"
+	before, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	stBefore := containerStatus(before, registrarName)
+	if _, err := os.Lstat(s.regSocket()); err != nil {
+		return s.report(name, false, "no registration socket before the test: %v", err)
+	}
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(1).port())
+	began := time.Now()
+	if err := os.Remove(s.regSocket()); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	var tSocket time.Duration
+	err = waitFor(ctx, "socket back, kubelet registered it, /readyz 200", time.Minute, 20*time.Millisecond, nil, func(context.Context) (bool, error) {
+		if tSocket == 0 && dialable(s.regSocket()) {
+			tSocket = time.Since(began)
+		}
+		code, _ := get(readyz)
+		reg, _ := s.watch.now()
+		return tSocket != 0 && code == http.StatusOK && reg.registered, nil
+	})
+	took := time.Since(began)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	after, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	stAfter := containerStatus(after, registrarName)
+	var changes []string
+	for _, r := range s.watch.between(began, time.Now()) {
+		changes = append(changes, fmt.Sprintf("+%s registered=%v", ms(r.at.Sub(began)), r.registered))
+	}
+	if len(changes) == 0 {
+		changes = []string{"none (kubelet re-registered without an intermediate CSINode write)"}
+	}
+	published := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revision(1).port()), `node_driver_registrar_socket_publications_total{reason="deleted"}`)
+	ok := stAfter.RestartCount == 0 && stAfter.ContainerID == stBefore.ContainerID
+	return s.report(name, ok, "socket re-created +%s, /readyz 200 and CSINode listing the driver +%s; CSINode changes seen: %s; restartCount %d, same container %v; registrar metric %s",
+		ms(tSocket), ms(took), strings.Join(changes, ", "), stAfter.RestartCount, stAfter.ContainerID == stBefore.ContainerID, published)
+}
+
+// checkRollingUpdate changes the template and follows the maxSurge update,
+// checking from the CSINode watch that the driver never left it.
+func (s *suite) checkRollingUpdate(ctx context.Context) bool {
+	name := "4. rolling update (maxSurge 1, maxUnavailable 0): registered throughout"
+	if s.maxRolloutGap > 0 {
+		name = fmt.Sprintf("4. rolling update (maxSurge 1, maxUnavailable 0): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
+	}
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		return s.report(name, false, "deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
+	}
+	next, err := s.daemonSet(s.repo, 2)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	oldPod := s.podName
+	ds.Spec.Template = next.Spec.Template
+	began := time.Now()
+	if !s.watch.stateAt(began).registered {
+		return s.report(name, false, "the driver was not registered before the update")
+	}
+	restarts := s.watch.restarts()
+	updated, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
+	if err != nil {
+		return s.report(name, false, "update: %v", err)
+	}
+	var tNewReady, tOldDeleting, tOldGone time.Duration
+	var newPod string
+	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.pods(ctx)
+		if err != nil {
+			return false, err
+		}
+		oldSeen := false
+		for i := range pods {
+			pod := &pods[i]
+			if pod.Name == oldPod {
+				oldSeen = true
+				if tOldDeleting == 0 && pod.DeletionTimestamp != nil {
+					tOldDeleting = time.Since(began)
+				}
+			} else if pod.Annotations[revisionKey] == "2" {
+				newPod = pod.Name
+				if tNewReady == 0 && podReady(pod) {
+					tNewReady = time.Since(began)
+				}
+			}
+		}
+		if !oldSeen && tOldGone == 0 {
+			tOldGone = time.Since(began)
+		}
+		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+		if err != nil {
+			return false, err
+		}
+		st := current.Status
+		done := st.ObservedGeneration >= updated.Generation && st.UpdatedNumberScheduled == 1 && st.NumberAvailable == 1 && st.NumberUnavailable == 0
+		return done && tNewReady != 0 && tOldGone != 0, nil
+	})
+	if err != nil {
+		return s.report(name, false, "%v (new pod %q ready +%s, old pod gone +%s)", err, newPod, ms(tNewReady), ms(tOldGone))
+	}
+	// The old pod's object is deleted only after its containers stopped, so
+	// the old registrar has exited. Watch a little longer in case kubelet
+	// reacts late to what it left.
+	settle := 5 * time.Second
+	time.Sleep(settle)
+	end := time.Now()
+	s.podName = newPod
+
+	// A gap is a time CSINode did not list the driver. One that begins
+	// before the old pod's deletion comes from the new pod's socket
+	// replacing the old one: kubelet v1.37 then unregisters the plugin and
+	// registers it again one reconcile period (1 s) later.
+	var gaps []string
+	var down time.Time
+	tooLong := false
+	writes := 0
+	addGap := func(from, to time.Time) {
+		cause := "after the old pod's deletion began"
+		if tOldDeleting == 0 || from.Sub(began) < tOldDeleting {
+			cause = "before the old pod's deletion: kubelet re-registering the replaced socket"
+		}
+		gaps = append(gaps, fmt.Sprintf("+%s for %s (%s)", ms(from.Sub(began)), ms(to.Sub(from)), cause))
+		if to.Sub(from) > s.maxRolloutGap {
+			tooLong = true
+		}
+	}
+	for _, r := range s.watch.between(began, end) {
+		writes++
+		if !r.registered && down.IsZero() {
+			down = r.at
+		}
+		if r.registered && !down.IsZero() {
+			addGap(down, r.at)
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		addGap(down, end)
+		tooLong = true
+	}
+	final, _ := s.watch.now()
+	watchRestarted := s.watch.restarts() != restarts
+	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(2).port()))
+	ok := !tooLong && final.registered && final.nodeID == expectedNodeID && !watchRestarted && code == http.StatusOK && dialable(s.regSocket())
+	return s.report(name, ok, "update → new pod %s Ready +%s → old pod %s deleted +%s, gone +%s; CSINode watched throughout (%d changes, watch restarted: %v): times without the driver: %d %v (allowed: none longer than %s); %s after: registered=%v, new pod /readyz %d %q, socket dialable %v",
+		newPod, ms(tNewReady), oldPod, ms(tOldDeleting), ms(tOldGone), writes, watchRestarted, len(gaps), gaps, s.maxRolloutGap, settle, final.registered, code, body, dialable(s.regSocket()))
+}
+
+// checkPodDeleted deletes the DaemonSet, leaving its pod (the garbage
+// collector orphans it), then deletes the pod itself.
+func (s *suite) checkPodDeleted(ctx context.Context) bool {
+	const name = "3. pod deleted: driver deregistered, no socket left"
+	orphan := metav1.DeletePropagationOrphan
+	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, "csi-node", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		return s.report(name, false, "delete DaemonSet: %v", err)
+	}
+	if err := waitFor(ctx, "DaemonSet gone, pod orphaned", time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		_, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+		return err != nil && strings.Contains(err.Error(), "not found"), nil
+	}); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	if !s.watch.stateAt(time.Now()).registered {
+		return s.report(name, false, "the driver was not registered before the pod was deleted")
+	}
+	began := time.Now()
+	if err := s.client.CoreV1().Pods(namespace).Delete(ctx, s.podName, metav1.DeleteOptions{}); err != nil {
+		return s.report(name, false, "delete pod: %v", err)
+	}
+	reg, ok := s.watch.waitUntil(ctx, time.Minute, func(r registration) bool { return !r.registered })
+	if !ok {
+		return s.report(name, false, "CSINode still lists the driver 1m after the pod's deletion")
+	}
+	tDeregistered := reg.at.Sub(began)
+	err := waitFor(ctx, "pod object gone", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.pods(ctx)
+		return err == nil && len(pods) == 0, err
+	})
+	tGone := time.Since(began)
+	if err != nil {
+		return s.report(name, false, "deregistered +%s, but %v", ms(tDeregistered), err)
+	}
+	left, _ := os.ReadDir(s.path("kubelet", "plugins_registry"))
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	driverDir, _ := os.ReadDir(s.path("kubelet", "plugins", driverName))
+	var driverFiles []string
+	for _, e := range driverDir {
+		driverFiles = append(driverFiles, e.Name())
+	}
+	final, _ := s.watch.now()
+	ok = len(names) == 0 && !final.registered
+	return s.report(name, ok, "pod deleted → CSINode without the driver +%s → pod object gone +%s; plugins_registry holds %d entries %v; driver socket directory holds %v",
+		ms(tDeregistered), ms(tGone), len(names), names, driverFiles)
+}
+
+// metricLine returns the line of a Prometheus text page that starts with
+// prefix, or why there is none.
+func metricLine(url, prefix string) string {
+	resp, err := plainHTTP.Get(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		if strings.HasPrefix(scanner.Text(), prefix) {
+			return scanner.Text()
+		}
+	}
+	return prefix + " missing"
+}

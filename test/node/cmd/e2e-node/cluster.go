@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The node's fixed identity inside its own network namespace.
+const (
+	nodeName   = "e2e-node"
+	nodeIP     = "10.88.0.1" // on lo: kubelet refuses a loopback node IP
+	apiServer  = "https://127.0.0.1:6443"
+	adminToken = "e2e-node-admin"
+	nodeToken  = "e2e-node-kubelet"
+	// cgroupRoot is kubelet's cgroup root, created (and removed) by
+	// hack/e2e-node.sh in every cgroup hierarchy: everything kubelet and
+	// runc create lives below it.
+	cgroupRoot = "/e2e-node"
+)
+
+// process is one component of the node, logging to a file of the scratch
+// directory.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// cluster is the single-node cluster: its processes, in start order.
+type cluster struct {
+	work    string // scratch directory
+	bin     string // directory of kubelet, kube-apiserver, ...
+	logs    string
+	procs   []*process
+	client  *kubernetes.Clientset
+	timings []timing
+}
+
+type timing struct {
+	what string
+	took time.Duration
+}
+
+func (c *cluster) path(elem ...string) string {
+	return filepath.Join(append([]string{c.work}, elem...)...)
+}
+
+// start runs a component in the background; its output goes to logs/NAME.log.
+func (c *cluster) start(name string, argv ...string) (*process, error) {
+	logFile, err := os.Create(filepath.Join(c.logs, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// stopAll stops the components in reverse start order: SIGTERM, then
+// SIGKILL after a grace period.
+func (c *cluster) stopAll() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// command runs a short command and returns its error with its output.
+func command(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// waitFor polls cond every interval until it holds, ctx ends or timeout
+// passes. A process that exits while we wait for it is an error at once.
+func waitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		var exited <-chan struct{}
+		if p != nil {
+			exited = p.done
+		}
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("%s: interrupted", what)
+			}
+			return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
+		case <-exited:
+			return fmt.Errorf("%s: %s exited: %v (see logs/%s.log)", what, p.name, p.err, p.name)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// up starts etcd, containerd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kubelet, each once the previous one answers.
+func (c *cluster) up(ctx context.Context, images []string) error {
+	began := time.Now()
+	// The network namespace is new: only lo, down.
+	if err := command("ip", "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	if err := command("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+
+	etcd, err := c.start("etcd", "etcd", "--data-dir", c.path("etcd"),
+		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "default=http://127.0.0.1:2380", "--name", "default")
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "etcd healthy", time.Minute, 200*time.Millisecond, etcd, httpOK("http://127.0.0.1:2379/health", "")); err != nil {
+		return err
+	}
+
+	containerd, err := c.startContainerd()
+	if err != nil {
+		return err
+	}
+	sock := c.path("containerd", "containerd.sock")
+	if err := waitFor(ctx, "containerd serving", time.Minute, 200*time.Millisecond, containerd, func(context.Context) (bool, error) {
+		return command("ctr", "--address", sock, "version") == nil, nil
+	}); err != nil {
+		return err
+	}
+	for _, image := range images {
+		if err := command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--snapshotter", "native", image); err != nil {
+			return err
+		}
+	}
+
+	apiserver, err := c.startAPIServer()
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kube-apiserver ready", 3*time.Minute, 500*time.Millisecond, apiserver, httpOK(apiServer+"/readyz", adminToken)); err != nil {
+		return err
+	}
+	admin := c.path("admin.kubeconfig")
+	if err := writeKubeconfig(admin, adminToken); err != nil {
+		return err
+	}
+	c.client, err = kubernetes.NewForConfig(&rest.Config{
+		Host: apiServer, BearerToken: adminToken,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 50, Burst: 100,
+	})
+	if err != nil {
+		return err
+	}
+
+	if _, err := c.start("kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
+		"--kubeconfig", admin, "--leader-elect=false", "--controllers=daemonset,garbagecollector",
+		"--secure-port=0", "--v=2"); err != nil {
+		return err
+	}
+	if _, err := c.start("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"),
+		"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=2"); err != nil {
+		return err
+	}
+
+	kubelet, err := c.startKubelet()
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kubelet registered its Node", 3*time.Minute, 500*time.Millisecond, kubelet, func(ctx context.Context) (bool, error) {
+		_, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
+	return nil
+}
+
+func httpOK(url, token string) func(context.Context) (bool, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the apiserver's self-signed certificate
+	}}
+	return func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+}
+
+func (c *cluster) startContainerd() (*process, error) {
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/e2e-node/pause:1"
+  # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[5]q
+    conf_dir = %[6]q
+`, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"),
+		c.path("containerd", "opt"), c.path("cni", "bin"), c.path("cni", "conf"))
+	file := c.path("containerd.toml")
+	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return c.start("containerd", "containerd", "--config", file, "--log-level", "info")
+}
+
+func (c *cluster) startAPIServer() (*process, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	keyFile := c.path("service-account.key")
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
+		return nil, err
+	}
+	// kubelet is a real node user, so that the Node authorizer and the
+	// NodeRestriction admission plugin check what it writes.
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,kubelet,\"system:nodes\"\n",
+		adminToken, nodeToken, nodeName)
+	tokenFile := c.path("tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
+		return nil, err
+	}
+	return c.start("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=127.0.0.1", "--secure-port=6443", "--advertise-address="+nodeIP,
+		"--cert-dir="+c.path("apiserver"),
+		"--token-auth-file="+tokenFile,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// the test driver, as deploy/ asks for any driver, is privileged
+		"--allow-privileged=true",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+keyFile,
+		"--service-account-signing-key-file="+keyFile,
+		"--service-cluster-ip-range=10.96.0.0/24",
+		// on loopback: no Endpoints for the kubernetes Service
+		"--endpoint-reconciler-type=none",
+		"--v=1")
+}
+
+func (c *cluster) startKubelet() (*process, error) {
+	kubeconfig := c.path("kubelet.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, nodeToken); err != nil {
+		return nil, err
+	}
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://%[1]s
+imageServiceEndpoint: unix://%[1]s
+# cgroup v1 hosts without systemd as init; swap may be on
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: %[2]s
+failSwapOn: false
+podLogsDir: %[3]s
+address: %[4]s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+# anonymous read of /metrics (prober_probe_total) from inside the namespace
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+resolvConf: ""
+localStorageCapacityIsolation: false
+# never evict nor garbage-collect the imported images on a loaded build host
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+syncFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+serializeImagePulls: false
+`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP)
+	file := c.path("kubelet.yaml")
+	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return c.start("kubelet", filepath.Join(c.bin, "kubelet"),
+		"--config="+file, "--kubeconfig="+kubeconfig,
+		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet", "pki"),
+		"--hostname-override="+nodeName, "--node-ip="+nodeIP,
+		"--v=2")
+}
+
+func writeKubeconfig(file, token string) error {
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: user
+  user:
+    token: %s
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: user
+current-context: local
+`, apiServer, token)
+	return os.WriteFile(file, []byte(config), 0o600)
+}
+
+// dialable reports whether a Unix socket accepts connections.
+func dialable(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	namespace       = "csi-e2e"
+	driverName      = "my-driver.csi.example.com" // deploy/'s placeholder name
+	expectedNodeID  = "csi-" + nodeName
+	registrarImage  = "localhost/csi-node-driver-registrar:e2e-node"
+	driverImage     = "localhost/e2e-node/mockdriver:1"
+	registrarName   = "node-driver-registrar"
+	driverContainer = "csi-driver"
+	revisionKey     = "e2e-node/revision"
+)
+
+// revision is what differs between the DaemonSet's two templates.
+// hostNetwork (there is no CNI here) puts both pods of a maxSurge update in
+// one network namespace, so each revision has its own HTTP port. The test
+// driver removes its socket when it stops, which would remove the new pod's
+// socket (deploy/README.md asks drivers not to), so each revision also has
+// its own driver socket.
+type revision int
+
+func (r revision) port() int32 { return 9808 + int32(r) }
+
+func (r revision) socket() string {
+	if r == 1 {
+		return "csi.sock"
+	}
+	return fmt.Sprintf("csi-%d.sock", r)
+}
+
+// daemonSet reads deploy/daemonset.yaml and adapts it to this node: local
+// images never pulled, host network, kubelet's root directory under the
+// scratch directory, the test driver's arguments. The registrar container's
+// probes, security context and resources are kept as they are, and an exec
+// startup probe with the legacy probe mode is added.
+func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error) {
+	file := filepath.Join(repo, "deploy", "daemonset.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	ds := &appsv1.DaemonSet{}
+	if err := yaml.UnmarshalStrict(data, ds); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	ds.Namespace = namespace
+	tmpl := &ds.Spec.Template
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	tmpl.Annotations[revisionKey] = fmt.Sprint(int(rev))
+	pod := &tmpl.Spec
+	pod.HostNetwork = true
+	pod.DNSPolicy = corev1.DNSDefault
+	pod.AutomountServiceAccountToken = new(bool)
+
+	kubeletDir := c.path("kubelet")
+	driverDir := filepath.Join(kubeletDir, "plugins", driverName)
+	for i := range pod.Volumes {
+		hp := pod.Volumes[i].HostPath
+		if hp == nil {
+			continue
+		}
+		if pod.Volumes[i].Name == "socket-dir" {
+			hp.Path = driverDir
+		} else if rest, ok := strings.CutPrefix(hp.Path, "/var/lib/kubelet"); ok {
+			hp.Path = kubeletDir + rest
+		}
+	}
+
+	var found int
+	for i := range pod.Containers {
+		ctr := &pod.Containers[i]
+		ctr.ImagePullPolicy = corev1.PullNever
+		switch ctr.Name {
+		case registrarName:
+			found++
+			ctr.Image = registrarImage
+			if err := replaceArg(ctr.Args, "--csi-address=/csi/csi.sock", "--csi-address=/csi/"+rev.socket()); err != nil {
+				return nil, err
+			}
+			if err := replaceArg(ctr.Args, "--http-endpoint=:9809", fmt.Sprintf("--http-endpoint=:%d", rev.port())); err != nil {
+				return nil, err
+			}
+			for j := range ctr.Env {
+				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
+					ctr.Env[j].Value = filepath.Join(driverDir, rev.socket())
+				}
+			}
+			if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "healthz" {
+				return nil, fmt.Errorf("%s: the registrar container should have one port, healthz", file)
+			}
+			ctr.Ports[0].ContainerPort, ctr.Ports[0].HostPort = rev.port(), rev.port()
+			if ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
+				return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
+			}
+			// Old manifests' liveness probe, here as a startup probe so the
+			// HTTP liveness probe stays: kubelet runs it with a runtime exec.
+			ctr.StartupProbe = &corev1.Probe{
+				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+					Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe"},
+				}},
+				PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
+			}
+		case driverContainer:
+			found++
+			ctr.Image = driverImage
+			ctr.Args = []string{
+				"--endpoint=/csi/" + rev.socket(),
+				"--name=" + driverName,
+				"--node-id=csi-$(KUBE_NODE_NAME)",
+			}
+		}
+	}
+	if found != 2 {
+		return nil, fmt.Errorf("%s: want containers %q and %q", file, registrarName, driverContainer)
+	}
+	return ds, nil
+}
+
+func replaceArg(args []string, old, replacement string) error {
+	i := slices.Index(args, old)
+	if i < 0 {
+		return fmt.Errorf("deploy/daemonset.yaml: the registrar's arguments no longer contain %q; adapt test/node", old)
+	}
+	args[i] = replacement
+	return nil
+}

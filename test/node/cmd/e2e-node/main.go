@@ -1,0 +1,107 @@
+// Command e2e-node runs a one-node Kubernetes cluster (etcd, containerd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubelet) and
+// checks the registrar's image as the sidecar of a CSI driver's DaemonSet
+// under that real kubelet. It expects to run as PID 1 of new network, mount
+// and PID namespaces with a scratch directory prepared by hack/e2e-node.sh,
+// which also removes what the node leaves outside that directory.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	work := flag.String("work", "", "scratch directory (required)")
+	bin := flag.String("bin", "", "directory holding kubelet, kube-apiserver, kube-controller-manager and kube-scheduler (required)")
+	repo := flag.String("repo", "", "the repository's root, for deploy/daemonset.yaml (required)")
+	images := flag.String("images", "", "comma-separated image archives to import into containerd (required)")
+	maxRolloutGap := flag.Duration("max-rollout-gap", 0, "the longest time without the driver in CSINode that the rolling update check accepts; 0: none")
+	flag.Parse()
+	if *work == "" || *bin == "" || *repo == "" || *images == "" {
+		flag.Usage()
+		os.Exit(2)
+	}
+	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), *maxRolloutGap))
+}
+
+func run(work, bin, repo string, images []string, maxRolloutGap time.Duration) int {
+	// As PID 1 of its namespace this process gets no default signal
+	// handling: SIGINT and SIGTERM must be caught to stop cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	c := &cluster{work: work, bin: bin, logs: filepath.Join(work, "logs")}
+	if err := os.MkdirAll(c.logs, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-node:", err)
+		return 1
+	}
+	began := time.Now()
+	defer func() {
+		fmt.Println("e2e-node: stopping the node")
+		c.stopAll()
+	}()
+
+	fmt.Println("e2e-node: starting etcd, containerd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet")
+	if err := c.up(ctx, images); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-node: FAIL: the node did not come up:", err)
+		return 1
+	}
+	fmt.Printf("e2e-node: node %s up after %s\n", nodeName, ms(time.Since(began)))
+
+	s := &suite{cluster: c, repo: repo, watch: newCSINodeWatch(driverName), maxRolloutGap: maxRolloutGap}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go s.watch.run(watchCtx, c.client)
+
+	// Every later step works on the pod of the first; each one leaves a
+	// running, registered pod unless it failed badly, so a failure does
+	// not stop the next ones.
+	if s.checkFirstRegistration(ctx) {
+		for _, step := range []func(context.Context) bool{
+			s.checkProbes,
+			s.checkSocketDeleted,
+			s.checkRollingUpdate,
+			s.checkPodDeleted,
+		} {
+			if ctx.Err() != nil {
+				break
+			}
+			step(ctx)
+		}
+	}
+
+	fmt.Println()
+	fmt.Println("e2e-node report")
+	for _, t := range c.timings {
+		fmt.Printf("  %-6s %s: %s\n", "", t.what, ms(t.took))
+	}
+	failed := 0
+	for _, r := range s.results {
+		status := "PASS"
+		if !r.ok {
+			status = "FAIL"
+			failed++
+		}
+		fmt.Printf("  %-6s %s\n         %s\n", status, r.name, r.detail)
+	}
+	const want = 6 // 1, 2a, 2b, 3, 4, 5
+	if ctx.Err() != nil {
+		fmt.Println("  interrupted")
+	}
+	if len(s.results) < want {
+		fmt.Printf("  NOT RUN: %d check(s)\n", want-len(s.results))
+	}
+	fmt.Printf("  total %s; check 6 (clean-up) follows from hack/e2e-node.sh once the namespaces are gone\n", ms(time.Since(began)))
+	if failed > 0 || len(s.results) < want {
+		return 1
+	}
+	return 0
+}

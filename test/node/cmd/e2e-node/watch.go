@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+var getOpts = metav1.GetOptions{}
+
+// registration is what the node's CSINode said about the driver at a moment.
+type registration struct {
+	at         time.Time
+	registered bool
+	nodeID     string
+}
+
+// csiNodeWatch records every write to the node's CSINode object, as the API
+// server delivers them: unlike polling, it cannot miss a short
+// deregistration.
+type csiNodeWatch struct {
+	driver string
+
+	mu       sync.Mutex
+	timeline []registration
+	changed  chan struct{} // closed and replaced on each new entry
+	gaps     int           // times the watch had to be restarted
+}
+
+func newCSINodeWatch(driver string) *csiNodeWatch {
+	return &csiNodeWatch{driver: driver, changed: make(chan struct{})}
+}
+
+func (w *csiNodeWatch) record(node *storagev1.CSINode) {
+	r := registration{at: time.Now()}
+	if node != nil {
+		for _, d := range node.Spec.Drivers {
+			if d.Name == w.driver {
+				r.registered, r.nodeID = true, d.NodeID
+			}
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.timeline); n > 0 && w.timeline[n-1].registered == r.registered && w.timeline[n-1].nodeID == r.nodeID {
+		return
+	}
+	w.timeline = append(w.timeline, r)
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// run watches until ctx ends, re-listing whenever the watch closes.
+func (w *csiNodeWatch) run(ctx context.Context, client kubernetes.Interface) {
+	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
+	for ctx.Err() == nil {
+		list, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if len(list.Items) == 0 {
+			w.record(nil)
+		} else {
+			w.record(&list.Items[0])
+		}
+		watcher, err := client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{
+			FieldSelector: selector, ResourceVersion: list.ResourceVersion,
+		})
+		if err != nil {
+			continue
+		}
+		for event := range watcher.ResultChan() {
+			switch event.Type {
+			case watch.Added, watch.Modified:
+				w.record(event.Object.(*storagev1.CSINode))
+			case watch.Deleted:
+				w.record(nil)
+			}
+		}
+		watcher.Stop()
+		w.mu.Lock()
+		w.gaps++
+		w.mu.Unlock()
+	}
+}
+
+// now returns the latest state and a channel closed at the next change.
+func (w *csiNodeWatch) now() (registration, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.timeline) == 0 {
+		return registration{}, w.changed
+	}
+	return w.timeline[len(w.timeline)-1], w.changed
+}
+
+// waitUntil waits for a state that satisfies cond and returns it.
+func (w *csiNodeWatch) waitUntil(ctx context.Context, timeout time.Duration, cond func(registration) bool) (registration, bool) {
+	deadline := time.After(timeout)
+	for {
+		r, changed := w.now()
+		if cond(r) {
+			return r, true
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return r, false
+		case <-ctx.Done():
+			return r, false
+		}
+	}
+}
+
+// between returns the entries recorded in [from, to].
+func (w *csiNodeWatch) between(from, to time.Time) []registration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []registration
+	for _, r := range w.timeline {
+		if !r.at.Before(from) && !r.at.After(to) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// stateAt returns the state in force at t.
+func (w *csiNodeWatch) stateAt(t time.Time) registration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last registration
+	for _, r := range w.timeline {
+		if r.at.After(t) {
+			break
+		}
+		last = r
+	}
+	return last
+}
+
+func (w *csiNodeWatch) restarts() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gaps
+}
