@@ -33,7 +33,7 @@ const (
 // rate() and increase() see the first one.
 var publicationReasons = []string{
 	registration.ReasonStart, registration.ReasonDeleted, registration.ReasonVacated,
-	registration.ReasonStale, registration.ReasonRetry, registration.ReasonRenamed,
+	registration.ReasonStale, registration.ReasonRetry, registration.ReasonRenamed, registration.ReasonHandover,
 }
 
 // pluginInfoBuckets span a driver that answers at once to one at the edge

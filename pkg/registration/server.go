@@ -52,6 +52,9 @@ const (
 	ReasonStale   = "stale"   // a dead socket appeared at the path
 	ReasonRetry   = "retry"   // kubelet rejected the plugin, backoff elapsed
 	ReasonRenamed = "renamed" // the driver came back under another name
+	// ReasonHandover: the previous instance handed its listening socket
+	// over; the file at the path did not change.
+	ReasonHandover = "handover"
 )
 
 // Config says where to register and how to behave.
@@ -103,9 +106,10 @@ type Server struct {
 	cfg Config
 
 	// Wakes Run: a new driver name, or a kubelet verdict.
-	names    chan string
-	verdicts chan verdict
-	done     chan struct{}
+	names     chan string
+	verdicts  chan verdict
+	handovers chan *handoverCall
+	done      chan struct{}
 
 	mu     sync.Mutex
 	logger logr.Logger
@@ -156,12 +160,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
 	}
 	return &Server{
-		cfg:      cfg,
-		names:    make(chan string, 1),
-		verdicts: make(chan verdict, 16),
-		done:     make(chan struct{}),
-		logger:   klog.Background(),
-		st:       newStatus(cfg.Endpoint),
+		cfg:       cfg,
+		names:     make(chan string, 1),
+		verdicts:  make(chan verdict, 16),
+		handovers: make(chan *handoverCall),
+		done:      make(chan struct{}),
+		logger:    klog.Background(),
+		st:        newStatus(cfg.Endpoint),
 	}, nil
 }
 
@@ -269,6 +274,9 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 				return err
 			}
 
+		case call := <-l.handovers:
+			call.reply <- l.handOver(call)
+
 		case <-l.retryChannel():
 			if err := l.retryAfterRejection(); err != nil {
 				return err
@@ -306,14 +314,26 @@ func (l *loop) driverNamed(name string) error {
 	for _, leftover := range removeLeftovers(path, l.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
-	if exists, _ := checkSocketPath(path); exists {
-		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.cfg.CheckTimeout))
-	}
+	exists, _ := checkSocketPath(path)
 
 	l.mu.Lock()
 	l.st.driverName = name
 	l.st.socketPath = path
 	l.mu.Unlock()
+	if exists && handoverSupported {
+		// Most likely the older pod of a rolling update: take its socket
+		// over rather than replace the file, which kubelet would see as a
+		// new plugin and deregister the driver for a reconcile period.
+		taken, err := l.takeOver(name, path)
+		if err == nil {
+			l.adopt(taken)
+			return nil
+		}
+		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
+	}
+	if exists {
+		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.cfg.CheckTimeout))
+	}
 	return l.publish(reason)
 }
 
@@ -332,21 +352,31 @@ func (l *loop) publish(reason string) error {
 	if err != nil {
 		return err
 	}
+	l.install(&publication{gen: gen, name: name, path: path, sock: sock}, func(st *status) { st.published(reason) })
+	l.logger.Info("Registration socket published, waiting for kubelet", "driver", name, "path", path, "endpoint", l.cfg.Endpoint, "reason", reason)
+	return nil
+}
+
+// install serves kubelet on a new publication, makes it the current one
+// (update records it in the status), and retires the previous one.
+func (l *loop) install(pub *publication, update func(*status)) {
 	srv := grpc.NewServer()
-	registerapi.RegisterRegistrationServer(srv, &rpcServer{s: l.Server, gen: gen, name: name})
-	pub := &publication{gen: gen, name: name, path: path, sock: sock, grpc: srv}
-	go func() { _ = srv.Serve(sock) }()
+	rpc := &rpcServer{s: l.Server, gen: pub.gen, name: pub.name}
+	registerapi.RegisterRegistrationServer(srv, rpc)
+	if handoverSupported {
+		srv.RegisterService(&handoverServiceDesc, rpc)
+	}
+	pub.grpc = srv
+	go func() { _ = srv.Serve(pub.sock) }()
 
 	l.mu.Lock()
 	previous := l.pub
 	l.pub = pub
-	l.st.published(reason)
+	update(&l.st)
 	l.mu.Unlock()
 	if previous != nil {
 		l.retire(previous)
 	}
-	l.logger.Info("Registration socket published, waiting for kubelet", "driver", name, "path", path, "endpoint", l.cfg.Endpoint, "reason", reason)
-	return nil
 }
 
 // retire stops a publication in the background: its socket is removed if

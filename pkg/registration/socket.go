@@ -111,30 +111,14 @@ type publishedSocket struct {
 // and logs an error when the file is already gone. The rename path cannot
 // avoid that once.
 func publish(path string) (*publishedSocket, error) {
-	hidden, err := hiddenSocketPath(path)
+	l, hidden, own, err := listenHidden(path)
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("unix", hidden)
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %q: %w", hidden, err)
-	}
-	// The names are removed only while they are still ours; the listener
-	// must not unlink anything on Close.
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	fail := func(err error) (*publishedSocket, error) {
 		_ = l.Close()
-		_ = os.Remove(hidden)
+		_ = removeIfSame(hidden, own)
 		return nil, err
-	}
-	// Owner only: kubelet runs as root. Setting the umask instead would
-	// change it for every goroutine of the process.
-	if err := os.Chmod(hidden, 0o600); err != nil {
-		return fail(fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err))
-	}
-	own, err := os.Lstat(hidden)
-	if err != nil {
-		return fail(fmt.Errorf("cannot inspect %q: %w", hidden, err))
 	}
 	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
 	err = os.Link(hidden, path)
@@ -151,6 +135,45 @@ func publish(path string) (*publishedSocket, error) {
 		sock.hidden = ""
 	}
 	return sock, nil
+}
+
+// listenHidden listens on a new hidden (dot-prefixed) sibling of path,
+// mode 0600, and returns it with the name and the file it created.
+func listenHidden(path string) (*net.UnixListener, string, fs.FileInfo, error) {
+	hidden, err := hiddenSocketPath(path)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	l, err := net.Listen("unix", hidden)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("cannot listen on %q: %w", hidden, err)
+	}
+	ul := l.(*net.UnixListener)
+	// The names are removed only while they are still ours; the listener
+	// must not unlink anything on Close.
+	ul.SetUnlinkOnClose(false)
+	// Owner only: kubelet runs as root. Setting the umask instead would
+	// change it for every goroutine of the process.
+	if err := os.Chmod(hidden, 0o600); err != nil {
+		_ = ul.Close()
+		_ = os.Remove(hidden)
+		return nil, "", nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
+	}
+	own, err := os.Lstat(hidden)
+	if err != nil {
+		_ = ul.Close()
+		_ = os.Remove(hidden)
+		return nil, "", nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
+	}
+	return ul, hidden, own, nil
+}
+
+// isHiddenName tells whether name is of the form .<driver>.<6 hex digits>,
+// the hidden name of a socket for the registration socket at path.
+func isHiddenName(path, name string) bool {
+	prefix := "." + strings.TrimSuffix(filepath.Base(path), "-reg.sock") + "."
+	suffix, ok := strings.CutPrefix(name, prefix)
+	return ok && len(suffix) == 6 && strings.Trim(suffix, "0123456789abcdef") == ""
 }
 
 // hiddenSocketPath names a dot-prefixed sibling of path, unique to this
@@ -217,16 +240,14 @@ func removeIfSame(path string, own fs.FileInfo) error {
 // .<driver>.<6 hex digits> that nobody listens on. Live ones belong to
 // another running instance and stay.
 func removeLeftovers(path string, timeout time.Duration) (removed []string) {
-	dir, base := filepath.Split(path)
-	prefix := "." + strings.TrimSuffix(base, "-reg.sock") + "."
+	dir := filepath.Dir(path)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
 	for _, e := range entries {
 		name := e.Name()
-		suffix, ok := strings.CutPrefix(name, prefix)
-		if !ok || len(suffix) != 6 || strings.Trim(suffix, "0123456789abcdef") != "" || e.Type() != fs.ModeSocket {
+		if !isHiddenName(path, name) || e.Type() != fs.ModeSocket {
 			continue
 		}
 		full := filepath.Join(dir, name)

@@ -82,6 +82,8 @@ type status struct {
 	failures        uint64
 	publications    map[string]uint64
 	calls           KubeletCalls
+	// handedOver: superseded because this instance handed its socket over.
+	handedOver bool
 }
 
 func newStatus(endpoint string) status {
@@ -91,9 +93,24 @@ func newStatus(endpoint string) status {
 func (st *status) published(reason string) {
 	st.publications[reason]++
 	st.state = WaitingForKubelet
+	st.handedOver = false
 }
 
-func (st *status) superseded() { st.state = Superseded }
+func (st *status) superseded() { st.state, st.handedOver = Superseded, false }
+
+// handedOverTo records that a newer instance took this one's socket over.
+func (st *status) handedOverTo() { st.state, st.handedOver = Superseded, true }
+
+// adopted records a socket taken over from the previous instance, with
+// kubelet's verdict on it when kubelet had registered it.
+func (st *status) adopted(registered *Verdict) {
+	st.published(ReasonHandover)
+	if registered != nil {
+		v := *registered
+		st.lastVerdict = &v
+		st.state = Registered
+	}
+}
 
 func (st *status) stopped() { st.state = Stopped }
 
@@ -168,6 +185,9 @@ func (s *Server) Status() Status {
 		out.Reason = "rejected by kubelet: " + st.lastVerdict.Reason
 	case Superseded:
 		out.Reason = "superseded: another instance of the driver owns the registration socket"
+		if st.handedOver {
+			out.Reason += " (this instance handed it over)"
+		}
 	case Stopped:
 		out.Reason = "stopped"
 	}

@@ -504,12 +504,13 @@ func TestMaxSurgeTakeover(t *testing.T) {
 	inodeA := socketInode(t, e.regSocket())
 
 	b := e.startRegistrar("registrar-B")
-	if _, err := k.WaitForEvents(waitTimeout, e.driver, report.Register, true, 2); err != nil {
-		t.Fatalf("kubelet did not register the driver again after B started: %v", err)
+	if _, err := b.WaitForLine(waitTimeout, "Took the registration socket over"); err != nil {
+		t.Fatalf("B did not take A's socket over: %v", err)
 	}
+	// Handed over: the same file, now B's.
 	inodeB := socketInode(t, e.regSocket())
-	if inodeB == inodeA {
-		t.Fatalf("the socket is still A's (inode %d) after kubelet registered again", inodeA)
+	if inodeB != inodeA {
+		t.Fatalf("the socket at the path has inode %d after the handover, want A's %d", inodeB, inodeA)
 	}
 	if err := b.WaitForHealthz(waitTimeout, 200); err != nil {
 		t.Fatal(err)
@@ -517,7 +518,7 @@ func TestMaxSurgeTakeover(t *testing.T) {
 	if _, err := b.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
 		t.Fatal(err)
 	}
-	waitForMetrics(t, b, registeredSamples(stateRegistered, is(1, metricPublications, "reason", "start"))...)
+	waitForMetrics(t, b, registeredSamples(stateRegistered, is(1, metricPublications, "reason", "handover"))...)
 	assertSuperseded(t, a)
 
 	deregistrations := k.CountEvents(e.driver, report.Deregister, false)

@@ -99,8 +99,8 @@ func TestSupersededRepublishesWhenNewerExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := e.startRegistrar("registrar-B")
-	if _, err := k.WaitForEvents(waitTimeout, e.driver, report.Register, true, 2); err != nil {
-		t.Fatalf("kubelet did not register the driver again after B started: %v", err)
+	if _, err := b.WaitForLine(waitTimeout, "Took the registration socket over"); err != nil {
+		t.Fatalf("B did not take A's socket over: %v", err)
 	}
 	assertSuperseded(t, a)
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -78,11 +79,26 @@ func main() {
 	node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.NodeGetCapabilitiesResponse{}, nil)
 
 	d := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{Identity: identity, Node: node})
-	if err := os.Remove(*endpoint); err != nil && !os.IsNotExist(err) {
+	// Bound under a temporary name and renamed into place, so that a new
+	// instance replaces an old one's socket atomically (a DaemonSet rolling
+	// update with maxSurge), and removed on exit only if still its own.
+	tmp := fmt.Sprintf("%s.%d", *endpoint, os.Getpid())
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "mockdriver: %v\n", err)
 		os.Exit(1)
 	}
-	if err := d.StartOnAddress("unix", *endpoint); err != nil {
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	own, err := os.Lstat(tmp)
+	if err == nil {
+		err = os.Rename(tmp, *endpoint)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		fmt.Fprintf(os.Stderr, "mockdriver: %v\n", err)
+		os.Exit(1)
+	}
+	if err := d.CSIDriver.Start(l); err != nil {
 		fmt.Fprintf(os.Stderr, "mockdriver: %v\n", err)
 		os.Exit(1)
 	}
@@ -92,6 +108,8 @@ func main() {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	d.Stop()
-	_ = os.Remove(*endpoint)
+	if fi, err := os.Lstat(*endpoint); err == nil && os.SameFile(fi, own) {
+		_ = os.Remove(*endpoint)
+	}
 	fmt.Println("mockdriver: stopped")
 }

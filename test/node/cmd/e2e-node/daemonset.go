@@ -25,20 +25,15 @@ const (
 
 // revision is what differs between the DaemonSet's two templates.
 // hostNetwork (there is no CNI here) puts both pods of a maxSurge update in
-// one network namespace, so each revision has its own HTTP port. The test
-// driver removes its socket when it stops, which would remove the new pod's
-// socket (deploy/README.md asks drivers not to), so each revision also has
-// its own driver socket.
+// one network namespace, so each revision has its own HTTP port. Both
+// revisions share the driver's socket, as a real DaemonSet's do: the test
+// driver replaces the old socket atomically and removes it on exit only if
+// it is still its own, as deploy/README.md asks drivers to.
 type revision int
 
 func (r revision) port() int32 { return 9808 + int32(r) }
 
-func (r revision) socket() string {
-	if r == 1 {
-		return "csi.sock"
-	}
-	return fmt.Sprintf("csi-%d.sock", r)
-}
+func (r revision) socket() string { return "csi.sock" }
 
 // daemonSet reads deploy/daemonset.yaml and adapts it to this node: local
 // images never pulled, host network, kubelet's root directory under the

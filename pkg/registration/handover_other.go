@@ -1,0 +1,23 @@
+//go:build !unix
+
+package registration
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+)
+
+// handoverSupported: without SCM_RIGHTS (Windows) a newer instance
+// replaces the socket instead.
+const handoverSupported = false
+
+var errNoHandover = errors.New("sockets cannot be handed over on this platform")
+
+func sendListener(*net.UnixConn, []byte, *net.UnixListener) error { return errNoHandover }
+
+func receiveListener(*net.UnixConn) ([]byte, *net.UnixListener, error) {
+	return nil, nil, errNoHandover
+}
+
+func fileID(fs.FileInfo) (dev, ino uint64, ok bool) { return 0, 0, false }

@@ -1,0 +1,85 @@
+//go:build unix
+
+package registration
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"syscall"
+)
+
+// handoverSupported: sockets can be passed between processes (SCM_RIGHTS).
+const handoverSupported = true
+
+// sendListener sends payload with the listening socket. The descriptor is
+// used in place: duplicating it through os.File would risk switching the
+// shared file description to blocking mode.
+func sendListener(conn *net.UnixConn, payload []byte, l *net.UnixListener) error {
+	raw, err := l.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sendErr error
+	if err := raw.Control(func(fd uintptr) {
+		_, _, sendErr = conn.WriteMsgUnix(payload, syscall.UnixRights(int(fd)), nil)
+	}); err != nil {
+		return err
+	}
+	return sendErr
+}
+
+// receiveListener reads a payload sent by sendListener and the listening
+// socket with it.
+func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range msgs {
+		if rights, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, rights...)
+		}
+	}
+	if len(fds) == 0 {
+		return nil, nil, errors.New("no socket received")
+	}
+	for _, fd := range fds[1:] {
+		_ = syscall.Close(fd)
+	}
+	f := os.NewFile(uintptr(fds[0]), "handed-over-registration-socket")
+	l, err := net.FileListener(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		_ = l.Close()
+		return nil, nil, errors.New("the socket received is not a Unix listener")
+	}
+	payload, err := readLine(conn, buf[:n])
+	if err != nil {
+		_ = ul.Close()
+		return nil, nil, err
+	}
+	return payload, ul, nil
+}
+
+// fileID is the device and inode of a file.
+func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	// The field types differ between platforms.
+	return uint64(st.Dev), uint64(st.Ino), true
+}

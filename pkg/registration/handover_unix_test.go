@@ -1,0 +1,255 @@
+//go:build unix
+
+package registration
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// startRegistered starts an instance and has "kubelet" register it.
+func startRegistered(t *testing.T, dir string, configure ...func(*Config)) *running {
+	t.Helper()
+	r := start(t, dir, configure...)
+	notify(t, r.srv.SocketPathForTest(), true)
+	eventually(t, "kubelet's registration is recorded", func() bool { ready, _ := r.srv.Ready(); return ready })
+	return r
+}
+
+func notify(t *testing.T, path string, registered bool) {
+	t.Helper()
+	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: registered}); err != nil {
+		t.Fatalf("NotifyRegistrationStatus: %v", err)
+	}
+}
+
+func lstat(t *testing.T, path string) fs.FileInfo {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
+// assertOneHiddenName checks that dir holds the socket at path and one
+// hidden second name of it, nothing else.
+func assertOneHiddenName(t *testing.T, path string) {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || !isHiddenName(path, entries[0].Name()) || entries[1].Name() != filepath.Base(path) {
+		t.Fatalf("registry directory holds %v, want the socket and one hidden name", entries)
+	}
+	if hidden := lstat(t, filepath.Join(filepath.Dir(path), entries[0].Name())); !os.SameFile(hidden, lstat(t, path)) {
+		t.Errorf("the hidden name %s is not a second name of the socket", entries[0].Name())
+	}
+}
+
+func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
+	dir := shortTempDir(t)
+	older := startRegistered(t, dir)
+	path := older.srv.SocketPathForTest()
+	published := lstat(t, path)
+	verdict := older.srv.Status().LastVerdict
+
+	newer := start(t, dir)
+	// The file kubelet watches never changed: no event, no new plugin.
+	if !os.SameFile(published, lstat(t, path)) {
+		t.Fatal("the socket at the path was replaced, want it handed over")
+	}
+	st := newer.srv.Status()
+	if st.State != Registered || !st.Ready || st.LastVerdict == nil || !st.LastVerdict.Time.Equal(verdict.Time) {
+		t.Errorf("newer Status = %+v, want registered and ready at once, with the older instance's verdict %+v", st, verdict)
+	}
+	if len(st.Publications) != 1 || st.Publications[ReasonHandover] != 1 {
+		t.Errorf("newer publications = %v, want one handover", st.Publications)
+	}
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	if st := older.srv.Status(); st.Ready || !strings.Contains(st.Reason, "handed it over") {
+		t.Errorf("older Status = ready %v %q, want not ready, handed over", st.Ready, st.Reason)
+	}
+	assertOneHiddenName(t, path)
+
+	// kubelet's calls through the path reach the newer instance.
+	calls := newer.srv.Status().KubeletCalls
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	notify(t, path, true)
+	if now := newer.srv.Status().KubeletCalls; now.GetInfo != calls.GetInfo+1 || now.NotifyRegistered != calls.NotifyRegistered+1 {
+		t.Errorf("newer instance's kubelet calls %+v, then %+v: want one GetInfo and one Notify more", calls, now)
+	}
+	if h := older.srv.Health(context.Background()); h.State != SocketSuperseded {
+		t.Errorf("older Health = %+v, want superseded", h)
+	}
+
+	if err := older.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(published, lstat(t, path)) {
+		t.Fatal("the older instance's exit changed the socket at the path")
+	}
+	assertOneHiddenName(t, path)
+	if h := newer.srv.Health(context.Background()); h.State != SocketServing {
+		t.Errorf("newer Health after the older one exited = %+v, want serving", h)
+	}
+	if ready, reason := newer.srv.Ready(); !ready {
+		t.Errorf("newer not ready after the older one exited: %s", reason)
+	}
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo after the older instance exited: %v", err)
+	}
+
+	if err := newer.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("registry directory holds %v after both exited, want nothing", entries)
+	}
+}
+
+func TestHandedOverInstancePublishesAgainWhenTheNewerLeaves(t *testing.T) {
+	dir := shortTempDir(t)
+	older := startRegistered(t, dir)
+	path := older.srv.SocketPathForTest()
+	newer := start(t, dir)
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	if err := newer.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the older instance publishes again", func() bool {
+		return older.srv.Health(context.Background()).State == SocketServing
+	})
+	st := older.srv.Status()
+	if st.Publications[ReasonVacated] != 1 || st.State != WaitingForKubelet || strings.Contains(st.Reason, "handed") {
+		t.Errorf("older Status = %+v, want one vacated publication, waiting for kubelet", st)
+	}
+	assertOneHiddenName(t, path)
+}
+
+func TestHandsOverAlongAChain(t *testing.T) {
+	dir := shortTempDir(t)
+	first := startRegistered(t, dir)
+	path := first.srv.SocketPathForTest()
+	published := lstat(t, path)
+	second := start(t, dir)
+	third := start(t, dir)
+	if !os.SameFile(published, lstat(t, path)) {
+		t.Fatal("the socket at the path was replaced")
+	}
+	eventually(t, "the second instance steps aside", func() bool { return second.srv.Status().State == Superseded })
+	if st := third.srv.Status(); !st.Ready || st.Publications[ReasonHandover] != 1 {
+		t.Errorf("third Status = %+v, want ready after a handover", st)
+	}
+	assertOneHiddenName(t, path)
+}
+
+func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
+	cases := []struct {
+		name  string
+		older func(t *testing.T, dir string) *running // nil when the older one is not ours
+	}{
+		{"older build without handover", func(t *testing.T, dir string) *running {
+			serveForeign(t, SocketPath(dir, testDriver), testDriver)
+			return nil
+		}},
+		{"other endpoint", func(t *testing.T, dir string) *running {
+			return startRegistered(t, dir, func(c *Config) { c.Endpoint = "/var/lib/kubelet/plugins/other/csi.sock" })
+		}},
+		{"not registered by kubelet", func(t *testing.T, dir string) *running { return start(t, dir) }},
+		{"rejected by kubelet", func(t *testing.T, dir string) *running {
+			r := start(t, dir, func(c *Config) { c.RetryInitial = DefaultRetryMax })
+			notify(t, r.srv.SocketPathForTest(), false)
+			eventually(t, "the rejection is recorded", func() bool { return r.srv.Status().State == Rejected })
+			return r
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := shortTempDir(t)
+			older := tc.older(t, dir)
+			path := SocketPath(dir, testDriver)
+			before := lstat(t, path)
+			newer := start(t, dir)
+			if os.SameFile(before, lstat(t, path)) {
+				t.Fatal("the socket at the path was not replaced")
+			}
+			if st := newer.srv.Status(); st.State != WaitingForKubelet || len(st.Publications) != 1 || st.Publications[ReasonStart] != 1 {
+				t.Errorf("newer Status = %+v, want a new socket waiting for kubelet", st)
+			}
+			if older != nil {
+				eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+				if st := older.srv.Status(); strings.Contains(st.Reason, "handed") {
+					t.Errorf("older reason %q, want no handover", st.Reason)
+				}
+			}
+			if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+				t.Fatalf("GetInfo on the new socket: %v", err)
+			}
+		})
+	}
+}
+
+func TestTwoNewerInstancesAtOnce(t *testing.T) {
+	dir := shortTempDir(t)
+	older := startRegistered(t, dir)
+	path := older.srv.SocketPathForTest()
+	newer := []*running{startWaiting(t, dir), startWaiting(t, dir)}
+	for _, r := range newer {
+		r.srv.DriverFound(testDriver)
+	}
+	// One of them serves the path, the other has stepped aside, and so has
+	// the older one; whichever way the race went.
+	eventually(t, "one instance serves the path, the others stepped aside", func() bool {
+		serving := 0
+		for _, r := range newer {
+			switch r.srv.Health(context.Background()).State {
+			case SocketServing:
+				serving++
+			case SocketSuperseded:
+			default:
+				return false
+			}
+		}
+		return serving == 1 && older.srv.Status().State == Superseded
+	})
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	for _, r := range append(newer, older) {
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("registry directory holds %v after all exited, want nothing", entries)
+	}
+}
+
+func TestHandoverRefusedOnceRunReturned(t *testing.T) {
+	// Run closes done when its loop has returned: a request arriving later
+	// is refused at once, so the socket that shutdown removes is never
+	// handed over.
+	srv, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(srv.done)
+	req := &wrapperspb.StringValue{Value: `{"driver":"` + testDriver + `","endpoint":"` + testEndpoint + `","address":"/x"}`}
+	_, err = (&rpcServer{s: srv, gen: 1, name: testDriver}).handOver(context.Background(), req)
+	if grpcstatus.Code(err) != codes.Unavailable {
+		t.Fatalf("handOver after Run returned = %v, want Unavailable", err)
+	}
+}

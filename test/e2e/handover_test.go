@@ -1,0 +1,105 @@
+package e2e_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+)
+
+// A rolling update with maxSurge, with kubelet's real plugin manager: the
+// new instance B takes the old instance A's listening socket over instead
+// of putting a new file at the path. kubelet sees no file event, so it
+// neither deregisters nor registers the driver: CSINode lists the driver
+// throughout, and B is ready at once with A's registration. Then A exits
+// without taking the socket, now B's, with it.
+func TestHandoverKeepsTheRegistration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "handover.e2e.example.com")
+	k := e.startKubelet()
+	e.startDriver(false)
+	a := e.startRegistrar("registrar-A")
+	e.waitRegistered(k)
+	if _, err := a.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		t.Fatal(err)
+	}
+	inode := socketInode(t, e.regSocket())
+	registrations := k.CountEvents(e.driver, report.Register, true)
+	deregistrations := k.CountEvents(e.driver, report.Deregister, false)
+	// quiet fails the test if kubelet reported a deregistration or a new
+	// registration, or if CSINode stopped listing the driver, within three
+	// reconcile periods.
+	quiet := func(when string) {
+		t.Helper()
+		err := k.WaitUntil(3*reconcilePeriod, "a change in kubelet's registration", func() bool {
+			_, listed := k.State().Driver(e.driver)
+			return !listed ||
+				k.CountEvents(e.driver, report.Deregister, false) != deregistrations ||
+				k.CountEvents(e.driver, report.Register, true) != registrations
+		})
+		if err == nil {
+			t.Errorf("%s: kubelet reported %d deregistrations and %d registrations (before: %d, %d); CSINode: %+v",
+				when, k.CountEvents(e.driver, report.Deregister, false), k.CountEvents(e.driver, report.Register, true),
+				deregistrations, registrations, k.State())
+		} else if exited, _ := k.Exited(); exited {
+			t.Fatal(err)
+		}
+	}
+
+	b := e.startRegistrar("registrar-B")
+	if _, err := b.WaitForLine(waitTimeout, "Took the registration socket over"); err != nil {
+		t.Fatalf("B did not take the socket over: %v", err)
+	}
+	// Ready at once: kubelet will not call B, it has nothing new to see.
+	if _, err := b.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		t.Fatal(err)
+	}
+	if ino := socketInode(t, e.regSocket()); ino != inode {
+		t.Errorf("the socket at %s has inode %d after the handover, want A's %d: the file must not change", e.regSocket(), ino, inode)
+	}
+	assertSuperseded(t, a)
+	if st, err := a.Status(); err != nil || !strings.Contains(st.Reason, "handed it over") {
+		t.Errorf("A's /status reason %q (%v), want it to say A handed the socket over", st.Reason, err)
+	}
+	st, err := b.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != stateRegistered || st.Publications["handover"] != 1 || st.Publications["start"] != 0 {
+		t.Errorf("B's /status: state %q, publications %v; want registered after one handover\n%s", st.State, st.Publications, st.Raw)
+	}
+	assertRegistryHolds(t, e.registry, e.driver)
+	quiet("during the handover")
+
+	if err := a.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, a, 0)
+	if ino := socketInode(t, e.regSocket()); ino != inode {
+		t.Errorf("the socket at %s has inode %d after A exited, want %d", e.regSocket(), ino, inode)
+	}
+	assertRegistryHolds(t, e.registry, e.driver)
+	quiet("after A exited")
+	if d, ok := k.State().Driver(e.driver); !ok || d.NodeID != e.nodeID {
+		t.Errorf("CSINode lists %+v (listed: %v), want driver %q with node ID %q", d, ok, e.driver, e.nodeID)
+	}
+	if code, body, err := b.Readyz(); err != nil || code != 200 {
+		t.Errorf("B's /readyz: %d %q, %v; want 200", code, body, err)
+	}
+	if code, err := b.Healthz(); err != nil || code != 200 {
+		t.Errorf("B's /healthz: %d, %v; want 200", code, err)
+	}
+	assertRunning(t, b.Process)
+
+	// B exits in turn: it removes the socket, now its own, and kubelet
+	// deregisters the driver, as after any last instance's exit.
+	if err := b.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, b, 0)
+	assertNoFile(t, e.regSocket())
+	if err := k.WaitForNoDriver(waitTimeout, e.driver); err != nil {
+		t.Error(err)
+	}
+}
