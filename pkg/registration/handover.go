@@ -25,7 +25,6 @@ package registration
 //     holds a socket that one instance owns.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -353,22 +352,4 @@ func requestHandover(ctx context.Context, path string, req handoverRequest) erro
 	}
 	defer conn.Close()
 	return conn.Invoke(ctx, handoverMethod, &wrapperspb.StringValue{Value: string(body)}, &wrapperspb.StringValue{})
-}
-
-// readLine reads the rest of a newline-terminated payload of which first
-// is the start.
-func readLine(conn *net.UnixConn, first []byte) ([]byte, error) {
-	payload := first
-	buf := make([]byte, 512)
-	for !bytes.HasSuffix(payload, []byte{'\n'}) {
-		if len(payload) > 64<<10 {
-			return nil, errors.New("handover state too long")
-		}
-		n, err := conn.Read(buf)
-		payload = append(payload, buf[:n]...)
-		if err != nil && !bytes.HasSuffix(payload, []byte{'\n'}) {
-			return nil, err
-		}
-	}
-	return bytes.TrimSuffix(payload, []byte{'\n'}), nil
 }

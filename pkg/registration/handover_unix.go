@@ -3,6 +3,7 @@
 package registration
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"net"
@@ -82,4 +83,22 @@ func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
 	}
 	// The field types differ between platforms.
 	return uint64(st.Dev), uint64(st.Ino), true
+}
+
+// readLine reads the rest of a newline-terminated payload of which first
+// is the start.
+func readLine(conn *net.UnixConn, first []byte) ([]byte, error) {
+	payload := first
+	buf := make([]byte, 512)
+	for !bytes.HasSuffix(payload, []byte{'\n'}) {
+		if len(payload) > 64<<10 {
+			return nil, errors.New("handover state too long")
+		}
+		n, err := conn.Read(buf)
+		payload = append(payload, buf[:n]...)
+		if err != nil && !bytes.HasSuffix(payload, []byte{'\n'}) {
+			return nil, err
+		}
+	}
+	return bytes.TrimSuffix(payload, []byte{'\n'}), nil
 }
