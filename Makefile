@@ -3,8 +3,16 @@
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
+# Build tags of the release binaries. Neither changes what the registrar
+# does: grpcnotrace leaves out gRPC's request tracing (golang.org/x/net/trace,
+# whose html/template makes the linker keep every exported method of every
+# type: 2.6 MB), nethttpomithttp2 net/http's own HTTP/2, which the HTTP
+# endpoint (HTTP/1.1, no TLS) never speaks (0.3 MB).
+GOTAGS    ?= grpcnotrace nethttpomithttp2
 BIN       := bin/csi-node-driver-registrar
 FUZZTIME  ?= 10s
+# Extra flags for test/bench, e.g. make bench BENCH_FLAGS='-runs=5 -idle=0'.
+BENCH_FLAGS ?=
 # Extra flags for the demo, e.g. make demo DEMO_FLAGS=-duration=10s
 DEMO_FLAGS ?=
 
@@ -40,7 +48,7 @@ export CGO_ENABLED ?= 0
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/registrar
+	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/registrar
 
 # Static binaries for every platform of the images.
 build-all:
@@ -48,7 +56,7 @@ build-all:
 		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; \
 		if [ "$$os" = windows ]; then out=$$out.exe; fi; \
 		echo "build $$p -> $$out"; \
-		GOOS=$$os GOARCH=$$arch GOARM=7 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/registrar; \
+		GOOS=$$os GOARCH=$$arch GOARM=7 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $$out ./cmd/registrar; \
 	done
 
 # The product module for Windows: vet, and compile every package's tests.
@@ -70,9 +78,9 @@ unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzValidateName -fuzztime=$(FUZZTIME) ./pkg/driver
 
-# kubelet's own plugin manager and CSI handler against the built binary.
-e2e:
-	cd test/e2e && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+# kubelet's own plugin manager and CSI handler against the release binary.
+e2e: build
+	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The example manifests in deploy/: strict decoding and wiring checks.
 deploy-test:
@@ -124,6 +132,14 @@ image-check:
 
 demo:
 	cd test/e2e && $(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+# Performance figures on this machine next to their targets: the in-process
+# benchmarks, then the release binary as a process (test/bench). Figures are
+# printed, never asserted. See README.md, "Performance".
+bench: build
+	$(GO) build -o bin/mockdriver ./test/mockdriver
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
+	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver $(BENCH_FLAGS)
 
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this

@@ -1,0 +1,126 @@
+// Command bench measures the built registrar as a whole process on this
+// machine: how fast its registration socket listens after exec, after the
+// driver's socket appears and after the socket is deleted; /healthz latency;
+// GetInfo throughput; memory; idle CPU; binary size. It prints one line per
+// figure next to its target and never fails because a target is missed: the
+// figures depend on the machine and on what else runs on it. Lines without a
+// target say what the figures can be read against: the resolution of the
+// harness, and how fast the test driver, a Go program with the same gRPC and
+// CSI libraries, listens after exec.
+//
+//	go run ./test/bench -registrar bin/csi-node-driver-registrar -driver bin/mockdriver
+//
+// The method is described in README.md, "Performance".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// config says what to measure and how many times.
+type config struct {
+	registrar string
+	driver    string
+
+	runs            int
+	healthzRequests int
+	healthzClients  int
+	getInfoCalls    int
+	getInfoClients  int
+	idle            time.Duration
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.registrar, "registrar", "bin/csi-node-driver-registrar", "the registrar binary to measure, as `make build` writes it")
+	flag.StringVar(&cfg.driver, "driver", "", "the test CSI driver binary (go build -o bin/mockdriver ./test/mockdriver); required")
+	flag.IntVar(&cfg.runs, "runs", 20, "processes started for each start-up and reaction figure")
+	flag.IntVar(&cfg.healthzRequests, "healthz-requests", 5000, "/healthz requests for each latency figure")
+	flag.IntVar(&cfg.healthzClients, "healthz-clients", 16, "concurrent /healthz clients")
+	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
+	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
+	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
+	flag.Parse()
+	if cfg.driver == "" {
+		fmt.Fprintln(os.Stderr, "bench: -driver is required: go build -o bin/mockdriver ./test/mockdriver")
+		os.Exit(2)
+	}
+	if cfg.runs < 1 || cfg.healthzRequests < 1 || cfg.healthzClients < 1 || cfg.getInfoCalls < 1 || cfg.getInfoClients < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs, -healthz-requests, -healthz-clients, -getinfo-calls and -getinfo-clients must be at least 1")
+		os.Exit(2)
+	}
+
+	// Ctrl-C stops the processes started so far and removes their files.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		if ctx.Err() != nil {
+			err = errors.New("interrupted; the processes it started are stopped and their files removed")
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run measures every figure and prints it as soon as it is known.
+func run(ctx context.Context, cfg config) error {
+	if err := printBuild(cfg.registrar); err != nil {
+		return err
+	}
+	before := printMachine("before", nil)
+
+	resolution, err := measureResolution(ctx, cfg.runs)
+	if err != nil {
+		return fmt.Errorf("measuring the harness: %w", err)
+	}
+	printReference("harness: socket renamed into place -> seen accepting", resolution,
+		"(inotify + connect, "+pollInterval.String()+" polling fallback)")
+
+	start, err := measureStart(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	appear, err := measureDriverAppears(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println(start.listen)
+	printReference("reference: exec -> test driver listening", start.driverListen, "(same gRPC and CSI libraries, no work)")
+	fmt.Println(appear)
+	fmt.Println(start.recreate)
+
+	for _, measure := range []func(context.Context, config) ([]figure, error){measureHealthz, measureGetInfo} {
+		figures, err := measure(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		for _, f := range figures {
+			fmt.Println(f)
+		}
+	}
+	fmt.Println(start.rss)
+
+	size, err := binarySize(cfg.registrar)
+	if err != nil {
+		return err
+	}
+	fmt.Println(size)
+
+	if cfg.idle > 0 {
+		idle, err := measureIdle(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Println(idle)
+	}
+	printMachine("after", &before)
+	return nil
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// startFigures come from the same runs: each starts a registrar next to a
+// ready driver, registers it, then deletes its socket.
+type startFigures struct {
+	listen, recreate, rss figure
+	// driverListen is the test driver's exec -> listening, for reference.
+	driverListen durations
+}
+
+func measureStart(ctx context.Context, cfg config) (startFigures, error) {
+	var listen, recreate, driverListen durations
+	var rss, anon, file []int64
+	for range cfg.runs {
+		d, l, r, mem, err := startOnce(ctx, cfg)
+		if err != nil {
+			return startFigures{}, err
+		}
+		driverListen, listen, recreate = append(driverListen, d), append(listen, l), append(recreate, r)
+		rss, anon, file = append(rss, mem.vmRSS), append(anon, mem.rssAnon), append(file, mem.rssFile)
+	}
+	return startFigures{
+		listen: figure{
+			name: "exec -> registration socket listening, driver ready", stat: "median",
+			value: ms(listen.median()), unit: "ms", atMost: true, target: 5, detail: listen.spread(),
+		},
+		recreate: figure{
+			name: "registration socket deleted -> re-created", stat: "worst",
+			value: ms(recreate.max()), unit: "ms", atMost: true, target: 50, detail: recreate.spread(),
+		},
+		rss: figure{
+			name: "VmRSS after registration", stat: "median",
+			value: megabytes(medianInt64(rss)), unit: "MB", atMost: true, target: 13,
+			detail: fmt.Sprintf("(RssAnon %s MB, RssFile %s MB, medians; min %s, max %s MB; %d runs)",
+				trim(megabytes(medianInt64(anon))), trim(megabytes(medianInt64(file))),
+				trim(megabytes(slices.Min(rss))), trim(megabytes(slices.Max(rss))), len(rss)),
+		},
+		driverListen: driverListen,
+	}, nil
+}
+
+// startOnce times the driver's and the registrar's exec -> listening, reads
+// the registrar's memory once kubelet's registration is confirmed, then
+// times the re-creation of a deleted socket.
+func startOnce(ctx context.Context, cfg config) (driverListen, listen, recreate time.Duration, mem memory, err error) {
+	n, err := newNode(cfg)
+	if err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	defer n.close()
+	if driverListen, err = n.startDriver(ctx, n.driverSock); err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	waiter, err := newSocketWaiter(n.regSock)
+	if err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	defer waiter.Close()
+
+	started := time.Now()
+	if err := n.startRegistrar(); err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	listening, err := waiter.wait(ctx, stepTimeout)
+	if err != nil {
+		return 0, 0, 0, memory{}, n.registrar.failed("the registration socket did not listen", err)
+	}
+	listen = listening.Sub(started)
+
+	if err := n.registerAsKubelet(ctx); err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	if mem, err = readMemory(n.registrar.pid()); err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+
+	deleted := time.Now()
+	if err := os.Remove(n.regSock); err != nil {
+		return 0, 0, 0, memory{}, err
+	}
+	back, err := waiter.wait(ctx, stepTimeout)
+	if err != nil {
+		return 0, 0, 0, memory{}, n.registrar.failed("the deleted registration socket was not re-created", err)
+	}
+	return driverListen, listen, back.Sub(deleted), mem, nil
+}
+
+// measureDriverAppears starts the registrar first; once it waits for the
+// driver, a driver socket that already listens under a hidden name is
+// renamed into place, so that the socket appears listening at one instant.
+func measureDriverAppears(ctx context.Context, cfg config) (figure, error) {
+	var sample durations
+	for range cfg.runs {
+		d, err := driverAppearsOnce(ctx, cfg)
+		if err != nil {
+			return figure{}, err
+		}
+		sample = append(sample, d)
+	}
+	return figure{
+		name: "driver socket appears -> registration socket listening", stat: "worst",
+		value: ms(sample.max()), unit: "ms", atMost: true, target: 20, detail: sample.spread(),
+	}, nil
+}
+
+func driverAppearsOnce(ctx context.Context, cfg config) (time.Duration, error) {
+	n, err := newNode(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer n.close()
+	hidden := filepath.Join(filepath.Dir(n.driverSock), ".csi.sock")
+	if _, err := n.startDriver(ctx, hidden); err != nil {
+		return 0, err
+	}
+	if err := n.startRegistrar(); err != nil {
+		return 0, err
+	}
+	// Logged after the first attempt failed, with the watch in place.
+	waitCtx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	if err := n.registrar.output.waitFor(waitCtx, "Waiting for the CSI driver"); err != nil {
+		return 0, n.registrar.failed("the registrar did not start waiting for the driver", err)
+	}
+	waiter, err := newSocketWaiter(n.regSock)
+	if err != nil {
+		return 0, err
+	}
+	defer waiter.Close()
+
+	appeared := time.Now()
+	if err := os.Rename(hidden, n.driverSock); err != nil {
+		return 0, err
+	}
+	listening, err := waiter.wait(ctx, stepTimeout)
+	if err != nil {
+		return 0, n.registrar.failed("the registration socket did not listen", err)
+	}
+	return listening.Sub(appeared), nil
+}
+
+// measureHealthz probes a registered registrar's /healthz: with concurrent
+// clients, then one at a time; with a new connection for each request, as
+// kubelet's prober does, then with kept connections.
+func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
+	n, err := registered(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	var figures []figure
+	for _, load := range []struct {
+		clients   int
+		keepAlive bool
+	}{{cfg.healthzClients, false}, {cfg.healthzClients, true}, {1, false}, {1, true}} {
+		result, err := probeLoad(ctx, n, cfg.healthzRequests, load.clients, load.keepAlive)
+		if err != nil {
+			return nil, err
+		}
+		figures = append(figures, result.figure())
+	}
+	return figures, nil
+}
+
+// measureGetInfo calls GetInfo on the registration socket of a freshly
+// registered registrar, as fast as its clients can, and reads the
+// registrar's memory before and after.
+func measureGetInfo(ctx context.Context, cfg config) ([]figure, error) {
+	n, err := registered(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	before, err := readMemory(n.registrar.pid())
+	if err != nil {
+		return nil, err
+	}
+	calls, after, err := getInfoThroughput(ctx, n, cfg.getInfoCalls, cfg.getInfoClients)
+	if err != nil {
+		return nil, err
+	}
+	return []figure{
+		{
+			name: fmt.Sprintf("GetInfo over the registration socket, %d clients", cfg.getInfoClients), stat: "rate",
+			value: calls, unit: "/s", target: 20000,
+			detail: fmt.Sprintf("(%d calls, one connection per client, set up beforehand)", cfg.getInfoCalls),
+		},
+		{
+			name: "GetInfo load: VmRSS growth", stat: "growth",
+			value: megabytes(after.vmRSS - before.vmRSS), unit: "MB", atMost: true, target: 4,
+			detail: fmt.Sprintf("(VmRSS %s -> %s MB, RssAnon %s -> %s MB, clients still connected)",
+				trim(megabytes(before.vmRSS)), trim(megabytes(after.vmRSS)), trim(megabytes(before.rssAnon)), trim(megabytes(after.rssAnon))),
+		},
+	}, nil
+}
+
+// loadResult is what a /healthz load measured.
+type loadResult struct {
+	clients   int
+	keepAlive bool
+	latencies durations
+	elapsed   time.Duration
+	serverCPU time.Duration // the registrar's, during the load
+}
+
+// figure is the p99 with concurrent clients, the p50 of a single one.
+func (r loadResult) figure() figure {
+	connections := "new connections"
+	if r.keepAlive {
+		connections = "kept connections"
+	}
+	f := figure{name: fmt.Sprintf("/healthz, %d clients, %s", r.clients, connections),
+		stat: "p99", value: ms(r.latencies.quantile(0.99)), unit: "ms", atMost: true, target: 1}
+	if r.clients == 1 {
+		f.name = "/healthz, sequential, " + connections
+		f.stat, f.value, f.target = "p50", ms(r.latencies.median()), 0.2
+	}
+	f.detail = fmt.Sprintf("(p50 %s, p99 %s, max %s ms; %.0f requests/s; registrar CPU %.0f µs/request; %d requests)",
+		trim(ms(r.latencies.median())), trim(ms(r.latencies.quantile(0.99))), trim(ms(r.latencies.max())),
+		float64(len(r.latencies))/r.elapsed.Seconds(), float64(r.serverCPU.Microseconds())/float64(len(r.latencies)), len(r.latencies))
+	return f
+}
+
+// probeLoad makes requests GET /healthz requests from clients goroutines,
+// each waiting for its answer before the next request, and times each.
+func probeLoad(ctx context.Context, n *node, requests, clients int, keepAlive bool) (loadResult, error) {
+	result := loadResult{clients: clients, keepAlive: keepAlive, latencies: make(durations, requests)}
+	before, err := readCPU(n.registrar.pid())
+	if err != nil {
+		return result, err
+	}
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	started := time.Now()
+	for range clients {
+		g.Go(func() error {
+			client := newProbeClient(n.httpAddr, "/healthz", keepAlive)
+			defer client.close()
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(requests) {
+					return nil
+				}
+				t := time.Now()
+				code, err := client.get()
+				result.latencies[i] = time.Since(t)
+				if err != nil {
+					return err
+				}
+				if code != http.StatusOK {
+					return fmt.Errorf("GET /healthz: %d", code)
+				}
+			}
+			return ctx.Err()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return result, n.registrar.failed("probing /healthz", err)
+	}
+	result.elapsed = time.Since(started)
+	after, err := readCPU(n.registrar.pid())
+	result.serverCPU = after.exact - before.exact
+	return result, err
+}
+
+// getInfoThroughput connects clients to the registration socket, then
+// makes calls GetInfo calls spread over them. It returns the calls per
+// second and the registrar's memory after the calls, before the clients
+// disconnect.
+func getInfoThroughput(ctx context.Context, n *node, calls, clients int) (float64, memory, error) {
+	stubs := make([]registerapi.RegistrationClient, clients)
+	for i := range stubs {
+		conn, err := grpc.NewClient("unix:"+n.regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return 0, memory{}, err
+		}
+		defer conn.Close()
+		stubs[i] = registerapi.NewRegistrationClient(conn)
+		// Connect now: the figure is about calls, not connections.
+		if _, err := stubs[i].GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+			return 0, memory{}, n.registrar.failed("GetInfo", err)
+		}
+	}
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	started := time.Now()
+	for _, stub := range stubs {
+		g.Go(func() error {
+			for next.Add(1) <= int64(calls) {
+				if _, err := stub.GetInfo(gctx, &registerapi.InfoRequest{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, memory{}, n.registrar.failed("GetInfo", err)
+	}
+	elapsed := time.Since(started)
+	after, err := readMemory(n.registrar.pid())
+	return float64(calls) / elapsed.Seconds(), after, err
+}
+
+// measureIdle leaves a registered registrar alone and counts the CPU it
+// uses meanwhile.
+func measureIdle(ctx context.Context, cfg config) (figure, error) {
+	n, err := registered(ctx, cfg)
+	if err != nil {
+		return figure{}, err
+	}
+	defer n.close()
+	before, err := readCPU(n.registrar.pid())
+	if err != nil {
+		return figure{}, err
+	}
+	select {
+	case <-time.After(cfg.idle):
+	case <-ctx.Done():
+		return figure{}, ctx.Err()
+	}
+	after, err := readCPU(n.registrar.pid())
+	if err != nil {
+		return figure{}, err
+	}
+	return figure{
+		name: fmt.Sprintf("idle CPU over %s after registration", cfg.idle), stat: "ticks",
+		value: float64(after.ticks - before.ticks), unit: "ticks", atMost: true, target: 0,
+		detail: fmt.Sprintf("(utime+stime at %d ticks/s; by the scheduler's count %s on CPU in %d time slices)",
+			clockTicksPerSecond, (after.exact - before.exact).Round(time.Microsecond), after.timeSlices-before.timeSlices),
+	}, nil
+}
