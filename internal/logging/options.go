@@ -4,11 +4,11 @@
 //
 // Formats:
 //   - text (default): klog's line format, written by klog's textlogger.
-//   - json: one object per line written by zap through zapr, with the keys
-//     ts, caller, msg, then v on info lines or err on error lines, then the
-//     key/value pairs; a name from WithName adds "logger" after ts. ts is a
-//     float number of milliseconds since the Unix epoch, as Kubernetes writes
-//     it.
+//   - json: one object per line written by log/slog's JSON handler, with
+//     the keys ts, caller, msg, then v on info lines or err on error lines,
+//     then the key/value pairs; a name from WithName adds "logger" after ts.
+//     ts is a float number of milliseconds since the Unix epoch, as
+//     Kubernetes writes it. Values are encoded as zap did before.
 //
 // Everything goes to stderr unless the split-stream flag of the selected
 // format is set: then info lines go to stdout, optionally through a buffer
@@ -35,7 +35,6 @@ import (
 	"math"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
@@ -220,7 +219,7 @@ func (o *Options) setLogger(stdout, stderr io.Writer) {
 // outputs returns the writers for info and for error lines, the same one
 // unless the stream is split, and a function that flushes buffered info
 // lines, nil if there is no buffer.
-func (s *streamOptions) outputs(stdout, stderr io.Writer) (info, errs zapcore.WriteSyncer, flush func()) {
+func (s *streamOptions) outputs(stdout, stderr io.Writer) (info, errs io.Writer, flush func()) {
 	errs = newLockedWriter(stderr)
 	switch {
 	case !s.splitStream:

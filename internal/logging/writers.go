@@ -25,8 +25,6 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.out.Write(p)
 }
 
-func (w *lockedWriter) Sync() error { return nil }
-
 // bufferedWriter holds info output in memory until klog flushes (the flush
 // daemon or klog.Flush) or the buffer is full. A line that does not fit in
 // what is left of the buffer first flushes the buffer, so the underlying
@@ -59,11 +57,6 @@ func (w *bufferedWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_ = w.buf.Flush()
-}
-
-func (w *bufferedWriter) Sync() error {
-	w.Flush()
-	return nil
 }
 
 // severityRouter splits klog's text output: each write is one formatted
