@@ -303,7 +303,8 @@ func (l *loop) driverNamed(name string) error {
 		return nil
 	}
 	path := SocketPath(l.cfg.Dir, name)
-	if _, err := checkSocketPath(path); err != nil {
+	exists, err := checkSocketPath(path)
+	if err != nil {
 		return err
 	}
 	reason := ReasonStart
@@ -314,7 +315,6 @@ func (l *loop) driverNamed(name string) error {
 	for _, leftover := range removeLeftovers(path, l.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
-	exists, _ := checkSocketPath(path)
 
 	l.mu.Lock()
 	l.st.driverName = name
