@@ -124,19 +124,19 @@ func register(ctx context.Context, o *options) error {
 		return err
 	}
 
+	// The driver is dialled first: its answer is on the way to the
+	// registration socket, while the HTTP endpoint only has to listen
+	// before the first probe, seconds away. Both overlap.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
-	if addr := o.httpAddress(); addr != "" {
-		// Listen before anything else, so that probes get answers during
-		// start-up.
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
-		}
-		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
+	addr := o.httpAddress()
+	var probes *healthz.Server
+	if addr != "" {
+		probes = healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error { return probes.Run(ctx, l, httpShutdownTimeout) })
 	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error {
@@ -148,6 +148,16 @@ func register(ctx context.Context, o *options) error {
 			}
 		})
 	})
+	if addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			// Nothing was published yet, or it is removed on the way out.
+			cancel()
+			_ = g.Wait()
+			return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
+		}
+		g.Go(func() error { return probes.Run(ctx, l, httpShutdownTimeout) })
+	}
 	return g.Wait()
 }
 

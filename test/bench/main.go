@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -35,7 +37,15 @@ type config struct {
 	getInfoCalls    int
 	getInfoClients  int
 	idle            time.Duration
+	// only, when not empty, names the groups of figures to measure.
+	only map[string]bool
 }
+
+// groups are the names -only accepts, each for a group of figures.
+var groups = []string{"start", "appear", "healthz", "getinfo", "size", "idle"}
+
+// wants reports whether the group of figures is to be measured.
+func (c config) wants(group string) bool { return len(c.only) == 0 || c.only[group] }
 
 func main() {
 	var cfg config
@@ -47,7 +57,18 @@ func main() {
 	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
 	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
 	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
+	only := flag.String("only", "", "measure only these groups of figures, comma-separated: "+strings.Join(groups, ", "))
 	flag.Parse()
+	if *only != "" {
+		cfg.only = map[string]bool{}
+		for _, g := range strings.Split(*only, ",") {
+			if !slices.Contains(groups, g) {
+				fmt.Fprintf(os.Stderr, "bench: -only: unknown group %q; the groups are %s\n", g, strings.Join(groups, ", "))
+				os.Exit(2)
+			}
+			cfg.only[g] = true
+		}
+	}
 	if cfg.driver == "" {
 		fmt.Fprintln(os.Stderr, "bench: -driver is required: go build -o bin/mockdriver ./test/mockdriver")
 		os.Exit(2)
@@ -84,21 +105,32 @@ func run(ctx context.Context, cfg config) error {
 	printReference("harness: socket renamed into place -> seen accepting", resolution,
 		"(inotify + connect, "+pollInterval.String()+" polling fallback)")
 
-	start, err := measureStart(ctx, cfg)
-	if err != nil {
-		return err
+	var start startFigures
+	if cfg.wants("start") {
+		if start, err = measureStart(ctx, cfg); err != nil {
+			return err
+		}
+		fmt.Println(start.listen)
+		printReference("reference: exec -> test driver listening", start.driverListen, "(same gRPC and CSI libraries, no work)")
 	}
-	appear, err := measureDriverAppears(ctx, cfg)
-	if err != nil {
-		return err
+	if cfg.wants("appear") {
+		appear, err := measureDriverAppears(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Println(appear)
 	}
-	fmt.Println(start.listen)
-	printReference("reference: exec -> test driver listening", start.driverListen, "(same gRPC and CSI libraries, no work)")
-	fmt.Println(appear)
-	fmt.Println(start.recreate)
-
-	for _, measure := range []func(context.Context, config) ([]figure, error){measureHealthz, measureGetInfo} {
-		figures, err := measure(ctx, cfg)
+	if cfg.wants("start") {
+		fmt.Println(start.recreate)
+	}
+	for _, m := range []struct {
+		group   string
+		measure func(context.Context, config) ([]figure, error)
+	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}} {
+		if !cfg.wants(m.group) {
+			continue
+		}
+		figures, err := m.measure(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -106,15 +138,17 @@ func run(ctx context.Context, cfg config) error {
 			fmt.Println(f)
 		}
 	}
-	fmt.Println(start.rss)
-
-	size, err := binarySize(cfg.registrar)
-	if err != nil {
-		return err
+	if cfg.wants("start") {
+		fmt.Println(start.rss)
 	}
-	fmt.Println(size)
-
-	if cfg.idle > 0 {
+	if cfg.wants("size") {
+		size, err := binarySize(cfg.registrar)
+		if err != nil {
+			return err
+		}
+		fmt.Println(size)
+	}
+	if cfg.wants("idle") && cfg.idle > 0 {
 		idle, err := measureIdle(ctx, cfg)
 		if err != nil {
 			return err

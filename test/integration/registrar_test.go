@@ -455,6 +455,29 @@ func TestLeavesAFileAtTheSocketPath(t *testing.T) {
 	}
 }
 
+// A taken --http-endpoint is fatal, and whatever the registrar published
+// while it was finding out is gone when it exits.
+func TestHTTPEndpointInUse(t *testing.T) {
+	const name = "port.csi.example.com"
+	n := newNode(t)
+	taken, err := net.Listen("tcp", n.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t)
+	if code := registrar.wait(t); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	if stderr := registrar.stderr.String(); !strings.Contains(stderr, "--http-endpoint") || !strings.Contains(stderr, n.httpAddr) {
+		t.Errorf("the error does not name the flag and the address:\n%s", stderr)
+	}
+	if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
+		t.Errorf("files left in the registry: %v", entries)
+	}
+}
+
 func TestRefusesAnInvalidDriverName(t *testing.T) {
 	n := newNode(t)
 	n.startDriver(t, "../escape")
