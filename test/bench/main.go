@@ -57,8 +57,13 @@ func main() {
 	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
 	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
 	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
+	floor := flag.String(floorFlag, "", "serve as the reference HTTP server on this address (used by bench itself)")
 	only := flag.String("only", "", "measure only these groups of figures, comma-separated: "+strings.Join(groups, ", "))
 	flag.Parse()
+	if *floor != "" {
+		fmt.Fprintln(os.Stderr, "bench:", serveReferenceHTTP(*floor))
+		os.Exit(1)
+	}
 	if *only != "" {
 		cfg.only = map[string]bool{}
 		for _, g := range strings.Split(*only, ",") {

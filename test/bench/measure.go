@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -157,7 +158,8 @@ func driverAppearsOnce(ctx context.Context, cfg config) (time.Duration, error) {
 
 // measureHealthz probes a registered registrar's /healthz: with concurrent
 // clients, then one at a time; with a new connection for each request, as
-// kubelet's prober does, then with kept connections.
+// kubelet's prober does, then with kept connections. The concurrent loads
+// are also run against the reference HTTP server, for comparison.
 func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 	n, err := registered(ctx, cfg)
 	if err != nil {
@@ -169,11 +171,24 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		clients   int
 		keepAlive bool
 	}{{cfg.healthzClients, false}, {cfg.healthzClients, true}, {1, false}, {1, true}} {
-		result, err := probeLoad(ctx, n, cfg.healthzRequests, load.clients, load.keepAlive)
+		result, err := probeLoad(ctx, n.httpAddr, n.registrar, cfg.healthzRequests, load.clients, load.keepAlive)
 		if err != nil {
 			return nil, err
 		}
 		figures = append(figures, result.figure())
+	}
+
+	ref, addr, err := referenceHTTP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ref.stop()
+	for _, keepAlive := range []bool{false, true} {
+		result, err := probeLoad(ctx, addr, ref, cfg.healthzRequests, cfg.healthzClients, keepAlive)
+		if err != nil {
+			return nil, err
+		}
+		figures = append(figures, result.reference())
 	}
 	return figures, nil
 }
@@ -237,11 +252,21 @@ func (r loadResult) figure() figure {
 	return f
 }
 
-// probeLoad makes requests GET /healthz requests from clients goroutines,
-// each waiting for its answer before the next request, and times each.
-func probeLoad(ctx context.Context, n *node, requests, clients int, keepAlive bool) (loadResult, error) {
+// reference is the line of the same load against the reference server.
+func (r loadResult) reference() figure {
+	f := r.figure()
+	f.name = fmt.Sprintf("reference: bare net/http, %d clients, %s", r.clients, f.name[strings.LastIndex(f.name, ", ")+2:])
+	f.detail = strings.Replace(f.detail, "registrar CPU", "server CPU", 1)
+	f.reference = true
+	return f
+}
+
+// probeLoad makes requests GET /healthz requests to the server p at addr
+// from clients goroutines, each waiting for its answer before the next
+// request, and times each.
+func probeLoad(ctx context.Context, addr string, p *process, requests, clients int, keepAlive bool) (loadResult, error) {
 	result := loadResult{clients: clients, keepAlive: keepAlive, latencies: make(durations, requests)}
-	before, err := readCPU(n.registrar.pid())
+	before, err := readCPU(p.pid())
 	if err != nil {
 		return result, err
 	}
@@ -250,7 +275,7 @@ func probeLoad(ctx context.Context, n *node, requests, clients int, keepAlive bo
 	started := time.Now()
 	for range clients {
 		g.Go(func() error {
-			client := newProbeClient(n.httpAddr, "/healthz", keepAlive)
+			client := newProbeClient(addr, "/healthz", keepAlive)
 			defer client.close()
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
@@ -271,10 +296,10 @@ func probeLoad(ctx context.Context, n *node, requests, clients int, keepAlive bo
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return result, n.registrar.failed("probing /healthz", err)
+		return result, p.failed("probing /healthz", err)
 	}
 	result.elapsed = time.Since(started)
-	after, err := readCPU(n.registrar.pid())
+	after, err := readCPU(p.pid())
 	result.serverCPU = after.exact - before.exact
 	return result, err
 }
