@@ -124,19 +124,27 @@ func register(ctx context.Context, o *options) error {
 		return err
 	}
 
-	// The driver is dialled first: its answer is on the way to the
-	// registration socket, while the HTTP endpoint only has to listen
-	// before the first probe, seconds away. Both overlap.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The driver is dialled as soon as its watch is in place; the HTTP
+	// endpoint listens alongside, as it only has to answer the first probe.
+	// A taken port fails the start: its error cancels the rest, and the
+	// registration removes on the way out whatever it published meanwhile.
 	g, ctx := errgroup.WithContext(ctx)
 	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
-	addr := o.httpAddress()
-	var probes *healthz.Server
-	if addr != "" {
-		probes = healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
+	if addr := o.httpAddress(); addr != "" {
+		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
+		g.Go(func() error {
+			// No TCP keep-alive: probes and scrapes are short requests, and
+			// the HTTP server closes idle connections itself. It saves four
+			// system calls on each probe's connection.
+			lc := net.ListenConfig{KeepAlive: -1}
+			l, err := lc.Listen(ctx, "tcp", addr)
+			if err != nil {
+				return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
+			}
+			return probes.Run(ctx, l, httpShutdownTimeout)
+		})
 	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error {
@@ -148,20 +156,6 @@ func register(ctx context.Context, o *options) error {
 			}
 		})
 	})
-	if addr != "" {
-		// No TCP keep-alive: probes and scrapes are short requests, and
-		// the HTTP server closes idle connections itself. It saves four
-		// system calls on each probe's connection.
-		lc := net.ListenConfig{KeepAlive: -1}
-		l, err := lc.Listen(ctx, "tcp", addr)
-		if err != nil {
-			// Nothing was published yet, or it is removed on the way out.
-			cancel()
-			_ = g.Wait()
-			return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
-		}
-		g.Go(func() error { return probes.Run(ctx, l, httpShutdownTimeout) })
-	}
 	return g.Wait()
 }
 
