@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -188,7 +187,8 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		figures = append(figures, result.reference())
+		result.reference = true
+		figures = append(figures, result.figure())
 	}
 	return figures, nil
 }
@@ -231,7 +231,10 @@ type loadResult struct {
 	keepAlive bool
 	latencies durations
 	elapsed   time.Duration
-	serverCPU time.Duration // the registrar's, during the load
+	serverCPU time.Duration // the server's, during the load
+	// reference is set for a load on the reference server, not the
+	// registrar: its line has no target.
+	reference bool
 }
 
 // figure is the p99 with concurrent clients, the p50 of a single one.
@@ -240,24 +243,19 @@ func (r loadResult) figure() figure {
 	if r.keepAlive {
 		connections = "kept connections"
 	}
-	f := figure{name: fmt.Sprintf("/healthz, %d clients, %s", r.clients, connections),
-		stat: "p99", value: ms(r.latencies.quantile(0.99)), unit: "ms", atMost: true, target: 1}
+	name, server := "/healthz", "registrar"
+	if r.reference {
+		name, server = "reference: bare net/http", "server"
+	}
+	f := figure{name: fmt.Sprintf("%s, %d clients, %s", name, r.clients, connections),
+		stat: "p99", value: ms(r.latencies.quantile(0.99)), unit: "ms", atMost: true, target: 1, reference: r.reference}
 	if r.clients == 1 {
-		f.name = "/healthz, sequential, " + connections
+		f.name = name + ", sequential, " + connections
 		f.stat, f.value, f.target = "p50", ms(r.latencies.median()), 0.2
 	}
-	f.detail = fmt.Sprintf("(p50 %s, p99 %s, max %s ms; %.0f requests/s; registrar CPU %.0f µs/request; %d requests)",
+	f.detail = fmt.Sprintf("(p50 %s, p99 %s, max %s ms; %.0f requests/s; %s CPU %.0f µs/request; %d requests)",
 		trim(ms(r.latencies.median())), trim(ms(r.latencies.quantile(0.99))), trim(ms(r.latencies.max())),
-		float64(len(r.latencies))/r.elapsed.Seconds(), float64(r.serverCPU.Microseconds())/float64(len(r.latencies)), len(r.latencies))
-	return f
-}
-
-// reference is the line of the same load against the reference server.
-func (r loadResult) reference() figure {
-	f := r.figure()
-	f.name = fmt.Sprintf("reference: bare net/http, %d clients, %s", r.clients, f.name[strings.LastIndex(f.name, ", ")+2:])
-	f.detail = strings.Replace(f.detail, "registrar CPU", "server CPU", 1)
-	f.reference = true
+		float64(len(r.latencies))/r.elapsed.Seconds(), server, float64(r.serverCPU.Microseconds())/float64(len(r.latencies)), len(r.latencies))
 	return f
 }
 
