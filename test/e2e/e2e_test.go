@@ -237,6 +237,21 @@ func (e *env) waitRegistered(k *harness.Kubelet) {
 	}
 }
 
+// registered starts kubelet, the driver and a registrar called name, and
+// returns once kubelet lists the driver and the registrar's /readyz says it
+// is registered.
+func (e *env) registered(name string) (*harness.Kubelet, *harness.Registrar) {
+	e.t.Helper()
+	k := e.startKubelet()
+	e.startDriver(false)
+	r := e.startRegistrar(name)
+	e.waitRegistered(k)
+	if _, err := r.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
+		e.t.Fatal(err)
+	}
+	return k, r
+}
+
 // socketInode returns the inode of the socket at path, failing the test if
 // there is no socket there.
 func socketInode(t *testing.T, path string) uint64 {

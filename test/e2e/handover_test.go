@@ -17,13 +17,7 @@ import (
 func TestHandoverKeepsTheRegistration(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "handover.e2e.example.com")
-	k := e.startKubelet()
-	e.startDriver(false)
-	a := e.startRegistrar("registrar-A")
-	e.waitRegistered(k)
-	if _, err := a.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
-		t.Fatal(err)
-	}
+	k, a := e.registered("registrar-A")
 	inode := socketInode(t, e.regSocket())
 	registrations := k.CountEvents(e.driver, report.Register, true)
 	deregistrations := k.CountEvents(e.driver, report.Deregister, false)

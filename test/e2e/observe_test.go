@@ -213,13 +213,7 @@ func TestReadinessLifecycle(t *testing.T) {
 func TestDiagnose(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "diagnose.e2e.example.com")
-	k := e.startKubelet()
-	e.startDriver(false)
-	r := e.startRegistrar("registrar")
-	e.waitRegistered(k)
-	if _, err := r.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
-		t.Fatal(err)
-	}
+	_, r := e.registered("registrar")
 
 	healthy := diagnose(t, r.Config)
 	if healthy.ExitCode != 0 {

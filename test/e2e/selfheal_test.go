@@ -32,13 +32,7 @@ const (
 func TestSocketDeletedRepublished(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "deleted.e2e.example.com")
-	k := e.startKubelet()
-	e.startDriver(false)
-	r := e.startRegistrar("registrar")
-	e.waitRegistered(k)
-	if _, err := r.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
-		t.Fatal(err)
-	}
+	k, r := e.registered("registrar")
 	registrations := k.CountEvents(e.driver, report.Register, true)
 	deregistrations := k.CountEvents(e.driver, report.Deregister, false)
 
@@ -91,13 +85,7 @@ func TestSocketDeletedRepublished(t *testing.T) {
 func TestSupersededRepublishesWhenNewerExits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "vacated.e2e.example.com")
-	k := e.startKubelet()
-	e.startDriver(false)
-	a := e.startRegistrar("registrar-A")
-	e.waitRegistered(k)
-	if _, err := a.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
-		t.Fatal(err)
-	}
+	k, a := e.registered("registrar-A")
 	b := e.startRegistrar("registrar-B")
 	if _, err := b.WaitForLine(waitTimeout, "Took the registration socket over"); err != nil {
 		t.Fatalf("B did not take A's socket over: %v", err)
