@@ -11,6 +11,9 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 GOTAGS    ?= grpcnotrace nethttpomithttp2
 BIN       := bin/csi-node-driver-registrar
 FUZZTIME  ?= 10s
+# The environment the Linux image sets (its ENV lines): make bench runs the
+# binary with it, as it runs in its container.
+IMAGE_ENV := $(shell sed -n 's/^ENV //p' Dockerfile)
 # Extra flags for test/bench, e.g. make bench BENCH_FLAGS='-runs=5 -idle=0'.
 BENCH_FLAGS ?=
 # Extra flags for the demo, e.g. make demo DEMO_FLAGS=-duration=10s
@@ -139,7 +142,7 @@ demo:
 bench: build
 	$(GO) build -o bin/mockdriver ./test/mockdriver
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
-	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver $(BENCH_FLAGS)
+	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)' $(BENCH_FLAGS)
 
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds Dockerfile and Dockerfile.Windows with buildah, offline and without a
 # Docker engine, and checks what they produce:
-#  - the Linux image: entrypoint, user, labels, platform, that it holds the
+#  - the Linux image: entrypoint, user, GOMAXPROCS=1, labels, platform, that it holds the
 #    binary at /csi-node-driver-registrar and nothing else, and that this
 #    binary runs `--version` and the legacy probe mode from the image's own
 #    root file system;
-#  - the Windows image: entrypoint, user, platform, the .exe and netapi32.dll.
+#  - the Windows image: entrypoint, user, GOMAXPROCS=1, platform, the .exe and
+#    netapi32.dll.
 # Base images cannot be pulled here, so the bases are replaced: `scratch`
 # for the Linux image, local stand-ins for Nano Server and Server Core. The
 # rest of each Dockerfile is built as it is.
@@ -60,6 +61,8 @@ config() { bah inspect --type image --format "$1" "$image"; }
 expect "the entrypoint" "$(config '{{.OCIv1.Config.Entrypoint}}')" '[/csi-node-driver-registrar]'
 expect "the number of CMD arguments" "$(config '{{len .OCIv1.Config.Cmd}}')" '0'
 expect "the user" "$(config '{{.OCIv1.Config.User}}')" ''
+imageenv() { config '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | grep '^GOMAXPROCS=' || true; }
+expect "GOMAXPROCS in the environment" "$(imageenv)" 'GOMAXPROCS=1'
 expect "the platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "linux/$arch"
 expect "label org.opencontainers.image.version" \
 	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"
@@ -117,6 +120,7 @@ bah bud --platform windows/amd64 --pull=false --build-arg REGISTRY=localhost --b
 
 expect "the Windows entrypoint" "$(config '{{.OCIv1.Config.Entrypoint}}')" '[/csi-node-driver-registrar.exe]'
 expect "the Windows user" "$(config '{{.OCIv1.Config.User}}')" 'ContainerAdministrator'
+expect "GOMAXPROCS in the Windows environment" "$(imageenv)" 'GOMAXPROCS=1'
 expect "the Windows platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "windows/amd64"
 expect "the Windows image's version label" \
 	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"go.uber.org/automaxprocs/maxprocs"
@@ -63,7 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger.Error(err, "Invalid command line")
 		return exitUsage
 	}
-	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath)
+	procs := setMaxProcs(logger, o.automaxprocs)
+	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
 	if o.flags.NArg() > 0 {
 		// Go's flag package stops at the first argument that is not a
 		// flag and upstream ignores the rest; so do we, but not silently.
@@ -78,14 +80,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.mode == "registration" {
 		logger.Info("--mode is deprecated and has no effect")
 	}
-	if o.automaxprocs {
-		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
-			logger.Info(fmt.Sprintf(format, args...))
-		})); err != nil {
-			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
-		}
-	}
-
 	err = register(ctx, o)
 	var rejected *registration.RejectedError
 	switch {
@@ -99,6 +93,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("Stopped")
 	return exitOK
+}
+
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS.
+//
+// The image sets GOMAXPROCS=1 in the environment: one request at a time is
+// all the registrar ever serves, and one P costs less CPU per request and
+// less memory than one per core. Upstream's image sets nothing, so there
+// --automaxprocs starts from the runtime's default; it does so here too,
+// instead of honouring the image's GOMAXPROCS as automaxprocs otherwise would.
+func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
+	if automaxprocs {
+		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
+			logger.Info("--automaxprocs overrides GOMAXPROCS from the environment", "GOMAXPROCS", env)
+			_ = os.Unsetenv("GOMAXPROCS")
+			runtime.SetDefaultGOMAXPROCS()
+		}
+		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
+			logger.Info(fmt.Sprintf(format, args...))
+		})); err != nil {
+			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
+		}
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // register runs the HTTP server, the registration and the watch of the

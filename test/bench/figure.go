@@ -125,9 +125,9 @@ func binarySize(path string) (figure, error) {
 	}, nil
 }
 
-// printBuild says how the measured binary was built: its Go version and the
-// flags that change its size.
-func printBuild(path string) error {
+// printBuild says how the measured binary was built (its Go version and the
+// flags that change its size) and the environment it runs with.
+func printBuild(path string, env []string) error {
 	info, err := buildinfo.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading the build information of %s: %w", path, err)
@@ -139,7 +139,11 @@ func printBuild(path string) error {
 			settings = append(settings, s.Key+"="+s.Value)
 		}
 	}
-	fmt.Printf("registrar: %s, %s, %s\n", path, info.GoVersion, strings.Join(settings, " "))
+	environment := "nothing added to the environment"
+	if len(env) > 0 {
+		environment = "environment " + strings.Join(env, " ")
+	}
+	fmt.Printf("registrar: %s, %s, %s; %s\n", path, info.GoVersion, strings.Join(settings, " "), environment)
 	return nil
 }
 

@@ -39,7 +39,7 @@ func referenceHTTP(ctx context.Context) (*process, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := start("reference HTTP server", self, "-"+floorFlag+"="+addr)
+	p, err := start("reference HTTP server", nil, self, "-"+floorFlag+"="+addr)
 	if err != nil {
 		return nil, "", err
 	}

@@ -30,6 +30,9 @@ import (
 type config struct {
 	registrar string
 	driver    string
+	// registrarEnv is added to the registrar's environment: the image's
+	// ENV lines, so that the binary runs as it does in its container.
+	registrarEnv []string
 
 	runs            int
 	healthzRequests int
@@ -50,6 +53,7 @@ func (c config) wants(group string) bool { return len(c.only) == 0 || c.only[gro
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.registrar, "registrar", "bin/csi-node-driver-registrar", "the registrar binary to measure, as `make build` writes it")
+	env := flag.String("registrar-env", "", "space-separated `NAME=VALUE` pairs added to the registrar's environment; make bench passes the Dockerfile's ENV lines")
 	flag.StringVar(&cfg.driver, "driver", "", "the test CSI driver binary (go build -o bin/mockdriver ./test/mockdriver); required")
 	flag.IntVar(&cfg.runs, "runs", 20, "processes started for each start-up and reaction figure")
 	flag.IntVar(&cfg.healthzRequests, "healthz-requests", 5000, "/healthz requests for each latency figure")
@@ -63,6 +67,13 @@ func main() {
 	if *floor != "" {
 		fmt.Fprintln(os.Stderr, "bench:", serveReferenceHTTP(*floor))
 		os.Exit(1)
+	}
+	for _, kv := range strings.Fields(*env) {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			fmt.Fprintf(os.Stderr, "bench: -registrar-env: %q is not NAME=VALUE\n", kv)
+			os.Exit(2)
+		}
+		cfg.registrarEnv = append(cfg.registrarEnv, kv)
 	}
 	if *only != "" {
 		cfg.only = map[string]bool{}
@@ -98,7 +109,7 @@ func main() {
 
 // run measures every figure and prints it as soon as it is known.
 func run(ctx context.Context, cfg config) error {
-	if err := printBuild(cfg.registrar); err != nil {
+	if err := printBuild(cfg.registrar, cfg.registrarEnv); err != nil {
 		return err
 	}
 	before := printMachine("before", nil)

@@ -93,7 +93,7 @@ func (n *node) startDriver(ctx context.Context, path string) (time.Duration, err
 	}
 	defer waiter.Close()
 	started := time.Now()
-	n.driver, err = start("mockdriver", n.cfg.driver, "--endpoint="+path, "--name="+driverName)
+	n.driver, err = start("mockdriver", nil, n.cfg.driver, "--endpoint="+path, "--name="+driverName)
 	if err != nil {
 		return 0, err
 	}
@@ -115,10 +115,11 @@ func (n *node) startDriver(ctx context.Context, path string) (time.Duration, err
 }
 
 // startRegistrar starts the registrar with an HTTP endpoint, as the example
-// DaemonSet in deploy/ does, at the default verbosity, and returns once exec
-// has returned.
+// DaemonSet in deploy/ does, at the default verbosity and with the
+// environment of its image (-registrar-env), and returns once exec has
+// returned.
 func (n *node) startRegistrar() (err error) {
-	n.registrar, err = start("registrar", n.cfg.registrar,
+	n.registrar, err = start("registrar", n.cfg.registrarEnv, n.cfg.registrar,
 		"--csi-address="+n.driverSock,
 		"--kubelet-registration-path="+endpoint,
 		"--plugin-registration-path="+n.registry,

@@ -26,10 +26,14 @@ type process struct {
 	err    error // set when exited is closed
 }
 
-// start starts bin. The caller must call stop.
-func start(name, bin string, args ...string) (*process, error) {
+// start starts bin with the bench's environment and env added to it. The
+// caller must call stop.
+func start(name string, env []string, bin string, args ...string) (*process, error) {
 	p := &process{name: name, cmd: exec.Command(bin, args...), output: newOutput(), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

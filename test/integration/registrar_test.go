@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,8 +90,16 @@ type process struct {
 
 func startProcess(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
+	return startProcessWithEnv(t, name, nil, bin, args...)
+}
+
+// startProcessWithEnv starts bin with env as its whole environment, or with
+// the test's environment when env is nil.
+func startProcessWithEnv(t *testing.T, name string, env []string, bin string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.Env = env
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -546,4 +556,60 @@ func TestJSONLogging(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGOMAXPROCS checks the image's GOMAXPROCS=1 and that --automaxprocs
+// takes precedence over it: with it, the registrar ends up where it would
+// without the variable, as upstream's image (which sets none) does.
+func TestGOMAXPROCS(t *testing.T) {
+	var environ []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			environ = append(environ, kv)
+		}
+	}
+	image := append(slices.Clip(environ), "GOMAXPROCS=1")
+
+	if got, _ := startedWith(t, image); got != "1" {
+		t.Errorf("with GOMAXPROCS=1: gomaxprocs=%s, want 1", got)
+	}
+	want, _ := startedWith(t, environ, "--automaxprocs")
+	got, stderr := startedWith(t, image, "--automaxprocs")
+	if got != want {
+		t.Errorf("--automaxprocs with GOMAXPROCS=1 in the environment: gomaxprocs=%s, want %s as without it", got, want)
+	}
+	if !strings.Contains(stderr, "--automaxprocs overrides GOMAXPROCS from the environment") || strings.Contains(stderr, "Honoring") {
+		t.Errorf("--automaxprocs did not say that it overrides GOMAXPROCS=1:\n%s", stderr)
+	}
+}
+
+var startingProcs = regexp.MustCompile(`"Starting".* gomaxprocs=(\d+)`)
+
+// startedWith starts the registrar with env as its environment (no driver
+// is needed), stops it once it has logged its start, and returns the
+// GOMAXPROCS it logged, and its log.
+func startedWith(t *testing.T, env []string, args ...string) (string, string) {
+	t.Helper()
+	n := newNode(t)
+	p := startProcessWithEnv(t, "registrar", env, registrarBin, append([]string{
+		"--csi-address=" + n.driverSocket,
+		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
+		"--plugin-registration-path=" + n.registry,
+		"--termination-message-path=",
+	}, args...)...)
+	var procs string
+	eventually(t, "the registrar logs its start", func() bool {
+		if !p.running() {
+			t.Fatalf("the registrar exited: %v\n%s", p.err, p.stderr.String())
+		}
+		if m := startingProcs.FindStringSubmatch(p.stderr.String()); m != nil {
+			procs = m[1]
+		}
+		return procs != ""
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	return procs, p.stderr.String()
 }
