@@ -352,6 +352,11 @@ func TestRetriesADriverThatIsNotReady(t *testing.T) {
 	driver := n.startDriver(t, name, "--unavailable-calls=3")
 	registrar := n.startRegistrar(t)
 	n.waitForSocket(t, name, registrar)
+	// The driver's output reaches the test through a pipe, possibly after
+	// the socket it answered for.
+	eventually(t, "the driver's output shows the fourth call", func() bool {
+		return strings.Contains(driver.stdout.String(), "GetPluginInfo call=4")
+	})
 	if got := strings.Count(driver.stdout.String(), "GetPluginInfo call="); got != 4 {
 		t.Errorf("GetPluginInfo called %d times, want 4 (3 Unavailable, then an answer)", got)
 	}
@@ -523,6 +528,11 @@ func TestAcceptsLegacyKlogFlags(t *testing.T) {
 	}
 	registrar := n.startRegistrar(t, args...)
 	n.waitForSocket(t, name, registrar)
+	// The warnings come before "Starting"; the pipe from the process may
+	// not have delivered either yet.
+	eventually(t, "the registrar's start is in its log", func() bool {
+		return strings.Contains(registrar.stderr.String(), `"Starting"`)
+	})
 	stderr := registrar.stderr.String()
 	for _, f := range legacy {
 		if got := strings.Count(stderr, "flag --"+f+" is deprecated"); got != 1 {
