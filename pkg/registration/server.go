@@ -75,6 +75,9 @@ type Config struct {
 	// Rejected, when set, is called with kubelet's reason each time
 	// kubelet rejects the plugin.
 	Rejected func(reason string)
+	// Registered, when set, is called each time kubelet confirms the
+	// current registration socket.
+	Registered func()
 	// CheckTimeout bounds the GetInfo call that identifies a socket at the
 	// path that this process did not create.
 	CheckTimeout time.Duration
@@ -497,6 +500,9 @@ func (l *loop) verdict(v verdict) error {
 		} else {
 			// kubelet confirms again after each of its restarts.
 			l.logger.V(2).Info("kubelet confirmed the registration again")
+		}
+		if l.cfg.Registered != nil {
+			l.cfg.Registered()
 		}
 		return nil
 	}

@@ -21,9 +21,11 @@ type figure struct {
 	atMost bool // the target is an upper bound, otherwise a lower bound
 	target float64
 	detail string
-	// reference marks a line measured on something else than the
-	// registrar, printed without a target.
+	// reference marks a line printed without a target: measured on
+	// something else than the registrar, or for information. note says
+	// which; the default is for the reference server.
 	reference bool
+	note      string
 }
 
 func (f figure) String() string {
@@ -39,7 +41,11 @@ func (f figure) String() string {
 	}
 	value := fmt.Sprintf("%s %s %s", f.stat, trim(f.value), f.unit)
 	if f.reference {
-		return fmt.Sprintf("%-56s %-20s %-37s %s", f.name, value, "(no target: what the machine allows)", f.detail)
+		note := f.note
+		if note == "" {
+			note = "(no target: what the machine allows)"
+		}
+		return fmt.Sprintf("%-56s %-20s %-37s %s", f.name, value, note, f.detail)
 	}
 	target := fmt.Sprintf("target %s %s %s", op, strconv.FormatFloat(f.target, 'g', -1, 64), f.unit)
 	return fmt.Sprintf("%-56s %-20s %-24s %-12s %s", f.name, value, target, verdict, f.detail)

@@ -176,6 +176,17 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		}
 		figures = append(figures, result.figure())
 	}
+	// Days of kubelet's probes, in a few seconds: what the registrar
+	// keeps resident once its collector has run many times.
+	mem, err := readMemory(n.registrar.pid())
+	if err != nil {
+		return nil, err
+	}
+	figures = append(figures, figure{
+		name: "VmRSS after those /healthz requests", stat: "now", value: megabytes(mem.vmRSS), unit: "MB",
+		reference: true, note: "(no target: the steady state)",
+		detail: fmt.Sprintf("(RssAnon %s MB, RssFile %s MB; %d requests)", trim(megabytes(mem.rssAnon)), trim(megabytes(mem.rssFile)), 4*cfg.healthzRequests),
+	})
 
 	ref, addr, err := referenceHTTP(ctx)
 	if err != nil {
