@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -211,6 +210,13 @@ func (n *node) startDriver(t *testing.T, name string, args ...string) *process {
 
 func (n *node) startRegistrar(t *testing.T, args ...string) *process {
 	t.Helper()
+	return n.startRegistrarWithEnv(t, nil, args...)
+}
+
+// startRegistrarWithEnv is startRegistrar with env as the whole
+// environment (see startProcessWithEnv).
+func (n *node) startRegistrarWithEnv(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	base := []string{
 		"--csi-address=" + n.driverSocket,
 		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
@@ -219,7 +225,7 @@ func (n *node) startRegistrar(t *testing.T, args ...string) *process {
 		"--termination-message-path=" + n.termination,
 		"-v=4",
 	}
-	return startProcess(t, "registrar", registrarBin, append(base, args...)...)
+	return startProcessWithEnv(t, "registrar", env, registrarBin, append(base, args...)...)
 }
 
 func (n *node) socketPath(name string) string {
@@ -572,13 +578,8 @@ func TestJSONLogging(t *testing.T) {
 // takes precedence over it: with it, the registrar ends up where it would
 // without the variable, as upstream's image (which sets none) does.
 func TestGOMAXPROCS(t *testing.T) {
-	var environ []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
-			environ = append(environ, kv)
-		}
-	}
-	image := append(slices.Clip(environ), "GOMAXPROCS=1")
+	environ := environWithout("GOMAXPROCS")
+	image := environWithout("GOMAXPROCS", "GOMAXPROCS=1")
 
 	if got, _ := startedWith(t, image); got != "1" {
 		t.Errorf("with GOMAXPROCS=1: gomaxprocs=%s, want 1", got)
@@ -600,13 +601,7 @@ var startingProcs = regexp.MustCompile(`"Starting".* gomaxprocs=(\d+)`)
 // GOMAXPROCS it logged, and its log.
 func startedWith(t *testing.T, env []string, args ...string) (string, string) {
 	t.Helper()
-	n := newNode(t)
-	p := startProcessWithEnv(t, "registrar", env, registrarBin, append([]string{
-		"--csi-address=" + n.driverSocket,
-		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
-		"--plugin-registration-path=" + n.registry,
-		"--termination-message-path=",
-	}, args...)...)
+	p := newNode(t).startRegistrarWithEnv(t, env, args...)
 	var procs string
 	eventually(t, "the registrar logs its start", func() bool {
 		if !p.running() {
@@ -629,12 +624,6 @@ func startedWith(t *testing.T, env []string, args ...string) (string, string) {
 // environment.
 func TestCollectorOnceRegistered(t *testing.T) {
 	const name = "gc.csi.example.com"
-	var environ []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOGC=") {
-			environ = append(environ, kv)
-		}
-	}
 	for _, c := range []struct {
 		name, env, want, notWant string
 	}{
@@ -642,19 +631,13 @@ func TestCollectorOnceRegistered(t *testing.T) {
 		{"GOGC in the environment", "GOGC=100", `"Keeping GOGC from the environment" GOGC="100"`, "keeps the heap small"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := slices.Clip(environ)
+			env := environWithout("GOGC")
 			if c.env != "" {
 				env = append(env, c.env)
 			}
 			n := newNode(t)
 			n.startDriver(t, name)
-			registrar := startProcessWithEnv(t, "registrar", env, registrarBin,
-				"--csi-address="+n.driverSocket,
-				"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
-				"--plugin-registration-path="+n.registry,
-				"--termination-message-path=",
-				"-v=2",
-			)
+			registrar := n.startRegistrarWithEnv(t, env)
 			n.waitForSocket(t, name, registrar)
 			client := kubeletClient(t, n.socketPath(name))
 			for range 2 { // kubelet confirms again after each of its restarts
@@ -674,4 +657,16 @@ func TestCollectorOnceRegistered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// environWithout returns the test's environment without the variable
+// name, with extra added.
+func environWithout(name string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, name+"=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
 }
