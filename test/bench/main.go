@@ -37,9 +37,12 @@ type config struct {
 	runs            int
 	healthzRequests int
 	healthzClients  int
-	getInfoCalls    int
-	getInfoClients  int
-	idle            time.Duration
+	// healthzClientProcs is the bench's GOMAXPROCS while it makes /healthz
+	// requests; 0 leaves Go's default.
+	healthzClientProcs int
+	getInfoCalls       int
+	getInfoClients     int
+	idle               time.Duration
 	// only, when not empty, names the groups of figures to measure.
 	only map[string]bool
 }
@@ -58,6 +61,7 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 20, "processes started for each start-up and reaction figure")
 	flag.IntVar(&cfg.healthzRequests, "healthz-requests", 5000, "/healthz requests for each latency figure")
 	flag.IntVar(&cfg.healthzClients, "healthz-clients", 16, "concurrent /healthz clients")
+	flag.IntVar(&cfg.healthzClientProcs, "healthz-client-procs", 1, "GOMAXPROCS of the bench itself while it makes /healthz requests, so that the load generator and the registrar together need no more threads than the machine has cores; 0 keeps Go's default (one per core)")
 	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
 	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
 	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
@@ -91,6 +95,10 @@ func main() {
 	}
 	if cfg.runs < 1 || cfg.healthzRequests < 1 || cfg.healthzClients < 1 || cfg.getInfoCalls < 1 || cfg.getInfoClients < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -runs, -healthz-requests, -healthz-clients, -getinfo-calls and -getinfo-clients must be at least 1")
+		os.Exit(2)
+	}
+	if cfg.healthzClientProcs < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -healthz-client-procs must be 0 (Go's default) or more")
 		os.Exit(2)
 	}
 

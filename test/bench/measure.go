@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -170,7 +171,7 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		clients   int
 		keepAlive bool
 	}{{cfg.healthzClients, false}, {cfg.healthzClients, true}, {1, false}, {1, true}} {
-		result, err := probeLoad(ctx, n.httpAddr, n.registrar, cfg.healthzRequests, load.clients, load.keepAlive)
+		result, err := probeLoad(ctx, n.httpAddr, n.registrar, cfg, load.clients, load.keepAlive)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +195,7 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 	}
 	defer ref.stop()
 	for _, keepAlive := range []bool{false, true} {
-		result, err := probeLoad(ctx, addr, ref, cfg.healthzRequests, cfg.healthzClients, keepAlive)
+		result, err := probeLoad(ctx, addr, ref, cfg, cfg.healthzClients, keepAlive)
 		if err != nil {
 			return nil, err
 		}
@@ -243,6 +244,8 @@ type loadResult struct {
 	latencies durations
 	elapsed   time.Duration
 	serverCPU time.Duration // the server's, during the load
+	// clientProcs is the bench's GOMAXPROCS during the load.
+	clientProcs int
 	// reference is set for a load on the reference server, not the
 	// registrar: its line has no target.
 	reference bool
@@ -264,21 +267,31 @@ func (r loadResult) figure() figure {
 		f.name = name + ", sequential, " + connections
 		f.stat, f.value, f.target = "p50", ms(r.latencies.median()), 0.2
 	}
-	f.detail = fmt.Sprintf("(p50 %s, p99 %s, max %s ms; %.0f requests/s; %s CPU %.0f µs/request; %d requests)",
+	f.detail = fmt.Sprintf("(p50 %s, p99 %s, max %s ms; %.0f requests/s; %s CPU %.0f µs/request; %d requests; client GOMAXPROCS %d)",
 		trim(ms(r.latencies.median())), trim(ms(r.latencies.quantile(0.99))), trim(ms(r.latencies.max())),
-		float64(len(r.latencies))/r.elapsed.Seconds(), server, float64(r.serverCPU.Microseconds())/float64(len(r.latencies)), len(r.latencies))
+		float64(len(r.latencies))/r.elapsed.Seconds(), server, float64(r.serverCPU.Microseconds())/float64(len(r.latencies)), len(r.latencies), r.clientProcs)
 	return f
 }
 
-// probeLoad makes requests GET /healthz requests to the server p at addr
-// from clients goroutines, each waiting for its answer before the next
-// request, and times each.
-func probeLoad(ctx context.Context, addr string, p *process, requests, clients int, keepAlive bool) (loadResult, error) {
+// probeLoad makes cfg.healthzRequests GET /healthz requests to the server
+// p at addr from clients goroutines, each waiting for its answer before the
+// next request, and times each. Meanwhile the bench runs with
+// cfg.healthzClientProcs Ps: with Go's default of one per core, the
+// client's threads and the server's outnumber the cores of a small machine,
+// and the latencies then measure the kernel's time slices more than the
+// server (wrk and ab, both one thread, measured lower tails than the
+// default did).
+func probeLoad(ctx context.Context, addr string, p *process, cfg config, clients int, keepAlive bool) (loadResult, error) {
+	requests := cfg.healthzRequests
 	result := loadResult{clients: clients, keepAlive: keepAlive, latencies: make(durations, requests)}
 	before, err := readCPU(p.pid())
 	if err != nil {
 		return result, err
 	}
+	if cfg.healthzClientProcs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.healthzClientProcs))
+	}
+	result.clientProcs = runtime.GOMAXPROCS(0)
 	var next atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	started := time.Now()

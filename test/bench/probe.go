@@ -20,6 +20,10 @@ type probeClient struct {
 	addr      string
 	request   []byte
 	keepAlive bool
+	// dialer turns TCP keep-alive probes off: each setting is a system
+	// call of the client's for every new connection, and no connection
+	// here lives long enough for a probe.
+	dialer net.Dialer
 
 	conn   net.Conn
 	reader *bufio.Reader
@@ -31,13 +35,14 @@ func newProbeClient(addr, path string, keepAlive bool) *probeClient {
 		connection = "keep-alive"
 	}
 	request := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: kube-probe/bench\r\nAccept: */*\r\nConnection: %s\r\n\r\n", path, addr, connection)
-	return &probeClient{addr: addr, request: []byte(request), keepAlive: keepAlive}
+	return &probeClient{addr: addr, request: []byte(request), keepAlive: keepAlive,
+		dialer: net.Dialer{Timeout: stepTimeout, KeepAlive: -1}}
 }
 
 // get makes one request and reads the whole answer.
 func (c *probeClient) get() (int, error) {
 	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.addr, stepTimeout)
+		conn, err := c.dialer.Dial("tcp", c.addr)
 		if err != nil {
 			return 0, err
 		}
