@@ -46,7 +46,7 @@ STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticchec
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean
-.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench
+.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench bench-smoke
 
 all: build
 
@@ -90,7 +90,7 @@ deploy-test:
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-test: vet unit fuzz e2e deploy-test
+test: vet unit fuzz e2e deploy-test bench-smoke
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
 # product module as built for Windows.
@@ -144,6 +144,18 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
 	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)' $(BENCH_FLAGS)
 
+# make bench's code on a tiny load (each benchmark once, one run of each
+# figure, no idle wait), so that a broken benchmark fails make test. Its
+# figures mean nothing and are not printed.
+bench-smoke: build
+	$(GO) build -o bin/mockdriver ./test/mockdriver
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+		echo "$(GO) test -run '^\$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/..." && \
+		$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > "$$out" || { cat "$$out"; exit 1; }
+	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)' \
+		-runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 > /dev/null
+	@echo "bench-smoke: make bench's code runs"
+
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this
 # machine, in namespaces of their own. Needs root; installs etcd-server,
@@ -154,3 +166,4 @@ e2e-node:
 
 clean:
 	rm -rf bin
+
