@@ -16,6 +16,8 @@ FUZZTIME  ?= 10s
 IMAGE_ENV := $(shell sed -n 's/^ENV //p' Dockerfile)
 # Extra flags for test/bench, e.g. make bench BENCH_FLAGS='-runs=5 -idle=0'.
 BENCH_FLAGS ?=
+# test/bench measuring the release binary, run as in its image.
+BENCH_PROCESS = $(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)'
 # Extra flags for the demo, e.g. make demo DEMO_FLAGS=-duration=10s
 DEMO_FLAGS ?=
 
@@ -46,7 +48,7 @@ STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticchec
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean
-.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench bench-smoke
+.PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver
 
 all: build
 
@@ -139,22 +141,20 @@ demo:
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
 # printed, never asserted. See README.md, "Performance".
-bench: build
-	$(GO) build -o bin/mockdriver ./test/mockdriver
+bench: build mockdriver
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
-	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)' $(BENCH_FLAGS)
+	$(BENCH_PROCESS) $(BENCH_FLAGS)
 
 # make bench's code on a tiny load (each benchmark once, one run of each
 # figure, no idle wait), so that a broken benchmark fails make test. Its
-# figures mean nothing and are not printed.
-bench-smoke: build
+# figures mean nothing: the benchmarks' output is shown only on failure.
+bench-smoke: build mockdriver
+	$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
+	$(BENCH_PROCESS) -runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 > /dev/null
+
+# The test CSI driver that make bench starts next to the registrar.
+mockdriver:
 	$(GO) build -o bin/mockdriver ./test/mockdriver
-	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-		echo "$(GO) test -run '^\$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/..." && \
-		$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > "$$out" || { cat "$$out"; exit 1; }
-	$(GO) run ./test/bench -registrar $(BIN) -driver bin/mockdriver -registrar-env '$(IMAGE_ENV)' \
-		-runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 > /dev/null
-	@echo "bench-smoke: make bench's code runs"
 
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this
@@ -166,4 +166,3 @@ e2e-node:
 
 clean:
 	rm -rf bin
-
