@@ -30,7 +30,7 @@ const (
 )
 
 // httpShutdownTimeout bounds how long open probe requests may delay exit.
-const httpShutdownTimeout = 5 * time.Second
+const httpShutdownTimeout = 2 * time.Second
 
 // run is the whole process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -209,9 +209,14 @@ func (l *loop) handOver(call *handoverCall) error {
 	go func() {
 		defer l.retired.Done()
 		// The HandOver call itself is in flight on this server.
-		l.stopGRPC(pub.grpc)
+		l.stopGRPC(pub)
 	}()
-	_, _ = uc.Write([]byte{handoverDone})
+	if _, err := uc.Write([]byte{handoverDone}); err != nil {
+		// The new instance gave up before the end, and replaces the
+		// socket: nobody serves it under the name given to it.
+		_ = removeIfSame(req.Address, pub.sock.own)
+	}
+	l.watchOwner(pub.path, pub.sock.own)
 	l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", pub.path)
 	return nil
 }
@@ -239,11 +244,21 @@ func (l *loop) takeOver(name, path string) (*takenOver, error) {
 	if err != nil {
 		return nil, err
 	}
+	var taken *takenOver
 	defer func() {
 		_ = recv.Close()
 		// Still our receiving socket when the owner did not move its
 		// hidden name here.
 		_ = removeIfSame(address, recvOwn)
+		if taken == nil {
+			// The owner moved its hidden name of the socket here and let
+			// go, but the handover was not finished: nobody serves that
+			// socket any more, and its name must not be left behind. The
+			// owner renames before it confirms, and this runs after the
+			// connection was closed, so a later rename is not possible: the
+			// owner removes the name itself when its confirmation fails.
+			_ = removeIfSame(address, before)
+		}
 	}()
 
 	timeout := l.cfg.CheckTimeout
@@ -271,7 +286,7 @@ func (l *loop) takeOver(name, path string) (*takenOver, error) {
 			}
 			return nil, fmt.Errorf("the instance serving %s did not hand its socket over: %w", path, err)
 		}
-		taken, err := l.receive(conn, name, path, address, before)
+		taken, err = l.receive(conn, name, path, address, before)
 		_ = conn.Close()
 		if errors.Is(err, errNotAHandover) {
 			continue

@@ -60,9 +60,10 @@ type Health struct {
 	Reason string
 }
 
-// Health checks the registration path. It costs one lstat; a socket that
-// another process published is asked for GetInfo once per file, not once
-// per check.
+// Health checks the registration path. It costs one lstat; a live socket
+// that another process published is asked for GetInfo once per file, not
+// once per check, as long as the owner's connection holds; one that does
+// not answer is asked again at each check.
 func (s *Server) Health(ctx context.Context) Health {
 	s.mu.Lock()
 	pub, state, path := s.pub, s.st.state, s.st.socketPath
@@ -109,8 +110,9 @@ func inspect(path string) found {
 	return found{info: fi, socket: fi.Mode().Type() == fs.ModeSocket}
 }
 
-// foreignCache remembers the verdict on a socket this process did not
-// create, so probes do not dial it again until the file changes.
+// foreignCache remembers the verdict on a live socket this process did
+// not create, so probes do not dial it again until the file changes or
+// the loop lost its connection to the socket's owner.
 type foreignCache struct {
 	mu     sync.Mutex
 	file   fs.FileInfo
@@ -129,7 +131,9 @@ func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverNa
 		// The prober gave up; that says nothing about the socket.
 		return Health{SocketBroken, fmt.Sprintf("check of %s cancelled: %v", path, ctx.Err())}
 	case err != nil:
-		c.health = Health{SocketBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)}
+		// Not remembered: the failure may be passing (a handover between
+		// two instances), and a dead socket is replaced soon anyway.
+		return Health{SocketBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)}
 	case name != driverName:
 		c.health = Health{SocketBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", path, name, driverName)}
 	default:
@@ -137,6 +141,13 @@ func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverNa
 	}
 	c.file = fi
 	return c.health
+}
+
+// forget drops the verdict, so that the next check asks the socket again.
+func (c *foreignCache) forget() {
+	c.mu.Lock()
+	c.file = nil
+	c.mu.Unlock()
 }
 
 func askName(ctx context.Context, path string, timeout time.Duration) (string, error) {

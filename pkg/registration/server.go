@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -27,7 +29,7 @@ var SupportedVersions = []string{"1.0.0"}
 
 // Defaults for Config.
 const (
-	DefaultShutdownTimeout = 5 * time.Second
+	DefaultShutdownTimeout = 3 * time.Second
 	DefaultCheckTimeout    = time.Second
 	DefaultRetryInitial    = time.Second
 	DefaultRetryMax        = 5 * time.Minute
@@ -112,6 +114,8 @@ type Server struct {
 	names     chan string
 	verdicts  chan verdict
 	handovers chan *handoverCall
+	// ownerLost carries the id of an owner watch whose connection failed.
+	ownerLost chan uint64
 	done      chan struct{}
 
 	mu     sync.Mutex
@@ -132,6 +136,8 @@ type publication struct {
 	path string
 	sock *publishedSocket
 	grpc *grpc.Server
+	// conns are the connections grpc accepted on sock.
+	conns *trackedListener
 }
 
 // New checks cfg; Run publishes the socket once DriverFound named the
@@ -167,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		names:     make(chan string, 1),
 		verdicts:  make(chan verdict, 16),
 		handovers: make(chan *handoverCall),
+		ownerLost: make(chan uint64, 1),
 		done:      make(chan struct{}),
 		logger:    klog.Background(),
 		st:        newStatus(cfg.Endpoint),
@@ -220,9 +227,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
 
-	l := loop{Server: s, logger: logger, backoff: s.cfg.RetryInitial}
+	l := loop{Server: s, ctx: ctx, logger: logger, backoff: s.cfg.RetryInitial, publishBackoff: publishRetryInitial}
 	err = l.run(ctx, watcher)
 	l.stopRetry()
+	l.cancelPendingPublication()
+	l.unwatchOwner()
 	// Verdicts arriving from now on have nobody to act on them: their
 	// handlers must reply at once, or the graceful stop would wait for them.
 	close(s.done)
@@ -233,9 +242,17 @@ func (s *Server) Run(ctx context.Context) error {
 // loop is the state of Run's goroutine.
 type loop struct {
 	*Server
+	ctx     context.Context
 	logger  logr.Logger
 	retry   *time.Timer
 	backoff time.Duration
+	// watch is the connection to the instance that owns the socket while
+	// this one is superseded; watches counts them, for their ids.
+	watch   *ownerWatch
+	watches uint64
+	// pending is a publication to try again, after publishBackoff.
+	pending        *pendingPublication
+	publishBackoff time.Duration
 }
 
 func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
@@ -279,6 +296,16 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 
 		case call := <-l.handovers:
 			call.reply <- l.handOver(call)
+
+		case id := <-l.ownerLost:
+			if err := l.ownerGone(id); err != nil {
+				return err
+			}
+
+		case <-l.pendingChannel():
+			if err := l.publishPending(); err != nil {
+				return err
+			}
 
 		case <-l.retryChannel():
 			if err := l.retryAfterRejection(); err != nil {
@@ -340,11 +367,11 @@ func (l *loop) driverNamed(name string) error {
 	return l.publish(reason)
 }
 
-// publish puts a new socket with its own gRPC server in place at the
+// publishNow puts a new socket with its own gRPC server in place at the
 // current path, then retires the previous publication: its socket, when
 // still at a path of ours, is replaced atomically or removed (after a
 // change of name).
-func (l *loop) publish(reason string) error {
+func (l *loop) publishNow(reason string) error {
 	l.mu.Lock()
 	name, path := l.st.driverName, l.st.socketPath
 	l.st.generation++
@@ -363,14 +390,18 @@ func (l *loop) publish(reason string) error {
 // install serves kubelet on a new publication, makes it the current one
 // (update records it in the status), and retires the previous one.
 func (l *loop) install(pub *publication, update func(*status)) {
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
 	rpc := &rpcServer{s: l.Server, gen: pub.gen, name: pub.name}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handoverSupported {
 		srv.RegisterService(&handoverServiceDesc, rpc)
 	}
 	pub.grpc = srv
-	go func() { _ = srv.Serve(pub.sock) }()
+	pub.conns = trackConns(pub.sock)
+	l.unwatchOwner()
+	l.cancelPendingPublication()
+	l.publishBackoff = publishRetryInitial
+	go func() { _ = srv.Serve(pub.conns) }()
 
 	l.mu.Lock()
 	previous := l.pub
@@ -393,12 +424,15 @@ func (s *Server) retire(pub *publication) {
 	s.retired.Add(1)
 	go func() {
 		defer s.retired.Done()
-		s.stopGRPC(pub.grpc)
+		s.stopGRPC(pub)
 	}()
 }
 
-// stopGRPC lets in-flight replies go out, within the shutdown timeout.
-func (s *Server) stopGRPC(srv *grpc.Server) {
+// stopGRPC lets in-flight replies go out, within the shutdown timeout;
+// then every connection is closed, as gRPC itself would wait for clients
+// that have not finished their handshake.
+func (s *Server) stopGRPC(pub *publication) {
+	srv := pub.grpc
 	done := make(chan struct{})
 	go func() {
 		srv.GracefulStop()
@@ -410,6 +444,7 @@ func (s *Server) stopGRPC(srv *grpc.Server) {
 	case <-done:
 	case <-timer.C:
 		s.log().Info("Graceful stop timed out, closing open kubelet connections", "timeout", s.cfg.ShutdownTimeout)
+		pub.conns.closeAll()
 		srv.Stop()
 		<-done
 	}
@@ -442,7 +477,7 @@ func (l *loop) reconcile() error {
 	case !found.socket:
 		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", DescribeFileType(found.info.Mode()))
 	default:
-		return l.foreignSocket(pub, path)
+		return l.foreignSocket(pub, path, found.info)
 	}
 	return nil
 }
@@ -450,7 +485,7 @@ func (l *loop) reconcile() error {
 // foreignSocket decides what to do about a socket another process put at
 // the path: step aside for a live instance of the same driver, replace a
 // dead socket, leave anything else alone.
-func (l *loop) foreignSocket(pub *publication, path string) error {
+func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) error {
 	l.mu.Lock()
 	name, state := l.st.driverName, l.st.state
 	l.mu.Unlock()
@@ -458,16 +493,26 @@ func (l *loop) foreignSocket(pub *publication, path string) error {
 	defer cancel()
 	other, err := askName(ctx, path, l.cfg.CheckTimeout)
 	switch {
+	case err != nil && state == Superseded:
+		l.logger.Info("The instance that took over the registration socket no longer answers: publishing ours again", "path", path, "err", err)
+		return l.publish(ReasonVacated)
 	case err != nil:
 		l.logger.Info("A dead socket replaced the registration socket: publishing ours again", "path", path, "err", err)
 		return l.publish(ReasonStale)
 	case other != name:
 		l.logger.Error(nil, "Another driver's registration socket is at our path; leaving it alone", "path", path, "otherDriver", other)
-	case state != Superseded:
+	case state == Superseded:
+		// Another instance again, e.g. after a handover between two newer
+		// ones: follow the current owner.
+		if l.watch == nil || !os.SameFile(l.watch.file, file) {
+			l.watchOwner(path, file)
+		}
+	default:
 		// Never fight back: a newer instance (a rolling update with
 		// maxSurge) owns the registration now.
 		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", path)
 		l.stopRetry()
+		l.cancelPendingPublication()
 		l.mu.Lock()
 		l.pub = nil
 		l.st.superseded()
@@ -475,8 +520,47 @@ func (l *loop) foreignSocket(pub *publication, path string) error {
 		if pub != nil {
 			l.retire(pub)
 		}
+		l.watchOwner(path, file)
 	}
 	return nil
+}
+
+// watchOwner holds a connection to the instance that serves the socket
+// file at path in this one's place, so that its death is noticed at once:
+// a killed process leaves its socket file behind, and the directory does
+// not change.
+func (l *loop) watchOwner(path string, file fs.FileInfo) {
+	l.unwatchOwner()
+	l.watches++
+	ctx, cancel := context.WithCancel(l.ctx)
+	l.watch = &ownerWatch{id: l.watches, file: file, cancel: cancel}
+	lost := func(id uint64) {
+		select {
+		case l.ownerLost <- id:
+		case <-ctx.Done():
+		}
+	}
+	go watchOwner(ctx, l.watches, path, file, l.cfg.CheckTimeout, lost)
+}
+
+func (l *loop) unwatchOwner() {
+	if l.watch != nil {
+		l.watch.cancel()
+		l.watch = nil
+	}
+}
+
+// ownerGone looks at the path again after the connection of watch id to
+// the socket's owner failed.
+func (l *loop) ownerGone(id uint64) error {
+	if l.watch == nil || l.watch.id != id {
+		return nil // a watch that was replaced meanwhile
+	}
+	l.watch = nil
+	// The verdict on the owner's socket no longer holds.
+	l.identity.forget()
+	l.logger.V(2).Info("The connection to the instance that owns the registration socket ended: checking the socket")
+	return l.reconcile()
 }
 
 // verdict records kubelet's answer for a publication.
@@ -577,7 +661,11 @@ func (s *Server) shutdown(logger logr.Logger) {
 		default:
 			logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
 		}
-		s.stopGRPC(pub.grpc)
+		// Clients that have not said anything yet have nothing in flight,
+		// and nothing to gain from a socket that is gone: a client that
+		// never speaks must not hold the exit.
+		pub.conns.closeSilent()
+		s.stopGRPC(pub)
 	}
 	s.retired.Wait()
 }

@@ -388,6 +388,9 @@ type countingRegistration struct {
 	registerapi.UnimplementedRegistrationServer
 	name  string
 	calls atomic.Int32
+	// stop ends the server as the death of its process would: the socket
+	// file stays.
+	stop func()
 }
 
 func (c *countingRegistration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
@@ -408,8 +411,8 @@ func serveForeign(t *testing.T, path, name string) *countingRegistration {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	c := &countingRegistration{name: name}
 	s := grpc.NewServer()
+	c := &countingRegistration{name: name, stop: s.Stop}
 	registerapi.RegisterRegistrationServer(s, c)
 	go s.Serve(l)
 	t.Cleanup(s.Stop)

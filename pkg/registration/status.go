@@ -64,6 +64,11 @@ type Status struct {
 	RegistrationFailures uint64            `json:"registrationFailures"`
 	Publications         map[string]uint64 `json:"socketPublications"`
 	KubeletCalls         KubeletCalls      `json:"kubeletCalls"`
+	// PublishError: publishing the registration socket failed for want of
+	// a resource (file descriptors, inodes, memory); it is tried again at
+	// NextPublishRetry.
+	PublishError     string     `json:"publishError,omitempty"`
+	NextPublishRetry *time.Time `json:"nextPublishRetryTime,omitempty"`
 }
 
 // status is the mutable state behind Status, guarded by Server.mu.
@@ -84,6 +89,10 @@ type status struct {
 	calls           KubeletCalls
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
+	// publishError: the last publication failed for want of a resource
+	// and is tried again at nextPublish.
+	publishError string
+	nextPublish  time.Time
 }
 
 func newStatus(endpoint string) status {
@@ -94,12 +103,18 @@ func (st *status) published(reason string) {
 	st.publications[reason]++
 	st.state = WaitingForKubelet
 	st.handedOver = false
+	st.clearPublishError()
 }
 
-func (st *status) superseded() { st.state, st.handedOver = Superseded, false }
+func (st *status) superseded() {
+	st.state, st.handedOver = Superseded, false
+	st.clearPublishError()
+}
 
 // handedOverTo records that a newer instance took this one's socket over.
 func (st *status) handedOverTo() { st.state, st.handedOver = Superseded, true }
+
+func (st *status) clearPublishError() { st.publishError, st.nextPublish = "", time.Time{} }
 
 // adopted records a socket taken over from the previous instance, with
 // kubelet's verdict on it when kubelet had registered it.
@@ -164,6 +179,8 @@ func (s *Server) Status() Status {
 		LastNotify:           timeOrNil(st.lastNotify),
 		LastFailure:          timeOrNil(st.lastFailure),
 		NextRetry:            timeOrNil(st.nextRetry),
+		PublishError:         st.publishError,
+		NextPublishRetry:     timeOrNil(st.nextPublish),
 	}
 	for reason, n := range st.publications {
 		out.Publications[reason] = n
@@ -190,6 +207,10 @@ func (s *Server) Status() Status {
 		}
 	case Stopped:
 		out.Reason = "stopped"
+	}
+	if st.publishError != "" {
+		out.Ready = false
+		out.Reason = "cannot publish the registration socket, trying again: " + st.publishError
 	}
 	return out
 }

@@ -284,10 +284,7 @@ func TestExecProbeModeExitsAtOnce(t *testing.T) {
 
 func TestRegistersAndStopsCleanly(t *testing.T) {
 	const name = "it.csi.example.com"
-	n := newNode(t)
-	n.startDriver(t, name)
-	registrar := n.startRegistrar(t)
-	n.waitForSocket(t, name, registrar)
+	n, registrar := published(t, name)
 
 	fi, err := os.Lstat(n.socketPath(name))
 	if err != nil {

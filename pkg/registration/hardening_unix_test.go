@@ -1,0 +1,123 @@
+//go:build unix
+
+package registration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// kill makes an instance vanish as a killed process does: its registration
+// socket stops answering, and its files stay where they are.
+func (r *running) kill() {
+	r.srv.mu.Lock()
+	pub := r.srv.pub
+	r.srv.mu.Unlock()
+	pub.conns.closeAll()
+	pub.grpc.Stop()
+}
+
+func TestHandedOverInstancePublishesAgainWhenTheNewerDies(t *testing.T) {
+	dir := shortTempDir(t)
+	older := startRegistered(t, dir)
+	path := older.srv.SocketPathForTest()
+	newer := start(t, dir)
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	if h := older.srv.Health(context.Background()); h.State != SocketSuperseded {
+		t.Fatalf("older Health while the newer one serves = %+v, want superseded", h)
+	}
+	handedOver := lstat(t, path)
+
+	newer.kill()
+	// Nothing changed in the directory: only the connection the older
+	// instance holds to the newer one tells it.
+	eventually(t, "the older instance publishes again", func() bool {
+		return older.srv.Health(context.Background()).State == SocketServing
+	})
+	if os.SameFile(handedOver, lstat(t, path)) {
+		t.Error("the dead socket is still at the path")
+	}
+	if st := older.srv.Status(); st.Publications[ReasonVacated] != 1 || st.State != WaitingForKubelet {
+		t.Errorf("older Status = %+v, want one vacated publication, waiting for kubelet", st)
+	}
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo on the socket published again: %v", err)
+	}
+}
+
+func TestSupersededInstancePublishesAgainWhenTheOwnerDies(t *testing.T) {
+	dir := shortTempDir(t)
+	r := start(t, dir)
+	path := r.srv.SocketPathForTest()
+	owner := serveForeign(t, path, testDriver)
+	eventually(t, "the instance steps aside", func() bool { return r.srv.Status().State == Superseded })
+	if h := r.srv.Health(context.Background()); h.State != SocketSuperseded {
+		t.Fatalf("Health while the other instance serves = %+v, want superseded", h)
+	}
+	calls := owner.calls.Load()
+	for range 5 {
+		if h := r.srv.Health(context.Background()); h.State != SocketSuperseded {
+			t.Fatalf("Health while the other instance serves = %+v, want superseded", h)
+		}
+	}
+	if n := owner.calls.Load() - calls; n > 1 {
+		t.Errorf("5 checks of a live owner called GetInfo %d times, want at most 1", n)
+	}
+
+	owner.stop()
+	eventually(t, "the instance publishes again", func() bool {
+		return r.srv.Health(context.Background()).State == SocketServing
+	})
+	if n := r.srv.Status().Publications[ReasonVacated]; n != 1 {
+		t.Errorf("vacated publications = %d, want 1", n)
+	}
+}
+
+func TestStopDoesNotWaitForSilentClients(t *testing.T) {
+	dir := shortTempDir(t)
+	// A graceful stop that could wait for long: only the clients' silence
+	// may not hold the exit.
+	r := start(t, dir, func(c *Config) { c.ShutdownTimeout = time.Hour })
+	path := r.srv.SocketPathForTest()
+
+	silent, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	// A client that started the HTTP/2 preface and stopped.
+	halfway, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer halfway.Close()
+	if _, err := halfway.Write([]byte("PRI * HTTP/2.0")); err != nil {
+		t.Fatal(err)
+	}
+	// A client that is connected and served.
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The socket is withdrawn before any client is disconnected.
+	closed := make(chan bool, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, silent)
+		_, err := os.Lstat(path)
+		closed <- errors.Is(err, fs.ErrNotExist)
+	}()
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if removed := <-closed; !removed {
+		t.Error("the silent client was disconnected while the socket was still at the path")
+	}
+}
