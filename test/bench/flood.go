@@ -115,7 +115,7 @@ func (n *node) flood(ctx context.Context, f flood, hold time.Duration) ([]figure
 	go func() { sending.Wait(); close(sent) }()
 	defer func() {
 		for _, c := range conns {
-			_ = c.SetReadDeadline(time.Now())
+			_ = c.SetDeadline(time.Now())
 		}
 		attackers.Wait()
 	}()
