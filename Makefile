@@ -150,7 +150,7 @@ bench: build mockdriver
 # figures mean nothing: the benchmarks' output is shown only on failure.
 bench-smoke: build mockdriver
 	$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
-	$(BENCH_PROCESS) -runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 > /dev/null
+	$(BENCH_PROCESS) -runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 -flood-header-conns=4 -flood-idle-conns=16 -flood-hold=100ms > /dev/null
 
 # The test CSI driver that make bench starts next to the registrar.
 mockdriver:

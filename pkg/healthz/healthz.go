@@ -178,13 +178,16 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 }
 
 // Run serves on l until ctx is done, then shuts the server down, giving
-// open requests up to shutdownTimeout to finish.
+// open requests up to shutdownTimeout to finish. It bounds the size of
+// request heads and the number of open connections (see limits.go).
 func (s *Server) Run(ctx context.Context, l net.Listener, shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	srv := &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         newConnLimiter(maxConnections).track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	served := make(chan error, 1)

@@ -122,7 +122,11 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 	}
 }
 
-func TestRunServesUntilCancelled(t *testing.T) {
+// runLoopback runs the HTTP server on a loopback port and returns its
+// address and a function that stops it and returns Run's result. It is
+// stopped when the test ends, if not before.
+func runLoopback(t *testing.T) (string, func() error) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +134,21 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- New(Options{}).Run(ctx, l, time.Second) }()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run() = %v, want nil after cancel", err)
+		}
+	})
+	return l.Addr().String(), stop
+}
 
-	resp, err := http.Get("http://" + l.Addr().String() + "/healthz")
+func TestRunServesUntilCancelled(t *testing.T) {
+	addr, stop := runLoopback(t)
+	resp, err := http.Get("http://" + addr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,16 +158,10 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		t.Errorf("GET /healthz = %d %q", resp.StatusCode, body)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run() = %v, want nil after cancel", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
+	if err := stop(); err != nil {
+		t.Errorf("Run() = %v, want nil after cancel", err)
 	}
-	if _, err := http.Get("http://" + l.Addr().String() + "/healthz"); err == nil {
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Error("the server still answers after Run returned")
 	}
 }

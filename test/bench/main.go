@@ -1,7 +1,8 @@
 // Command bench measures the built registrar as a whole process on this
 // machine: how fast its registration socket listens after exec, after the
 // driver's socket appears and after the socket is deleted; /healthz latency;
-// GetInfo throughput; memory; idle CPU; binary size. It prints one line per
+// GetInfo throughput; memory, also while the HTTP endpoint is flooded with
+// connections; idle CPU; binary size. It prints one line per
 // figure next to its target and never fails because a target is missed: the
 // figures depend on the machine and on what else runs on it. Lines without a
 // target say what the figures can be read against: the resolution of the
@@ -43,12 +44,17 @@ type config struct {
 	getInfoCalls       int
 	getInfoClients     int
 	idle               time.Duration
+	// floodHeaderConns and floodIdleConns are the connections of the two
+	// floods of the HTTP endpoint, held for floodHold each.
+	floodHeaderConns int
+	floodIdleConns   int
+	floodHold        time.Duration
 	// only, when not empty, names the groups of figures to measure.
 	only map[string]bool
 }
 
 // groups are the names -only accepts, each for a group of figures.
-var groups = []string{"start", "appear", "healthz", "getinfo", "size", "idle"}
+var groups = []string{"start", "appear", "healthz", "getinfo", "flood", "size", "idle"}
 
 // wants reports whether the group of figures is to be measured.
 func (c config) wants(group string) bool { return len(c.only) == 0 || c.only[group] }
@@ -65,6 +71,9 @@ func main() {
 	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
 	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
 	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
+	flag.IntVar(&cfg.floodHeaderConns, "flood-header-conns", 200, "connections that each send an unfinished 1 MiB header to the HTTP endpoint")
+	flag.IntVar(&cfg.floodIdleConns, "flood-idle-conns", 1000, "connections to the HTTP endpoint that never send a byte")
+	flag.DurationVar(&cfg.floodHold, "flood-hold", 2*time.Second, "how long each flood of the HTTP endpoint is held while /healthz is probed")
 	floor := flag.String(floorFlag, "", "serve as the reference HTTP server on this address (used by bench itself)")
 	only := flag.String("only", "", "measure only these groups of figures, comma-separated: "+strings.Join(groups, ", "))
 	flag.Parse()
@@ -93,8 +102,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -driver is required: go build -o bin/mockdriver ./test/mockdriver")
 		os.Exit(2)
 	}
-	if cfg.runs < 1 || cfg.healthzRequests < 1 || cfg.healthzClients < 1 || cfg.getInfoCalls < 1 || cfg.getInfoClients < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -runs, -healthz-requests, -healthz-clients, -getinfo-calls and -getinfo-clients must be at least 1")
+	if cfg.runs < 1 || cfg.healthzRequests < 1 || cfg.healthzClients < 1 || cfg.getInfoCalls < 1 || cfg.getInfoClients < 1 || cfg.floodHeaderConns < 1 || cfg.floodIdleConns < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs, -healthz-requests, -healthz-clients, -getinfo-calls, -getinfo-clients and -flood-*-conns must be at least 1")
 		os.Exit(2)
 	}
 	if cfg.healthzClientProcs < 0 {
@@ -150,7 +159,7 @@ func run(ctx context.Context, cfg config) error {
 	for _, m := range []struct {
 		group   string
 		measure func(context.Context, config) ([]figure, error)
-	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}} {
+	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}, {"flood", measureFlood}} {
 		if !cfg.wants(m.group) {
 			continue
 		}

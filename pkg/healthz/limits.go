@@ -1,0 +1,73 @@
+package healthz
+
+import (
+	"container/list"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// The endpoint listens on the pod network without authentication, so any
+// pod of the cluster can open connections to it: these limits bound what
+// they make the registrar hold in memory.
+const (
+	// maxHeaderBytes bounds a request's head (net/http reads up to 4 KiB
+	// more before it answers 431): kubelet's probes send about 100 bytes,
+	// a scrape's "Authorization: Bearer" JWT a few KiB: a token several
+	// times larger than usual still fits.
+	maxHeaderBytes = 16 << 10
+	// maxConnections bounds the open connections, and so their memory:
+	// each costs at most about 45 KB, its goroutine and buffers and a head
+	// of up to maxHeaderBytes being read (256 unfinished heads just under
+	// the limit added 11 MB to VmRSS), about 12 MB in all. An idle one
+	// costs about 8 KB. Legitimate clients need a few.
+	maxConnections = 256
+)
+
+// connLimiter is an http.Server's ConnState hook that keeps at most max
+// connections open: when a new one would make one too many, it closes the
+// one whose state changed least recently, such as a connection that was
+// opened and never sent a byte, or a head that is never finished. Unlike a
+// listener that stops accepting at a limit (golang.org/x/net/netutil's
+// LimitListener), it never makes a new client wait, so kubelet's probe is
+// answered while a flood holds connections.
+type connLimiter struct {
+	max int
+
+	mu sync.Mutex
+	// recent holds the open connections, the least recently changed
+	// first; byConn finds a connection's element in it.
+	recent list.List
+	byConn map[net.Conn]*list.Element
+}
+
+func newConnLimiter(max int) *connLimiter {
+	return &connLimiter{max: max, byConn: map[net.Conn]*list.Element{}}
+}
+
+// track follows a connection's state; net/http calls it.
+func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
+	var evicted net.Conn
+	l.mu.Lock()
+	e, open := l.byConn[conn]
+	switch {
+	case state == http.StateNew:
+		l.byConn[conn] = l.recent.PushBack(conn)
+		if l.recent.Len() > l.max {
+			evicted = l.recent.Remove(l.recent.Front()).(net.Conn)
+			delete(l.byConn, evicted)
+		}
+	case !open:
+		// Closed as one too many; its own goroutine has not seen it yet.
+	case state == http.StateActive || state == http.StateIdle:
+		l.recent.MoveToBack(e)
+	default: // closed or hijacked
+		l.recent.Remove(e)
+		delete(l.byConn, conn)
+	}
+	l.mu.Unlock()
+	if evicted != nil {
+		// Its goroutine's read fails, and it ends.
+		_ = evicted.Close()
+	}
+}
