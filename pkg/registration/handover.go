@@ -69,14 +69,18 @@ func decodeHandoverRequest(data []byte) (handoverRequest, error) {
 
 // checkHandoverRequest is A's check of what B asks for: the same driver and
 // endpoint as A's, and an address that is a hidden name of that driver's
-// socket (socketPath) in the registry directory dir.
+// socket (socketPath) in the registry directory dir. The address must be
+// that name joined to dir as B makes it, nothing the kernel would resolve
+// differently from filepath.Clean: "dir/link/../.name" passes through a
+// symbolic link to wherever it points.
 func checkHandoverRequest(req handoverRequest, driver, endpoint, dir, socketPath string) error {
+	name := filepath.Base(req.Address)
 	switch {
 	case req.Driver != driver:
 		return fmt.Errorf("this instance registers driver %q, not %q", driver, req.Driver)
 	case req.Endpoint != endpoint:
 		return fmt.Errorf("this instance gives kubelet the endpoint %q, not %q", endpoint, req.Endpoint)
-	case filepath.Dir(req.Address) != filepath.Clean(dir) || !isHiddenName(socketPath, filepath.Base(req.Address)):
+	case req.Address != filepath.Join(dir, name) || !isHiddenName(socketPath, name):
 		return fmt.Errorf("%q is not a hidden socket name of the driver in the registry directory", req.Address)
 	}
 	return nil

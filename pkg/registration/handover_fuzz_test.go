@@ -38,7 +38,8 @@ func FuzzHandoverRequest(f *testing.F) {
 		"/registration/.other.example.com.0a1b2c", "/registration/." + fuzzDriver + ".0A1B2C",
 		"/registration/." + fuzzDriver + ".0a1b2c3", "/registration/." + fuzzDriver + ".0a1b2c\x00",
 		"/registration/." + fuzzDriver + ".0a1b2\x00", "/registration/" + hidden + "/",
-		"registration/" + hidden,
+		"registration/" + hidden, "/registration/sub/../" + hidden, "/registration/../registration/" + hidden,
+		"/registration//" + hidden, "/registration/./" + hidden,
 	} {
 		f.Add(handoverRequestJSON(fuzzDriver, fuzzEndpoint, address), "/registration")
 	}
