@@ -70,10 +70,10 @@ func runningRegistrarFlags() (*options, error) {
 // splitCmdline reads a /proc/<pid>/cmdline: the program and its arguments,
 // each ended by a NUL.
 func splitCmdline(raw []byte) (program string, args []string, err error) {
-	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
-	if len(fields) == 0 {
+	if len(raw) == 0 {
 		return "", nil, fmt.Errorf("empty command line")
 	}
+	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
 	for _, a := range fields[1:] {
 		args = append(args, string(a))
 	}
