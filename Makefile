@@ -10,7 +10,18 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # endpoint (HTTP/1.1, no TLS) never speaks (0.3 MB).
 GOTAGS    ?= grpcnotrace nethttpomithttp2
 BIN       := bin/csi-node-driver-registrar
-FUZZTIME  ?= 10s
+# How long make fuzz runs each fuzz target; make test runs them all with
+# the default, make fuzz FUZZTIME=1m longer.
+FUZZTIME  ?= 3s
+# Every fuzz target, as package:target: go test -fuzz runs one at a time.
+FUZZ_TARGETS := \
+	./pkg/driver:FuzzValidateName \
+	./pkg/driver:FuzzParseAddress \
+	./pkg/registration:FuzzHandoverRequest \
+	./pkg/registration:FuzzHandoverState \
+	./pkg/registration:FuzzReadLine \
+	./internal/logging:FuzzParseByteSize \
+	./cmd/registrar:FuzzCommandLine
 # The environment the Linux image sets (its ENV lines): make bench runs the
 # binary with it, as it runs in its container.
 IMAGE_ENV := $(shell sed -n 's/^ENV //p' Dockerfile)
@@ -79,9 +90,20 @@ vet:
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-# A short fuzzing run of the driver name validation.
+# Each fuzz target for FUZZTIME; the first failure stops make, and go test
+# prints the input and writes it to the package's testdata/fuzz/. go test
+# passes when -fuzz matches nothing: a target missing from the list, or
+# listed but not there, fails here instead.
 fuzz:
-	$(GO) test -run '^$$' -fuzz=FuzzValidateName -fuzztime=$(FUZZTIME) ./pkg/driver
+	@for f in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' cmd internal pkg | cut -d' ' -f2); do \
+		case " $(FUZZ_TARGETS) " in *":$$f "*) ;; *) echo "make fuzz: $$f is not in FUZZ_TARGETS" >&2; exit 1;; esac; \
+	done
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; target=$${t#*:}; \
+		grep -qs "^func $$target(" $$pkg/*_test.go || { echo "make fuzz: no $$target in $$pkg" >&2; exit 1; }; \
+		echo "$(GO) test -run '^\$$' -fuzz='^$$target\$$' -fuzztime=$(FUZZTIME) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
 
 # kubelet's own plugin manager and CSI handler against the release binary.
 e2e: build

@@ -60,13 +60,22 @@ func runningRegistrarFlags() (*options, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
-	if len(args) == 0 {
-		return nil, fmt.Errorf("empty command line")
+	program, args, err := splitCmdline(raw)
+	if err != nil {
+		return nil, err
 	}
-	var argv []string
-	for _, a := range args[1:] {
-		argv = append(argv, string(a))
+	return parseFlags(program, args, io.Discard)
+}
+
+// splitCmdline reads a /proc/<pid>/cmdline: the program and its arguments,
+// each ended by a NUL.
+func splitCmdline(raw []byte) (program string, args []string, err error) {
+	if len(raw) == 0 {
+		return "", nil, fmt.Errorf("empty command line")
 	}
-	return parseFlags(string(args[0]), argv, io.Discard)
+	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
+	for _, a := range fields[1:] {
+		args = append(args, string(a))
+	}
+	return string(fields[0]), args, nil
 }

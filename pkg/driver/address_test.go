@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -58,4 +59,58 @@ func TestParseAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+func FuzzParseAddress(f *testing.F) {
+	for _, seed := range []string{
+		"", "/csi/csi.sock", "unix:///csi/csi.sock", "unix:/csi/csi.sock", "unix:csi.sock",
+		"unix://", "unix:", "unix:///", "unix://unix://x", "unix:unix:x", "unix:////x", "csi.sock",
+		`unix://C:\\csi\\csi.sock`, `C:\csi\csi.sock`, "C:", "c:x", "tcp://127.0.0.1:10000",
+		"dns:///csi.example.com:443", "unix-abstract:csi", "UNIX:///csi.sock", "localhost:10000",
+		"127.0.0.1:10000", "[::1]:10000", "[::1]:99999", "host:0", ":10000", "a:b/c", "/a:1",
+		"/csi/../etc/x", "unix:///csi/\x00x", "\xff:1",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		got, err := ParseAddress(addr)
+		if err != nil {
+			if got != (Address{}) {
+				t.Errorf("ParseAddress(%q) = %+v with error %v, want the zero Address", addr, got, err)
+			}
+			if addr != "" && !strings.Contains(err.Error(), fmt.Sprintf("%q", addr)) {
+				t.Errorf("ParseAddress(%q) error %q does not quote the address", addr, err)
+			}
+			if strings.HasPrefix(addr, "unix:") && strings.TrimPrefix(strings.TrimPrefix(addr, "unix:"), "//") != "" {
+				t.Errorf("ParseAddress(%q) rejected a unix: address with a path: %v", addr, err)
+			}
+			return
+		}
+		if got.Path == "" {
+			t.Fatalf("ParseAddress(%q) accepted an empty path", addr)
+		}
+		// The path is the address as given, less at most the scheme: the
+		// registrar never rewrites it.
+		if !strings.HasSuffix(addr, got.Path) {
+			t.Errorf("ParseAddress(%q).Path = %q, which is not the end of the address", addr, got.Path)
+		}
+		switch {
+		case strings.HasPrefix(addr, "unix://"):
+			if got.Path != addr[len("unix://"):] {
+				t.Errorf("ParseAddress(%q).Path = %q, want all after unix://", addr, got.Path)
+			}
+		case strings.HasPrefix(addr, "unix:"):
+			if got.Path != addr[len("unix:"):] {
+				t.Errorf("ParseAddress(%q).Path = %q, want all after unix:", addr, got.Path)
+			}
+		default:
+			if got.Path != addr {
+				t.Errorf("ParseAddress(%q).Path = %q, want the path as given", addr, got.Path)
+			}
+		}
+		again, err := ParseAddress(got.String())
+		if err != nil || again != got {
+			t.Errorf("ParseAddress(%q) = %+v, but ParseAddress(%q) = %+v, %v", addr, got, got.String(), again, err)
+		}
+	})
 }

@@ -61,6 +61,31 @@ type handoverRequest struct {
 	Address string `json:"address"`
 }
 
+func decodeHandoverRequest(data []byte) (handoverRequest, error) {
+	var req handoverRequest
+	err := json.Unmarshal(data, &req)
+	return req, err
+}
+
+// checkHandoverRequest is A's check of what B asks for: the same driver and
+// endpoint as A's, and an address that is a hidden name of that driver's
+// socket (socketPath) in the registry directory dir. The address must be
+// that name joined to dir as B makes it, nothing the kernel would resolve
+// differently from filepath.Clean: "dir/link/../.name" passes through a
+// symbolic link to wherever it points.
+func checkHandoverRequest(req handoverRequest, driver, endpoint, dir, socketPath string) error {
+	name := filepath.Base(req.Address)
+	switch {
+	case req.Driver != driver:
+		return fmt.Errorf("this instance registers driver %q, not %q", driver, req.Driver)
+	case req.Endpoint != endpoint:
+		return fmt.Errorf("this instance gives kubelet the endpoint %q, not %q", endpoint, req.Endpoint)
+	case req.Address != filepath.Join(dir, name) || !isHiddenName(socketPath, name):
+		return fmt.Errorf("%q is not a hidden socket name of the driver in the registry directory", req.Address)
+	}
+	return nil
+}
+
 // handoverState is what A sends with its socket.
 type handoverState struct {
 	Driver   string `json:"driver"`
@@ -71,6 +96,26 @@ type handoverState struct {
 	// Verdict is kubelet's verdict on the socket, set when kubelet
 	// registered the driver through it.
 	Verdict *Verdict `json:"verdict,omitempty"`
+}
+
+func decodeHandoverState(data []byte) (handoverState, error) {
+	var st handoverState
+	err := json.Unmarshal(data, &st)
+	return st, err
+}
+
+// checkHandoverState is B's check of what A sends: the same driver and
+// endpoint as B's, and the socket bound to the file B found at the path
+// (before).
+func checkHandoverState(st handoverState, driver, endpoint string, before fs.FileInfo) error {
+	dev, ino, ok := fileID(before)
+	switch {
+	case st.Driver != driver || st.Endpoint != endpoint:
+		return fmt.Errorf("the previous instance registers %q with endpoint %q, not %q with %q", st.Driver, st.Endpoint, driver, endpoint)
+	case !ok || st.Dev != dev || st.Ino != ino:
+		return errors.New("the socket handed over is not the one at the path")
+	}
+	return nil
 }
 
 // handoverCall is a request passed to the event loop, which owns the
@@ -106,8 +151,8 @@ var handoverServiceDesc = grpc.ServiceDesc{
 
 // handOver passes a request to the event loop and waits for its outcome.
 func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-	var req handoverRequest
-	if err := json.Unmarshal([]byte(in.GetValue()), &req); err != nil {
+	req, err := decodeHandoverRequest([]byte(in.GetValue()))
+	if err != nil {
 		return nil, grpcstatus.Errorf(codes.InvalidArgument, "handover request: %v", err)
 	}
 	r.s.log().V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
@@ -151,12 +196,9 @@ func (l *loop) handOver(call *handoverCall) error {
 		return errors.New("this instance no longer serves the registration socket")
 	case state != Registered:
 		return fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", state)
-	case req.Driver != name:
-		return fmt.Errorf("this instance registers driver %q, not %q", name, req.Driver)
-	case req.Endpoint != l.cfg.Endpoint:
-		return fmt.Errorf("this instance gives kubelet the endpoint %q, not %q", l.cfg.Endpoint, req.Endpoint)
-	case filepath.Dir(req.Address) != filepath.Clean(l.cfg.Dir) || !isHiddenName(pub.path, filepath.Base(req.Address)):
-		return fmt.Errorf("%q is not a hidden socket name of the driver in the registry directory", req.Address)
+	}
+	if err := checkHandoverRequest(req, name, l.cfg.Endpoint, l.cfg.Dir, pub.path); err != nil {
+		return err
 	}
 	if fi, err := os.Lstat(pub.path); err != nil || !pub.sock.isOurs(fi) {
 		return errors.New("the socket at the path is not this instance's")
@@ -309,16 +351,12 @@ func (l *loop) receive(conn *net.UnixConn, name, path, address string, before fs
 		_, _ = conn.Write([]byte{handoverRefused})
 		return nil, err
 	}
-	var st handoverState
-	if err := json.Unmarshal(payload, &st); err != nil {
+	st, err := decodeHandoverState(payload)
+	if err != nil {
 		return refuse(fmt.Errorf("handover state: %w", err))
 	}
-	dev, ino, ok := fileID(before)
-	switch {
-	case st.Driver != name || st.Endpoint != l.cfg.Endpoint:
-		return refuse(fmt.Errorf("the previous instance registers %q with endpoint %q, not %q with %q", st.Driver, st.Endpoint, name, l.cfg.Endpoint))
-	case !ok || st.Dev != dev || st.Ino != ino:
-		return refuse(errors.New("the socket handed over is not the one at the path"))
+	if err := checkHandoverState(st, name, l.cfg.Endpoint, before); err != nil {
+		return refuse(err)
 	}
 	listener.SetUnlinkOnClose(false)
 	if _, err := conn.Write([]byte{handoverAccepted}); err != nil {

@@ -5,6 +5,7 @@ package registration
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -67,7 +68,7 @@ func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
 		_ = l.Close()
 		return nil, nil, errors.New("the socket received is not a Unix listener")
 	}
-	payload, err := readLine(conn, buf[:n])
+	payload, err := readLine(conn, buf[:n], maxHandoverState)
 	if err != nil {
 		_ = ul.Close()
 		return nil, nil, err
@@ -85,20 +86,30 @@ func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
 	return uint64(st.Dev), uint64(st.Ino), true
 }
 
+// maxHandoverState is the most bytes of handover state, without its
+// newline, that B reads.
+const maxHandoverState = 64 << 10
+
 // readLine reads the rest of a newline-terminated payload of which first
-// is the start.
-func readLine(conn *net.UnixConn, first []byte) ([]byte, error) {
+// is the start, and returns it without the newline; a payload longer than
+// limit is refused. Whatever follows the newline is not part of it (A
+// sends nothing more before B answers), so that the outcome does not
+// depend on how the reads split the stream.
+func readLine(conn io.Reader, first []byte, limit int) ([]byte, error) {
 	payload := first
 	buf := make([]byte, 512)
-	for !bytes.HasSuffix(payload, []byte{'\n'}) {
-		if len(payload) > 64<<10 {
+	for {
+		end := bytes.IndexByte(payload, '\n')
+		switch {
+		case end >= 0 && end <= limit:
+			return payload[:end], nil
+		case len(payload) > limit:
 			return nil, errors.New("handover state too long")
 		}
 		n, err := conn.Read(buf)
 		payload = append(payload, buf[:n]...)
-		if err != nil && !bytes.HasSuffix(payload, []byte{'\n'}) {
+		if err != nil && bytes.IndexByte(buf[:n], '\n') < 0 {
 			return nil, err
 		}
 	}
-	return bytes.TrimSuffix(payload, []byte{'\n'}), nil
 }
