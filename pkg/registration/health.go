@@ -150,17 +150,23 @@ func (c *foreignCache) forget() {
 	c.mu.Unlock()
 }
 
+// askName asks the registration socket at path for the driver's name.
 func askName(ctx context.Context, path string, timeout time.Duration) (string, error) {
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	info, err := registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
+	info, err := askInfo(ctx, path, timeout)
 	if err != nil {
 		return "", err
 	}
 	return info.Name, nil
+}
+
+// askInfo calls GetInfo on the registration socket at path.
+func askInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
 }

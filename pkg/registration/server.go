@@ -19,6 +19,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -50,7 +52,7 @@ const (
 const (
 	ReasonStart   = "start"   // first publication
 	ReasonDeleted = "deleted" // our socket was deleted
-	ReasonVacated = "vacated" // the instance that took the path over went away
+	ReasonVacated = "vacated" // the instance that served the path went away
 	ReasonStale   = "stale"   // a dead socket appeared at the path
 	ReasonRetry   = "retry"   // kubelet rejected the plugin, backoff elapsed
 	ReasonRenamed = "renamed" // the driver came back under another name
@@ -231,6 +233,7 @@ func (s *Server) Run(ctx context.Context) error {
 	err = l.run(ctx, watcher)
 	l.stopRetry()
 	l.cancelPendingPublication()
+	l.stopAwaitingVacancy()
 	l.unwatchOwner()
 	// Verdicts arriving from now on have nobody to act on them: their
 	// handlers must reply at once, or the graceful stop would wait for them.
@@ -253,6 +256,8 @@ type loop struct {
 	// pending is a publication to try again, after publishBackoff.
 	pending        *pendingPublication
 	publishBackoff time.Duration
+	// vacancy runs while the path is empty, before publishing again.
+	vacancy *time.Timer
 }
 
 func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
@@ -299,6 +304,11 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 
 		case id := <-l.ownerLost:
 			if err := l.ownerGone(id); err != nil {
+				return err
+			}
+
+		case <-l.vacancyChannel():
+			if err := l.vacancyConfirmed(); err != nil {
 				return err
 			}
 
@@ -360,11 +370,40 @@ func (l *loop) driverNamed(name string) error {
 			return nil
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
+		if grpcstatus.Code(err) == codes.Unimplemented && l.deferTo(name, path) {
+			return nil
+		}
 	}
 	if exists {
 		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.cfg.CheckTimeout))
 	}
 	return l.publish(reason)
+}
+
+// deferTo leaves the path to a live registrar for the same driver and
+// endpoint that cannot hand its socket over (upstream's, or an older build):
+// replacing its socket would make kubelet deregister the driver, and the
+// old registrar's exit would then do it a second time, as upstream's
+// removes the path when it stops. Waiting for it to leave costs one
+// deregistration only. It tells whether it deferred.
+func (l *loop) deferTo(name, path string) bool {
+	file, err := os.Lstat(path)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
+	defer cancel()
+	info, err := askInfo(ctx, path, l.cfg.CheckTimeout)
+	if err != nil || info.Name != name || info.Endpoint != l.cfg.Endpoint {
+		return false
+	}
+	l.mu.Lock()
+	l.st.deferring()
+	l.mu.Unlock()
+	l.watchOwner(path, file)
+	l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
+		"driver", name, "path", path, "endpoint", l.cfg.Endpoint)
+	return true
 }
 
 // publishNow puts a new socket with its own gRPC server in place at the
@@ -400,6 +439,7 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	pub.conns = trackConns(pub.sock)
 	l.unwatchOwner()
 	l.cancelPendingPublication()
+	l.stopAwaitingVacancy()
 	l.publishBackoff = publishRetryInitial
 	go func() { _ = srv.Serve(pub.conns) }()
 
@@ -462,13 +502,8 @@ func (l *loop) reconcile() error {
 	found := inspect(path)
 	switch {
 	case found.missing:
-		switch {
-		case state == Superseded:
-			l.logger.Info("The instance that took over the registration socket is gone: publishing ours again", "path", path)
-			return l.publish(ReasonVacated)
-		case pub != nil:
-			l.logger.Info("Registration socket deleted: publishing it again", "path", path)
-			return l.publish(ReasonDeleted)
+		if state.standsAside() || pub != nil {
+			l.awaitVacancy()
 		}
 	case found.err != nil:
 		l.logger.Error(found.err, "Cannot inspect the registration socket", "path", path)
@@ -478,6 +513,58 @@ func (l *loop) reconcile() error {
 		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", DescribeFileType(found.info.Mode()))
 	default:
 		return l.foreignSocket(pub, path, found.info)
+	}
+	return nil
+}
+
+// vacancyGrace is how long an empty path is left alone before this
+// instance publishes its socket there again. Another registrar that takes
+// the path over may remove the socket there first and bind its own next
+// (upstream's does, at start): a socket published in between would
+// either make its bind fail or, a moment later, replace its socket with
+// ours while it serves an unlinked one. The wait is far shorter than
+// kubelet's reconcile period (1 s), so kubelet sees the same events.
+const vacancyGrace = 100 * time.Millisecond
+
+// awaitVacancy publishes the socket again once the path has stayed empty
+// for vacancyGrace, unless another instance published one meanwhile.
+func (l *loop) awaitVacancy() {
+	if l.vacancy == nil {
+		l.vacancy = time.NewTimer(vacancyGrace)
+	}
+}
+
+func (l *loop) vacancyChannel() <-chan time.Time {
+	if l.vacancy == nil {
+		return nil
+	}
+	return l.vacancy.C
+}
+
+func (l *loop) stopAwaitingVacancy() {
+	if l.vacancy != nil {
+		l.vacancy.Stop()
+		l.vacancy = nil
+	}
+}
+
+// vacancyConfirmed publishes the socket again if the path is still empty;
+// otherwise what is there now is dealt with as any change.
+func (l *loop) vacancyConfirmed() error {
+	l.vacancy = nil
+	l.mu.Lock()
+	pub, state, path := l.pub, l.st.state, l.st.socketPath
+	l.mu.Unlock()
+	if !inspect(path).missing {
+		return l.reconcile()
+	}
+	switch {
+	case state.standsAside():
+		l.logger.Info("The instance that served the registration socket is gone: publishing ours again", "path", path)
+		return l.publish(ReasonVacated)
+	case pub != nil:
+		l.logger.Info("Registration socket deleted: publishing it again", "path", path)
+		return l.publish(ReasonDeleted)
 	}
 	return nil
 }
@@ -493,15 +580,15 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 	defer cancel()
 	other, err := askName(ctx, path, l.cfg.CheckTimeout)
 	switch {
-	case err != nil && state == Superseded:
-		l.logger.Info("The instance that took over the registration socket no longer answers: publishing ours again", "path", path, "err", err)
+	case err != nil && state.standsAside():
+		l.logger.Info("The instance that served the registration socket no longer answers: publishing ours again", "path", path, "err", err)
 		return l.publish(ReasonVacated)
 	case err != nil:
 		l.logger.Info("A dead socket replaced the registration socket: publishing ours again", "path", path, "err", err)
 		return l.publish(ReasonStale)
 	case other != name:
 		l.logger.Error(nil, "Another driver's registration socket is at our path; leaving it alone", "path", path, "otherDriver", other)
-	case state == Superseded:
+	case state.standsAside():
 		// Another instance again, e.g. after a handover between two newer
 		// ones: follow the current owner.
 		if l.watch == nil || !os.SameFile(l.watch.file, file) {
@@ -513,6 +600,7 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", path)
 		l.stopRetry()
 		l.cancelPendingPublication()
+		l.stopAwaitingVacancy()
 		l.mu.Lock()
 		l.pub = nil
 		l.st.superseded()

@@ -386,7 +386,7 @@ func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 // countingRegistration is another process's registration server.
 type countingRegistration struct {
 	registerapi.UnimplementedRegistrationServer
-	name  string
+	info  *registerapi.PluginInfo
 	calls atomic.Int32
 	// stop ends the server as the death of its process would: the socket
 	// file stays.
@@ -395,12 +395,18 @@ type countingRegistration struct {
 
 func (c *countingRegistration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	c.calls.Add(1)
-	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: c.name}, nil
+	return c.info, nil
 }
 
 // serveForeign publishes a registration socket at path as another
 // process would, replacing what is there.
 func serveForeign(t *testing.T, path, name string) *countingRegistration {
+	t.Helper()
+	return serveForeignInfo(t, path, &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: name})
+}
+
+// serveForeignInfo is serveForeign answering GetInfo with info.
+func serveForeignInfo(t *testing.T, path string, info *registerapi.PluginInfo) *countingRegistration {
 	t.Helper()
 	tmp := path + ".new"
 	l, err := net.Listen("unix", tmp)
@@ -412,7 +418,7 @@ func serveForeign(t *testing.T, path, name string) *countingRegistration {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	c := &countingRegistration{name: name, stop: s.Stop}
+	c := &countingRegistration{info: info, stop: s.Stop}
 	registerapi.RegisterRegistrationServer(s, c)
 	go s.Serve(l)
 	t.Cleanup(s.Stop)

@@ -23,12 +23,20 @@ const (
 	// Superseded: another instance of the driver published the socket and
 	// owns the registration; this one steps aside.
 	Superseded State = "superseded"
+	// Deferring: a live registrar for the same driver and endpoint that
+	// cannot hand its socket over (upstream's, or an older build) serves
+	// the path; this one publishes its own when that one leaves.
+	Deferring State = "deferring"
 	// Stopped: Run has returned.
 	Stopped State = "stopped"
 )
 
 // States lists every State, for metrics.
-var States = []State{WaitingForDriver, WaitingForKubelet, Registered, Rejected, Superseded, Stopped}
+var States = []State{WaitingForDriver, WaitingForKubelet, Registered, Rejected, Superseded, Deferring, Stopped}
+
+// standsAside tells whether another instance serves the path in this
+// one's place, and this one publishes when the path is left empty.
+func (s State) standsAside() bool { return s == Superseded || s == Deferring }
 
 // Verdict is kubelet's last NotifyRegistrationStatus.
 type Verdict struct {
@@ -108,6 +116,11 @@ func (st *status) published(reason string) {
 
 func (st *status) superseded() {
 	st.state, st.handedOver = Superseded, false
+	st.clearPublishError()
+}
+
+func (st *status) deferring() {
+	st.state, st.handedOver = Deferring, false
 	st.clearPublishError()
 }
 
@@ -205,6 +218,12 @@ func (s *Server) Status() Status {
 		if st.handedOver {
 			out.Reason += " (this instance handed it over)"
 		}
+	case Deferring:
+		// Ready: the driver is registered on the node, through the other
+		// instance. The older pod of a rolling update (maxSurge) is removed
+		// only once this one is ready, and this one publishes when it goes.
+		out.Ready = true
+		out.Reason = "deferring: a registrar that cannot hand its socket over (upstream's, or an older build) serves the driver's registration socket; this instance publishes its own when that one leaves"
 	case Stopped:
 		out.Reason = "stopped"
 	}
