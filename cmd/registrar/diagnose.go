@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/diagnose"
 )
@@ -15,8 +18,12 @@ import (
 func runDiagnose(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	if onlyDiagnoseSet(o) {
 		// kubectl exec passes no flags: borrow the running registrar's.
-		if running, err := runningRegistrarFlags(); err == nil {
-			fmt.Fprintln(stdout, "Using the flags of the running registrar (PID 1).")
+		running, pid, err := runningRegistrarFlags("/proc")
+		if err != nil {
+			fmt.Fprintf(stdout, "Could not read the running registrar's flags (%v): checking with the defaults.\n"+
+				"Pass the registrar's flags after --diagnose, e.g. --diagnose --csi-address=/csi/csi.sock --kubelet-registration-path=/var/lib/kubelet/plugins/<driver>/csi.sock --plugin-registration-path=/registration\n", err)
+		} else {
+			fmt.Fprintf(stdout, "Using the flags of the running registrar (PID %d).\n", pid)
 			o = running
 		}
 	}
@@ -42,29 +49,60 @@ func onlyDiagnoseSet(o *options) bool {
 	return only
 }
 
-// runningRegistrarFlags parses the command line of PID 1 when PID 1 runs
-// this same executable, as it does in the registrar's container.
-func runningRegistrarFlags() (*options, error) {
-	self, err := os.Stat("/proc/self/exe")
+// runningRegistrarFlags parses the command line of the running registrar:
+// the process that runs this same executable, PID 1 in the registrar's
+// container, or another PID when the pod shares its process namespace
+// (PID 1 is then the pause container's).
+func runningRegistrarFlags(proc string) (*options, int, error) {
+	self, err := os.Stat(filepath.Join(proc, "self", "exe"))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	first, err := os.Stat("/proc/1/exe")
+	pid, err := findRegistrar(proc, self)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if !os.SameFile(self, first) {
-		return nil, fmt.Errorf("PID 1 runs another program")
-	}
-	raw, err := os.ReadFile("/proc/1/cmdline")
+	raw, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	program, args, err := splitCmdline(raw)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return parseFlags(program, args, io.Discard)
+	o, err := parseFlags(program, args, io.Discard)
+	return o, pid, err
+}
+
+// findRegistrar returns PID 1 when it runs the executable self, or else the
+// lowest other PID that does, this process excepted.
+func findRegistrar(proc string, self os.FileInfo) (int, error) {
+	runsSelf := func(pid int) bool {
+		fi, err := os.Stat(filepath.Join(proc, strconv.Itoa(pid), "exe"))
+		return err == nil && os.SameFile(fi, self)
+	}
+	if runsSelf(1) {
+		return 1, nil
+	}
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return 0, err
+	}
+	own := os.Getpid()
+	found := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == own || (found != 0 && pid > found) {
+			continue
+		}
+		if runsSelf(pid) {
+			found = pid
+		}
+	}
+	if found == 0 {
+		return 0, errors.New("no other process runs this executable: PID 1 runs another program")
+	}
+	return found, nil
 }
 
 // splitCmdline reads a /proc/<pid>/cmdline: the program and its arguments,

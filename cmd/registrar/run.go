@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"runtime"
@@ -82,7 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.mode == "registration" {
 		logger.Info("--mode is deprecated and has no effect")
 	}
-	err = register(ctx, o)
+	termination := &terminationMessage{path: o.terminationMessagePath}
+	err = register(ctx, o, termination)
 	var rejected *registration.RejectedError
 	switch {
 	case errors.As(err, &rejected):
@@ -90,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	case err != nil:
 		logger.Error(err, "Registrar failed")
-		writeTerminationMessage(logger, o.terminationMessagePath, err.Error())
+		termination.write(logger, err.Error())
 		return exitError
 	}
 	logger.Info("Stopped")
@@ -142,7 +144,7 @@ func tightenCollector(logger klog.Logger) {
 
 // register runs the HTTP server, the registration and the watch of the
 // driver under one context: the first error or signal stops all three.
-func register(ctx context.Context, o *options) error {
+func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
@@ -156,7 +158,7 @@ func register(ctx context.Context, o *options) error {
 		OnRejection:  registration.Policy(o.rejectionPolicy),
 		CheckTimeout: o.timeout,
 		Rejected: func(reason string) {
-			writeTerminationMessage(logger, o.terminationMessagePath, "kubelet rejected the plugin: "+reason)
+			termination.write(logger, "kubelet rejected the plugin: "+reason)
 		},
 		Registered: sync.OnceFunc(func() { tightenCollector(logger) }),
 	})
@@ -199,19 +201,32 @@ func register(ctx context.Context, o *options) error {
 	return g.Wait()
 }
 
-// writeTerminationMessage leaves the reason where kubectl describe pod
-// shows it. kubelet creates the file; when it does not exist the
-// registrar is not running under kubelet, and nothing is created.
-func writeTerminationMessage(logger klog.Logger, path, message string) {
-	if path == "" {
+// terminationMessage leaves the reason of a fatal error or of a rejection
+// where kubectl describe pod shows it.
+type terminationMessage struct {
+	path string
+	// missing says once that the file does not exist.
+	missing sync.Once
+}
+
+// write replaces the message. kubelet creates the file; when it does not
+// exist the registrar is not running under kubelet, and nothing is
+// created: that is said once, at V(2), not at each rejection.
+func (t *terminationMessage) write(logger klog.Logger, message string) {
+	if t.path == "" {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := os.OpenFile(t.path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err == nil {
 		_, err = io.WriteString(f, message)
 		err = errors.Join(err, f.Close())
 	}
-	if err != nil {
-		logger.Info("Warning: cannot write the termination message", "path", path, "err", err)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		t.missing.Do(func() {
+			logger.V(2).Info("No termination message file: not running under kubelet; reasons are only logged", "path", t.path)
+		})
+	case err != nil:
+		logger.Info("Warning: cannot write the termination message", "path", t.path, "err", err)
 	}
 }

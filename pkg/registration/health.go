@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -161,7 +163,7 @@ func askName(ctx context.Context, path string, timeout time.Duration) (string, e
 
 // askInfo calls GetInfo on the registration socket at path.
 func askInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(UserAgent))
 	if err != nil {
 		return nil, err
 	}
@@ -169,4 +171,21 @@ func askInfo(ctx context.Context, path string, timeout time.Duration) (*register
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
+}
+
+// UserAgent is the gRPC user agent of this registrar's own calls on a
+// registration socket: another instance checking the socket at the path,
+// or --diagnose. They are not kubelet's, and are not counted as kubelet's.
+const UserAgent = "csi-node-driver-registrar"
+
+// calledByRegistrar tells whether a call came from a client that set
+// UserAgent. gRPC puts it before its own, as "<UserAgent> grpc-go/<version>".
+func calledByRegistrar(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, agent := range md.Get("user-agent") {
+		if agent == UserAgent || strings.HasPrefix(agent, UserAgent+" ") {
+			return true
+		}
+	}
+	return false
 }

@@ -38,7 +38,7 @@ var errOwnerReplaced = errors.New("another socket is at the path")
 func holdConnection(ctx context.Context, path string, file fs.FileInfo, timeout time.Duration) error {
 	// No idle timeout: the connection carries no calls, and must stay up as
 	// long as the owner does.
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithIdleTimeout(0))
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithIdleTimeout(0), grpc.WithUserAgent(UserAgent))
 	if err != nil {
 		return err
 	}

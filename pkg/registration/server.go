@@ -766,11 +766,15 @@ type rpcServer struct {
 	name string
 }
 
-func (r *rpcServer) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	r.s.log().V(4).Info("GetInfo called by kubelet", "driver", r.name)
-	r.s.mu.Lock()
-	r.s.st.calledGetInfo()
-	r.s.mu.Unlock()
+func (r *rpcServer) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	if calledByRegistrar(ctx) {
+		r.s.log().V(4).Info("GetInfo called by another instance of the registrar or by --diagnose", "driver", r.name)
+	} else {
+		r.s.log().V(4).Info("GetInfo called by kubelet", "driver", r.name)
+		r.s.mu.Lock()
+		r.s.st.calledGetInfo()
+		r.s.mu.Unlock()
+	}
 	return &registerapi.PluginInfo{
 		Type:              registerapi.CSIPlugin,
 		Name:              r.name,

@@ -501,3 +501,25 @@ func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
 
 // SocketPathForTest is the current socket path.
 func (s *Server) SocketPathForTest() string { return s.currentPath() }
+
+// Only kubelet's calls count as kubelet's: another instance checking the
+// socket at the path (askInfo) and --diagnose set UserAgent.
+func TestCountsOnlyKubeletsGetInfo(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	path := r.srv.SocketPathForTest()
+	ctx := context.Background()
+	for range 2 {
+		if _, err := askInfo(ctx, path, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.srv.Status().KubeletCalls.GetInfo; n != 0 {
+		t.Errorf("kubelet's GetInfo calls after two of the registrar's own = %d, want 0", n)
+	}
+	if _, err := client(t, path).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.srv.Status().KubeletCalls.GetInfo; n != 1 {
+		t.Errorf("kubelet's GetInfo calls after one of kubelet's = %d, want 1", n)
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,4 +155,62 @@ func TestPublishesAgainWhenTheNewerInstanceIsKilled(t *testing.T) {
 	if pubs["vacated"] != 1.0 {
 		t.Errorf("socketPublications = %v, want one vacated", pubs)
 	}
+}
+
+// Outside Kubernetes there is no termination message file: that is said
+// once, at V(2), and not as a warning at each rejection.
+func TestMissingTerminationFileIsSaidOnce(t *testing.T) {
+	const name = "noterm.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t, "--termination-message-path="+n.root+"/missing/termination-log", "-v=2")
+	n.waitForSocket(t, name, registrar)
+	socket := n.socketPath(name)
+	for i := range 2 {
+		before, err := os.Lstat(socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kubeletClient(t, socket).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+		// Published again after the backoff: the rejection was handled.
+		eventually(t, "the socket is published again", func() bool {
+			now, err := os.Lstat(socket)
+			return err == nil && !os.SameFile(before, now)
+		})
+		t.Logf("rejection %d handled", i+1)
+	}
+	logs := registrar.stderr.String()
+	if n := strings.Count(logs, "No termination message file"); n != 1 {
+		t.Errorf("the missing file was reported %d times, want once", n)
+	}
+	if strings.Contains(logs, "cannot write the termination message") {
+		t.Error("a missing termination message file is logged as a warning")
+	}
+}
+
+// --diagnose without flags borrows the running registrar's, found by its
+// executable when PID 1 is another program (here, as in a pod that shares
+// its process namespace); without one it says so and how to pass them.
+func TestDiagnoseFindsTheRunningRegistrar(t *testing.T) {
+	t.Run("running", func(t *testing.T) {
+		n, registrar := published(t, "diag.csi.example.com")
+		out, _ := exec.Command(registrarBin, "--diagnose").CombinedOutput()
+		want := fmt.Sprintf("Using the flags of the running registrar (PID %d).", registrar.cmd.Process.Pid)
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("--diagnose printed:\n%s\nwant %q", out, want)
+		}
+		if !strings.Contains(string(out), n.registry) {
+			t.Errorf("--diagnose did not check the running registrar's registry %s:\n%s", n.registry, out)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		out, _ := exec.Command(registrarBin, "--diagnose").CombinedOutput()
+		for _, want := range []string{"Could not read the running registrar's flags", "Pass the registrar's flags after --diagnose"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("--diagnose printed:\n%s\nwant %q", out, want)
+			}
+		}
+	})
 }
