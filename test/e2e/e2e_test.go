@@ -187,6 +187,13 @@ func (e *env) stop(p *harness.Process) {
 // changes its command line first.
 func (e *env) startRegistrar(name string, configure ...func(*harness.RegistrarConfig)) *harness.Registrar {
 	e.t.Helper()
+	return e.startRegistrarBinary(name, bins.Registrar, configure...)
+}
+
+// startRegistrarBinary is startRegistrar with another registrar binary,
+// such as upstream's.
+func (e *env) startRegistrarBinary(name, bin string, configure ...func(*harness.RegistrarConfig)) *harness.Registrar {
+	e.t.Helper()
 	addr, err := harness.FreeLocalAddr()
 	if err != nil {
 		e.t.Fatal(err)
@@ -203,7 +210,7 @@ func (e *env) startRegistrar(name string, configure ...func(*harness.RegistrarCo
 	for _, f := range configure {
 		f(&cfg)
 	}
-	r, err := harness.StartRegistrar(name, bins.Registrar, cfg)
+	r, err := harness.StartRegistrar(name, bin, cfg)
 	if err != nil {
 		e.t.Fatalf("starting %s: %v", name, err)
 	}
@@ -256,14 +263,24 @@ func (e *env) registered(name string) (*harness.Kubelet, *harness.Registrar) {
 // there is no socket there.
 func socketInode(t *testing.T, path string) uint64 {
 	t.Helper()
+	ino, err := statSocket(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ino
+}
+
+// statSocket returns the inode of the socket at path, or an error if there
+// is no socket there.
+func statSocket(path string) (uint64, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		t.Fatalf("registration socket: %v", err)
+		return 0, fmt.Errorf("registration socket: %w", err)
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		t.Fatalf("%s is %v, want a socket", path, fi.Mode())
+		return 0, fmt.Errorf("%s is %v, want a socket", path, fi.Mode())
 	}
-	return fi.Sys().(*syscall.Stat_t).Ino
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
 }
 
 func assertNoFile(t *testing.T, path string) {

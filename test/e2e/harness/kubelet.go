@@ -18,8 +18,16 @@ type Kubelet struct {
 
 	mu       sync.Mutex
 	events   []report.Event
+	received []time.Time // when each of events was read
 	failures []report.OperationFailure
 	badLines []string
+}
+
+// ReceivedEvent is a report with the time the harness read it: within a
+// millisecond or so of kubelet's handler call on an idle machine.
+type ReceivedEvent struct {
+	report.Event
+	Received time.Time
 }
 
 // KubeletConfig says how to run cmd/fakekubelet.
@@ -71,6 +79,7 @@ func (k *Kubelet) parse(stream Stream, line string) {
 			return
 		}
 		k.events = append(k.events, e)
+		k.received = append(k.received, time.Now())
 	case Stderr:
 		if f, ok := report.ParseOperationFailure(line); ok {
 			k.failures = append(k.failures, f)
@@ -90,6 +99,18 @@ func (k *Kubelet) OperationFailures() []report.OperationFailure {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return slices.Clone(k.failures)
+}
+
+// ReceivedEvents are the kubelet's reports so far, each with the time it
+// was read.
+func (k *Kubelet) ReceivedEvents() []ReceivedEvent {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]ReceivedEvent, len(k.events))
+	for i, e := range k.events {
+		out[i] = ReceivedEvent{Event: e, Received: k.received[i]}
+	}
+	return out
 }
 
 // State is the API objects as of the latest report.

@@ -122,6 +122,13 @@ func (p *Process) Output() string {
 	return strings.Join(p.lines, "\n")
 }
 
+// Tail is the last n lines the process printed, as Output gives them.
+func (p *Process) Tail(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines[max(0, len(p.lines)-n):], "\n")
+}
+
 // Stderr is what the process printed on standard error so far.
 func (p *Process) Stderr() string {
 	p.mu.Lock()
