@@ -256,8 +256,10 @@ type loop struct {
 	// pending is a publication to try again, after publishBackoff.
 	pending        *pendingPublication
 	publishBackoff time.Duration
-	// vacancy runs while the path is empty, before publishing again.
+	// vacancy runs while the path is empty, or holds a socket that did not
+	// answer (suspect), before publishing again.
 	vacancy *time.Timer
+	suspect fs.FileInfo
 }
 
 func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
@@ -440,6 +442,7 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	l.unwatchOwner()
 	l.cancelPendingPublication()
 	l.stopAwaitingVacancy()
+	l.suspect = nil
 	l.publishBackoff = publishRetryInitial
 	go func() { _ = srv.Serve(pub.conns) }()
 
@@ -517,13 +520,15 @@ func (l *loop) reconcile() error {
 	return nil
 }
 
-// vacancyGrace is how long an empty path is left alone before this
-// instance publishes its socket there again. Another registrar that takes
-// the path over may remove the socket there first and bind its own next
-// (upstream's does, at start): a socket published in between would
-// either make its bind fail or, a moment later, replace its socket with
-// ours while it serves an unlinked one. The wait is far shorter than
-// kubelet's reconcile period (1 s), so kubelet sees the same events.
+// vacancyGrace is how long an empty path, or a socket there that does not
+// answer, is left alone before this instance publishes its socket there
+// again. Another registrar that takes the path over may remove the socket
+// there first and bind its own next (upstream's does, at start), and its
+// new socket refuses connections between its bind and its listen: a
+// socket published in between would either make its bind fail or replace
+// its socket with ours while it serves an unlinked one. The wait is far
+// shorter than kubelet's reconcile period (1 s), so kubelet sees the same
+// events.
 const vacancyGrace = 100 * time.Millisecond
 
 // awaitVacancy publishes the socket again once the path has stayed empty
@@ -579,6 +584,16 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
 	defer cancel()
 	other, err := askName(ctx, path, l.cfg.CheckTimeout)
+	if err != nil && (l.suspect == nil || !os.SameFile(l.suspect, file)) {
+		// Dead, or bound a moment ago and not listening yet: another
+		// registrar between its bind and its listen refuses connections.
+		// Look again after the grace.
+		l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err)
+		l.suspect = file
+		l.awaitVacancy()
+		return nil
+	}
+	l.suspect = nil
 	switch {
 	case err != nil && state.standsAside():
 		l.logger.Info("The instance that served the registration socket no longer answers: publishing ours again", "path", path, "err", err)
