@@ -20,6 +20,7 @@ import (
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
+	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -150,6 +151,13 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	logger := klog.FromContext(ctx)
+	// No TCP keep-alive on the HTTP endpoint: probes and scrapes are short
+	// requests, and the HTTP server closes idle connections itself. It
+	// saves four system calls on each probe's connection.
+	var port *httpport.Port
+	if addr := o.httpAddress(); addr != "" {
+		port = httpport.New(addr, net.ListenConfig{KeepAlive: -1})
+	}
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
 	srv, err := registration.New(registration.Config{
@@ -161,6 +169,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			termination.write(logger, "kubelet rejected the plugin: "+reason)
 		},
 		Registered: sync.OnceFunc(func() { tightenCollector(logger) }),
+		HTTPPort:   portSharing(port),
 	})
 	if err != nil {
 		return err
@@ -168,25 +177,17 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
 	// endpoint listens alongside, as it only has to answer the first probe.
-	// A taken port fails the start: its error cancels the rest, and the
-	// registration removes on the way out whatever it published meanwhile.
+	// A port that cannot be listened on fails the start: its error cancels
+	// the rest, and the registration removes on the way out whatever it
+	// published meanwhile. A port in use is waited for (see httpport).
 	g, ctx := errgroup.WithContext(ctx)
 	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
-	if addr := o.httpAddress(); addr != "" {
+	if port != nil {
 		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error {
-			// No TCP keep-alive: probes and scrapes are short requests, and
-			// the HTTP server closes idle connections itself. It saves four
-			// system calls on each probe's connection.
-			lc := net.ListenConfig{KeepAlive: -1}
-			l, err := lc.Listen(ctx, "tcp", addr)
-			if err != nil {
-				return fmt.Errorf("cannot listen on --http-endpoint %q: %w", addr, err)
-			}
-			return probes.Run(ctx, l, httpShutdownTimeout)
-		})
+		g.Go(func() error { return port.Run(ctx) })
+		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
 	g.Go(func() error { return srv.Run(ctx) })
 	g.Go(func() error {
@@ -199,6 +200,15 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		})
 	})
 	return g.Wait()
+}
+
+// portSharing is port as the registration uses it: none without an HTTP
+// endpoint (a nil *httpport.Port in the interface would not be nil).
+func portSharing(port *httpport.Port) registration.PortSharing {
+	if port == nil {
+		return nil
+	}
+	return port
 }
 
 // terminationMessage leaves the reason of a fatal error or of a rejection

@@ -178,11 +178,73 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 }
 
 // Run serves on l until ctx is done, then shuts the server down, giving
-// open requests up to shutdownTimeout to finish. It bounds the size of
-// request heads and the number of open connections (see limits.go).
+// open requests up to shutdownTimeout to finish. It fails when l does.
 func (s *Server) Run(ctx context.Context, l net.Listener, shutdownTimeout time.Duration) error {
+	srv := s.httpServer(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	klog.FromContext(ctx).Info("Serving HTTP", "address", l.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("HTTP server on %s stopped: %w", l.Addr(), err)
+	case <-ctx.Done():
+	}
+	err := shutdown(ctx, srv, shutdownTimeout)
+	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(err, serveErr)
+	}
+	return err
+}
+
+// Serve is Run for listeners that come and go (see pkg/httpport): it
+// serves each one received until it is closed, and calls lost when one
+// stops for any reason, until ctx is done. While it has no listener, it
+// keeps no connection open either: a client with a kept connection (a
+// scrape) reaches whoever listens on the address now.
+func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	srv := &http.Server{
+	srv := s.httpServer(ctx)
+	var serving sync.WaitGroup
+	defer serving.Wait()
+	var mu sync.Mutex
+	open := 0 // listeners served
+	for {
+		select {
+		case l := <-listeners:
+			logger.Info("Serving HTTP", "address", l.Addr().String())
+			mu.Lock()
+			if open++; open == 1 {
+				srv.SetKeepAlivesEnabled(true)
+			}
+			mu.Unlock()
+			serving.Add(1)
+			go func() {
+				defer serving.Done()
+				err := srv.Serve(l)
+				if errors.Is(err, http.ErrServerClosed) {
+					return
+				}
+				logger.V(2).Info("Stopped serving HTTP on a listener", "address", l.Addr().String(), "err", err)
+				mu.Lock()
+				if open--; open == 0 {
+					// Closes the idle connections, and the others once
+					// their answer is written.
+					srv.SetKeepAlivesEnabled(false)
+				}
+				mu.Unlock()
+				lost(l)
+			}()
+		case <-ctx.Done():
+			return shutdown(ctx, srv, shutdownTimeout)
+		}
+	}
+}
+
+// httpServer serves the endpoints, bounding the size of request heads and
+// the number of open connections (see limits.go).
+func (s *Server) httpServer(ctx context.Context) *http.Server {
+	return &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
@@ -190,24 +252,17 @@ func (s *Server) Run(ctx context.Context, l net.Listener, shutdownTimeout time.D
 		ConnState:         newConnLimiter(maxConnections).track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	logger.Info("Serving HTTP", "address", l.Addr().String())
+}
 
-	select {
-	case err := <-served:
-		return fmt.Errorf("HTTP server on %s stopped: %w", l.Addr(), err)
-	case <-ctx.Done():
-	}
+// shutdown gives open requests up to timeout to finish, then closes their
+// connections.
+func shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
 	// The base context is done, so the shutdown gets a fresh one.
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = srv.Close()
-	}
-	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
-		err = errors.Join(err, serveErr)
 	}
 	return err
 }

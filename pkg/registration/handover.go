@@ -145,7 +145,7 @@ var handoverServiceDesc = grpc.ServiceDesc{
 			}
 			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: handoverMethod}, handle)
 		},
-	}},
+	}, portWantedMethodDesc},
 	Metadata: "handover",
 }
 
@@ -260,6 +260,7 @@ func (l *loop) handOver(call *handoverCall) error {
 	}
 	l.watchOwner(pub.path, pub.sock.own)
 	l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", pub.path)
+	l.releasePortTo(pub.path)
 	return nil
 }
 

@@ -87,6 +87,10 @@ type Config struct {
 	CheckTimeout time.Duration
 	// ShutdownTimeout bounds the graceful stop of a gRPC server.
 	ShutdownTimeout time.Duration
+	// HTTPPort, when set, is the HTTP endpoint's port: released to a newer
+	// instance on the same network that waits for it, claimed back when
+	// this instance publishes again (see port.go).
+	HTTPPort PortSharing
 }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
@@ -444,6 +448,9 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	l.stopAwaitingVacancy()
 	l.suspect = nil
 	l.publishBackoff = publishRetryInitial
+	if l.cfg.HTTPPort != nil {
+		l.cfg.HTTPPort.Claim()
+	}
 	go func() { _ = srv.Serve(pub.conns) }()
 
 	l.mu.Lock()
@@ -624,6 +631,7 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 			l.retire(pub)
 		}
 		l.watchOwner(path, file)
+		l.releasePortTo(path)
 	}
 	return nil
 }

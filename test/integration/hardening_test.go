@@ -214,3 +214,49 @@ func TestDiagnoseFindsTheRunningRegistrar(t *testing.T) {
 		}
 	})
 }
+
+// hostNetwork: the pods of a rolling update share the node's network, and
+// so --http-endpoint's address. The newer instance waits for it; the older
+// one releases it when it hands the registration over, and from then on
+// the newer one answers every probe on the address.
+func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
+	const name = "hostnet.csi.example.com"
+	n, older := published(t, name)
+	if _, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
+
+	newer := n.startRegistrar(t)
+	eventually(t, "the newer instance answers on the address", func() bool {
+		resp, err := http.Get("http://" + n.httpAddr + "/status")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var st struct {
+			State        string            `json:"state"`
+			Publications map[string]uint64 `json:"socketPublications"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.State == "registered" && st.Publications["handover"] == 1
+	})
+	if !strings.Contains(older.stderr.String(), "Released the --http-endpoint port") {
+		t.Error("the older instance does not say it released the port")
+	}
+	if !newer.running() || !older.running() {
+		t.Fatal("an instance exited")
+	}
+
+	if err := older.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := older.wait(t); code != 0 {
+		t.Errorf("the older instance's exit code = %d, want 0", code)
+	}
+	if code, body := get(n.httpAddr, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after the older instance exited = %d %q, want 200 from the newer one", code, body)
+	}
+	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Errorf("GetInfo after the older instance exited: %v", err)
+	}
+}

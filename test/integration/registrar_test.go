@@ -475,7 +475,30 @@ func TestLeavesAFileAtTheSocketPath(t *testing.T) {
 
 // A taken --http-endpoint is fatal, and whatever the registrar published
 // while it was finding out is gone when it exits.
-func TestHTTPEndpointInUse(t *testing.T) {
+// An address that cannot be listened on fails the start, naming the flag,
+// and leaves nothing in the registry.
+func TestHTTPEndpointUnusable(t *testing.T) {
+	const name = "port.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	// A documentation address (TEST-NET-3): not on this machine.
+	const addr = "203.0.113.1:9808"
+	registrar := n.startRegistrar(t, "--http-endpoint="+addr)
+	if code := registrar.wait(t); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	if stderr := registrar.stderr.String(); !strings.Contains(stderr, "--http-endpoint") || !strings.Contains(stderr, addr) {
+		t.Errorf("the error does not name the flag and the address:\n%s", stderr)
+	}
+	if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
+		t.Errorf("files left in the registry: %v", entries)
+	}
+}
+
+// An address in use is waited for, not fatal: with hostNetwork the older
+// registrar of a rolling update holds it until it hands the registration
+// over. Meanwhile the registrar registers; it listens once the port is free.
+func TestHTTPEndpointInUseIsWaitedFor(t *testing.T) {
 	const name = "port.csi.example.com"
 	n := newNode(t)
 	taken, err := net.Listen("tcp", n.httpAddr)
@@ -485,14 +508,21 @@ func TestHTTPEndpointInUse(t *testing.T) {
 	defer taken.Close()
 	n.startDriver(t, name)
 	registrar := n.startRegistrar(t)
-	if code := registrar.wait(t); code != 1 {
-		t.Errorf("exit code = %d, want 1", code)
+	n.waitForSocket(t, name, registrar)
+	eventually(t, "the registrar says it waits for the port", func() bool {
+		return strings.Contains(registrar.stderr.String(), "The --http-endpoint address is in use: waiting for it")
+	})
+	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo while waiting for the port: %v", err)
 	}
-	if stderr := registrar.stderr.String(); !strings.Contains(stderr, "--http-endpoint") || !strings.Contains(stderr, n.httpAddr) {
-		t.Errorf("the error does not name the flag and the address:\n%s", stderr)
-	}
-	if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
-		t.Errorf("files left in the registry: %v", entries)
+
+	taken.Close()
+	eventually(t, "the registrar serves /healthz", func() bool {
+		code, _ := n.healthz(t)
+		return code == http.StatusOK
+	})
+	if !registrar.running() {
+		t.Fatal("the registrar exited")
 	}
 }
 

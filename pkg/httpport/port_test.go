@@ -1,0 +1,132 @@
+package httpport
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// run starts p.Run and returns its result channel; the run ends with the
+// test.
+func run(t *testing.T, p *Port) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	result, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(finished)
+		result <- p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
+	return result
+}
+
+func next(t *testing.T, p *Port) net.Listener {
+	t.Helper()
+	select {
+	case l := <-p.Listeners():
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("no listener")
+		return nil
+	}
+}
+
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Two instances on one network, as the pods of a rolling update with
+// hostNetwork: the newer waits for the address, the older releases it,
+// and claims it back once the newer is gone.
+func TestReleaseToAnInstanceThatWaits(t *testing.T) {
+	addr := freeAddress(t)
+	older, newer := New(addr, net.ListenConfig{}), New(addr, net.ListenConfig{})
+	run(t, older)
+	held := next(t, older)
+	if a, _ := older.Wanted(); a != "" {
+		t.Errorf("the instance that listens wants %q", a)
+	}
+
+	run(t, newer)
+	var address, netns string
+	for deadline := time.Now().Add(10 * time.Second); address == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the newer instance never says it waits for the address")
+		}
+		address, netns = newer.Wanted()
+		time.Sleep(time.Millisecond)
+	}
+	if address != addr || netns == "" {
+		t.Fatalf("Wanted() = %q, %q; want %q and this network namespace", address, netns, addr)
+	}
+	if older.Release(address, "net:[1]") || older.Release("127.0.0.1:1", netns) {
+		t.Fatal("released for another network namespace or address")
+	}
+	if !older.Release(address, netns) {
+		t.Fatal("Release refused the instance that waits")
+	}
+	if _, err := held.Accept(); err == nil {
+		t.Fatal("the released listener still accepts")
+	}
+	taken := next(t, newer)
+	if a, _ := newer.Wanted(); a != "" {
+		t.Errorf("the newer instance still wants %q once listening", a)
+	}
+
+	// The newer one goes; the older one, claimed back, listens again.
+	older.Claim()
+	taken.Close()
+	next(t, older).Close()
+}
+
+func TestGivesUpOnAnAddressHeldByAnotherProgram(t *testing.T) {
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p := New(other.Addr().String(), net.ListenConfig{})
+	p.MaxWait = 200 * time.Millisecond
+	select {
+	case err := <-run(t, p):
+		if err == nil || !strings.Contains(err.Error(), other.Addr().String()) || !strings.Contains(err.Error(), "in use") {
+			t.Errorf("Run() = %v, want an error naming the address in use", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not give up")
+	}
+}
+
+func TestFailsAtOnceOnAnUnusableAddress(t *testing.T) {
+	p := New("203.0.113.1:9808", net.ListenConfig{})
+	select {
+	case err := <-run(t, p):
+		if err == nil || !strings.Contains(err.Error(), "--http-endpoint") {
+			t.Errorf("Run() = %v, want an error naming --http-endpoint", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not fail")
+	}
+}
+
+// A listener the server stopped serving for another reason than a
+// Release is listened on again.
+func TestListensAgainWhenAListenerIsLost(t *testing.T) {
+	p := New(freeAddress(t), net.ListenConfig{})
+	run(t, p)
+	l := next(t, p)
+	l.Close()
+	p.Lost(l)
+	next(t, p).Close()
+}
