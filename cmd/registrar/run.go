@@ -22,7 +22,10 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Exit codes.
+// Exit codes. As upstream's, 2 when Go's flag package cannot parse the
+// command line, and 1 for a flag value that parses but cannot be used (a
+// missing --kubelet-registration-path) or any other fatal error. Logging
+// flags refused before logging starts also give 2.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -64,7 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	if err := o.validate(); err != nil {
 		logger.Error(err, "Invalid command line")
-		return exitUsage
+		writeTerminationMessage(logger, o.terminationMessagePath, err.Error())
+		return exitError
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)

@@ -1,0 +1,49 @@
+package integration
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// A manifest or script written for upstream v2.17 sees the same exit codes:
+// 2 only when the command line does not parse (Go's flag package, in both),
+// 1 when a value that parses cannot be used.
+func TestExitCodesAsUpstream(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"--kubelet-registration-path missing", nil, 1, "--kubelet-registration-path is required"},
+		{"unknown flag", []string{"--kubelet-registration-path=/k/csi.sock", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
+		{"value that does not parse", []string{"--kubelet-registration-path=/k/csi.sock", "--timeout=abc"}, 2, `invalid value "abc" for flag -timeout`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			n.startDriver(t, "exit.csi.example.com")
+			args := append([]string{
+				"--csi-address=" + n.driverSocket,
+				"--plugin-registration-path=" + n.registry,
+				"--termination-message-path=" + n.termination,
+			}, tc.args...)
+			registrar := startProcess(t, "registrar", registrarBin, args...)
+			if code := registrar.wait(t); code != tc.code {
+				t.Errorf("exit code = %d, want %d", code, tc.code)
+			}
+			if stderr := registrar.stderr.String(); !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr)
+			}
+			if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
+				t.Errorf("files published in the registry: %v", entries)
+			}
+			if tc.code == 1 {
+				if msg, _ := os.ReadFile(n.termination); !strings.Contains(string(msg), tc.want) {
+					t.Errorf("termination message = %q, want the error", msg)
+				}
+			}
+		})
+	}
+}
