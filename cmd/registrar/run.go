@@ -80,11 +80,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.wasSet("connection-timeout") {
 		logger.Info("--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
 	}
-	if o.wasSet("health-port") {
+	if o.healthPort > 0 {
 		logger.Info("--health-port is deprecated: use --http-endpoint", "httpEndpoint", o.httpAddress())
 	}
-	if o.mode == "registration" {
-		logger.Info("--mode is deprecated and has no effect")
+	for _, warning := range o.warnings() {
+		logger.Info("Warning: " + warning)
 	}
 	err = register(ctx, o)
 	var rejected *registration.RejectedError
@@ -158,7 +158,7 @@ func register(ctx context.Context, o *options) error {
 		Endpoint:     o.kubeletRegistrationPath,
 		Dir:          o.pluginRegistrationPath,
 		OnRejection:  registration.Policy(o.rejectionPolicy),
-		CheckTimeout: o.timeout,
+		CheckTimeout: o.operationTimeout(),
 		Rejected: func(reason string) {
 			writeTerminationMessage(logger, o.terminationMessagePath, "kubelet rejected the plugin: "+reason)
 		},
@@ -173,7 +173,7 @@ func register(ctx context.Context, o *options) error {
 	// A taken port fails the start: its error cancels the rest, and the
 	// registration removes on the way out whatever it published meanwhile.
 	g, ctx := errgroup.WithContext(ctx)
-	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout()}
 	if addr := o.httpAddress(); addr != "" {
 		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)

@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"context"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
+
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // A manifest or script written for upstream v2.17 sees the same exit codes:
@@ -44,6 +48,41 @@ func TestExitCodesAsUpstream(t *testing.T) {
 					t.Errorf("termination message = %q, want the error", msg)
 				}
 			}
+		})
+	}
+}
+
+// Values that upstream v2.17 accepts and runs with: the registrar registers
+// the driver, and says what it made of the value.
+func TestAcceptsWhatUpstreamAccepts(t *testing.T) {
+	cases := []struct {
+		name, flag, warning string
+	}{
+		// Upstream registers with any mode but the probe's.
+		{"unknown mode", "--mode=foo", `--mode=\"foo\" is not a mode: registering the driver`},
+		// Upstream starts no server for it; with --http-endpoint (set by
+		// startRegistrar) it is no conflict.
+		{"negative health port", "--health-port=-1", "--health-port=-1 is not a port: ignored"},
+		// Upstream accepts it, then fails GetPluginInfo at once and exits 1.
+		{"zero timeout", "--timeout=0", "--timeout=0s is not positive: using the default, 1s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "accepts.csi.example.com"
+			n := newNode(t)
+			n.startDriver(t, name)
+			registrar := n.startRegistrar(t, tc.flag)
+			n.waitForSocket(t, name, registrar)
+			info, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{})
+			if err != nil || info.Name != name {
+				t.Fatalf("GetInfo = %v, %v; want the driver %q", info, err, name)
+			}
+			if code, body := n.healthz(t); code != http.StatusOK {
+				t.Errorf("/healthz on --http-endpoint = %d %q, want 200", code, body)
+			}
+			eventually(t, "the registrar logs the warning", func() bool {
+				return strings.Contains(registrar.stderr.String(), tc.warning)
+			})
 		})
 	}
 }
