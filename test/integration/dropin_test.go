@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -84,5 +86,52 @@ func TestAcceptsWhatUpstreamAccepts(t *testing.T) {
 				return strings.Contains(registrar.stderr.String(), tc.warning)
 			})
 		})
+	}
+}
+
+// A TCP --csi-address, which upstream dials (host:port through gRPC's
+// default resolver; tcp://host:port never connects), is refused at once on
+// purpose, with what to use instead: kubelet reaches the driver only through
+// its Unix socket, which the registrar then shares.
+func TestRefusesATCPDriverAddress(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	hostPort := listener.Addr().String()
+	cases := []struct{ address, want string }{
+		{hostPort, "is a network address (host:port), which is not supported"},
+		{"tcp://" + hostPort, `has the scheme "tcp", which is not supported`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.address, func(t *testing.T) {
+			n := newNode(t)
+			registrar := n.startRegistrar(t, "--csi-address="+tc.address)
+			if code := registrar.wait(t); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+			// klog quotes the error, escaping its quotes.
+			stderr := strings.ReplaceAll(registrar.stderr.String(), `\"`, `"`)
+			for _, want := range []string{tc.want, "only through its Unix domain socket", "--csi-address=/csi/csi.sock"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the error does not say %q:\n%s", want, stderr)
+				}
+			}
+			if msg, _ := os.ReadFile(n.termination); !strings.Contains(string(msg), tc.want) {
+				t.Errorf("termination message = %q, want the error", msg)
+			}
+			if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
+				t.Errorf("files published in the registry: %v", entries)
+			}
+		})
+	}
+	// The registrar has exited: a connection it made would be waiting.
+	if err := listener.(*net.TCPListener).SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := listener.Accept(); err == nil {
+		conn.Close()
+		t.Error("the registrar connected to the TCP address")
 	}
 }
