@@ -31,7 +31,7 @@ func runDiagnose(ctx context.Context, o *options, stdout, stderr io.Writer) int 
 		CSIAddress:              o.csiAddress,
 		KubeletRegistrationPath: o.kubeletRegistrationPath,
 		RegistrationDir:         o.pluginRegistrationPath,
-		Timeout:                 o.timeout,
+		Timeout:                 o.operationTimeout(),
 	})
 	if !diagnose.Print(stdout, checks) {
 		return exitError

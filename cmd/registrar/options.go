@@ -14,6 +14,9 @@ import (
 // probeMode is upstream's --mode for exec liveness probes in old manifests.
 const probeMode = "kubelet-registration-probe"
 
+// defaultTimeout is --timeout's default, upstream's.
+const defaultTimeout = time.Second
+
 // options are the command line flags, named and defaulted as upstream's.
 type options struct {
 	csiAddress              string
@@ -44,11 +47,11 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver's socket in this container (a bare path, unix:///path or unix:path).")
 	fs.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver's socket on the host, as kubelet must dial it. Required.")
 	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
-	fs.DurationVar(&o.timeout, "timeout", time.Second, "Timeout of each GetPluginInfo call to the CSI driver, and of the check of a registration socket published by another process.")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "Timeout of each GetPluginInfo call to the CSI driver, and of the check of a registration socket published by another process. Zero or less means the default.")
 	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
-	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 disables it.")
-	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once, for exec liveness probes in old manifests; use an HTTP probe on /healthz instead.")
+	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 or less disables it.")
+	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once, for exec liveness probes in old manifests; use an HTTP probe on /healthz instead. Any other value registers the driver.")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "Serve the Go profiler under /debug/pprof/ on the HTTP server.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
@@ -74,23 +77,43 @@ func (o *options) validate() error {
 	if o.httpEndpoint != "" && o.healthPort > 0 {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
-	if o.healthPort < 0 {
-		errs = append(errs, fmt.Errorf("--health-port=%d is not a port: use --http-endpoint=:PORT", o.healthPort))
-	}
-	if o.timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout=%v must be positive", o.timeout))
-	}
 	switch registration.Policy(o.rejectionPolicy) {
 	case registration.Retry, registration.Exit:
 	default:
 		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", o.rejectionPolicy, registration.Retry, registration.Exit))
 	}
-	switch o.mode {
-	case "", "registration", probeMode:
-	default:
-		errs = append(errs, fmt.Errorf("--mode=%q is not supported: leave it out (or use %q only in an exec liveness probe)", o.mode, probeMode))
-	}
 	return errors.Join(errs...)
+}
+
+// warnings lists the values that upstream accepts but that make no sense,
+// with what the registrar does instead; they are not errors, so that a
+// manifest written for upstream keeps working.
+func (o *options) warnings() []string {
+	var warnings []string
+	if o.healthPort < 0 {
+		warnings = append(warnings, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort))
+	}
+	if o.timeout <= 0 {
+		// Upstream gives every GetPluginInfo an expired deadline, fails it
+		// at once and exits 1: it can never register.
+		warnings = append(warnings, fmt.Sprintf("--timeout=%v is not positive: using the default, %v, instead (upstream fails every GetPluginInfo at once with it)", o.timeout, defaultTimeout))
+	}
+	switch o.mode {
+	case "", probeMode:
+	case "registration":
+		warnings = append(warnings, "--mode is deprecated and has no effect")
+	default:
+		warnings = append(warnings, fmt.Sprintf("--mode=%q is not a mode: registering the driver, as upstream does with any --mode other than %q; leave --mode out", o.mode, probeMode))
+	}
+	return warnings
+}
+
+// operationTimeout is --timeout, or its default when it is not positive.
+func (o *options) operationTimeout() time.Duration {
+	if o.timeout <= 0 {
+		return defaultTimeout
+	}
+	return o.timeout
 }
 
 // httpAddress is where the HTTP server listens, "" for none.

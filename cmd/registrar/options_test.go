@@ -86,9 +86,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"registration path missing", nil, []string{"--kubelet-registration-path is required"}},
 		{"both HTTP flags", []string{"--kubelet-registration-path=/k", "--http-endpoint=:8080", "--health-port=9809"}, []string{"--health-port=9809", "--http-endpoint", "mutually exclusive"}},
-		{"bad timeout", []string{"--kubelet-registration-path=/k", "--timeout=0s"}, []string{"--timeout=0s must be positive"}},
-		{"unknown mode", []string{"--kubelet-registration-path=/k", "--mode=foo"}, []string{`--mode="foo" is not supported`}},
-		{"all at once", []string{"--timeout=-1s", "--mode=foo"}, []string{"--kubelet-registration-path", "--timeout", "--mode"}},
+		{"unknown rejection policy", []string{"--kubelet-registration-path=/k", "--rejection-policy=never"}, []string{`--rejection-policy="never" is not supported`}},
+		{"all at once", []string{"--rejection-policy=never", "--health-port=9809", "--http-endpoint=:8080"}, []string{"--kubelet-registration-path", "--rejection-policy", "mutually exclusive"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,6 +103,51 @@ func TestValidate(t *testing.T) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("validate() = %q, want it to contain %q", err, want)
 				}
+			}
+		})
+	}
+}
+
+// Values that upstream accepts although they make no sense: accepted with a
+// warning, and given a meaning with which the registrar can still register.
+func TestAcceptsWithAWarning(t *testing.T) {
+	cases := []struct {
+		name        string
+		args        []string
+		warning     string // "" for none
+		timeout     time.Duration
+		httpAddress string
+	}{
+		{"upstream's defaults", nil, "", time.Second, ""},
+		{"zero timeout", []string{"--timeout=0"}, "--timeout=0s is not positive: using the default, 1s", time.Second, ""},
+		{"negative timeout", []string{"--timeout=-5s"}, "--timeout=-5s is not positive", time.Second, ""},
+		{"negative health port", []string{"--health-port=-1"}, "--health-port=-1 is not a port: ignored, as 0 is", time.Second, ""},
+		{"negative health port and an HTTP endpoint", []string{"--health-port=-1", "--http-endpoint=:8080"}, "--health-port=-1", time.Second, ":8080"},
+		{"unknown mode", []string{"--mode=foo"}, `--mode="foo" is not a mode: registering the driver`, time.Second, ""},
+		{"registration mode", []string{"--mode=registration"}, "--mode is deprecated", time.Second, ""},
+		{"probe mode", []string{"--mode=" + probeMode}, "", time.Second, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags("registrar", append([]string{"--kubelet-registration-path=/k"}, tc.args...), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err != nil {
+				t.Fatalf("validate() = %v", err)
+			}
+			warnings := strings.Join(o.warnings(), "\n")
+			switch {
+			case tc.warning == "" && warnings != "":
+				t.Errorf("warnings() = %q, want none", warnings)
+			case !strings.Contains(warnings, tc.warning):
+				t.Errorf("warnings() = %q, want %q", warnings, tc.warning)
+			}
+			if got := o.operationTimeout(); got != tc.timeout {
+				t.Errorf("operationTimeout() = %v, want %v", got, tc.timeout)
+			}
+			if got := o.httpAddress(); got != tc.httpAddress {
+				t.Errorf("httpAddress() = %q, want %q", got, tc.httpAddress)
 			}
 		})
 	}

@@ -24,7 +24,10 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Exit codes.
+// Exit codes. As upstream's, 2 when Go's flag package cannot parse the
+// command line, and 1 for a flag value that parses but cannot be used (a
+// missing --kubelet-registration-path) or any other fatal error. Logging
+// flags refused before logging starts also give 2.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -64,9 +67,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 
+	termination := &terminationMessage{path: o.terminationMessagePath}
 	if err := o.validate(); err != nil {
 		logger.Error(err, "Invalid command line")
-		return exitUsage
+		termination.write(logger, err.Error())
+		return exitError
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
@@ -78,13 +83,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.wasSet("connection-timeout") {
 		logger.Info("--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
 	}
-	if o.wasSet("health-port") {
+	if o.healthPort > 0 {
 		logger.Info("--health-port is deprecated: use --http-endpoint", "httpEndpoint", o.httpAddress())
 	}
-	if o.mode == "registration" {
-		logger.Info("--mode is deprecated and has no effect")
+	for _, warning := range o.warnings() {
+		logger.Info("Warning: " + warning)
 	}
-	termination := &terminationMessage{path: o.terminationMessagePath}
 	err = register(ctx, o, termination)
 	var rejected *registration.RejectedError
 	switch {
@@ -164,7 +168,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		Endpoint:     o.kubeletRegistrationPath,
 		Dir:          o.pluginRegistrationPath,
 		OnRejection:  registration.Policy(o.rejectionPolicy),
-		CheckTimeout: o.timeout,
+		CheckTimeout: o.operationTimeout(),
 		Rejected: func(reason string) {
 			termination.write(logger, "kubelet rejected the plugin: "+reason)
 		},
@@ -181,7 +185,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	// the rest, and the registration removes on the way out whatever it
 	// published meanwhile. A port in use is waited for (see httpport).
 	g, ctx := errgroup.WithContext(ctx)
-	driverConfig := driver.Config{Address: address, Timeout: o.timeout}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout()}
 	if port != nil {
 		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)

@@ -262,7 +262,7 @@ func TestRun(t *testing.T) {
 			},
 			want: map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
-				checkDriverSocket: {`"tcp" is not supported`},
+				checkDriverSocket: {`has the scheme "tcp", which is not supported`},
 				checkKubeletPath:  {"does not parse"},
 			},
 		},

@@ -34,9 +34,16 @@ var uriScheme = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
 // or a bare path, which means the same as "unix://path".
 //
 // Like upstream, everything after "unix://" is the path, so Windows manifests'
-// "unix://C:\\csi\\csi.sock" works. Other schemes and host:port addresses are
-// rejected: upstream only reached them by accident through gRPC's default
-// resolver, and kubelet itself can only use a driver on a Unix socket.
+// "unix://C:\\csi\\csi.sock" works. Network addresses are rejected on
+// purpose. Upstream (csi-lib-utils) reads only a value that starts with "/"
+// as a path and hands anything else to gRPC's default resolver, which dials
+// "host:port" over TCP, and dials "tcp://host:port" as it is, which never
+// connects. But kubelet reaches a CSI driver only through a Unix socket (the
+// --kubelet-registration-path it is given), so a driver that kubelet can use
+// always has one to share with the registrar, whose following of driver
+// restarts watches that socket file. A bare value without a slash that ends
+// in ":<port number>" is read as host:port, as upstream would dial it, and
+// rejected; any other bare value is a path, relative or not.
 func ParseAddress(addr string) (Address, error) {
 	if addr == "" {
 		return Address{}, errors.New("the CSI driver address is empty: give the path of the driver's Unix socket, for example /csi/csi.sock")
@@ -48,11 +55,11 @@ func ParseAddress(addr string) (Address, error) {
 	case strings.HasPrefix(addr, "unix:"):
 		path = strings.TrimPrefix(addr, "unix:")
 	default:
-		if m := uriScheme.FindStringSubmatch(addr); m != nil {
-			return Address{}, unsupportedAddress(addr, fmt.Sprintf("the scheme %q is not supported", m[1]))
-		}
 		if looksLikeHostPort(addr) {
-			return Address{}, unsupportedAddress(addr, "it looks like a network address")
+			return Address{}, unsupportedAddress(addr, "is a network address (host:port)")
+		}
+		if m := uriScheme.FindStringSubmatch(addr); m != nil {
+			return Address{}, unsupportedAddress(addr, fmt.Sprintf("has the scheme %q", m[1]))
 		}
 		path = addr
 	}
@@ -62,10 +69,11 @@ func ParseAddress(addr string) (Address, error) {
 	return Address{Path: path}, nil
 }
 
-func unsupportedAddress(addr, reason string) error {
-	return fmt.Errorf("the CSI driver address %q is not supported: %s; only Unix domain sockets are supported "+
-		"(\"unix:///path\" or a path), because the registrar reaches the driver through a socket in a volume shared by the pod",
-		addr, reason)
+func unsupportedAddress(addr, what string) error {
+	return fmt.Errorf("the CSI driver address %q %s, which is not supported: the registrar reaches the CSI driver only through "+
+		"its Unix domain socket, the one kubelet dials (--kubelet-registration-path); mount the driver's socket directory "+
+		"in this container and give the socket's path here, for example --csi-address=/csi/csi.sock or unix:///csi/csi.sock",
+		addr, what)
 }
 
 // looksLikeHostPort reports whether addr, given without a scheme, reads as

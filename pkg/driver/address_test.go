@@ -26,12 +26,13 @@ func TestParseAddress(t *testing.T) {
 		{addr: "", wantErr: "empty"},
 		{addr: "unix://", wantErr: "no socket path"},
 		{addr: "unix:", wantErr: "no socket path"},
-		{addr: "tcp://127.0.0.1:10000", wantErr: `scheme "tcp" is not supported`},
-		{addr: "dns:///csi.example.com:443", wantErr: `scheme "dns" is not supported`},
-		{addr: "unix-abstract:csi", wantErr: `scheme "unix-abstract" is not supported`},
-		{addr: "localhost:10000", wantErr: `scheme "localhost" is not supported`},
-		{addr: "127.0.0.1:10000", wantErr: "network address"},
-		{addr: "[::1]:10000", wantErr: "network address"},
+		{addr: "tcp://127.0.0.1:10000", wantErr: `has the scheme "tcp", which is not supported`},
+		{addr: "dns:///csi.example.com:443", wantErr: `has the scheme "dns", which is not supported`},
+		{addr: "unix-abstract:csi", wantErr: `has the scheme "unix-abstract", which is not supported`},
+		{addr: "localhost:10000", wantErr: "is a network address (host:port), which is not supported"},
+		{addr: "127.0.0.1:10000", wantErr: "is a network address (host:port), which is not supported"},
+		{addr: "[::1]:10000", wantErr: "is a network address (host:port), which is not supported"},
+		{addr: "csi.example.com:10000", wantErr: "is a network address (host:port), which is not supported"},
 	}
 	for _, test := range tests {
 		t.Run(test.addr, func(t *testing.T) {
