@@ -8,9 +8,11 @@
 #     kube-scheduler from test/node's go.mod into test/node/_bin (the Go
 #     build cache makes later runs fast), the registrar's binary (make
 #     build-all) and the test driver;
-#  3. builds three images with buildah (vfs storage in the scratch
+#  3. builds four images with buildah (vfs storage in the scratch
 #     directory): the registrar from the project's Dockerfile on scratch, the
-#     test driver (test/mockdriver) and a pause image, both FROM scratch;
+#     test driver (test/mockdriver), a pause image and upstream's registrar
+#     (../shared/interop/, at /csi-node-driver-registrar as in upstream's
+#     image), all three FROM scratch;
 #  4. runs test/node's e2e-node program as PID 1 of new network, mount and
 #     PID namespaces: the node's processes, iptables chains, mounts and
 #     containers cannot outlive it, and /run, /var/log and /var/lib are
@@ -25,9 +27,15 @@
 #   hack/e2e-node.sh        (make e2e-node; needs root)
 #
 # E2E_NODE_MAX_ROLLOUT_GAP (a Go duration, default 0s): the longest time
-# without the driver in CSINode that the rolling update check accepts.
+# without the driver in CSINode that the rolling update check (4a) accepts.
 # kubelet v1.37 unregisters a plugin whose socket is replaced and registers
 # it again one reconcile period (1 s) later, so 0s fails on every rollout.
+# E2E_NODE_UPSTREAM_REGISTRAR (default ../shared/interop/upstream-csi-node-
+# driver-registrar from the repository's root): upstream's binary, for
+# checks 4b and 4c (rollouts from this registrar to upstream's image and
+# back). Where it is missing those checks are reported as SKIPPED with the
+# reason, and with CI set (not to false or 0) the run fails: a skip in CI is
+# a failure to look at.
 # E2E_NODE_KEEP=1 keeps the scratch directory (its path is printed) until
 # the next run. A run killed with SIGKILL leaves its cgroups, scratch
 # directory and kubelet's sysctls: the next run restores and removes them.
@@ -181,6 +189,9 @@ cleanup() {
 		rm -rf test/node/_logs
 		cp -r "$work/logs" test/node/_logs
 		cp "$work"/*.yaml "$work"/*.toml test/node/_logs/ 2>/dev/null || true
+		# The containers' logs of the pods still there at the end (kubelet
+		# removes a deleted pod's): the last registrar's among them.
+		cp -r "$work/pod-logs" test/node/_logs/ 2>/dev/null || true
 		say "logs: test/node/_logs"
 	fi
 	if grep -q " $work" /proc/self/mountinfo; then
@@ -240,8 +251,26 @@ from_scratch() { # IMAGE BINARY
 }
 from_scratch localhost/e2e-node/mockdriver:1 "$work/build/mockdriver"
 from_scratch localhost/e2e-node/pause:1 "$bin/pause"
+image_names=(localhost/csi-node-driver-registrar:e2e-node localhost/e2e-node/mockdriver:1 localhost/e2e-node/pause:1)
+upstream_bin=${E2E_NODE_UPSTREAM_REGISTRAR:-$repo/../shared/interop/upstream-csi-node-driver-registrar}
+upstream_missing=
+if [[ -f $upstream_bin && -x $upstream_bin ]]; then
+	say "building an image of upstream's registrar ($upstream_bin) FROM scratch"
+	mkdir -p "$work/build/upstream"
+	cp "$upstream_bin" "$work/build/upstream/csi-node-driver-registrar"
+	from_scratch localhost/e2e-node/upstream-registrar:1 "$work/build/upstream/csi-node-driver-registrar"
+	image_names+=(localhost/e2e-node/upstream-registrar:1)
+else
+	upstream_missing="no executable file at $upstream_bin, upstream's registrar (../shared/interop/README.md)"
+	say "$upstream_missing: checks 4b and 4c will be SKIPPED"
+fi
+fail_on_skip=false
+case ${CI:-} in
+"" | false | 0) ;;
+*) fail_on_skip=true ;;
+esac
 archives=()
-for image in localhost/csi-node-driver-registrar:e2e-node localhost/e2e-node/mockdriver:1 localhost/e2e-node/pause:1; do
+for image in "${image_names[@]}"; do
 	archive=$work/images/$(basename "${image%%:*}").tar
 	bah push --quiet "$image" "docker-archive:$archive:$image" >/dev/null || fail "buildah push $image failed"
 	archives+=("$archive")
@@ -266,7 +295,7 @@ images=$(
 unshare --net --mount --pid --fork --mount-proc --propagation private -- \
 	bash -c 'mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /var/lib && exec "$@"' e2e-node-ns \
 	"$bin/e2e-node" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
-	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" &
+	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" &
 node_pid=$!
 # The namespaces' identities, to check at the end that nothing runs in them.
 for _ in $(seq 1 100); do

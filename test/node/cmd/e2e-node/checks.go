@@ -7,42 +7,63 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // result is one line of the report.
 type result struct {
-	name   string
-	ok     bool
-	detail string
+	name    string
+	ok      bool
+	skipped bool // could not run; detail says why
+	detail  string
+}
+
+// options are the command line's choices for the checks.
+type options struct {
+	// maxRolloutGap is the longest time without the driver in CSINode
+	// that check 4a accepts; 0: none at all.
+	maxRolloutGap time.Duration
+	// upstreamMissing, when set, is why there is no image of upstream's
+	// registrar: checks 4b and 4c are skipped with it as the reason.
+	upstreamMissing string
+	// failOnSkip makes a skipped check fail the run, as in CI.
+	failOnSkip bool
 }
 
 type suite struct {
 	*cluster
+	options
 	repo    string
 	watch   *csiNodeWatch
 	results []result
 	podName string // the current pod of the DaemonSet
-	// maxRolloutGap is the longest time without the driver in CSINode
-	// that check 4 accepts; 0: none at all.
-	maxRolloutGap time.Duration
 }
 
 func (s *suite) report(name string, ok bool, format string, args ...any) bool {
-	s.results = append(s.results, result{name, ok, fmt.Sprintf(format, args...)})
+	s.results = append(s.results, result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
 	status := "PASS"
 	if !ok {
 		status = "FAIL"
 	}
 	fmt.Printf("e2e-node: %s %s: %s\n", status, name, fmt.Sprintf(format, args...))
 	return ok
+}
+
+// skip reports a check that could not run, and why.
+func (s *suite) skip(name, reason string) bool {
+	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
+	fmt.Printf("e2e-node: SKIPPED %s: %s\n", name, reason)
+	return false
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
@@ -300,37 +321,56 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 		ms(tSocket), ms(took), strings.Join(changes, ", "), stAfter.RestartCount, stAfter.ContainerID == stBefore.ContainerID, published)
 }
 
-// checkRollingUpdate changes the template and follows the maxSurge update,
-// checking from the CSINode watch that the driver never left it.
-func (s *suite) checkRollingUpdate(ctx context.Context) bool {
-	name := "4. rolling update (maxSurge 1, maxUnavailable 0): registered throughout"
-	if s.maxRolloutGap > 0 {
-		name = fmt.Sprintf("4. rolling update (maxSurge 1, maxUnavailable 0): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
-	}
+// rollout is what a rolling update of the DaemonSet did, followed from the
+// update until a few seconds after the old pod's object was gone.
+type rollout struct {
+	began, end                        time.Time
+	oldPod, newPod                    string
+	tNewReady, tOldDeleting, tOldGone time.Duration
+	writes                            int   // CSINode changes recorded
+	gaps                              []gap // times CSINode did not list the driver
+	watchRestarted                    bool
+	restarts                          map[string]int32 // the highest restartCount seen, by pod/container
+}
+
+// gap is a time CSINode did not list the driver; open if it still did not
+// at the end of the rollout.
+type gap struct {
+	from, to time.Time
+	open     bool
+}
+
+// rolloutSettle is how long a rollout is watched after the old pod's object
+// is gone, in case kubelet reacts late to what the old pod left.
+const rolloutSettle = 5 * time.Second
+
+// rollUpdate changes the DaemonSet's template to next's and follows the
+// maxSurge update until the new pod is Ready, the old one gone and the
+// DaemonSet's status says so. It records the CSINode watch's changes and
+// the restart counts of every container of the DaemonSet's pods meanwhile.
+func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
 	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
 	if err != nil {
-		return s.report(name, false, "%v", err)
+		return nil, err
 	}
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
-		return s.report(name, false, "deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
+		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
 	}
-	next, err := s.daemonSet(s.repo, 2)
+	tmpl, err := s.daemonSet(s.repo, next)
 	if err != nil {
-		return s.report(name, false, "%v", err)
+		return nil, err
 	}
-	oldPod := s.podName
-	ds.Spec.Template = next.Spec.Template
-	began := time.Now()
-	if !s.watch.stateAt(began).registered {
-		return s.report(name, false, "the driver was not registered before the update")
+	r := &rollout{oldPod: s.podName, restarts: map[string]int32{}}
+	ds.Spec.Template = tmpl.Spec.Template
+	r.began = time.Now()
+	if !s.watch.stateAt(r.began).registered {
+		return nil, fmt.Errorf("the driver was not registered before the update")
 	}
-	restarts := s.watch.restarts()
+	watchRestarts := s.watch.restarts()
 	updated, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
 	if err != nil {
-		return s.report(name, false, "update: %v", err)
+		return nil, fmt.Errorf("update: %w", err)
 	}
-	var tNewReady, tOldDeleting, tOldGone time.Duration
-	var newPod string
 	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		pods, err := s.pods(ctx)
 		if err != nil {
@@ -339,20 +379,21 @@ func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 		oldSeen := false
 		for i := range pods {
 			pod := &pods[i]
-			if pod.Name == oldPod {
+			r.recordRestarts(pod)
+			if pod.Name == r.oldPod {
 				oldSeen = true
-				if tOldDeleting == 0 && pod.DeletionTimestamp != nil {
-					tOldDeleting = time.Since(began)
+				if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
+					r.tOldDeleting = time.Since(r.began)
 				}
-			} else if pod.Annotations[revisionKey] == "2" {
-				newPod = pod.Name
-				if tNewReady == 0 && podReady(pod) {
-					tNewReady = time.Since(began)
+			} else if pod.Annotations[revisionKey] == fmt.Sprint(int(next)) {
+				r.newPod = pod.Name
+				if r.tNewReady == 0 && podReady(pod) {
+					r.tNewReady = time.Since(r.began)
 				}
 			}
 		}
-		if !oldSeen && tOldGone == 0 {
-			tOldGone = time.Since(began)
+		if !oldSeen && r.tOldGone == 0 {
+			r.tOldGone = time.Since(r.began)
 		}
 		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
 		if err != nil {
@@ -360,57 +401,215 @@ func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 		}
 		st := current.Status
 		done := st.ObservedGeneration >= updated.Generation && st.UpdatedNumberScheduled == 1 && st.NumberAvailable == 1 && st.NumberUnavailable == 0
-		return done && tNewReady != 0 && tOldGone != 0, nil
+		return done && r.tNewReady != 0 && r.tOldGone != 0, nil
 	})
 	if err != nil {
-		return s.report(name, false, "%v (new pod %q ready +%s, old pod gone +%s)", err, newPod, ms(tNewReady), ms(tOldGone))
+		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
 	}
 	// The old pod's object is deleted only after its containers stopped, so
-	// the old registrar has exited. Watch a little longer in case kubelet
-	// reacts late to what it left.
-	settle := 5 * time.Second
-	time.Sleep(settle)
-	end := time.Now()
-	s.podName = newPod
-
-	// A gap is a time CSINode did not list the driver. One that begins
-	// before the old pod's deletion comes from the new pod's socket
-	// replacing the old one: kubelet v1.37 then unregisters the plugin and
-	// registers it again one reconcile period (1 s) later.
-	var gaps []string
-	var down time.Time
-	tooLong := false
-	writes := 0
-	addGap := func(from, to time.Time) {
-		cause := "after the old pod's deletion began"
-		if tOldDeleting == 0 || from.Sub(began) < tOldDeleting {
-			cause = "before the old pod's deletion: kubelet re-registering the replaced socket"
-		}
-		gaps = append(gaps, fmt.Sprintf("+%s for %s (%s)", ms(from.Sub(began)), ms(to.Sub(from)), cause))
-		if to.Sub(from) > s.maxRolloutGap {
-			tooLong = true
-		}
+	// the old registrar has exited.
+	time.Sleep(rolloutSettle)
+	r.end = time.Now()
+	s.podName = r.newPod
+	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
+		r.recordRestarts(pod)
 	}
-	for _, r := range s.watch.between(began, end) {
-		writes++
-		if !r.registered && down.IsZero() {
-			down = r.at
+	var down time.Time
+	for _, reg := range s.watch.between(r.began, r.end) {
+		r.writes++
+		if !reg.registered && down.IsZero() {
+			down = reg.at
 		}
-		if r.registered && !down.IsZero() {
-			addGap(down, r.at)
+		if reg.registered && !down.IsZero() {
+			r.gaps = append(r.gaps, gap{from: down, to: reg.at})
 			down = time.Time{}
 		}
 	}
 	if !down.IsZero() {
-		addGap(down, end)
-		tooLong = true
+		r.gaps = append(r.gaps, gap{from: down, to: r.end, open: true})
+	}
+	r.watchRestarted = s.watch.restarts() != watchRestarts
+	return r, nil
+}
+
+func (r *rollout) recordRestarts(pod *corev1.Pod) {
+	for _, st := range pod.Status.ContainerStatuses {
+		key := pod.Name + "/" + st.Name
+		r.restarts[key] = max(r.restarts[key], st.RestartCount)
+	}
+}
+
+// restarted lists the containers that restarted, with their counts.
+func (r *rollout) restarted() []string {
+	var out []string
+	for container, n := range r.restarts {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d", container, n))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// describeGaps gives each gap's start from the update, its length and its
+// cause. One that begins before the old pod's deletion comes from the new
+// pod's socket replacing the old one: kubelet v1.37 then unregisters the
+// plugin and registers it again one reconcile period (1 s) later.
+func (r *rollout) describeGaps() []string {
+	var out []string
+	for _, g := range r.gaps {
+		cause := "after the old pod's deletion began"
+		if r.tOldDeleting == 0 || g.from.Sub(r.began) < r.tOldDeleting {
+			cause = "before the old pod's deletion: kubelet re-registering the replaced socket"
+		}
+		out = append(out, fmt.Sprintf("+%s for %s (%s)", ms(g.from.Sub(r.began)), ms(g.to.Sub(g.from)), cause))
+	}
+	return out
+}
+
+// longestGap is the longest gap; an open one counts as endless.
+func (r *rollout) longestGap() time.Duration {
+	var longest time.Duration
+	for _, g := range r.gaps {
+		if g.open {
+			return time.Duration(math.MaxInt64)
+		}
+		longest = max(longest, g.to.Sub(g.from))
+	}
+	return longest
+}
+
+func (r *rollout) String() string {
+	return fmt.Sprintf("update → new pod %s Ready +%s → old pod %s deleted +%s, gone +%s; CSINode watched throughout (%d changes, watch restarted: %v)",
+		r.newPod, ms(r.tNewReady), r.oldPod, ms(r.tOldDeleting), ms(r.tOldGone), r.writes, r.watchRestarted)
+}
+
+// checkRollingUpdate changes the template and follows the maxSurge update,
+// checking from the CSINode watch that the driver never left it.
+func (s *suite) checkRollingUpdate(ctx context.Context) bool {
+	name := "4a. rolling update (maxSurge 1, maxUnavailable 0): registered throughout"
+	if s.maxRolloutGap > 0 {
+		name = fmt.Sprintf("4a. rolling update (maxSurge 1, maxUnavailable 0): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
+	}
+	r, err := s.rollUpdate(ctx, 2)
+	if err != nil {
+		return s.report(name, false, "%v", err)
 	}
 	final, _ := s.watch.now()
-	watchRestarted := s.watch.restarts() != restarts
 	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(2).port()))
-	ok := !tooLong && final.registered && final.nodeID == expectedNodeID && !watchRestarted && code == http.StatusOK && dialable(s.regSocket())
-	return s.report(name, ok, "update → new pod %s Ready +%s → old pod %s deleted +%s, gone +%s; CSINode watched throughout (%d changes, watch restarted: %v): times without the driver: %d %v (allowed: none longer than %s); %s after: registered=%v, new pod /readyz %d %q, socket dialable %v",
-		newPod, ms(tNewReady), oldPod, ms(tOldDeleting), ms(tOldGone), writes, watchRestarted, len(gaps), gaps, s.maxRolloutGap, settle, final.registered, code, body, dialable(s.regSocket()))
+	ok := r.longestGap() <= s.maxRolloutGap && final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && code == http.StatusOK && dialable(s.regSocket())
+	return s.report(name, ok, "%v: times without the driver: %d %v (allowed: none longer than %s); %s after: registered=%v, new pod /readyz %d %q, socket dialable %v",
+		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, rolloutSettle, final.registered, code, body, dialable(s.regSocket()))
+}
+
+// The bounds of checks 4b and 4c. A rollout between upstream's registrar
+// and this one cannot hand the socket over: kubelet unregisters the driver
+// once, when the socket at the path is replaced (rollback) or removed by
+// upstream's exit (upgrade), and registers it again on its next reconcile
+// pass, a second later.
+const (
+	maxUpstreamDeregistrations = 1
+	maxUpstreamGap             = 2 * time.Second
+)
+
+// checkRollbackToUpstream rolls a DaemonSet of this registrar to upstream's
+// image. Check 3 deleted the DaemonSet: it is created again first.
+func (s *suite) checkRollbackToUpstream(ctx context.Context) bool {
+	const name = "4b. rollback to upstream's image (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
+	if s.upstreamMissing != "" {
+		return s.skip(name, s.upstreamMissing)
+	}
+	if err := s.redeploy(ctx, revOurs); err != nil {
+		return s.report(name, false, "no registered DaemonSet of this registrar to start from: %v", err)
+	}
+	return s.checkUpstreamRollout(ctx, name, revUpstream)
+}
+
+// checkUpgradeFromUpstream rolls the DaemonSet of upstream's image, which
+// check 4b left, back to this registrar's.
+func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
+	const name = "4c. upgrade from upstream's image (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
+	if s.upstreamMissing != "" {
+		return s.skip(name, s.upstreamMissing)
+	}
+	return s.checkUpstreamRollout(ctx, name, revOursAgain)
+}
+
+// redeploy creates the DaemonSet from rev, unless one exists (check 3
+// failed before deleting it), and waits until its pod is Ready and the
+// driver is in CSINode.
+func (s *suite) redeploy(ctx context.Context, rev revision) error {
+	_, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+	if apierrors.IsNotFound(err) {
+		ds, err := s.daemonSet(s.repo, rev)
+		if err != nil {
+			return err
+		}
+		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create DaemonSet: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	return waitFor(ctx, "pod Ready, driver in CSINode", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.pods(ctx)
+		if err != nil {
+			return false, err
+		}
+		reg, _ := s.watch.now()
+		if len(pods) != 1 || !podReady(&pods[0]) || !reg.registered {
+			return false, nil
+		}
+		s.podName = pods[0].Name
+		return true, nil
+	})
+}
+
+// checkUpstreamRollout rolls the DaemonSet to next, from this registrar to
+// upstream's or back, and checks the bounds above, that no container
+// restarted, and that the new pod's registrar serves the socket.
+func (s *suite) checkUpstreamRollout(ctx context.Context, name string, next revision) bool {
+	r, err := s.rollUpdate(ctx, next)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	final, _ := s.watch.now()
+	serving, servingOK := s.servingRegistrar(next)
+	restarted := r.restarted()
+	ok := len(r.gaps) <= maxUpstreamDeregistrations && r.longestGap() <= maxUpstreamGap && len(restarted) == 0 &&
+		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && servingOK && dialable(s.regSocket())
+	return s.report(name, ok, "%v: deregistrations: %d %v (allowed: %d, of at most %s); container restarts in %d containers: %d %v; %s after: registered=%v with node ID %q, %s, socket dialable %v",
+		r, len(r.gaps), r.describeGaps(), maxUpstreamDeregistrations, maxUpstreamGap, len(r.restarts), len(restarted), restarted,
+		rolloutSettle, final.registered, final.nodeID, serving, dialable(s.regSocket()))
+}
+
+// servingRegistrar asks the registrar of rev whether it serves the
+// registration socket: upstream's /healthz (200 when the socket at the path
+// answers GetInfo for the driver; once the old pod is gone only upstream's
+// can), or this registrar's /status.
+func (s *suite) servingRegistrar(rev revision) (string, bool) {
+	if rev.upstream() {
+		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", rev.port()))
+		return fmt.Sprintf("upstream's /healthz %d %q", code, body), code == http.StatusOK
+	}
+	resp, err := plainHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/status", rev.port()))
+	if err != nil {
+		return "/status: " + err.Error(), false
+	}
+	defer resp.Body.Close()
+	var status struct {
+		State        string            `json:"state"`
+		Reason       string            `json:"reason"`
+		Publications map[string]uint64 `json:"socketPublications"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		return "/status: " + err.Error(), false
+	}
+	state := fmt.Sprintf("%q", status.State)
+	if status.Reason != status.State {
+		state += fmt.Sprintf(" (%s)", status.Reason)
+	}
+	return fmt.Sprintf("/status state %s, socket publications %v", state, status.Publications), status.State == "registered"
 }
 
 // checkPodDeleted deletes the DaemonSet, leaving its pod (the garbage

@@ -17,13 +17,14 @@ const (
 	driverName      = "my-driver.csi.example.com" // deploy/'s placeholder name
 	expectedNodeID  = "csi-" + nodeName
 	registrarImage  = "localhost/csi-node-driver-registrar:e2e-node"
+	upstreamImage   = "localhost/e2e-node/upstream-registrar:1" // upstream's binary, FROM scratch
 	driverImage     = "localhost/e2e-node/mockdriver:1"
 	registrarName   = "node-driver-registrar"
 	driverContainer = "csi-driver"
 	revisionKey     = "e2e-node/revision"
 )
 
-// revision is what differs between the DaemonSet's two templates.
+// revision is what differs between the DaemonSet's templates.
 // hostNetwork (there is no CNI here) puts both pods of a maxSurge update in
 // one network namespace, so each revision has its own HTTP port. Both
 // revisions share the driver's socket, as a real DaemonSet's do: the test
@@ -34,6 +35,46 @@ type revision int
 func (r revision) port() int32 { return 9808 + int32(r) }
 
 func (r revision) socket() string { return "csi.sock" }
+
+// The revisions of checks 4b and 4c: a new DaemonSet of this registrar
+// (check 3 deleted the first), rolled to upstream's image and back.
+const (
+	revOurs      revision = 3
+	revUpstream  revision = 4
+	revOursAgain revision = 5
+)
+
+// upstream reports whether the revision runs upstream's registrar.
+func (r revision) upstream() bool { return r == revUpstream }
+
+// upstreamFlags are the flags upstream's registrar (v2.17) accepts; it exits
+// on any other.
+var upstreamFlags = map[string]bool{
+	"automaxprocs": true, "connection-timeout": true, "csi-address": true, "enable-pprof": true,
+	"health-port": true, "http-endpoint": true, "kubelet-registration-path": true,
+	"log-flush-frequency": true, "log-json-info-buffer-size": true, "log-json-split-stream": true,
+	"log-text-info-buffer-size": true, "log-text-split-stream": true, "logging-format": true,
+	"mode": true, "plugin-registration-path": true, "timeout": true, "v": true, "version": true, "vmodule": true,
+}
+
+// upstreamArgs returns the registrar's arguments less the flags that only
+// this registrar knows (--termination-message-path, --rejection-policy,
+// klog's old flags, ...), as a manifest rolled back to upstream's image
+// would have to drop them.
+func upstreamArgs(args []string) ([]string, error) {
+	var kept []string
+	for _, arg := range args {
+		if !strings.HasPrefix(arg, "-") {
+			// The value of a flag written as two arguments: which flag's?
+			return nil, fmt.Errorf("deploy/daemonset.yaml: the registrar's argument %q is not a flag; write flags as --name=value, or adapt test/node", arg)
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if upstreamFlags[name] {
+			kept = append(kept, arg)
+		}
+	}
+	return kept, nil
+}
 
 // daemonSet reads deploy/daemonset.yaml and adapts it to this node: local
 // images never pulled, host network, kubelet's root directory under the
@@ -101,6 +142,19 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 			if ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
 				return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
 			}
+			if rev.upstream() {
+				ctr.Image = upstreamImage
+				if ctr.Args, err = upstreamArgs(ctr.Args); err != nil {
+					return nil, err
+				}
+				// Upstream serves /healthz only: 200 once a socket at the path
+				// answers GetInfo for the driver. As readiness it holds the old
+				// pod until upstream has bound its socket.
+				if ctr.ReadinessProbe.HTTPGet == nil {
+					return nil, fmt.Errorf("%s: the registrar's readiness probe is no longer httpGet; adapt test/node", file)
+				}
+				ctr.ReadinessProbe.HTTPGet.Path = "/healthz"
+			}
 			// Old manifests' liveness probe, here as a startup probe so the
 			// HTTP liveness probe stays: kubelet runs it with a runtime exec.
 			ctr.StartupProbe = &corev1.Probe{
@@ -108,6 +162,12 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 					Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe"},
 				}},
 				PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
+			}
+			if rev.upstream() {
+				// Upstream checks its flags before the mode: without this
+				// one the probe exits 1. Its manifests pass it.
+				exec := ctr.StartupProbe.Exec
+				exec.Command = append(exec.Command, "--kubelet-registration-path="+filepath.Join(driverDir, rev.socket()))
 			}
 		case driverContainer:
 			found++
