@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 // connectError is a failure to connect to a socket at all, as opposed to an
@@ -46,7 +46,7 @@ func callOnce(ctx context.Context, path string, timeout time.Duration, rpc func(
 	conn, err := grpc.NewClient("passthrough:///localhost",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// The registrar does not count this call as kubelet's.
-		grpc.WithUserAgent(registration.UserAgent),
+		grpc.WithUserAgent(unixgrpc.UserAgent),
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
 			if handedOut.Swap(true) {
 				return nil, errors.New("the connection was closed; a diagnosis does not reconnect")

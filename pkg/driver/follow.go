@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 // Event is a change of the CSI driver seen by Follow.
@@ -15,7 +17,8 @@ type Event struct {
 	// "" otherwise.
 	Name string
 	// Reachable is true once the driver answered GetPluginInfo on its
-	// socket, false once that socket is gone.
+	// socket, false once that socket is gone or the driver no longer
+	// answers on it.
 	Reachable bool
 }
 
@@ -40,9 +43,12 @@ type Event struct {
 //
 // Follow learns of the socket from file system events on its directory (on
 // the deepest existing ancestor while the directory is missing, as
-// PluginName does), not from polling, and keeps no connection to the driver
-// between attempts. A driver that dies and leaves its socket file behind is
-// therefore not noticed until the socket is removed or re-created. If the
+// PluginName does), not from polling. While the driver answers, it holds a
+// connection to it that carries no calls: a driver that dies leaves its
+// socket file behind, and the end of that connection is the event. Unless
+// the socket is removed or replaced within settleTime, Follow connects
+// again; when it cannot, it reports Reachable false and searches again as
+// at start-up. If the
 // socket cannot be watched (no inotify instance or watch left) or the watch
 // is lost without an event (an unmount), Follow falls back to looking at the
 // socket every cfg.MaxBackoff; such a look sees a replaced socket only if
@@ -118,17 +124,24 @@ func (f *follower) run(ctx context.Context) error {
 		}
 		f.found(name)
 
-		gone, err := f.watchSocket(ctx, socket)
+		outcome, err := f.watchSocket(ctx, socket)
 		if err != nil {
 			return err
 		}
-		if gone {
+		switch outcome {
+		case socketGone:
 			f.lost()
 			if err := f.waitForSocket(ctx); err != nil {
 				return err
 			}
+			f.logger.V(4).Info("CSI driver socket created", "path", f.cfg.Address.Path)
+		case driverSilent:
+			// Searched for again, with the retries of start-up, which also
+			// follow the socket's events.
+			f.silent()
+		default:
+			f.logger.V(4).Info("CSI driver socket created", "path", f.cfg.Address.Path)
 		}
-		f.logger.V(4).Info("CSI driver socket created", "path", f.cfg.Address.Path)
 	}
 }
 
@@ -159,22 +172,106 @@ func (f *follower) lost() {
 	f.report(Event{})
 }
 
-// watchSocket waits while the driver keeps its socket. It returns gone true
-// when the socket is removed, false when it is replaced.
-func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (gone bool, err error) {
+// silent reports a driver that no longer answers on its socket.
+func (f *follower) silent() {
+	f.logger.Info("The CSI driver no longer answers: its connection was closed, and a new one cannot be made", "driverName", f.name, "path", f.cfg.Address.Path)
+	f.reachable = false
+	f.report(Event{})
+}
+
+// watchOutcome is how watchSocket ended.
+type watchOutcome int
+
+const (
+	socketReplaced watchOutcome = iota // a new socket is at the path
+	socketGone                         // the socket was removed
+	driverSilent                       // the socket stays, the driver does not answer
+)
+
+// settleTime is how long a lost connection to the driver waits for the
+// file system to report its socket removed or replaced, before the driver
+// is asked again whether it answers.
+const settleTime = 100 * time.Millisecond
+
+// errConnectionLost ends a watch: the connection held to the driver ended.
+var errConnectionLost = errors.New("the connection to the CSI driver ended")
+
+// watchSocket waits while the driver keeps its socket and answers on it.
+// It holds a connection to the driver: a driver that dies leaves its
+// socket file behind, and only that connection tells. A connection that
+// ends while the driver still answers (the driver closed an idle one) is
+// made again.
+func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (watchOutcome, error) {
 	for {
-		change, err := f.watcher.next(ctx, time.Now().Add(f.cfg.MaxBackoff))
+		outcome, err := f.watchConnected(ctx, socket)
+		if !errors.Is(err, errConnectionLost) {
+			return outcome, err
+		}
+		f.logger.V(4).Info("The connection held to the CSI driver ended; connecting again", "path", f.cfg.Address.Path)
+	}
+}
+
+// watchConnected is watchSocket with one connection; it ends with
+// errConnectionLost when that connection ends while the driver answers.
+func (f *follower) watchConnected(ctx context.Context, socket os.FileInfo) (watchOutcome, error) {
+	held, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	connected := make(chan struct{})
+	go func() {
+		err := unixgrpc.Hold(held, f.cfg.Address.Path, f.cfg.Timeout, func() error {
+			close(connected)
+			return nil
+		})
 		if err != nil {
-			return false, err
+			cancel(err)
+		}
+	}()
+	waiting := held // while the connection holds
+	for {
+		change, err := f.watcher.next(waiting, time.Now().Add(f.cfg.MaxBackoff))
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if f.look(socket) == noChange {
+				// A driver that stops closes its connections, then its
+				// socket goes: give the file system a moment to say so.
+				change, err := f.watcher.next(ctx, time.Now().Add(settleTime))
+				if err != nil {
+					return 0, err
+				}
+				if change == socketUnknown {
+					change = f.look(socket)
+				}
+				switch change {
+				case socketCreated:
+					return socketReplaced, nil
+				case socketRemoved:
+					return socketGone, nil
+				}
+			}
+			if f.look(socket) != noChange {
+				// The socket was removed or replaced too: its events,
+				// perhaps not delivered yet, say how. Without the
+				// connection from now on.
+				waiting = ctx
+				continue
+			}
+			select {
+			case <-connected:
+				return 0, errConnectionLost
+			default:
+				return driverSilent, nil
+			}
 		}
 		if change == socketUnknown || change == noChange && !f.watcher.watching() {
 			change = f.look(socket)
 		}
 		switch change {
 		case socketCreated:
-			return false, nil
+			return socketReplaced, nil
 		case socketRemoved:
-			return true, nil
+			return socketGone, nil
 		}
 	}
 }

@@ -62,8 +62,14 @@ type fakeDriver struct {
 
 func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
 	t.Helper()
+	return newFakeDriverWith(t, answer)
+}
+
+// newFakeDriverWith is newFakeDriver with options for its gRPC server.
+func newFakeDriverWith(t testing.TB, answer answerFunc, opts ...grpc.ServerOption) *fakeDriver {
+	t.Helper()
 	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
-	d := &fakeDriver{server: grpc.NewServer()}
+	d := &fakeDriver{server: grpc.NewServer(opts...)}
 	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 			return answer(ctx, d.calls.Add(1))
@@ -80,7 +86,9 @@ func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
 // remove the socket of the next one at the same path.
 func (d *fakeDriver) start(t testing.TB, listener net.Listener) {
 	t.Helper()
-	listener.(*net.UnixListener).SetUnlinkOnClose(false)
+	if ul, ok := listener.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 // SocketState is what the registration path holds, seen from this process.
@@ -163,7 +163,7 @@ func askName(ctx context.Context, path string, timeout time.Duration) (string, e
 
 // askInfo calls GetInfo on the registration socket at path.
 func askInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(UserAgent))
+	conn, err := unixgrpc.NewClient(path)
 	if err != nil {
 		return nil, err
 	}
@@ -173,17 +173,14 @@ func askInfo(ctx context.Context, path string, timeout time.Duration) (*register
 	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
 }
 
-// UserAgent is the gRPC user agent of this registrar's own calls on a
-// registration socket: another instance checking the socket at the path,
-// or --diagnose. They are not kubelet's, and are not counted as kubelet's.
-const UserAgent = "csi-node-driver-registrar"
-
-// calledByRegistrar tells whether a call came from a client that set
-// UserAgent. gRPC puts it before its own, as "<UserAgent> grpc-go/<version>".
+// calledByRegistrar tells whether a call came from the registrar itself:
+// another instance checking the socket at the path, or --diagnose, which
+// set unixgrpc.UserAgent; gRPC puts it before its own, as
+// "<UserAgent> grpc-go/<version>". Those are not kubelet's calls.
 func calledByRegistrar(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, agent := range md.Get("user-agent") {
-		if agent == UserAgent || strings.HasPrefix(agent, UserAgent+" ") {
+		if agent == unixgrpc.UserAgent || strings.HasPrefix(agent, unixgrpc.UserAgent+" ") {
 			return true
 		}
 	}

@@ -18,8 +18,9 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 const portWantedMethod = "/" + handoverServiceName + "/PortWanted"
@@ -73,7 +74,7 @@ func (r *rpcServer) portWanted() (*wrapperspb.StringValue, error) {
 // askPortWanted asks the instance serving path which HTTP address it
 // waits for.
 func askPortWanted(ctx context.Context, path string) (portWanted, error) {
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent(UserAgent))
+	conn, err := unixgrpc.NewClient(path)
 	if err != nil {
 		return portWanted{}, err
 	}

@@ -260,3 +260,30 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 		t.Errorf("GetInfo after the older instance exited: %v", err)
 	}
 }
+
+// A driver killed with SIGKILL leaves its socket file: the registrar must
+// still see that it no longer answers, and see it come back.
+func TestDriverReachableFollowsADriverKilledInPlace(t *testing.T) {
+	const name = "killeddriver.csi.example.com"
+	n := newNode(t)
+	driverProc := n.startDriver(t, name)
+	registrar := n.startRegistrar(t)
+	n.waitForSocket(t, name, registrar)
+	reachable := func() any { return n.status(t, n.httpAddr)["driverReachable"] }
+	eventually(t, "the driver is reachable", func() bool { return reachable() == true })
+
+	if err := driverProc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-driverProc.exited
+	if _, err := os.Lstat(n.driverSocket); err != nil {
+		t.Fatalf("the killed driver's socket is gone (%v): this test needs it left behind", err)
+	}
+	eventually(t, "the driver is reported unreachable", func() bool { return reachable() == false })
+	if code, _ := get(n.httpAddr, "/readyz"); code == 0 {
+		t.Fatal("the registrar stopped answering")
+	}
+
+	n.startDriver(t, name)
+	eventually(t, "the driver is reachable again", func() bool { return reachable() == true })
+}

@@ -1,0 +1,77 @@
+package driver_test
+
+import (
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// A driver that dies leaves its socket file behind: the connection Follow
+// holds to it tells, and the driver is reported unreachable. Its next start
+// puts a new socket in place, and it is reachable again.
+func TestFollowNoticesADriverThatDies(t *testing.T) {
+	path := filepath.Join(socketDir(t), "csi.sock")
+	ctx, _ := logContext(t)
+	d := newFakeDriver(t, answerName(testDriverName))
+	d.serve(t, path)
+	f := followAsync(t, ctx, eventDrivenConfig(path))
+	f.expect(t, reachable(testDriverName))
+
+	// Killed: its connections close, its socket file stays.
+	d.server.Stop()
+	f.expect(t, gone)
+
+	newFakeDriver(t, answerName(testDriverName)).serveByRename(t, path)
+	f.expect(t, reachable(testDriverName))
+	if left := f.stop(t); len(left) != 0 {
+		t.Errorf("more events: %+v", left)
+	}
+}
+
+// countingListener counts the connections it accepted.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// A driver that closes idle connections is still there: the connection
+// held to it is made again, and nothing is reported.
+func TestFollowReconnectsToADriverThatClosesIdleConnections(t *testing.T) {
+	path := filepath.Join(socketDir(t), "csi.sock")
+	ctx, _ := logContext(t)
+	d := newFakeDriverWith(t, answerName(testDriverName), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 20 * time.Millisecond}))
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	counting := &countingListener{Listener: l}
+	d.start(t, counting)
+	f := followAsync(t, ctx, eventDrivenConfig(path))
+	f.expect(t, reachable(testDriverName))
+
+	// The GetPluginInfo call's connection, the held one, and two made again.
+	deadline := time.Now().Add(testTimeout)
+	for counting.accepted.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections after %v, want the held one made again", counting.accepted.Load(), testTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := f.stop(t); len(left) != 0 {
+		t.Errorf("events while the driver was there: %+v", left)
+	}
+}
