@@ -240,14 +240,8 @@ func (f *follower) watchConnected(ctx context.Context, socket os.FileInfo) (watc
 				if err != nil {
 					return 0, err
 				}
-				if change == socketUnknown {
-					change = f.look(socket)
-				}
-				switch change {
-				case socketCreated:
-					return socketReplaced, nil
-				case socketRemoved:
-					return socketGone, nil
+				if outcome, ended := f.ended(change, socket); ended {
+					return outcome, nil
 				}
 			}
 			if f.look(socket) != noChange {
@@ -264,16 +258,25 @@ func (f *follower) watchConnected(ctx context.Context, socket os.FileInfo) (watc
 				return driverSilent, nil
 			}
 		}
-		if change == socketUnknown || change == noChange && !f.watcher.watching() {
-			change = f.look(socket)
-		}
-		switch change {
-		case socketCreated:
-			return socketReplaced, nil
-		case socketRemoved:
-			return socketGone, nil
+		if outcome, ended := f.ended(change, socket); ended {
+			return outcome, nil
 		}
 	}
+}
+
+// ended tells whether a change ends the watch of socket, and how; a change
+// the watch could not tell is looked at on the file system.
+func (f *follower) ended(change socketChange, socket os.FileInfo) (watchOutcome, bool) {
+	if change == socketUnknown || change == noChange && !f.watcher.watching() {
+		change = f.look(socket)
+	}
+	switch change {
+	case socketCreated:
+		return socketReplaced, true
+	case socketRemoved:
+		return socketGone, true
+	}
+	return 0, false
 }
 
 // waitForSocket waits, without attempts, until a socket is created.
