@@ -12,7 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
@@ -159,6 +162,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+" to GetInfo: whatever holds this socket is not a working registrar; restart the registrar container")
 	}
 
+	d.registrationSocket = path
 	found := fmt.Sprintf("%s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
 	var problems []string
 	verdict := OK
@@ -250,6 +254,78 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 	}
 	c.Verdict, c.Detail = verdict, strings.Join(notes, "; ")
 	return c
+}
+
+// kubeletQuiet is how long kubelet may take to call GetInfo on a new
+// socket: its plugin watcher reacts at once, its reconciler within a
+// second.
+const kubeletQuiet = 5 * time.Second
+
+// 8. What kubelet made of the registration, as the registrar serving the
+// socket saw it.
+func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
+	c := Check{Name: "kubelet's registration"}
+	if d.registrationSocket == "" {
+		return skip(c, "no registration socket that answers")
+	}
+	st, err := registrarStatus(ctx, d.registrationSocket, d.cfg.Timeout)
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")
+	case err != nil:
+		return warn(c, "cannot read the registrar's state: "+describeCallError(err, d.cfg.Timeout))
+	}
+	return judgeRegistration(c, st, time.Now(), d.cfg.RegistrationDir)
+}
+
+// judgeRegistration tells from the registrar's state st, at now, what
+// kubelet made of the registration.
+func judgeRegistration(c Check, st *registration.Status, now time.Time, dir string) Check {
+	since := func(t *time.Time) string {
+		if t == nil {
+			return "at an unknown time"
+		}
+		return fmt.Sprintf("%s ago", now.Sub(*t).Round(time.Second))
+	}
+	switch st.State {
+	case registration.Registered:
+		return ok(c, "kubelet registered the driver through this socket"+verdictTime(st.LastVerdict, since))
+	case registration.Rejected:
+		reason := ""
+		if st.LastVerdict != nil {
+			reason = st.LastVerdict.Reason
+		}
+		return fail(c, fmt.Sprintf("kubelet rejected the driver%s: %q%s", verdictTime(st.LastVerdict, since), reason, rejectionHint(reason)))
+	case registration.WaitingForKubelet:
+		switch {
+		case st.LastGetInfo != nil && (st.LastPublished == nil || !st.LastGetInfo.Before(*st.LastPublished)):
+			return fail(c, fmt.Sprintf("kubelet called GetInfo %s but has sent no verdict: its CSI handler is still validating the driver, or failed without saying; kubelet's log says why", since(st.LastGetInfo)))
+		case st.LastPublished != nil && now.Sub(*st.LastPublished) < kubeletQuiet:
+			return warn(c, fmt.Sprintf("the socket was published %s and kubelet has not called yet: run --diagnose again in a few seconds", since(st.LastPublished)))
+		default:
+			return fail(c, fmt.Sprintf("kubelet has not called GetInfo on the socket published %s: kubelet does not watch %s (its --root-dir is elsewhere? this must be the host's <root-dir>/plugins_registry), or kubelet is not running", since(st.LastPublished), dir))
+		}
+	case registration.Superseded, registration.Deferring:
+		return ok(c, "served by another instance of the registrar: "+st.Reason)
+	default:
+		return fail(c, fmt.Sprintf("the registrar serving the socket reports %q: %s", st.State, st.Reason))
+	}
+}
+
+// verdictTime says when kubelet gave its verdict.
+func verdictTime(v *registration.Verdict, since func(*time.Time) string) string {
+	if v == nil {
+		return ""
+	}
+	return " " + since(&v.Time)
+}
+
+// rejectionHint explains kubelet's commonest reason.
+func rejectionHint(reason string) string {
+	if strings.Contains(reason, "no such file or directory") || strings.Contains(reason, "connection refused") {
+		return ": kubelet cannot reach the driver at --kubelet-registration-path on the host; it must be the host path of the driver's socket"
+	}
+	return ""
 }
 
 // 7. Everything else in the registry directory.

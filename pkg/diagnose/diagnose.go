@@ -104,6 +104,7 @@ func Run(ctx context.Context, cfg Config) []Check {
 		d.checkDriverInfo(ctx),
 		d.checkSocketPathLength(),
 		d.checkRegistrationSocket(ctx),
+		d.checkKubeletVerdict(ctx),
 		d.checkKubeletRegistrationPath(),
 		d.checkNeighbours(ctx),
 	}
@@ -122,6 +123,9 @@ type diagnosis struct {
 	socketFound   bool
 	// driverName is the driver's valid name; "" when unknown or invalid.
 	driverName string
+	// registrationSocket is the registration socket's path when it
+	// answered GetInfo.
+	registrationSocket string
 }
 
 // Print writes the checklist, one line per check, then a summary line. It

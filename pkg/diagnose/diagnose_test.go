@@ -35,6 +35,7 @@ const (
 	checkDriverInfo
 	checkPathLength
 	checkRegSocket
+	checkKubeletVerdict
 	checkKubeletPath
 	checkNeighbours
 	numChecks
@@ -539,7 +540,11 @@ func TestRun(t *testing.T) {
 			}
 			wantPass := true
 			for i, c := range checks {
-				want := test.want[i] // OK when not listed
+				want, listed := test.want[i] // OK when not listed
+				if !listed && i == checkKubeletVerdict {
+					// The stand-in registrar does not report its state.
+					want = Skip
+				}
 				if want == Fail {
 					wantPass = false
 				}

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,9 +14,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
 // connectError is a failure to connect to a socket at all, as opposed to an
@@ -82,6 +85,23 @@ func registrationInfo(ctx context.Context, path string, timeout time.Duration) (
 		return err
 	})
 	return info, err
+}
+
+// registrarStatus asks the registrar serving a registration socket for its
+// state; upstream's registrar and older builds answer Unimplemented.
+func registrarStatus(ctx context.Context, path string, timeout time.Duration) (*registration.Status, error) {
+	out := &wrapperspb.StringValue{}
+	err := callOnce(ctx, path, timeout, func(ctx context.Context, conn *grpc.ClientConn) error {
+		return conn.Invoke(ctx, registration.StatusMethod, &wrapperspb.StringValue{}, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var st registration.Status
+	if err := json.Unmarshal([]byte(out.GetValue()), &st); err != nil {
+		return nil, fmt.Errorf("the registrar's state: %w", err)
+	}
+	return &st, nil
 }
 
 // describeCallError says in a few words how a call made by callOnce failed.

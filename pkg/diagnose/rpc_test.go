@@ -3,21 +3,29 @@ package diagnose
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// The diagnosis asks the running registrar's socket for GetInfo: the
-// registrar must not count that as a call of kubelet's.
-func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
+// runRegistrar runs a registration server for driver name in a new
+// directory, with cfg's other settings, and waits until its socket is
+// published.
+func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registration.Server, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "diag")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := registration.New(registration.Config{Endpoint: "/var/lib/kubelet/plugins/x/csi.sock", Dir: dir})
+	cfg.Endpoint, cfg.Dir = "/var/lib/kubelet/plugins/x/csi.sock", dir
+	srv, err := registration.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,21 +33,92 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	srv.DriverFound("diag.csi.example.com")
-	path := registration.SocketPath(dir, "diag.csi.example.com")
+	srv.DriverFound(name)
+	waitFor(t, "the registration socket is published", func() bool { return srv.Health(ctx).State == registration.SocketServing })
+	return srv, registration.SocketPath(dir, name)
+}
 
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(ctx).State != registration.SocketServing {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("the registration socket was not published")
+			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	info, err := registrationInfo(ctx, path, 5*time.Second)
+}
+
+// The diagnosis asks the running registrar's socket for GetInfo: the
+// registrar must not count that as a call of kubelet's.
+func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
+	srv, path := runRegistrar(t, "diag.csi.example.com", registration.Config{})
+	info, err := registrationInfo(context.Background(), path, 5*time.Second)
 	if err != nil || info.Name != "diag.csi.example.com" {
 		t.Fatalf("registrationInfo = %v, %v", info, err)
 	}
 	if n := srv.Status().KubeletCalls.GetInfo; n != 0 {
 		t.Errorf("kubelet's GetInfo calls after the diagnosis's = %d, want 0", n)
+	}
+}
+
+// The diagnosis reads kubelet's verdict from the running registrar, and
+// fails with kubelet's own reason after a rejection.
+func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
+	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{RetryInitial: time.Hour})
+	ctx := context.Background()
+	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, registrationSocket: path}
+
+	// Just published, kubelet has not called: a warning, not yet a failure.
+	if c := d.checkKubeletVerdict(ctx); c.Verdict != Warn || !strings.Contains(c.Detail, "has not called yet") {
+		t.Errorf("before kubelet's calls: %v %q, want a warning", c.Verdict, c.Detail)
+	}
+
+	const reason = `RegisterPlugin error -- dial unix /var/lib/kubelet/plugins/x/csi.sock: connect: no such file or directory`
+	notify(t, path, false, reason)
+	waitFor(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
+	c := d.checkKubeletVerdict(ctx)
+	if c.Verdict != Fail || !strings.Contains(c.Detail, reason) || !strings.Contains(c.Detail, "--kubelet-registration-path") {
+		t.Errorf("after a rejection: %v %q, want a failure with kubelet's reason and what to check", c.Verdict, c.Detail)
+	}
+}
+
+func notify(t *testing.T, path string, registered bool, reason string) {
+	t.Helper()
+	conn, err := unixgrpc.NewClient(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: registered, Error: reason}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestJudgeRegistration(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	at := func(ago time.Duration) *time.Time { t := now.Add(-ago); return &t }
+	tests := []struct {
+		name   string
+		st     registration.Status
+		want   Verdict
+		detail string
+	}{
+		{"registered", registration.Status{State: registration.Registered, LastVerdict: &registration.Verdict{Registered: true, Time: *at(time.Minute)}}, OK, "registered the driver through this socket 1m0s ago"},
+		{"rejected", registration.Status{State: registration.Rejected, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago: "boom"`},
+		{"just published", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Second)}, Warn, "run --diagnose again"},
+		{"never called", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago: kubelet does not watch /registration"},
+		{"called, no verdict", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute), LastGetInfo: at(50 * time.Second)}, Fail, "called GetInfo 50s ago but has sent no verdict"},
+		{"an older GetInfo", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute), LastGetInfo: at(2 * time.Minute)}, Fail, "has not called GetInfo"},
+		{"superseded", registration.Status{State: registration.Superseded, Reason: "superseded: another instance"}, OK, "another instance"},
+		{"stopped", registration.Status{State: registration.Stopped, Reason: "stopped"}, Fail, `reports "stopped"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := judgeRegistration(Check{Name: "kubelet's registration"}, &tc.st, now, "/registration")
+			if c.Verdict != tc.want || !strings.Contains(c.Detail, tc.detail) {
+				t.Errorf("got %v %q, want %v with %q", c.Verdict, c.Detail, tc.want, tc.detail)
+			}
+		})
 	}
 }

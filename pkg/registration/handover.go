@@ -127,26 +127,43 @@ type handoverCall struct {
 	reply chan error
 }
 
+// handoverServiceDesc is the registrar's own service on its registration
+// socket: HandOver, PortWanted (port.go) and Status (statusrpc.go), each a
+// StringValue in and out, JSON inside.
 var handoverServiceDesc = grpc.ServiceDesc{
 	ServiceName: handoverServiceName,
 	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "HandOver",
+	Methods: []grpc.MethodDesc{
+		stringValueMethod("HandOver", (*rpcServer).handOver),
+		stringValueMethod("PortWanted", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return r.portWanted()
+		}),
+		stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return r.status()
+		}),
+	},
+	Metadata: "handover",
+}
+
+// stringValueMethod describes the method name of the registrar's own
+// service, served by handle.
+func stringValueMethod(name string, handle func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
 		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			in := &wrapperspb.StringValue{}
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			handle := func(ctx context.Context, req any) (any, error) {
-				return srv.(*rpcServer).handOver(ctx, req.(*wrapperspb.StringValue))
+			call := func(ctx context.Context, req any) (any, error) {
+				return handle(srv.(*rpcServer), ctx, req.(*wrapperspb.StringValue))
 			}
 			if interceptor == nil {
-				return handle(ctx, in)
+				return call(ctx, in)
 			}
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: handoverMethod}, handle)
+			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + handoverServiceName + "/" + name}, call)
 		},
-	}, portWantedMethodDesc},
-	Metadata: "handover",
+	}
 }
 
 // handOver passes a request to the event loop and waits for its outcome.

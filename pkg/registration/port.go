@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -42,21 +41,6 @@ type PortSharing interface {
 type portWanted struct {
 	Address string `json:"httpAddress,omitempty"`
 	NetNS   string `json:"netns,omitempty"`
-}
-
-var portWantedMethodDesc = grpc.MethodDesc{
-	MethodName: "PortWanted",
-	Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-		in := &wrapperspb.StringValue{}
-		if err := dec(in); err != nil {
-			return nil, err
-		}
-		handle := func(context.Context, any) (any, error) { return srv.(*rpcServer).portWanted() }
-		if interceptor == nil {
-			return handle(ctx, in)
-		}
-		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: portWantedMethod}, handle)
-	},
 }
 
 func (r *rpcServer) portWanted() (*wrapperspb.StringValue, error) {

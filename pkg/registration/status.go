@@ -77,6 +77,9 @@ type Status struct {
 	// NextPublishRetry.
 	PublishError     string     `json:"publishError,omitempty"`
 	NextPublishRetry *time.Time `json:"nextPublishRetryTime,omitempty"`
+	// LastPublished is when the current socket was published (or taken
+	// over): kubelet calls GetInfo within a second or two of that.
+	LastPublished *time.Time `json:"lastPublishTime,omitempty"`
 }
 
 // status is the mutable state behind Status, guarded by Server.mu.
@@ -90,6 +93,7 @@ type status struct {
 	lastVerdict     *Verdict
 	lastGetInfo     time.Time
 	lastNotify      time.Time
+	lastPublish     time.Time
 	lastFailure     time.Time
 	nextRetry       time.Time
 	failures        uint64
@@ -109,6 +113,7 @@ func newStatus(endpoint string) status {
 
 func (st *status) published(reason string) {
 	st.publications[reason]++
+	st.lastPublish = time.Now()
 	st.state = WaitingForKubelet
 	st.handedOver = false
 	st.clearPublishError()
@@ -194,6 +199,7 @@ func (s *Server) Status() Status {
 		NextRetry:            timeOrNil(st.nextRetry),
 		PublishError:         st.publishError,
 		NextPublishRetry:     timeOrNil(st.nextPublish),
+		LastPublished:        timeOrNil(st.lastPublish),
 	}
 	for reason, n := range st.publications {
 		out.Publications[reason] = n

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
 )
@@ -283,4 +284,44 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// --diagnose reads kubelet's verdict from the running registrar: a typo in
+// --kubelet-registration-path makes kubelet reject the driver, and the
+// diagnosis fails with kubelet's own reason; without a kubelet watching
+// the registry, it fails saying that kubelet never called.
+func TestDiagnoseTellsKubeletsVerdict(t *testing.T) {
+	t.Parallel()
+	t.Run("wrong registration path", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "diagwrongpath.e2e.example.com")
+		k := e.startKubelet()
+		e.startDriver(false)
+		r := e.startRegistrar("registrar", func(c *harness.RegistrarConfig) {
+			c.KubeletRegistrationPath = filepath.Join(e.dir, "csi-typo.sock")
+		})
+		if _, err := r.WaitForReadyz(waitTimeout, 503, "rejected by kubelet"); err != nil {
+			t.Fatalf("kubelet did not reject the driver: %v\n%s", err, k.Summary())
+		}
+		wantFailure(t, diagnose(t, r.Config), "kubelet's registration", "kubelet rejected the driver", "csi-typo.sock", "--kubelet-registration-path")
+	})
+	t.Run("kubelet never calls", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "diagnokubelet.e2e.example.com")
+		e.startDriver(false)
+		r := e.startRegistrar("registrar")
+		// Published, and nobody watches the registry.
+		if _, err := r.WaitForLine(waitTimeout, "Registration socket published"); err != nil {
+			t.Fatal(err)
+		}
+		var d harness.Diagnosis
+		err := harness.Eventually(waitTimeout, time.Second, "--diagnose to give up on kubelet", func() (bool, error) {
+			d = diagnose(t, r.Config)
+			return d.ExitCode == 1, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFailure(t, d, "kubelet's registration", "kubelet has not called GetInfo", e.registry)
+	})
 }
