@@ -44,7 +44,7 @@ func TestJSONLineShape(t *testing.T) {
 			klog.ErrorS(errBoom, "Registration failed", "pod", "x")
 			return line
 		},
-		wantKeys: []string{"ts", "caller", "msg", "err", "pod"},
+		wantKeys: []string{"ts", "caller", "msg", "pod", "err"},
 		want:     map[string]any{"msg": "Registration failed", "err": "boom", "pod": "x"},
 	}, {
 		name: "ErrorS without error",
@@ -63,7 +63,7 @@ func TestJSONLineShape(t *testing.T) {
 			logger.V(2).Info("Connected", "address", "a")
 			return line
 		},
-		wantKeys: []string{"ts", "caller", "msg", "v", "driver", "address"},
+		wantKeys: []string{"ts", "caller", "msg", "driver", "v", "address"},
 		want:     map[string]any{"msg": "Connected", "v": 2.0, "driver": "d", "address": "a"},
 	}, {
 		name: "contextual Error with values",
@@ -73,7 +73,7 @@ func TestJSONLineShape(t *testing.T) {
 			logger.Error(errBoom, "Lost", "address", "a")
 			return line
 		},
-		wantKeys: []string{"ts", "caller", "msg", "err", "driver", "address"},
+		wantKeys: []string{"ts", "caller", "msg", "driver", "address", "err"},
 		want:     map[string]any{"msg": "Lost", "err": "boom", "driver": "d", "address": "a"},
 	}, {
 		name: "contextual Info with name",

@@ -4,11 +4,14 @@
 //
 // Formats:
 //   - text (default): klog's line format, written by klog's textlogger.
-//   - json: one object per line written by log/slog's JSON handler, with
-//     the keys ts, caller, msg, then v on info lines or err on error lines,
-//     then the key/value pairs; a name from WithName adds "logger" after ts.
-//     ts is a float number of milliseconds since the Unix epoch, as
-//     Kubernetes writes it. Values are encoded as zap did before.
+//   - json: one object per line, byte for byte what k8s.io/component-base's
+//     JSON format writes for the same calls (test/logconformance runs both):
+//     ts, logger (names from WithName, joined with dots), caller, msg, the
+//     WithValues pairs, then on info lines v and the call's pairs, on error
+//     lines the call's pairs and err. ts is a float number of milliseconds
+//     since the Unix epoch. Values are encoded as zap encodes them there;
+//     the one exception is a time.Time value, written as its own time where
+//     component-base writes the time of the call (see jsonvalue.go).
 //
 // Everything goes to stderr unless the split-stream flag of the selected
 // format is set: then info lines go to stdout, optionally through a buffer

@@ -34,7 +34,8 @@ type pointerStringer struct{ name string }
 
 func (p *pointerStringer) String() string { return p.name }
 
-// The values are encoded as zap encoded them before log/slog replaced it.
+// The values are encoded as zap encodes them in component-base's JSON format
+// (test/logconformance compares the two on many more).
 func TestJSONValues(t *testing.T) {
 	duration := 1500 * time.Millisecond
 	at := time.UnixMilli(1700000000123)
@@ -55,6 +56,8 @@ func TestJSONValues(t *testing.T) {
 		{name: "verbose error", pairs: []any{"e", verboseError{}}, want: `"e":"short","eVerbose":"short\nat main.go:1"`},
 		{name: "error group", pairs: []any{"e", errorGroup{errors.New("a"), nil, verboseError{}}}, want: `"e":"several","eCauses":[{"error":"a"},{"error":"short","errorVerbose":"short\nat main.go:1"}]`},
 		{name: "error list", pairs: []any{"e", []error{errors.New("a"), nil}}, want: `"e":[{"error":"a"}]`},
+		{name: "line separators", pairs: []any{"s", "a\u2028b\u2029", "nested", []any{"a\u2028"}}, want: "\"s\":\"a\u2028b\u2029\",\"nested\":[\"a\\u2028\"]"},
+		{name: "invalid UTF-8 and HTML", pairs: []any{"s", "\xff<&>"}, want: `"s":"\ufffd<&>"`},
 		{name: "stringer", pairs: []any{"s", &pointerStringer{"x"}, "nil", (*pointerStringer)(nil)}, want: `"s":"x","nil":"<nil>"`},
 		{name: "logr.Marshaler", pairs: []any{"pod", klog.KRef("ns", "p")}, want: `"pod":{"name":"p","namespace":"ns"}`},
 		{name: "nested", pairs: []any{"n", map[string]any{"b": []any{"<&>", nil}, "a": struct{ D time.Duration }{time.Second}}}, want: `"n":{"a":{"D":1000000000},"b":["<&>",null]}`},
@@ -73,7 +76,7 @@ func TestJSONValues(t *testing.T) {
 }
 
 // A bad key ends the pairs and is reported on a line of its own, written
-// first.
+// first: by the call to WithValues for its pairs.
 func TestJSONBadKeys(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -87,13 +90,22 @@ func TestJSONBadKeys(t *testing.T) {
 			`"msg":"bad","v":0,"a":1}`,
 		},
 	}, {
-		name: "pairs continue across WithValues",
+		name: "WithValues reports its own pairs at once",
 		log: func() {
-			klog.LoggerWithValues(klog.Background(), "a", 1, "b").Error(nil, "odd", "c", 3)
+			klog.Background().WithValues("a", 1, "b").Error(nil, "odd", "c", 3)
 		},
 		wantLines: []string{
-			`"msg":"odd number of arguments passed as key-value pairs for logging","ignored key":3}`,
-			`"msg":"odd","a":1,"b":"c"}`,
+			`"msg":"odd number of arguments passed as key-value pairs for logging","ignored key":"b"}`,
+			`"msg":"odd","a":1,"c":3}`,
+		},
+	}, {
+		name: "the report has the logger's name and values",
+		log: func() {
+			klog.Background().WithName("n").WithValues("a", 1).Info("bad", 2, 3)
+		},
+		wantLines: []string{
+			`"msg":"non-string key argument passed to logging, ignoring all later arguments","a":1,"invalid key":2}`,
+			`"msg":"bad","a":1,"v":0}`,
 		},
 	}, {
 		name: "missing value",
