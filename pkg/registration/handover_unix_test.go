@@ -211,15 +211,16 @@ func TestTwoNewerInstancesAtOnce(t *testing.T) {
 		r.srv.DriverFound(testDriver)
 	}
 	// One of them serves the path, the other has stepped aside, and so has
-	// the older one; whichever way the race went.
+	// the older one; whichever way the race went. Stepped aside is what the
+	// instance's own loop says: a probe of an instance still taking the
+	// socket over finds the other one's socket and says superseded too.
 	eventually(t, "one instance serves the path, the others stepped aside", func() bool {
 		serving := 0
 		for _, r := range newer {
-			switch r.srv.Health(context.Background()).State {
-			case SocketServing:
+			switch {
+			case r.srv.Health(context.Background()).State == SocketServing:
 				serving++
-			case SocketSuperseded:
-			default:
+			case r.srv.Status().State != Superseded:
 				return false
 			}
 		}
