@@ -59,7 +59,7 @@ STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticchec
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean
-.PHONY: build-all vet-windows deploy-test log-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver
+.PHONY: build-all vet-windows deploy-test log-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
 
 all: build
 
@@ -180,6 +180,12 @@ bench: build mockdriver
 bench-smoke: build mockdriver
 	$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
 	$(BENCH_PROCESS) -runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 -flood-header-conns=4 -flood-idle-conns=16 -flood-hold=100ms > /dev/null
+
+# A running registrar's /metrics through `promtool check metrics`, which
+# fails on any problem. Installs Debian's prometheus package (promtool) with
+# apt-get when promtool is missing. See hack/check-metrics.sh.
+metrics-check: build mockdriver
+	hack/check-metrics.sh
 
 # The test CSI driver that make bench starts next to the registrar.
 mockdriver:

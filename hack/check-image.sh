@@ -18,18 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fail() {
-	echo "check-image: FAIL: $*" >&2
-	exit 1
-}
-step() { echo "check-image: $*"; }
+. hack/lib.sh
 
-if ! command -v buildah >/dev/null 2>&1; then
-	step "buildah is missing: installing it with apt-get"
-	[[ $(id -u) == 0 ]] || fail "buildah is not installed and installing it needs root: apt-get install buildah"
-	apt-get update -q || fail "apt-get update failed"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah || fail "apt-get install buildah failed"
-fi
+install_missing buildah buildah
 buildah --version
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}

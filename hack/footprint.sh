@@ -22,15 +22,8 @@ if [[ -z $registrar ]]; then
 	registrar=bin/csi-node-driver-registrar
 fi
 
-# Unix socket paths are short: keep the directory near the root.
-work=$(mktemp -d /tmp/fp.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+. hack/lib.sh
+scratch_dir fp
 
 go build -o "$work/mockdriver" ./test/mockdriver
 mkdir -p "$work/plugins/demo" "$work/plugins_registry"

@@ -1,7 +1,7 @@
 package healthz
 
 // Benchmarks of /healthz in process: the handler alone, and over loopback
-// HTTP. The figures of the whole process come from test/bench: make bench.
+// HTTP; and of a /metrics scrape. The figures of the whole process come from test/bench: make bench.
 
 import (
 	"context"
@@ -68,17 +68,7 @@ func benchServer(b *testing.B) (*Server, string) {
 // percentiles of the requests of the last run.
 func BenchmarkHealthz(b *testing.B) {
 	hz, addr := benchServer(b)
-	b.Run("handler", func(b *testing.B) {
-		request := httptest.NewRequest(http.MethodGet, "/healthz", nil)
-		b.ReportAllocs()
-		for b.Loop() {
-			recorder := httptest.NewRecorder()
-			hz.ServeHTTP(recorder, request)
-			if recorder.Code != http.StatusOK {
-				b.Fatalf("GET /healthz = %d %s", recorder.Code, recorder.Body)
-			}
-		}
-	})
+	b.Run("handler", func(b *testing.B) { benchHandler(b, hz, "/healthz") })
 	for _, clients := range []int{1, 16} {
 		b.Run(fmt.Sprintf("loopback/clients=%d", clients), func(b *testing.B) {
 			transport := &http.Transport{MaxIdleConnsPerHost: clients}
@@ -122,5 +112,26 @@ func BenchmarkHealthz(b *testing.B) {
 			b.ReportMetric(float64(latencies[(len(latencies)-1)/2].Nanoseconds()), "p50-ns")
 			b.ReportMetric(float64(latencies[(len(latencies)-1)*99/100].Nanoseconds()), "p99-ns")
 		})
+	}
+}
+
+// BenchmarkMetrics measures a /metrics scrape of a registrar that serves
+// its socket, by the handler called directly: the registrar's families, the
+// process_* families read from /proc and the go_* ones from the runtime.
+func BenchmarkMetrics(b *testing.B) {
+	hz, _ := benchServer(b)
+	benchHandler(b, hz, "/metrics")
+}
+
+// benchHandler calls the handler of path directly, b.N times.
+func benchHandler(b *testing.B, hz *Server, path string) {
+	request := httptest.NewRequest(http.MethodGet, path, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		recorder := httptest.NewRecorder()
+		hz.ServeHTTP(recorder, request)
+		if recorder.Code != http.StatusOK {
+			b.Fatalf("GET %s = %d %s", path, recorder.Code, recorder.Body)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func (m *metricSet) observePluginInfo(d time.Duration, err error) {
 	}
 }
 
-// families builds every metric from a status snapshot, sorted by name.
+// families builds the registrar's own metrics from a status snapshot.
 func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 	boolean := func(b bool) float64 {
 		if b {
@@ -145,7 +145,6 @@ func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 	add(metricBuildInfo, "Always 1: the registrar's version and the driver it registers.", dto.MetricType_GAUGE,
 		gauge(1, "version", m.version, "driver_name", st.DriverName))
 
-	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out
 }
 
@@ -154,7 +153,13 @@ func gauge(v float64, labels ...string) *dto.Metric {
 }
 
 func counter(v uint64, labels ...string) *dto.Metric {
-	return &dto.Metric{Label: labelPairs(labels), Counter: &dto.Counter{Value: proto.Float64(float64(v))}}
+	return counterValue(float64(v), labels...)
+}
+
+// counterValue is a counter of a quantity that is not a count, such as
+// seconds.
+func counterValue(v float64, labels ...string) *dto.Metric {
+	return &dto.Metric{Label: labelPairs(labels), Counter: &dto.Counter{Value: proto.Float64(v)}}
 }
 
 func labelPairs(kv []string) []*dto.LabelPair {
@@ -167,7 +172,11 @@ func labelPairs(kv []string) []*dto.LabelPair {
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	for _, family := range s.metrics.families(s.registrationStatus()) {
+	families := s.metrics.families(s.registrationStatus())
+	families = append(families, processFamilies()...)
+	families = append(families, goFamilies()...)
+	sort.Slice(families, func(i, j int) bool { return families[i].GetName() < families[j].GetName() })
+	for _, family := range families {
 		if _, err := expfmt.MetricFamilyToText(w, family); err != nil {
 			klog.FromContext(r.Context()).V(5).Info("Cannot write metrics", "err", err)
 			return

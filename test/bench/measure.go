@@ -188,6 +188,11 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		reference: true, note: "(no target: the steady state)",
 		detail: fmt.Sprintf("(RssAnon %s MB, RssFile %s MB; %d requests)", trim(megabytes(mem.rssAnon)), trim(megabytes(mem.rssFile)), 4*cfg.healthzRequests),
 	})
+	scrape, err := scrapeCPU(n.httpAddr, n.registrar, cfg.healthzRequests/5+1)
+	if err != nil {
+		return nil, err
+	}
+	figures = append(figures, scrape)
 
 	ref, addr, err := referenceHTTP(ctx)
 	if err != nil {
@@ -203,6 +208,34 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 		figures = append(figures, result.figure())
 	}
 	return figures, nil
+}
+
+// scrapeCPU GETs /metrics scrapes times, one after another on a kept
+// connection as Prometheus scrapes, and returns the registrar's CPU per
+// scrape.
+func scrapeCPU(addr string, p *process, scrapes int) (figure, error) {
+	before, err := readCPU(p.pid())
+	if err != nil {
+		return figure{}, err
+	}
+	client := newProbeClient(addr, "/metrics", true)
+	defer client.close()
+	for range scrapes {
+		code, err := client.get()
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("GET /metrics: %d", code)
+		}
+		if err != nil {
+			return figure{}, p.failed("scraping /metrics", err)
+		}
+	}
+	after, err := readCPU(p.pid())
+	return figure{
+		name: "/metrics scrape: the registrar's CPU", stat: "mean",
+		value: float64((after.exact - before.exact).Microseconds()) / float64(scrapes), unit: "µs",
+		reference: true, note: "(no target)",
+		detail: fmt.Sprintf("(%d scrapes, one after another on a kept connection)", scrapes),
+	}, err
 }
 
 // measureGetInfo calls GetInfo on the registration socket of a freshly

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Scrapes /metrics of a running registrar and lints it with Prometheus'
+# `promtool check metrics`, failing on any problem it reports. The registrar
+# (bin/csi-node-driver-registrar, as make build writes it) runs against the
+# test CSI driver, which answers its first GetPluginInfo with Unavailable so
+# that every family is served, the error counter included.
+#
+# promtool comes from Debian's prometheus package, installed with apt-get
+# when missing.
+#
+#   hack/check-metrics.sh        (make metrics-check)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+. hack/lib.sh
+
+# Without prometheus-node-exporter, which the package recommends.
+install_missing promtool prometheus --no-install-recommends
+promtool --version 2>&1 | head -1
+
+scratch_dir check-metrics
+mkdir -p "$work/registry"
+
+bin/mockdriver -endpoint="$work/csi.sock" -unavailable-calls=1 >"$work/driver.log" 2>&1 &
+pids+=($!)
+bin/csi-node-driver-registrar --csi-address="$work/csi.sock" --plugin-registration-path="$work/registry" \
+	--kubelet-registration-path=/var/lib/kubelet/plugins/mock/csi.sock --http-endpoint=127.0.0.1:0 \
+	>"$work/registrar.log" 2>&1 &
+pids+=($!)
+
+# The registrar logs the address it serves HTTP on, then that it published
+# its registration socket.
+for ((i = 0; i < 500; i++)); do
+	grep -q 'Registration socket published' "$work/registrar.log" && break
+	sleep 0.01
+done
+grep -q 'Registration socket published' "$work/registrar.log" ||
+	fail "the registrar did not publish its socket within 5 s; its log:
+$(cat "$work/registrar.log")"
+address=$(sed -n 's/.*"Serving HTTP" address="\([^"]*\)".*/\1/p' "$work/registrar.log" | head -1)
+[[ -n $address ]] || fail "no \"Serving HTTP\" line in the registrar's log"
+
+# HTTP/1.0 over bash's /dev/tcp: no curl on a bare CI machine.
+exec 3<>"/dev/tcp/${address%:*}/${address##*:}"
+printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$address" >&3
+cat <&3 >"$work/response"
+exec 3<&-
+status=$(head -1 "$work/response" | tr -d '\r')
+[[ $status == "HTTP/1.0 200 OK" || $status == "HTTP/1.1 200 OK" ]] || fail "GET /metrics: $status"
+sed '1,/^\r$/d' "$work/response" >"$work/metrics"
+step "GET http://$address/metrics: $(grep -c '^# TYPE' "$work/metrics") families"
+
+# promtool prints each problem and exits non-zero on any.
+if ! promtool check metrics <"$work/metrics"; then
+	fail "promtool check metrics found problems in /metrics (above)"
+fi
+step "ok: promtool check metrics found no problem"
