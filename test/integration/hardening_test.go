@@ -136,6 +136,7 @@ func TestPublishesAgainWhenTheNewerInstanceIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	killed := time.Now()
 	if err := newer.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +145,7 @@ func TestPublishesAgainWhenTheNewerInstanceIsKilled(t *testing.T) {
 		code, body := get(n.httpAddr, "/healthz")
 		return code == http.StatusOK && strings.HasPrefix(body, "serving")
 	})
+	t.Logf("the older instance serves again %v after the SIGKILL", time.Since(killed))
 	if now, err := os.Lstat(socket); err != nil || os.SameFile(now, handedOver) {
 		t.Fatalf("the dead socket is still at the path (err %v)", err)
 	}
