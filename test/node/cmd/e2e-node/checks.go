@@ -209,9 +209,10 @@ func (s *suite) checkFirstRegistration(ctx context.Context) bool {
 	return ok
 }
 
-// probeCounts reads kubelet's prober_probe_total for a container:
-// counts["Liveness/successful"] and so on.
-func probeCounts(pod, container string) (map[string]float64, error) {
+// probeCounts reads kubelet's prober_probe_total for a container of each
+// pod of the namespace: counts[pod]["Liveness/successful"] and so on.
+// kubelet drops a pod's counts once the pod is gone.
+func probeCounts(container string) (map[string]map[string]float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // kubelet's self-signed serving certificate
 	}}
@@ -224,7 +225,7 @@ func probeCounts(pod, container string) (map[string]float64, error) {
 		return nil, fmt.Errorf("kubelet /metrics: %s", resp.Status)
 	}
 	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
-	counts := map[string]float64{}
+	counts := map[string]map[string]float64{}
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
 	for scanner.Scan() {
@@ -236,13 +237,17 @@ func probeCounts(pod, container string) (map[string]float64, error) {
 		for _, m := range label.FindAllStringSubmatch(line, -1) {
 			labels[m[1]] = m[2]
 		}
-		if labels["pod"] != pod || labels["container"] != container {
+		if labels["namespace"] != namespace || labels["container"] != container {
 			continue
 		}
 		var value float64
 		fields := strings.Fields(line)
 		fmt.Sscan(fields[len(fields)-1], &value)
-		counts[labels["probe_type"]+"/"+labels["result"]] += value
+		pod := labels["pod"]
+		if counts[pod] == nil {
+			counts[pod] = map[string]float64{}
+		}
+		counts[pod][labels["probe_type"]+"/"+labels["result"]] += value
 	}
 	return counts, scanner.Err()
 }
@@ -253,8 +258,8 @@ func (s *suite) checkProbes(ctx context.Context) bool {
 	const name = "2b. kubelet's probes pass (exec startup, liveness /healthz, readiness /readyz)"
 	var counts map[string]float64
 	err := waitFor(ctx, "kubelet ran the liveness probe", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
-		var err error
-		counts, err = probeCounts(s.podName, registrarName)
+		all, err := probeCounts(registrarName)
+		counts = all[s.podName]
 		return err == nil && counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1, err
 	})
 	if err != nil {
@@ -535,29 +540,36 @@ func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
 	return s.checkUpstreamRollout(ctx, name, revOursAgain)
 }
 
-// redeploy creates the DaemonSet from rev, unless one exists (check 3
-// failed before deleting it), and waits until its pod is Ready and the
-// driver is in CSINode.
+// redeploy brings the DaemonSet to rev: creates it from rev unless one
+// exists (check 3 failed before deleting it), or changes its template to
+// rev's, and waits until its one pod, of rev, is Ready and the driver is in
+// CSINode.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
-	_, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
-	if apierrors.IsNotFound(err) {
-		ds, err := s.daemonSet(s.repo, rev)
-		if err != nil {
-			return err
-		}
-		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create DaemonSet: %w", err)
-		}
-	} else if err != nil {
+	want, err := s.daemonSet(s.repo, rev)
+	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "pod Ready, driver in CSINode", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create DaemonSet: %w", err)
+		}
+	case err != nil:
+		return err
+	case ds.Spec.Template.Annotations[revisionKey] != fmt.Sprint(int(rev)):
+		ds.Spec.Template = want.Spec.Template
+		if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update DaemonSet: %w", err)
+		}
+	}
+	return waitFor(ctx, "one pod, of revision "+fmt.Sprint(int(rev))+", Ready, driver in CSINode", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		pods, err := s.pods(ctx)
 		if err != nil {
 			return false, err
 		}
 		reg, _ := s.watch.now()
-		if len(pods) != 1 || !podReady(&pods[0]) || !reg.registered {
+		if len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(rev)) || !podReady(&pods[0]) || !reg.registered {
 			return false, nil
 		}
 		s.podName = pods[0].Name
@@ -592,24 +604,39 @@ func (s *suite) servingRegistrar(rev revision) (string, bool) {
 		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", rev.port()))
 		return fmt.Sprintf("upstream's /healthz %d %q", code, body), code == http.StatusOK
 	}
-	resp, err := plainHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/status", rev.port()))
+	status, err := registrarStatus(rev.port())
 	if err != nil {
 		return "/status: " + err.Error(), false
 	}
+	return status.String(), status.State == "registered"
+}
+
+// registrarState is the part of this registrar's /status the checks read.
+type registrarState struct {
+	State        string            `json:"state"`
+	Reason       string            `json:"reason"`
+	Publications map[string]uint64 `json:"socketPublications"`
+}
+
+func registrarStatus(port int32) (*registrarState, error) {
+	resp, err := plainHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
-	var status struct {
-		State        string            `json:"state"`
-		Reason       string            `json:"reason"`
-		Publications map[string]uint64 `json:"socketPublications"`
+	status := &registrarState{}
+	if err := json.NewDecoder(resp.Body).Decode(status); err != nil {
+		return nil, err
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
-		return "/status: " + err.Error(), false
+	return status, nil
+}
+
+func (st *registrarState) String() string {
+	state := fmt.Sprintf("%q", st.State)
+	if st.Reason != st.State {
+		state += fmt.Sprintf(" (%s)", st.Reason)
 	}
-	state := fmt.Sprintf("%q", status.State)
-	if status.Reason != status.State {
-		state += fmt.Sprintf(" (%s)", status.Reason)
-	}
-	return fmt.Sprintf("/status state %s, socket publications %v", state, status.Publications), status.State == "registered"
+	return fmt.Sprintf("/status state %s, socket publications %v", state, st.Publications)
 }
 
 // checkPodDeleted deletes the DaemonSet, leaving its pod (the garbage

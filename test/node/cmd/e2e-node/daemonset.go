@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,13 +27,30 @@ const (
 
 // revision is what differs between the DaemonSet's templates.
 // hostNetwork (there is no CNI here) puts both pods of a maxSurge update in
-// one network namespace, so each revision has its own HTTP port. Both
-// revisions share the driver's socket, as a real DaemonSet's do: the test
-// driver replaces the old socket atomically and removes it on exit only if
-// it is still its own, as deploy/README.md asks drivers to.
+// one network namespace, so each revision has its own HTTP port, except
+// check 4d's, which share one as a real hostNetwork DaemonSet's revisions
+// do. All revisions share the driver's socket, as a real DaemonSet's do: the
+// test driver replaces the old socket atomically and removes it on exit only
+// if it is still its own, as deploy/README.md asks drivers to.
 type revision int
 
-func (r revision) port() int32 { return 9808 + int32(r) }
+// The revisions of check 4d: this registrar on one HTTP port, before and
+// after a rolling update.
+const (
+	revSharedPort     revision = 6
+	revSharedPortNext revision = 7
+)
+
+// sharesPort reports whether the revision listens on the port that check
+// 4d's two revisions share.
+func (r revision) sharesPort() bool { return r == revSharedPort || r == revSharedPortNext }
+
+func (r revision) port() int32 {
+	if r.sharesPort() {
+		return 9820
+	}
+	return 9808 + int32(r)
+}
 
 func (r revision) socket() string { return "csi.sock" }
 
@@ -142,6 +160,11 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 			if ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
 				return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
 			}
+			if rev.sharesPort() {
+				if err := dropHostPort(ctr, rev.port()); err != nil {
+					return nil, fmt.Errorf("%s: %w", file, err)
+				}
+			}
 			if rev.upstream() {
 				ctr.Image = upstreamImage
 				if ctr.Args, err = upstreamArgs(ctr.Args); err != nil {
@@ -191,5 +214,21 @@ func replaceArg(args []string, old, replacement string) error {
 		return fmt.Errorf("deploy/daemonset.yaml: the registrar's arguments no longer contain %q; adapt test/node", old)
 	}
 	args[i] = replacement
+	return nil
+}
+
+// dropHostPort removes the container's port declaration and points its
+// HTTP probes at the port by number. With hostNetwork a declared port is a
+// host port, and the scheduler does not place a pod whose host port another
+// pod on the node declares: the new pod of a maxSurge update would stay
+// Pending.
+func dropHostPort(ctr *corev1.Container, port int32) error {
+	ctr.Ports = nil
+	for _, probe := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
+		if probe.HTTPGet == nil {
+			return fmt.Errorf("the registrar's liveness and readiness probes are no longer httpGet; adapt test/node")
+		}
+		probe.HTTPGet.Port = intstr.FromInt32(port)
+	}
 	return nil
 }

@@ -75,6 +75,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 			s.checkPodDeleted,
 			s.checkRollbackToUpstream,
 			s.checkUpgradeFromUpstream,
+			s.checkSharedPortRollout,
 		} {
 			if ctx.Err() != nil {
 				break
@@ -105,7 +106,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 8 // 1, 2a, 2b, 3, 4a, 4b, 4c, 5
+	const want = 9 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}

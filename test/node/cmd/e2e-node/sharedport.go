@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// checkSharedPortRollout rolls a DaemonSet of this registrar whose two
+// revisions listen on one HTTP port of the node's network, as any two
+// revisions of a real hostNetwork DaemonSet do (check 4d): the new
+// registrar waits for the port, takes the registration socket over, and the
+// old one then releases the port to it, which from then on answers the
+// probes of both pods.
+func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
+	name := "4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): registered throughout, no restart, kubelet's probes all answered"
+	if s.maxRolloutGap > 0 {
+		name = fmt.Sprintf("4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP), no restart, kubelet's probes all answered", s.maxRolloutGap)
+	}
+	if err := s.redeploy(ctx, revSharedPort); err != nil {
+		return s.report(name, false, "no registered DaemonSet on the shared port to start from: %v", err)
+	}
+	baseline, err := probeCounts(registrarName)
+	if err != nil {
+		return s.report(name, false, "kubelet's probe metrics: %v", err)
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := s.samplePods(sampleCtx, 100*time.Millisecond)
+	polled := pollPort(sampleCtx, revSharedPort.port(), 10*time.Millisecond)
+	r, err := s.rollUpdate(ctx, revSharedPortNext)
+	stopSampling()
+	pods, port := <-sampled, <-polled
+	logsSaved := s.saveRegistrarLogs(pods.logs)
+	if err != nil {
+		return s.report(name, false, "%v; registrars' logs: %s", err, logsSaved)
+	}
+
+	var probeLines []string
+	probeFailures := 0
+	for _, pod := range []string{r.oldPod, r.newPod} {
+		counts := map[string]float64{}
+		for key, n := range pods.probes[pod] {
+			counts[key] = n - baseline[pod][key]
+		}
+		for _, probe := range []string{"Liveness", "Readiness"} {
+			probeFailures += int(counts[probe+"/failed"] + counts[probe+"/unknown"])
+		}
+		probeLines = append(probeLines, fmt.Sprintf("%s: startup %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed",
+			pod, counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
+			counts["Readiness/successful"], counts["Readiness/failed"]))
+	}
+
+	final, _ := s.watch.now()
+	serving := "/status: "
+	status, err := registrarStatus(revSharedPortNext.port())
+	if err != nil {
+		serving += err.Error()
+	} else {
+		serving = status.String()
+	}
+	handedOver := err == nil && status.State == "registered" && status.Publications["handover"] == 1 && len(status.Publications) == 1
+	waited, waitedOK := pods.portWait(r.oldPod, r.newPod)
+	restarted := r.restarted()
+	ok := r.longestGap() <= s.maxRolloutGap && len(restarted) == 0 && probeFailures == 0 && waitedOK && handedOver &&
+		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && dialable(s.regSocket())
+	return s.report(name, ok, "%v: times without the driver: %d %v (allowed: none longer than %s); container restarts in %d containers: %d %v; "+
+		"kubelet's liveness and readiness probes failed during the rollout: %d (prober_probe_total, read every 100ms while each pod had them: %s); "+
+		"%s; %s; %s after: registered=%v with node ID %q, new pod's registrar on port %d: %s, socket dialable %v; registrars' logs: %s",
+		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, len(r.restarts), len(restarted), restarted,
+		probeFailures, strings.Join(probeLines, "; "), waited, port.describe(r.began), rolloutSettle, final.registered, final.nodeID,
+		revSharedPortNext.port(), serving, dialable(s.regSocket()), logsSaved)
+}
+
+// podSamples is what samplePods saw of the DaemonSet's pods, kept after
+// kubelet drops it with a deleted pod: kubelet's probe counts and the
+// registrar's log, by pod.
+type podSamples struct {
+	probes map[string]map[string]float64
+	logs   map[string]string
+}
+
+// samplePods reads kubelet's probe counts and the registrar containers'
+// logs every interval until ctx ends, then delivers the last seen of each
+// pod.
+func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan podSamples {
+	out := make(chan podSamples, 1)
+	go func() {
+		seen := podSamples{probes: map[string]map[string]float64{}, logs: map[string]string{}}
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			if counts, err := probeCounts(registrarName); err == nil {
+				for pod, c := range counts {
+					seen.probes[pod] = c
+				}
+			}
+			// kubelet's pod log directories: <namespace>_<pod>_<uid>.
+			dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
+			for _, dir := range dirs {
+				files, _ := filepath.Glob(filepath.Join(dir, registrarName, "*.log"))
+				sort.Strings(files)
+				var log strings.Builder
+				for _, f := range files {
+					data, _ := os.ReadFile(f)
+					log.Write(data)
+				}
+				if pod := strings.Split(filepath.Base(dir), "_")[1]; log.Len() > len(seen.logs[pod]) {
+					seen.logs[pod] = log.String()
+				}
+			}
+			select {
+			case <-ctx.Done():
+				out <- seen
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// saveRegistrarLogs writes the registrars' logs to the run's logs, where
+// the deleted pod's would otherwise be lost, and says where.
+func (s *suite) saveRegistrarLogs(logs map[string]string) string {
+	dir := filepath.Join(s.logs, "pod-logs-4d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err.Error()
+	}
+	for pod, log := range logs {
+		if err := os.WriteFile(filepath.Join(dir, pod+"."+registrarName+".log"), []byte(log), 0o644); err != nil {
+			return err.Error()
+		}
+	}
+	return "_logs/pod-logs-4d/"
+}
+
+// The registrars' log messages that mark the port's change of hands.
+const (
+	logPortWaiting  = "The --http-endpoint address is in use: waiting for it"
+	logTookOver     = "Took the registration socket over"
+	logListening    = "Listening on --http-endpoint again"
+	logHandedOver   = "Handed the registration socket over"
+	logPortReleased = "Released the --http-endpoint port"
+)
+
+// logTime returns klog's timestamp of the first line of a container log
+// that contains message: "<runtime's time> stderr F I1123 12:20:18.361065 ...".
+// klog's is the registrar's own clock, to the microsecond; the runtime's
+// comes later, when it reads the stream. Durations between two of a
+// rollout's lines do not need the year klog leaves out.
+func logTime(log, message string) (time.Time, bool) {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, message) {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) < 5 || len(fields[3]) != 5 {
+			return time.Time{}, false
+		}
+		t, err := time.Parse("0102 15:04:05.000000", fields[3][1:]+" "+fields[4])
+		return t, err == nil
+	}
+	return time.Time{}, false
+}
+
+// portWait tells, from the registrars' logs, how long the new one waited
+// for the port and how the port changed hands; ok if the new one waited for
+// it (so the port was shared), the old one released it (rather than holding
+// it until it exited), and the new one listened.
+func (p podSamples) portWait(oldPod, newPod string) (string, bool) {
+	waiting, okWaiting := logTime(p.logs[newPod], logPortWaiting)
+	listening, okListening := logTime(p.logs[newPod], logListening)
+	if !okWaiting || !okListening {
+		return fmt.Sprintf("the new registrar's log lacks %q or %q: the port was not shared, or not taken", logPortWaiting, logListening), false
+	}
+	detail := fmt.Sprintf("the new registrar waited %s for the port (log: %q to %q)", ms(listening.Sub(waiting)), logPortWaiting, logListening)
+	if took, ok := logTime(p.logs[newPod], logTookOver); ok {
+		detail += fmt.Sprintf(", listening %s after it took the socket over", ms(listening.Sub(took)))
+	}
+	handed, okHanded := logTime(p.logs[oldPod], logHandedOver)
+	released, okReleased := logTime(p.logs[oldPod], logPortReleased)
+	if okHanded && okReleased {
+		detail += fmt.Sprintf("; the old one released it %s after handing the socket over, %s before the new one listened",
+			ms(released.Sub(handed)), ms(listening.Sub(released)))
+		return detail, true
+	}
+	return detail + fmt.Sprintf("; the old registrar's log (as last read) lacks %q or %q", logHandedOver, logPortReleased), false
+}
+
+// portPolls counts the answers to GET /healthz and /readyz on the shared
+// port. With hostNetwork kubelet probes both pods there, at the node's
+// address: these polls see what any of those probes would have, far more
+// often than kubelet's 5 s and 10 s periods.
+type portPolls struct {
+	answers map[string]int // by "path status" or "path error"
+	// the longest run of polls of one path that were not 200, and when it
+	// began
+	longestFailure time.Duration
+	longestAt      time.Time
+}
+
+// pollPort polls /healthz and /readyz on the node's address at port every
+// interval until ctx ends.
+func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan portPolls {
+	out := make(chan portPolls, 1)
+	go func() {
+		p := portPolls{answers: map[string]int{}}
+		failingSince := map[string]time.Time{}
+		client := &http.Client{Timeout: time.Second}
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			for _, path := range []string{"/healthz", "/readyz"} {
+				at := time.Now()
+				outcome := "error"
+				if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", nodeIP, port, path)); err == nil {
+					resp.Body.Close()
+					outcome = fmt.Sprint(resp.StatusCode)
+				}
+				p.answers[path+" "+outcome]++
+				if outcome != "200" {
+					if failingSince[path].IsZero() {
+						failingSince[path] = at
+					}
+					if d := time.Since(failingSince[path]); d > p.longestFailure {
+						p.longestFailure, p.longestAt = d, failingSince[path]
+					}
+				} else {
+					failingSince[path] = time.Time{}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				out <- p
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// describe tells the answers, with times from the update.
+func (p portPolls) describe(update time.Time) string {
+	var answers []string
+	for outcome, n := range p.answers {
+		answers = append(answers, fmt.Sprintf("%s: %d", outcome, n))
+	}
+	sort.Strings(answers)
+	longest := "none"
+	if !p.longestAt.IsZero() {
+		longest = fmt.Sprintf("%s from +%s", ms(p.longestFailure), ms(p.longestAt.Sub(update)))
+	}
+	return fmt.Sprintf("our own polls every 10ms of the address where kubelet probes both pods (not asserted): %s; longest stretch without 200: %s", strings.Join(answers, ", "), longest)
+}
