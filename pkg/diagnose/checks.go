@@ -242,6 +242,18 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 	}
 	if !d.addressParsed {
 		notes = append(notes, "not compared with --csi-address, which does not parse")
+	} else if seen, mount, ok := hostPathOf(d.address.Path); ok {
+		// Where the mounts tell: the driver's socket as the host sees it.
+		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
+		switch {
+		case hostPath == seen:
+			notes = append(notes, "the driver's socket as the host sees it: "+source)
+		case strings.HasSuffix(hostPath, seen):
+			notes = append(notes, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
+		default:
+			verdict = Fail
+			notes = append(notes, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
+		}
 	} else {
 		hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.address.Path)
 		if hostBase == podBase {
