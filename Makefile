@@ -157,8 +157,10 @@ image-windows: require-buildx build-all
 image-check:
 	VERSION=$(VERSION) hack/check-image.sh
 
+# The demo builds the binaries it runs, the registrar with VERSION.
 demo:
-	cd test/e2e && $(GO) run ./cmd/demo $(DEMO_FLAGS)
+	@echo "make demo: compiling the demo program (first time: about a minute); it then builds the binaries it runs"
+	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
