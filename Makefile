@@ -114,7 +114,9 @@ deploy-test:
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
+# The last line says that everything passed; make stops at the first failure.
 test: vet unit fuzz e2e deploy-test bench-smoke
+	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
 # product module as built for Windows.
