@@ -161,7 +161,7 @@ image-check:
 
 # The demo builds the binaries it runs, the registrar with VERSION.
 demo:
-	@echo "make demo: compiling the demo program (first time: about a minute); it then builds the binaries it runs"
+	@echo "make demo: compiling the demo program (first time: about 20 s); it then builds the binaries it runs"
 	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 # Performance figures on this machine next to their targets: the in-process
