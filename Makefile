@@ -121,7 +121,9 @@ log-conformance:
 	cd test/logconformance && $(GO) vet ./...
 	cd test/logconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
+# The last line says that everything passed; make stops at the first failure.
 test: vet unit fuzz e2e deploy-test log-conformance bench-smoke
+	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
 # product module as built for Windows.
@@ -164,8 +166,10 @@ image-windows: require-buildx build-all
 image-check:
 	VERSION=$(VERSION) hack/check-image.sh
 
+# The demo builds the binaries it runs, the registrar with VERSION.
 demo:
-	cd test/e2e && $(GO) run ./cmd/demo $(DEMO_FLAGS)
+	@echo "make demo: compiling the demo program (first time: about 20 s); it then builds the binaries it runs"
+	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are

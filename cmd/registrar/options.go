@@ -17,6 +17,13 @@ const probeMode = "kubelet-registration-probe"
 // defaultTimeout is --timeout's default, upstream's.
 const defaultTimeout = time.Second
 
+// description is the first line of the usage.
+const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
+
+// deprecatedFlags are upstream's flags kept only for old manifests. The usage
+// lists them, with klog's own, after the current flags.
+var deprecatedFlags = map[string]bool{"connection-timeout": true, "health-port": true, "mode": true}
+
 // options are the command line flags, named and defaulted as upstream's.
 type options struct {
 	csiAddress              string
@@ -49,7 +56,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "Timeout of each GetPluginInfo call to the CSI driver, and of the check of a registration socket published by another process. Zero or less means the default.")
 	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz (liveness), /readyz (readiness), /status (JSON), /metrics (Prometheus) and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
 	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 or less disables it.")
 	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once, for exec liveness probes in old manifests; use an HTTP probe on /healthz instead. Any other value registers the driver.")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "Serve the Go profiler under /debug/pprof/ on the HTTP server.")
@@ -60,11 +67,44 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
 	o.logging.AddFlags(fs)
 	o.flags = fs
+	fs.Usage = o.usage
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	return o, nil
+}
+
+// usage prints what the program is, how to run it, the current flags, then
+// the deprecated ones; Go's flag package alone would sort them all together.
+func (o *options) usage() {
+	out := o.flags.Output()
+	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
+	o.printFlags(func(f *flag.Flag) bool { return !o.deprecated(f) })
+	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")
+	o.printFlags(o.deprecated)
+}
+
+// deprecated tells whether f is one of upstream's deprecated flags or
+// klog's own.
+func (o *options) deprecated(f *flag.Flag) bool {
+	return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f)
+}
+
+// printFlags prints the flags that include selects, in the flag package's
+// format, sorted by name.
+func (o *options) printFlags(include func(*flag.Flag) bool) {
+	selected := flag.NewFlagSet(o.flags.Name(), flag.ContinueOnError)
+	selected.SetOutput(o.flags.Output())
+	o.flags.VisitAll(func(f *flag.Flag) {
+		if include(f) {
+			selected.Var(f.Value, f.Name, f.Usage)
+			// Var takes the current value as the default: a value parsed
+			// before an error must not show as the default.
+			selected.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	selected.PrintDefaults()
 }
 
 // validate checks what a registrar run needs; --version and the probe mode

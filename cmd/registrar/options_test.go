@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -150,5 +152,89 @@ func TestAcceptsWithAWarning(t *testing.T) {
 				t.Errorf("httpAddress() = %q, want %q", got, tc.httpAddress)
 			}
 		})
+	}
+}
+
+// -h and --help: exit 0, the usage on stderr as Go's flag package writes it,
+// starting with what the program is, with the current flags before the
+// deprecated ones.
+func TestHelp(t *testing.T) {
+	deprecated := map[string]bool{
+		"connection-timeout": true, "health-port": true, "mode": true,
+		// klog's own.
+		"logtostderr": true, "alsologtostderr": true, "log_dir": true, "log_file": true, "log_file_max_size": true,
+		"stderrthreshold": true, "skip_headers": true, "skip_log_headers": true, "add_dir_header": true,
+		"one_output": true, "log_backtrace_at": true,
+	}
+	for _, arg := range []string{"-h", "--help"} {
+		t.Run(arg, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			if code := run(context.Background(), []string{"registrar", arg}, &stdout, &stderr); code != exitOK {
+				t.Errorf("exit code %d, want %d", code, exitOK)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("stdout has %q, want the usage on stderr only", stdout.String())
+			}
+			lines := strings.Split(stderr.String(), "\n")
+			if lines[0] != description {
+				t.Errorf("first line %q, want %q", lines[0], description)
+			}
+
+			// Each flag is a line "  -name" or "  -name type".
+			inDeprecated := false
+			listed := map[string]bool{}
+			for _, line := range lines {
+				if strings.HasPrefix(line, "Deprecated flags") {
+					inDeprecated = true
+					continue
+				}
+				name, ok := strings.CutPrefix(line, "  -")
+				if !ok {
+					continue
+				}
+				name, _, _ = strings.Cut(name, " ")
+				if listed[name] {
+					t.Errorf("--%s listed twice", name)
+				}
+				listed[name] = true
+				switch {
+				case deprecated[name] && !inDeprecated:
+					t.Errorf("deprecated --%s is listed among the current flags", name)
+				case !deprecated[name] && inDeprecated:
+					t.Errorf("current --%s is listed after the deprecated flags' heading", name)
+				}
+			}
+			if !inDeprecated {
+				t.Error("no heading for the deprecated flags")
+			}
+			o, err := parseFlags("registrar", nil, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.flags.VisitAll(func(f *flag.Flag) {
+				if !listed[f.Name] {
+					t.Errorf("--%s is not listed", f.Name)
+				}
+			})
+			for name := range deprecated {
+				if o.flags.Lookup(name) == nil {
+					t.Errorf("--%s, expected among the deprecated flags, does not exist", name)
+				}
+			}
+		})
+	}
+}
+
+// --http-endpoint's help names every path the HTTP server serves.
+func TestHTTPEndpointHelpNamesPaths(t *testing.T) {
+	o, err := parseFlags("registrar", nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := o.flags.Lookup("http-endpoint").Usage
+	for _, path := range []string{"/healthz", "/readyz", "/status", "/metrics", "/debug/pprof/", "--enable-pprof"} {
+		if !strings.Contains(usage, path) {
+			t.Errorf("--http-endpoint's help does not name %s: %q", path, usage)
+		}
 	}
 }

@@ -68,6 +68,18 @@ func (o *Options) addLegacyFlags(fs *flag.FlagSet) {
 	}
 }
 
+// IsLegacyFlag tells whether f is one of klog's own flags that AddFlags
+// registered: deprecated, kept only for manifests written for upstream v2.10
+// and older.
+func (o *Options) IsLegacyFlag(f *flag.Flag) bool {
+	for _, legacy := range o.legacy {
+		if f.Value == flag.Value(legacy) {
+			return true
+		}
+	}
+	return false
+}
+
 // setLegacyFlags returns the legacy flags that were given on fs, in lexical
 // order.
 func (o *Options) setLegacyFlags(fs *flag.FlagSet) []*legacyFlag {
@@ -76,10 +88,8 @@ func (o *Options) setLegacyFlags(fs *flag.FlagSet) []*legacyFlag {
 	}
 	var set []*legacyFlag
 	fs.Visit(func(given *flag.Flag) {
-		for _, f := range o.legacy {
-			if given.Value == flag.Value(f) {
-				set = append(set, f)
-			}
+		if o.IsLegacyFlag(given) {
+			set = append(set, given.Value.(*legacyFlag))
 		}
 	})
 	return set

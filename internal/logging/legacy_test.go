@@ -1,6 +1,7 @@
 package logging
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +102,22 @@ func TestLegacyFlagsHonouredByKlog(t *testing.T) {
 	}
 	if got := strings.Split(strings.TrimSuffix(string(content), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("log file:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The usage lists klog's own flags apart: IsLegacyFlag must name exactly them.
+func TestIsLegacyFlag(t *testing.T) {
+	options, fs := parse(t)
+	legacy := legacyArgs(t.TempDir())
+	fs.VisitAll(func(f *flag.Flag) {
+		_, want := legacy[f.Name]
+		if got := options.IsLegacyFlag(f); got != want {
+			t.Errorf("IsLegacyFlag(--%s) = %v, want %v", f.Name, got, want)
+		}
+	})
+	// Another Options' flag of the same name is not this one's.
+	_, other := parse(t)
+	if options.IsLegacyFlag(other.Lookup("logtostderr")) {
+		t.Error("IsLegacyFlag is true for another Options' --logtostderr")
 	}
 }

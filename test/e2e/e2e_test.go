@@ -68,7 +68,7 @@ func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	start := time.Now()
-	bins, err = harness.BuildBinaries(ctx, dir)
+	bins, err = harness.BuildBinaries(ctx, dir, func(line string) { fmt.Fprintf(os.Stderr, "e2e: %s\n", line) })
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 // E2EModule is the module path of the end-to-end suite.
@@ -26,12 +27,14 @@ type Binaries struct {
 // What each binary is built from, and the environment variable that names a
 // prebuilt one instead.
 type binarySource struct {
-	env     string
-	name    string
-	inRepo  bool // package path relative to the repository root, else to the e2e module
-	pkg     string
-	ldflags string
-	target  *string
+	env      string
+	name     string
+	what     string // for the progress lines
+	coldTime string // its first build, with an empty GOCACHE on two shared cores, the three at once
+	inRepo   bool   // package path relative to the repository root, else to the e2e module
+	pkg      string
+	ldflags  string
+	target   *string
 }
 
 // BuildBinaries builds, into dir, each binary that no environment variable
@@ -39,21 +42,37 @@ type binarySource struct {
 // (./test/mockdriver) and FAKEKUBELET_BIN (./cmd/fakekubelet of the e2e
 // module). The working directory must be inside the e2e module.
 //
+// The registrar's --version is REGISTRAR_VERSION, as make passes it, or else
+// what git describe says of the repository, as make computes it.
+//
+// progress, unless nil, gets one line as each build starts and one as it
+// ends, never two calls at once. The first build of kubelet's code takes
+// minutes; without these lines that is minutes of silence.
+//
 // The builds run at once: with a warm build cache they are mostly linking,
 // and linking kubelet's tree takes longer than the other two together.
 // The test helpers are linked without DWARF (-w), which halves that; stack
-// traces keep their symbols. The registrar is built as it is shipped.
-func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
+// traces keep their symbols.
+func BuildBinaries(ctx context.Context, dir string, progress func(line string)) (Binaries, error) {
 	e2eRoot, err := findE2EModule()
 	if err != nil {
 		return Binaries{}, err
 	}
 	repoRoot := filepath.Join(e2eRoot, "..", "..")
+	var progressMu sync.Mutex
+	report := func(format string, args ...any) {
+		if progress == nil {
+			return
+		}
+		progressMu.Lock()
+		defer progressMu.Unlock()
+		progress(fmt.Sprintf(format, args...))
+	}
 	var bins Binaries
 	sources := []binarySource{
-		{env: "REGISTRAR_BIN", name: "registrar", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
-		{env: "MOCKDRIVER_BIN", name: "mockdriver", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
-		{env: "FAKEKUBELET_BIN", name: "fakekubelet", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
+		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "about 30 s", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
+		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "about 30 s", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
+		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "about 3 min, kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
 	}
 	errs := make([]error, len(sources))
 	var builds sync.WaitGroup
@@ -67,8 +86,19 @@ func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 				errs[i] = fmt.Errorf("%s=%s: %w", src.env, prebuilt, err)
 				continue
 			}
+			report("using %s from %s=%s", src.what, src.env, prebuilt)
 			*src.target = abs
 			continue
+		}
+		what := src.what
+		if src.target == &bins.Registrar {
+			version, err := registrarVersion(ctx, repoRoot)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			src.ldflags = "-X=main.version=" + version
+			what += " " + version
 		}
 		builds.Go(func() {
 			out := filepath.Join(dir, src.name)
@@ -81,11 +111,14 @@ func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 			if src.inRepo {
 				cmd.Dir = repoRoot
 			}
+			report("building %s (first build: %s) ...", what, src.coldTime)
+			start := time.Now()
 			if output, err := cmd.CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("building %s (go %s in %s; set %s to use a prebuilt one): %w\n%s",
 					src.name, strings.Join(cmd.Args[1:], " "), cmd.Dir, src.env, err, output)
 				return
 			}
+			report("built %s in %v", what, time.Since(start).Round(100*time.Millisecond))
 			*src.target = out
 		})
 	}
@@ -94,6 +127,41 @@ func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
 		return Binaries{}, err
 	}
 	return bins, nil
+}
+
+// registrarVersion is the version the registrar is built with:
+// REGISTRAR_VERSION, or git describe's, as the Makefile computes it.
+func registrarVersion(ctx context.Context, repoRoot string) (string, error) {
+	version := os.Getenv("REGISTRAR_VERSION")
+	if version == "" {
+		cmd := exec.CommandContext(ctx, "git", "describe", "--tags", "--always", "--dirty")
+		cmd.Dir = repoRoot
+		out, err := cmd.Output()
+		if err != nil {
+			// As the Makefile: a tree without git history still builds.
+			return "unknown", nil
+		}
+		version = strings.TrimSpace(string(out))
+	}
+	// go build splits -ldflags at spaces and quotes.
+	if strings.ContainsAny(version, " \t\n'\"") {
+		return "", fmt.Errorf("REGISTRAR_VERSION=%q: a version must not contain spaces or quotes", version)
+	}
+	return version, nil
+}
+
+// RegistrarBinaryVersion returns the version the registrar binary at path
+// prints with --version ("<path> <version>").
+func RegistrarBinaryVersion(ctx context.Context, path string) (string, error) {
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) != 2 {
+		return "", fmt.Errorf("%s --version printed %q, want \"<program> <version>\"", path, out)
+	}
+	return fields[1], nil
 }
 
 // findE2EModule walks up from the working directory to the e2e module's

@@ -7,7 +7,8 @@
 // registrar first, so kubelet is seen deregistering the driver.
 //
 // Run it from test/e2e: go run ./cmd/demo [-duration=5s]. REGISTRAR_BIN,
-// MOCKDRIVER_BIN and FAKEKUBELET_BIN name prebuilt binaries.
+// MOCKDRIVER_BIN and FAKEKUBELET_BIN name prebuilt binaries; REGISTRAR_VERSION
+// is the version the registrar is built with (make demo passes make's).
 package main
 
 import (
@@ -86,12 +87,12 @@ func run(ctx context.Context, opts options) (err error) {
 		}
 	}()
 
-	say("building the registrar, the mock driver and the e2e kubelet (first build of kubelet's code takes minutes)...")
 	binDir := filepath.Join(dir, "bin")
 	if err := os.Mkdir(binDir, 0o755); err != nil {
 		return err
 	}
-	bins, err := harness.BuildBinaries(ctx, binDir)
+	start := time.Now()
+	bins, err := harness.BuildBinaries(ctx, binDir, func(line string) { say("%s", line) })
 	if ctx.Err() != nil {
 		say("interrupted while building")
 		return nil
@@ -99,6 +100,11 @@ func run(ctx context.Context, opts options) (err error) {
 	if err != nil {
 		return err
 	}
+	version, err := harness.RegistrarBinaryVersion(ctx, bins.Registrar)
+	if err != nil {
+		return err
+	}
+	say("binaries ready in %v; the registrar's --version: %s", time.Since(start).Round(100*time.Millisecond), version)
 
 	registry := filepath.Join(dir, "plugins_registry")
 	driverSock := filepath.Join(dir, "csi.sock")
