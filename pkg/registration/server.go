@@ -521,6 +521,9 @@ func (l *loop) reconcile() error {
 		// Our own publication.
 	case !found.socket:
 		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", DescribeFileType(found.info.Mode()))
+	case l.watch != nil && os.SameFile(l.watch.file, found.info):
+		// The owner this instance follows: the connection it holds says
+		// whether it lives, without another call.
 	default:
 		return l.foreignSocket(pub, path, found.info)
 	}
