@@ -1,8 +1,16 @@
 # The registrar's build, test and demo entry points. See README.md.
 
 GO        ?= go
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+# The version stamped into the binaries (--version) and the images' labels:
+# the latest release tag v<x.y.z>, with git describe's suffix after it, or
+# v0.0.0-<time>-<hash> before the first (hack/version.sh). Computed once;
+# make VERSION=... overrides it.
+ifeq ($(origin VERSION),undefined)
+VERSION   := $(shell hack/version.sh)
+endif
+# Expanded only by the builds: a version that could not be computed stops
+# them, not make clean.
+LDFLAGS    = -s -w -X main.version=$(or $(VERSION),$(error no version: see hack/version.sh's message above, or set VERSION=v<x.y.z>))
 # Build tags of the release binaries. Neither changes what the registrar
 # does: grpcnotrace leaves out gRPC's request tracing (golang.org/x/net/trace,
 # whose html/template makes the linker keep every exported method of every
@@ -58,13 +66,17 @@ STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticchec
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit fuzz e2e demo vet clean
+.PHONY: all build test unit fuzz e2e demo vet clean version
 .PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver
 
 all: build
 
 build:
 	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/registrar
+
+# The version make stamps into the binaries and images.
+version:
+	@echo $(VERSION)
 
 # Static binaries for every platform of the images.
 build-all:

@@ -32,7 +32,11 @@ if ! command -v buildah >/dev/null 2>&1; then
 fi
 buildah --version
 
-version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
+version=${VERSION:-$(hack/version.sh)}
+# hack/version.sh's shape, so that a release tagged by mistake fails here.
+[[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
+	fail "version '$version' is not a semantic version v<major>.<minor>.<patch>[-<suffix>] (hack/version.sh)"
+step "version $version"
 arch=$(go env GOARCH)
 make build-all PLATFORMS="linux/$arch windows/amd64" VERSION="$version"
 
@@ -64,8 +68,8 @@ expect "the user" "$(config '{{.OCIv1.Config.User}}')" ''
 imageenv() { config '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | grep '^GOMAXPROCS=' || true; }
 expect "GOMAXPROCS in the environment" "$(imageenv)" 'GOMAXPROCS=1'
 expect "the platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "linux/$arch"
-expect "label org.opencontainers.image.version" \
-	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"
+label_version=$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')
+expect "label org.opencontainers.image.version" "$label_version" "$version"
 for label in org.opencontainers.image.source org.opencontainers.image.description; do
 	value=$(config "{{index .OCIv1.Config.Labels \"$label\"}}")
 	[[ -n $value ]] || fail "label $label is missing"
@@ -88,8 +92,9 @@ else
 	where="from the image's files (chroot is not permitted here)"
 fi
 out=$(run --version) || fail "/csi-node-driver-registrar --version failed: $out"
-[[ $out == *" $version" ]] || fail "--version printed '$out', want it to end with ' $version'"
+[[ $out == "/csi-node-driver-registrar "* ]] || fail "--version printed '$out', want '/csi-node-driver-registrar <version>'"
 step "ok: --version, run $where, printed '$out'"
+expect "the binary's --version, against the image's version label" "${out#* }" "$label_version"
 run --mode=kubelet-registration-probe >/dev/null 2>&1 ||
 	fail "the legacy exec probe /csi-node-driver-registrar --mode=kubelet-registration-probe did not exit 0"
 step "ok: the legacy exec probe exits 0"
