@@ -63,6 +63,11 @@ WINDOWS_IMAGE_OUTPUT ?=
 MODULES := . test/e2e test/deploy test/node
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+# The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
+# pinned with every dependency's checksum in hack/tools/go.mod (its tool
+# line) and built from there: go install name@version would also need the
+# module's list of versions, which the module proxy does not always serve.
+CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
@@ -78,14 +83,23 @@ build:
 version:
 	@echo $(VERSION)
 
-# Static binaries for every platform of the images.
-build-all:
+# Static binaries for every platform of the images, each with its SBOM
+# beside it: $(BIN)-<os>-<arch>.cdx.json, CycloneDX JSON of the Go modules
+# linked into the binary, read from the binary itself. GOOS and GOARCH give
+# the SBOM's package URLs the binary's platform rather than this machine's.
+# No serial number or timestamp, so that the same commit gives the same SBOM,
+# as it gives the same binary.
+build-all: $(CYCLONEDX_GOMOD)
 	@set -e; for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; \
+		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; sbom=$$out.cdx.json; \
 		if [ "$$os" = windows ]; then out=$$out.exe; fi; \
-		echo "build $$p -> $$out"; \
+		echo "build $$p -> $$out, $$sbom"; \
 		GOOS=$$os GOARCH=$$arch GOARM=7 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $$out ./cmd/registrar; \
+		GOOS=$$os GOARCH=$$arch $(CYCLONEDX_GOMOD) bin -json -noserial -notimestamp -version '$(VERSION)' -output $$sbom $$out; \
 	done
+
+$(CYCLONEDX_GOMOD): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 # The product module for Windows: vet, and compile every package's tests.
 vet-windows:
