@@ -71,7 +71,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit fuzz e2e demo vet clean version
+.PHONY: all build test unit fuzz e2e demo vet clean version release-notes
 .PHONY: build-all vet-windows deploy-test lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver
 
 all: build
@@ -82,6 +82,12 @@ build:
 # The version make stamps into the binaries and images.
 version:
 	@echo $(VERSION)
+
+# The notes of a release from CHANGELOG.md: the Unreleased section, or
+# RELEASE's (make release-notes RELEASE=v0.1.0). See README.md, "Releasing".
+RELEASE ?=
+release-notes:
+	@hack/release-notes.sh $(RELEASE)
 
 # Static binaries for every platform of the images, each with its SBOM
 # beside it: $(BIN)-<os>-<arch>.cdx.json, CycloneDX JSON of the Go modules
