@@ -1,8 +1,16 @@
 # The registrar's build, test and demo entry points. See README.md.
 
 GO        ?= go
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+# The version stamped into the binaries (--version) and the images' labels:
+# the latest release tag v<x.y.z>, with git describe's suffix after it, or
+# v0.0.0-<time>-<hash> before the first (hack/version.sh). Computed once;
+# make VERSION=... overrides it.
+ifeq ($(origin VERSION),undefined)
+VERSION   := $(shell hack/version.sh)
+endif
+# Expanded only by the builds: a version that could not be computed stops
+# them, not make clean.
+LDFLAGS    = -s -w -X main.version=$(or $(VERSION),$(error no version: see hack/version.sh's message above, or set VERSION=v<x.y.z>))
 # Build tags of the release binaries. Neither changes what the registrar
 # does: grpcnotrace leaves out gRPC's request tracing (golang.org/x/net/trace,
 # whose html/template makes the linker keep every exported method of every
@@ -55,10 +63,15 @@ WINDOWS_IMAGE_OUTPUT ?=
 MODULES := . test/e2e test/deploy test/node test/logconformance
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+# The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
+# pinned with every dependency's checksum in hack/tools/go.mod (its tool
+# line) and built from there: go install name@version would also need the
+# module's list of versions, which the module proxy does not always serve.
+CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit fuzz e2e demo vet clean
+.PHONY: all build test unit fuzz e2e demo vet clean version release-notes
 .PHONY: build-all vet-windows deploy-test log-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
 
 all: build
@@ -66,14 +79,33 @@ all: build
 build:
 	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/registrar
 
-# Static binaries for every platform of the images.
-build-all:
+# The version make stamps into the binaries and images.
+version:
+	@echo $(VERSION)
+
+# The notes of a release from CHANGELOG.md: the Unreleased section, or
+# RELEASE's (make release-notes RELEASE=v0.1.0). See README.md, "Releasing".
+RELEASE ?=
+release-notes:
+	@hack/release-notes.sh $(RELEASE)
+
+# Static binaries for every platform of the images, each with its SBOM
+# beside it: $(BIN)-<os>-<arch>.cdx.json, CycloneDX JSON of the Go modules
+# linked into the binary, read from the binary itself. GOOS and GOARCH give
+# the SBOM's package URLs the binary's platform rather than this machine's.
+# No serial number or timestamp, so that the same commit gives the same SBOM,
+# as it gives the same binary.
+build-all: $(CYCLONEDX_GOMOD)
 	@set -e; for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; \
+		os=$${p%/*}; arch=$${p#*/}; out=$(BIN)-$$os-$$arch; sbom=$$out.cdx.json; \
 		if [ "$$os" = windows ]; then out=$$out.exe; fi; \
-		echo "build $$p -> $$out"; \
+		echo "build $$p -> $$out, $$sbom"; \
 		GOOS=$$os GOARCH=$$arch GOARM=7 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $$out ./cmd/registrar; \
+		GOOS=$$os GOARCH=$$arch $(CYCLONEDX_GOMOD) bin -json -noserial -notimestamp -version '$(VERSION)' -output $$sbom $$out; \
 	done
+
+$(CYCLONEDX_GOMOD): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 # The product module for Windows: vet, and compile every package's tests.
 vet-windows:

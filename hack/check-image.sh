@@ -6,12 +6,17 @@
 #    binary runs `--version` and the legacy probe mode from the image's own
 #    root file system;
 #  - the Windows image: entrypoint, user, GOMAXPROCS=1, platform, the .exe and
-#    netapi32.dll.
+#    netapi32.dll;
+#  - the version: semantic (hack/version.sh), the same in both images' labels
+#    and in the Linux binary's --version;
+#  - the SBOM make build-all writes beside each binary in bin/: present,
+#    CycloneDX JSON, of that binary, naming the main module and its version,
+#    and listing the modules linked into it. It is not put in the images.
 # Base images cannot be pulled here, so the bases are replaced: `scratch`
 # for the Linux image, local stand-ins for Nano Server and Server Core. The
 # rest of each Dockerfile is built as it is.
 #
-# buildah is installed with apt-get when missing. Storage (vfs) lives in a
+# buildah and jq are installed with apt-get when missing. Storage (vfs) lives in a
 # temporary directory that is removed at the end.
 #
 #   hack/check-image.sh        (make image-check)
@@ -20,12 +25,68 @@ cd "$(dirname "$0")/.."
 
 . hack/lib.sh
 
+# expect WHAT GOT WANT
+expect() {
+	[[ $2 == "$3" ]] || fail "$1: '$2', want '$3'"
+	step "ok: $1: '$2'"
+}
+
 install_missing buildah buildah
+install_missing jq jq
 buildah --version
 
-version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
+version=${VERSION:-$(hack/version.sh)}
+# hack/version.sh's shape, so that a release tagged by mistake fails here.
+[[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]] ||
+	fail "version '$version' is not a semantic version v<major>.<minor>.<patch>[-<suffix>] (hack/version.sh)"
+step "version $version"
 arch=$(go env GOARCH)
 make build-all PLATFORMS="linux/$arch windows/amd64" VERSION="$version"
+
+module=$(sed -n 's/^module //p' go.mod)
+# sbom_check BINARY [VERSION]: the SBOM make build-all wrote beside BINARY is
+# CycloneDX JSON of this binary (its SHA-256 and platform), names the main
+# module (at VERSION, when given) and lists the same modules as the binary's
+# own build information (go version -m), gRPC among them.
+sbom_check() {
+	local bin=$1 want_version=${2:-} sbom name platform sha version want got
+	sbom=${bin%.exe}.cdx.json
+	name=${sbom#bin/}
+	# same WHAT GOT WANT: one line per SBOM rather than one per check.
+	same() { [[ $2 == "$3" ]] || fail "$name: $1: '$2', want '$3'"; }
+	property() { jq -r --arg n "$1" '[.metadata.properties[]? | select(.name == $n) | .value] | join(",")' "$sbom"; }
+	[[ -s $sbom ]] || fail "$sbom is missing: make build-all writes it beside $bin"
+	jq -e . "$sbom" >/dev/null 2>&1 || fail "$sbom does not parse as JSON"
+	same "format" "$(jq -r '.bomFormat + " " + .specVersion' "$sbom")" "CycloneDX 1.6"
+	same "main module" "$(jq -r .metadata.component.name "$sbom")" "$module"
+	version=$(jq -r .metadata.component.version "$sbom")
+	[[ -z $want_version ]] || same "main module's version" "$version" "$want_version"
+	sha=$(sha256sum "$bin" | cut -d' ' -f1)
+	same "the binary's SHA-256" "$(property cdx:gomod:binary:hash:SHA-256)" "$sha"
+	platform=${name#csi-node-driver-registrar-}
+	platform=${platform%.cdx.json}
+	same "platform" "$(property cdx:gomod:build:env:GOOS)-$(property cdx:gomod:build:env:GOARCH)" "$platform"
+	want=$(go version -m "$bin" | awk '$1 == "dep" { print $2 "@" $3 }' | sort)
+	got=$(jq -r '.components[]? | .name + "@" + .version' "$sbom" | sort)
+	[[ $got == "$want" ]] ||
+		fail "$name: its modules are not the binary's (go version -m $bin):"$'\n'"$(diff <(echo "$want") <(echo "$got") || true)"
+	[[ $'\n'$got == *$'\ngoogle.golang.org/grpc@v'* ]] || fail "$name: google.golang.org/grpc is not among its modules"
+	same "the number of modules the main module depends on" \
+		"$(jq -r --arg ref "$(jq -r '.metadata.component["bom-ref"]' "$sbom")" \
+			'[.dependencies[]? | select(.ref == $ref) | .dependsOn[]] | length' "$sbom")" \
+		"$(wc -l <<<"$want")"
+	step "ok: $name: CycloneDX of ${bin#bin/} (SHA-256 ${sha:0:12}...), $module $version, $(wc -l <<<"$got") modules as in the binary, $(grep '^google.golang.org/grpc@' <<<"$got") among them"
+}
+# The binaries just built, at this version; then any other platform's that
+# make build-all left in bin/ (all of them in CI), each against its own SBOM.
+sbom_check "bin/csi-node-driver-registrar-linux-$arch" "$version"
+sbom_check bin/csi-node-driver-registrar-windows-amd64.exe "$version"
+for bin in bin/csi-node-driver-registrar-*-*; do
+	case $bin in
+	*.cdx.json | bin/csi-node-driver-registrar-linux-"$arch" | bin/csi-node-driver-registrar-windows-amd64.exe) ;;
+	*) sbom_check "$bin" ;;
+	esac
+done
 
 work=$(mktemp -d /tmp/check-image.XXXXXX)
 bah() {
@@ -36,12 +97,6 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-
-# expect WHAT GOT WANT
-expect() {
-	[[ $2 == "$3" ]] || fail "$1: '$2', want '$3'"
-	step "ok: $1: '$2'"
-}
 
 image=localhost/csi-node-driver-registrar:check
 step "building Dockerfile for linux/$arch on scratch"
@@ -55,8 +110,8 @@ expect "the user" "$(config '{{.OCIv1.Config.User}}')" ''
 imageenv() { config '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | grep '^GOMAXPROCS=' || true; }
 expect "GOMAXPROCS in the environment" "$(imageenv)" 'GOMAXPROCS=1'
 expect "the platform" "$(config '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}')" "linux/$arch"
-expect "label org.opencontainers.image.version" \
-	"$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$version"
+label_version=$(config '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')
+expect "label org.opencontainers.image.version" "$label_version" "$version"
 for label in org.opencontainers.image.source org.opencontainers.image.description; do
 	value=$(config "{{index .OCIv1.Config.Labels \"$label\"}}")
 	[[ -n $value ]] || fail "label $label is missing"
@@ -79,8 +134,9 @@ else
 	where="from the image's files (chroot is not permitted here)"
 fi
 out=$(run --version) || fail "/csi-node-driver-registrar --version failed: $out"
-[[ $out == *" $version" ]] || fail "--version printed '$out', want it to end with ' $version'"
+[[ $out == "/csi-node-driver-registrar "* ]] || fail "--version printed '$out', want '/csi-node-driver-registrar <version>'"
 step "ok: --version, run $where, printed '$out'"
+expect "the binary's --version, against the image's version label" "${out#* }" "$label_version"
 run --mode=kubelet-registration-probe >/dev/null 2>&1 ||
 	fail "the legacy exec probe /csi-node-driver-registrar --mode=kubelet-registration-probe did not exit 0"
 step "ok: the legacy exec probe exits 0"

@@ -133,7 +133,7 @@ done
 # images, and one build cache entry whoever calls this.
 export CGO_ENABLED=0
 arch=$(go env GOARCH)
-version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
+version=${VERSION:-$(hack/version.sh)}
 bin=$repo/test/node/_bin
 say "building kubelet, kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes from test/node/go.mod) into test/node/_bin"
 started=$SECONDS

@@ -10,8 +10,9 @@ import (
 	"syscall"
 )
 
-// version is set at build time: -ldflags "-X main.version=$(git describe)".
-var version = "unknown"
+// version is set at build time by make: -ldflags "-X main.version=$(hack/version.sh)".
+// The default is what hack/version.sh gives when it cannot tell.
+var version = "v0.0.0-unknown"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
