@@ -305,6 +305,20 @@ func TestDiagnoseTellsKubeletsVerdict(t *testing.T) {
 		}
 		wantFailure(t, diagnose(t, r.Config), "kubelet's registration", "kubelet rejected the driver", "csi-typo.sock", "--kubelet-registration-path")
 	})
+	t.Run("driver killed", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "diagkilled.e2e.example.com")
+		k := e.startKubelet()
+		d := e.startDriver(false)
+		r := e.startRegistrar("registrar")
+		e.waitRegistered(k)
+		// SIGKILL: the driver's socket file stays, nothing listens on it.
+		d.Kill()
+		if _, err := os.Lstat(e.driverSock); err != nil {
+			t.Fatalf("the killed driver's socket is gone (%v): this case needs it left behind", err)
+		}
+		wantFailure(t, diagnose(t, r.Config), "driver GetPluginInfo", "nothing listens on the driver socket")
+	})
 	t.Run("kubelet never calls", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "diagnokubelet.e2e.example.com")
