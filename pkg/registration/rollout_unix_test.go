@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,5 +122,57 @@ func TestStepsAsideForARemoveThenBindTakeover(t *testing.T) {
 	}
 	if !os.SameFile(bound, lstat(t, path)) {
 		t.Fatal("the older instance's exit removed the new registrar's socket")
+	}
+}
+
+// slowRegistration answers GetInfo only after a delay, for its first calls:
+// a live registrar on a loaded node.
+type slowRegistration struct {
+	registerapi.UnimplementedRegistrationServer
+	slowCalls int32
+	delay     time.Duration
+	calls     atomic.Int32
+}
+
+func (s *slowRegistration) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	if s.calls.Add(1) <= s.slowCalls {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+		}
+	}
+	return upstreamInfo, nil
+}
+
+// A live socket that answers too slowly at first is not taken for a dead
+// one: the instance steps aside once it answers, within its looks.
+func TestDoesNotReplaceASlowLiveSocket(t *testing.T) {
+	dir := shortTempDir(t)
+	const timeout = 50 * time.Millisecond
+	older := startRegistered(t, dir, func(c *Config) { c.CheckTimeout = timeout })
+	path := older.srv.SocketPathForTest()
+
+	tmp := path + ".new"
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	slow := &slowRegistration{slowCalls: 2, delay: 4 * timeout}
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, slow)
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	bound := lstat(t, path)
+
+	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	if !os.SameFile(bound, lstat(t, path)) {
+		t.Fatal("the slow socket was replaced")
+	}
+	if n := slow.calls.Load(); n < 3 {
+		t.Errorf("GetInfo was called %d times, want the slow calls and one that answered", n)
 	}
 }

@@ -264,6 +264,7 @@ type loop struct {
 	// answer (suspect), before publishing again.
 	vacancy *time.Timer
 	suspect fs.FileInfo
+	strikes int // looks at suspect that found it not answering
 }
 
 func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
@@ -541,6 +542,11 @@ func (l *loop) reconcile() error {
 // events.
 const vacancyGrace = 100 * time.Millisecond
 
+// maxStrikes is how many looks, vacancyGrace apart, a socket at the path
+// that accepts connections and does not answer GetInfo within the check
+// timeout gets before it is replaced as dead.
+const maxStrikes = 4
+
 // awaitVacancy publishes the socket again once the path has stayed empty
 // for vacancyGrace, unless another instance published one meanwhile.
 func (l *loop) awaitVacancy() {
@@ -594,14 +600,21 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
 	defer cancel()
 	other, err := askName(ctx, path, l.cfg.CheckTimeout)
-	if err != nil && (l.suspect == nil || !os.SameFile(l.suspect, file)) {
-		// Dead, or bound a moment ago and not listening yet: another
-		// registrar between its bind and its listen refuses connections.
-		// Look again after the grace.
-		l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err)
-		l.suspect = file
-		l.awaitVacancy()
-		return nil
+	if err != nil {
+		if l.suspect == nil || !os.SameFile(l.suspect, file) {
+			l.suspect, l.strikes = file, 0
+		}
+		l.strikes++
+		// A socket that refuses connections is dead, or was bound a
+		// moment ago and is not listening yet (another registrar between
+		// its bind and its listen): one more look after the grace. One
+		// that accepts and does not answer in time is slow, perhaps only
+		// on a loaded node: it is replaced only after maxStrikes looks.
+		if l.strikes < 2 || l.strikes < maxStrikes && socketAnswers(path, l.cfg.CheckTimeout) {
+			l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err, "looks", l.strikes)
+			l.awaitVacancy()
+			return nil
+		}
 	}
 	l.suspect = nil
 	switch {
