@@ -134,12 +134,11 @@ type slowRegistration struct {
 	calls     atomic.Int32
 }
 
-func (s *slowRegistration) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+func (s *slowRegistration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	if s.calls.Add(1) <= s.slowCalls {
-		select {
-		case <-time.After(s.delay):
-		case <-ctx.Done():
-		}
+		// Not cut short by ctx: the client must have given up when the
+		// answer comes.
+		time.Sleep(s.delay)
 	}
 	return upstreamInfo, nil
 }

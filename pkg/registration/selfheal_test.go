@@ -265,3 +265,20 @@ func TestRemovesHiddenSocketsLeftByAKilledRegistrar(t *testing.T) {
 		}
 	}
 }
+
+// kubelet that never calls GetInfo (it does not watch the directory, a
+// relocated --root-dir) is said once, in the log and the status, and the
+// status forgets it at kubelet's first call.
+func TestSaysWhenKubeletNeverCalls(t *testing.T) {
+	r := start(t, shortTempDir(t), func(c *Config) { c.KubeletSilence = 20 * time.Millisecond })
+	eventually(t, "the status says kubelet did not call", func() bool { return r.srv.Status().KubeletSilent })
+	if st := r.srv.Status(); st.State != WaitingForKubelet || !strings.Contains(st.Reason, "plugins_registry") {
+		t.Errorf("Status = %+v, want waiting for kubelet, naming the registry directory as a cause", st)
+	}
+	if _, err := client(t, r.srv.SocketPathForTest()).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.srv.Status(); st.KubeletSilent || strings.Contains(st.Reason, "plugins_registry") {
+		t.Errorf("Status after kubelet's GetInfo = %+v, want the silence forgotten", st)
+	}
+}

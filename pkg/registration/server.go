@@ -35,6 +35,7 @@ const (
 	DefaultCheckTimeout    = time.Second
 	DefaultRetryInitial    = time.Second
 	DefaultRetryMax        = 5 * time.Minute
+	DefaultKubeletSilence  = 10 * time.Second
 )
 
 // Policy says what to do when kubelet rejects the plugin.
@@ -76,6 +77,11 @@ type Config struct {
 	// doubles from RetryInitial up to RetryMax, and starts over after
 	// kubelet accepted the plugin.
 	RetryInitial, RetryMax time.Duration
+	// KubeletSilence is how long after a publication kubelet may not have
+	// called GetInfo before the registrar says so (DefaultKubeletSilence):
+	// kubelet's plugin watcher reacts at once, its reconciler within a
+	// second.
+	KubeletSilence time.Duration
 	// Rejected, when set, is called with kubelet's reason each time
 	// kubelet rejects the plugin.
 	Rejected func(reason string)
@@ -171,6 +177,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RetryInitial <= 0 {
 		cfg.RetryInitial = DefaultRetryInitial
 	}
+	if cfg.KubeletSilence <= 0 {
+		cfg.KubeletSilence = DefaultKubeletSilence
+	}
 	if cfg.RetryMax < cfg.RetryInitial {
 		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
 	}
@@ -260,6 +269,9 @@ type loop struct {
 	// pending is a publication to try again, after publishBackoff.
 	pending        *pendingPublication
 	publishBackoff time.Duration
+	// silence runs from a publication until kubelet's first GetInfo is
+	// due.
+	silence *time.Timer
 	// vacancy runs while the path is empty, or holds a socket that did not
 	// answer (suspect), before publishing again.
 	vacancy *time.Timer
@@ -313,6 +325,10 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 			if err := l.ownerGone(id); err != nil {
 				return err
 			}
+
+		case <-l.silenceChannel():
+			l.silence = nil
+			l.checkKubeletCalled()
 
 		case <-l.vacancyChannel():
 			if err := l.vacancyConfirmed(); err != nil {
@@ -449,6 +465,10 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	l.stopAwaitingVacancy()
 	l.suspect = nil
 	l.publishBackoff = publishRetryInitial
+	if l.silence != nil {
+		l.silence.Stop()
+	}
+	l.silence = time.NewTimer(l.cfg.KubeletSilence)
 	if l.cfg.HTTPPort != nil {
 		l.cfg.HTTPPort.Claim()
 	}
@@ -529,6 +549,29 @@ func (l *loop) reconcile() error {
 		return l.foreignSocket(pub, path, found.info)
 	}
 	return nil
+}
+
+func (l *loop) silenceChannel() <-chan time.Time {
+	if l.silence == nil {
+		return nil
+	}
+	return l.silence.C
+}
+
+// checkKubeletCalled says, once per publication, that kubelet has not
+// called GetInfo on the socket it should have seen long ago: kubelet does
+// not watch this directory, or is not running.
+func (l *loop) checkKubeletCalled() {
+	l.mu.Lock()
+	silent := l.st.state == WaitingForKubelet && (l.st.lastGetInfo.IsZero() || l.st.lastGetInfo.Before(l.st.lastPublish))
+	if silent {
+		l.st.kubeletSilent = true
+	}
+	l.mu.Unlock()
+	if silent {
+		l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs",
+			"path", l.st.socketPath, "directory", l.cfg.Dir, "publishedFor", l.cfg.KubeletSilence)
+	}
 }
 
 // vacancyGrace is how long an empty path, or a socket there that does not

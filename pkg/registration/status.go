@@ -80,6 +80,9 @@ type Status struct {
 	// LastPublished is when the current socket was published (or taken
 	// over): kubelet calls GetInfo within a second or two of that.
 	LastPublished *time.Time `json:"lastPublishTime,omitempty"`
+	// KubeletSilent: kubelet has not called GetInfo on the current socket
+	// in the time it takes to (10 s).
+	KubeletSilent bool `json:"kubeletSilent,omitempty"`
 }
 
 // status is the mutable state behind Status, guarded by Server.mu.
@@ -105,6 +108,9 @@ type status struct {
 	// and is tried again at nextPublish.
 	publishError string
 	nextPublish  time.Time
+	// kubeletSilent: kubelet has not called GetInfo on the current socket
+	// in Config.KubeletSilence.
+	kubeletSilent bool
 }
 
 func newStatus(endpoint string) status {
@@ -114,6 +120,7 @@ func newStatus(endpoint string) status {
 func (st *status) published(reason string) {
 	st.publications[reason]++
 	st.lastPublish = time.Now()
+	st.kubeletSilent = false
 	st.state = WaitingForKubelet
 	st.handedOver = false
 	st.clearPublishError()
@@ -150,6 +157,7 @@ func (st *status) stopped() { st.state = Stopped }
 func (st *status) calledGetInfo() {
 	st.calls.GetInfo++
 	st.lastGetInfo = time.Now()
+	st.kubeletSilent = false
 }
 
 func (st *status) calledNotify(registered bool) {
@@ -215,6 +223,10 @@ func (s *Server) Status() Status {
 		out.Reason = "waiting for the CSI driver"
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
+		if st.kubeletSilent {
+			out.KubeletSilent = true
+			out.Reason += ": kubelet has not called GetInfo on the socket; it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
+		}
 	case Registered:
 		out.Ready, out.Reason = socketStillOurs(pub)
 	case Rejected:
