@@ -69,7 +69,19 @@ func (d *diagnosis) checkRegistryDir() Check {
 	if err := os.Remove(name); err != nil {
 		return warn(c, fmt.Sprintf("present, writable, but the test file %s could not be removed (%s): delete it", filepath.Base(name), pathErrorCause(err)))
 	}
-	return ok(c, "present, writable (created and removed a test dot-file)")
+	detail := "present, writable (created and removed a test dot-file)"
+	if seen, mount, ok := hostPathOf(dir); ok {
+		// kubelet watches <its --root-dir>/plugins_registry.
+		if filepath.Base(seen) != "plugins_registry" {
+			return warn(c, fmt.Sprintf("%s; but it is %s on the host (%s from /proc/self/mountinfo), not a <kubelet --root-dir>/plugins_registry: kubelet does not watch it. Mount the host's /var/lib/kubelet/plugins_registry, or <root-dir>/plugins_registry where kubelet's root dir is elsewhere (microk8s, k0s)", detail, seen, mount.Mountpoint))
+		}
+		if root := filepath.Dir(seen); root != "/" {
+			// "/": a file system of its own; its place on the host is unknown.
+			d.kubeletRoot = root
+			detail += fmt.Sprintf("; %s on the host, so kubelet's root dir is %s", seen, root)
+		}
+	}
+	return ok(c, detail)
 }
 
 // 2. The driver's socket.
@@ -245,6 +257,10 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 	} else if seen, mount, ok := hostPathOf(d.address.Path); ok {
 		// Where the mounts tell: the driver's socket as the host sees it.
 		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
+		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
+			verdict = Warn
+			notes = append(notes, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
+		}
 		switch {
 		case hostPath == seen:
 			notes = append(notes, "the driver's socket as the host sees it: "+source)

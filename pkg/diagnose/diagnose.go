@@ -126,6 +126,9 @@ type diagnosis struct {
 	// registrationSocket is the registration socket's path when it
 	// answered GetInfo.
 	registrationSocket string
+	// kubeletRoot is kubelet's root dir on the host as the registry
+	// directory's mount tells it; "" when it cannot tell.
+	kubeletRoot string
 }
 
 // Print writes the checklist, one line per check, then a summary line. It
