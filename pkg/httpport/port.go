@@ -27,6 +27,11 @@ const (
 	// the probes are not answered until this one listens. A bind that
 	// fails costs a few microseconds.
 	retryInterval = 10 * time.Millisecond
+	// releaseInterval is how often it is tried once the holder said it
+	// releases it (Expect), for releaseWindow: the probes of both pods go
+	// unanswered between the release and the next try.
+	releaseInterval = time.Millisecond
+	releaseWindow   = time.Second
 	// DefaultMaxWait bounds the wait for a taken address. The older
 	// instance of a rolling update releases it as soon as this one has
 	// found the driver; an address still taken after that long is held by
@@ -53,6 +58,8 @@ type Port struct {
 	current  net.Listener // nil while not listening
 	waiting  bool         // the address is in use: tried again
 	released bool         // released for a newer instance, until Claim
+	// expected: until then the holder is about to release the address.
+	expected time.Time
 }
 
 // New keeps address, listening with lc.
@@ -101,7 +108,7 @@ func (p *Port) Run(ctx context.Context) error {
 			case time.Since(waitingSince) > p.MaxWait:
 				return fmt.Errorf("cannot listen on --http-endpoint %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
-			retry.Reset(retryInterval)
+			retry.Reset(p.retryInterval())
 		} else if l != nil {
 			if !first {
 				logger.Info("Listening on --http-endpoint again", "address", p.address)
@@ -121,6 +128,26 @@ func (p *Port) Run(ctx context.Context) error {
 		case <-retry.C:
 		}
 	}
+}
+
+// retryInterval is how long Run waits before it tries a taken address
+// again.
+func (p *Port) retryInterval() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().Before(p.expected) {
+		return releaseInterval
+	}
+	return retryInterval
+}
+
+// Expect tells Run that the instance holding the address is about to
+// release it: it tries every millisecond for a second.
+func (p *Port) Expect() {
+	p.mu.Lock()
+	p.expected = time.Now().Add(releaseWindow)
+	p.mu.Unlock()
+	p.Retry()
 }
 
 // tryListen listens unless it already does or the port was released; it

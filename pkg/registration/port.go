@@ -35,6 +35,9 @@ type PortSharing interface {
 	Release(address, netns string) bool
 	// Claim listens again after a Release.
 	Claim()
+	// Expect: the instance holding the address this one waits for is
+	// about to release it; try it often for a moment.
+	Expect()
 }
 
 // portWanted is the answer to PortWanted, as JSON in a StringValue.
@@ -47,6 +50,11 @@ func (r *rpcServer) portWanted() (*wrapperspb.StringValue, error) {
 	var answer portWanted
 	if r.s.cfg.HTTPPort != nil {
 		answer.Address, answer.NetNS = r.s.cfg.HTTPPort.Wanted()
+		if answer.Address != "" {
+			// The caller asks because it steps aside: it releases the
+			// address next if it holds it.
+			r.s.cfg.HTTPPort.Expect()
+		}
 	}
 	body, err := json.Marshal(answer)
 	if err != nil {

@@ -41,6 +41,8 @@ func (p *fakePort) Release(address, netns string) bool {
 	return true
 }
 
+func (p *fakePort) Expect() {}
+
 func (p *fakePort) Claim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
