@@ -45,7 +45,7 @@ func benchServer(b *testing.B) (*Server, string) {
 	}
 	var g errgroup.Group
 	g.Go(func() error { return srv.Run(ctx) })
-	g.Go(func() error { return hz.Run(ctx, l, time.Second) })
+	g.Go(func() error { return serveOne(ctx, hz, l) })
 	b.Cleanup(func() {
 		cancel()
 		_ = g.Wait()

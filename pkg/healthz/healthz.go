@@ -177,29 +177,10 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 	}
 }
 
-// Run serves on l until ctx is done, then shuts the server down, giving
-// open requests up to shutdownTimeout to finish. It fails when l does.
-func (s *Server) Run(ctx context.Context, l net.Listener, shutdownTimeout time.Duration) error {
-	srv := s.httpServer(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	klog.FromContext(ctx).Info("Serving HTTP", "address", l.Addr().String())
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("HTTP server on %s stopped: %w", l.Addr(), err)
-	case <-ctx.Done():
-	}
-	err := shutdown(ctx, srv, shutdownTimeout)
-	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
-		err = errors.Join(err, serveErr)
-	}
-	return err
-}
-
-// Serve is Run for listeners that come and go (see pkg/httpport): it
-// serves each one received until it is closed, and calls lost when one
-// stops for any reason, until ctx is done. While it has no listener, it
+// Serve serves each listener received, until it is closed, and calls lost
+// when one stops for any reason (see pkg/httpport), until ctx is done; it
+// then shuts the server down, giving open requests up to shutdownTimeout
+// to finish. While it has no listener, it
 // keeps no connection open either: a client with a kept connection (a
 // scrape) reaches whoever listens on the address now.
 func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {

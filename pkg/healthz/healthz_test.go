@@ -123,7 +123,7 @@ func TestPprofOnlyWhenEnabled(t *testing.T) {
 }
 
 // runLoopback runs the HTTP server on a loopback port and returns its
-// address and a function that stops it and returns Run's result. It is
+// address and a function that stops it and returns Serve's result. It is
 // stopped when the test ends, if not before.
 func runLoopback(t *testing.T) (string, func() error) {
 	t.Helper()
@@ -133,20 +133,27 @@ func runLoopback(t *testing.T) (string, func() error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- New(Options{}).Run(ctx, l, time.Second) }()
+	go func() { done <- serveOne(ctx, New(Options{}), l) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		return <-done
 	})
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
-			t.Errorf("Run() = %v, want nil after cancel", err)
+			t.Errorf("Serve() = %v, want nil after cancel", err)
 		}
 	})
 	return l.Addr().String(), stop
 }
 
-func TestRunServesUntilCancelled(t *testing.T) {
+// serveOne serves s on l alone until ctx is done.
+func serveOne(ctx context.Context, s *Server, l net.Listener) error {
+	listeners := make(chan net.Listener, 1)
+	listeners <- l
+	return s.Serve(ctx, listeners, func(net.Listener) {}, time.Second)
+}
+
+func TestServeServesUntilCancelled(t *testing.T) {
 	addr, stop := runLoopback(t)
 	resp, err := http.Get("http://" + addr + "/healthz")
 	if err != nil {
@@ -159,7 +166,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 
 	if err := stop(); err != nil {
-		t.Errorf("Run() = %v, want nil after cancel", err)
+		t.Errorf("Serve() = %v, want nil after cancel", err)
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Error("the server still answers after Run returned")
