@@ -38,14 +38,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 const (
 	handoverServiceName = "noderegistrar.v1.Handover"
-	handoverMethod      = "/" + handoverServiceName + "/HandOver"
 
 	// Bytes B and A exchange after the socket was sent.
 	handoverAccepted = 'y'
@@ -413,14 +413,31 @@ func (l *loop) adopt(taken *takenOver) {
 }
 
 func requestHandover(ctx context.Context, path string, req handoverRequest) error {
-	body, err := json.Marshal(req)
+	return callOwnService(ctx, path, "HandOver", req, nil)
+}
+
+// callOwnService calls method of the registrar's own service on the
+// registration socket at path: in as JSON in a StringValue, and the
+// answer's JSON into out unless out is nil.
+func callOwnService(ctx context.Context, path, method string, in, out any) error {
+	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := unixgrpc.NewClient(path)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return conn.Invoke(ctx, handoverMethod, &wrapperspb.StringValue{Value: string(body)}, &wrapperspb.StringValue{})
+	answer := &wrapperspb.StringValue{}
+	if err := conn.Invoke(ctx, "/"+handoverServiceName+"/"+method, &wrapperspb.StringValue{Value: string(body)}, answer); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(answer.GetValue()), out); err != nil {
+		return fmt.Errorf("%s answer: %w", method, err)
+	}
+	return nil
 }

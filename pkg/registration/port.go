@@ -15,14 +15,9 @@ package registration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
-
-const portWantedMethod = "/" + handoverServiceName + "/PortWanted"
 
 // PortSharing is the HTTP endpoint's port, as the registration hands it
 // over (a *httpport.Port).
@@ -66,20 +61,9 @@ func (r *rpcServer) portWanted() (*wrapperspb.StringValue, error) {
 // askPortWanted asks the instance serving path which HTTP address it
 // waits for.
 func askPortWanted(ctx context.Context, path string) (portWanted, error) {
-	conn, err := unixgrpc.NewClient(path)
-	if err != nil {
-		return portWanted{}, err
-	}
-	defer conn.Close()
-	out := &wrapperspb.StringValue{}
-	if err := conn.Invoke(ctx, portWantedMethod, &wrapperspb.StringValue{}, out); err != nil {
-		return portWanted{}, err
-	}
 	var answer portWanted
-	if err := json.Unmarshal([]byte(out.GetValue()), &answer); err != nil {
-		return portWanted{}, fmt.Errorf("PortWanted answer: %w", err)
-	}
-	return answer, nil
+	err := callOwnService(ctx, path, "PortWanted", struct{}{}, &answer)
+	return answer, err
 }
 
 // releasePortTo gives this instance's HTTP port to the instance that now
