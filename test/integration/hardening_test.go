@@ -30,6 +30,21 @@ func published(t *testing.T, name string) (*node, *process) {
 	return n, registrar
 }
 
+// logTime returns the time of day of the first klog line of logs that
+// contains msg.
+func logTime(logs, msg string) (time.Time, bool) {
+	for _, line := range strings.Split(logs, "\n") {
+		// I1123 13:06:37.060464   18863 file.go:1] "msg" ...
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !strings.Contains(line, msg) {
+			continue
+		}
+		at, err := time.Parse("15:04:05.000000", fields[1])
+		return at, err == nil
+	}
+	return time.Time{}, false
+}
+
 // status reads the registrar's /status.
 func (n *node) status(t *testing.T, addr string) map[string]any {
 	t.Helper()
@@ -242,8 +257,12 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 		}
 		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.State == "registered" && st.Publications["handover"] == 1
 	})
-	if !strings.Contains(older.stderr.String(), "Released the --http-endpoint port") {
+	released, ok := logTime(older.stderr.String(), "Released the --http-endpoint port")
+	if !ok {
 		t.Error("the older instance does not say it released the port")
+	}
+	if listening, ok := logTime(newer.stderr.String(), "Listening on --http-endpoint again"); ok && !released.IsZero() {
+		t.Logf("the port was free for %v, from the release to the newer instance's listen (their log lines)", listening.Sub(released))
 	}
 	if !newer.running() || !older.running() {
 		t.Fatal("an instance exited")
