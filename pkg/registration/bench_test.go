@@ -75,7 +75,7 @@ func BenchmarkGetInfo(b *testing.B) {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			stubs := make([]registerapi.RegistrationClient, clients)
 			for i := range stubs {
-				conn, err := grpc.NewClient("unix:"+srv.currentPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				conn, err := grpc.NewClient("unix:"+srv.Status().SocketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -112,7 +112,7 @@ func BenchmarkGetInfo(b *testing.B) {
 // one accepts connections at the path: the self-healing path, in process.
 func BenchmarkRepublish(b *testing.B) {
 	srv := serving(b)
-	path := srv.currentPath()
+	path := srv.Status().SocketPath
 	watch, err := fsnotify.NewBufferedWatcher(1024)
 	if err != nil {
 		b.Fatal(err)

@@ -172,23 +172,34 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 	if err != nil {
 		return nil, grpcstatus.Errorf(codes.InvalidArgument, "handover request: %v", err)
 	}
-	r.s.log().V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
+	r.logger.V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
 	call := &handoverCall{ctx: ctx, gen: r.gen, req: req, reply: make(chan error, 1)}
 	select {
-	case r.s.handovers <- call:
+	case r.s.events <- call:
 	case <-r.s.done:
 		return nil, grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
 	case <-ctx.Done():
 		return nil, grpcstatus.FromContextError(ctx.Err()).Err()
 	}
-	select {
-	case err := <-call.reply:
+	answer := func(err error) (*wrapperspb.StringValue, error) {
 		if err != nil {
 			return nil, grpcstatus.Error(codes.FailedPrecondition, err.Error())
 		}
 		return &wrapperspb.StringValue{Value: "handed over"}, nil
+	}
+	select {
+	case err := <-call.reply:
+		return answer(err)
 	case <-ctx.Done():
 		return nil, grpcstatus.FromContextError(ctx.Err()).Err()
+	case <-r.s.done:
+		// The loop replies before it returns, if it took the call.
+		select {
+		case err := <-call.reply:
+			return answer(err)
+		default:
+			return nil, grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
+		}
 	}
 }
 
@@ -200,14 +211,7 @@ func (l *loop) handOver(call *handoverCall) error {
 		return err
 	}
 	req := call.req
-	l.mu.Lock()
-	pub, state, name := l.pub, l.st.state, l.st.driverName
-	var verdict *Verdict
-	if l.st.lastVerdict != nil {
-		v := *l.st.lastVerdict
-		verdict = &v
-	}
-	l.mu.Unlock()
+	pub, state, name, verdict := l.pub, l.st.state, l.st.driverName, l.st.lastVerdict
 	switch {
 	case pub == nil || pub.gen != call.gen:
 		return errors.New("this instance no longer serves the registration socket")
@@ -260,16 +264,10 @@ func (l *loop) handOver(call *handoverCall) error {
 		}
 	}
 	l.stopRetry()
-	l.mu.Lock()
 	l.pub = nil
 	l.st.handedOverTo()
-	l.mu.Unlock()
-	l.retired.Add(1)
-	go func() {
-		defer l.retired.Done()
-		// The HandOver call itself is in flight on this server.
-		l.stopGRPC(pub)
-	}()
+	// The HandOver call itself is in flight on this server.
+	l.stopInBackground(pub)
 	if _, err := uc.Write([]byte{handoverDone}); err != nil {
 		// The new instance gave up before the end, and replaces the
 		// socket: nobody serves it under the name given to it.
@@ -403,10 +401,8 @@ func (l *loop) receive(conn *net.UnixConn, name, path, address string, before fs
 // adopt serves kubelet on a socket taken over, with the previous
 // instance's registration.
 func (l *loop) adopt(taken *takenOver) {
-	l.mu.Lock()
 	l.st.generation++
 	gen, name := l.st.generation, l.st.driverName
-	l.mu.Unlock()
 	l.install(&publication{gen: gen, name: name, path: taken.sock.path, sock: taken.sock}, func(st *status) { st.adopted(taken.verdict) })
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
 		"driver", name, "path", taken.sock.path, "endpoint", l.cfg.Endpoint, "registered", taken.verdict != nil, "reason", ReasonHandover)

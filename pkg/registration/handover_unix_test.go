@@ -21,7 +21,7 @@ func startRegistered(t *testing.T, dir string, configure ...func(*Config)) *runn
 	t.Helper()
 	r := start(t, dir, configure...)
 	notify(t, r.srv.SocketPathForTest(), true)
-	eventually(t, "kubelet's registration is recorded", func() bool { ready, _ := r.srv.Ready(); return ready })
+	eventually(t, "kubelet's registration is recorded", func() bool { ready := r.srv.Status().Ready; return ready })
 	return r
 }
 
@@ -88,6 +88,9 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	notify(t, path, true)
+	eventually(t, "the newer instance counts kubelet's calls", func() bool {
+		return newer.srv.Status().KubeletCalls.NotifyRegistered > calls.NotifyRegistered
+	})
 	if now := newer.srv.Status().KubeletCalls; now.GetInfo != calls.GetInfo+1 || now.NotifyRegistered != calls.NotifyRegistered+1 {
 		t.Errorf("newer instance's kubelet calls %+v, then %+v: want one GetInfo and one Notify more", calls, now)
 	}
@@ -105,7 +108,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 	if h := newer.srv.Health(context.Background()); h.State != SocketServing {
 		t.Errorf("newer Health after the older one exited = %+v, want serving", h)
 	}
-	if ready, reason := newer.srv.Ready(); !ready {
+	if ready, reason := newer.ready(); !ready {
 		t.Errorf("newer not ready after the older one exited: %s", reason)
 	}
 	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +19,7 @@ import (
 // kill makes an instance vanish as a killed process does: its registration
 // socket stops answering, and its files stay where they are.
 func (r *running) kill() {
-	r.srv.mu.Lock()
-	pub := r.srv.pub
-	r.srv.mu.Unlock()
+	pub := r.srv.shared.Load().pub
 	pub.conns.closeAll()
 	pub.grpc.Stop()
 }
@@ -119,5 +118,36 @@ func TestStopDoesNotWaitForSilentClients(t *testing.T) {
 	}
 	if removed := <-closed; !removed {
 		t.Error("the silent client was disconnected while the socket was still at the path")
+	}
+}
+
+// An error of the gRPC server's Serve reaches the loop: the socket at the
+// path no longer answers, so it is published again.
+func TestPublishesAgainWhenServingFails(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	path := r.srv.SocketPathForTest()
+	before := lstat(t, path)
+	// Accept fails from now on, as on a listener closed under gRPC.
+	if err := r.srv.shared.Load().pub.conns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the socket is published again", func() bool {
+		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).State == SocketServing
+	})
+	if os.SameFile(before, lstat(t, path)) {
+		t.Error("the socket that stopped serving is still at the path")
+	}
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo on the socket published again: %v", err)
+	}
+}
+
+func TestRunsOnce(t *testing.T) {
+	r := start(t, shortTempDir(t))
+	if err := r.srv.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already run") {
+		t.Errorf("a second Run = %v, want an error at once", err)
+	}
+	if r.srv.Health(context.Background()).State != SocketServing {
+		t.Error("the first Run stopped serving after a second call")
 	}
 }

@@ -67,9 +67,8 @@ type Health struct {
 // once per check, as long as the owner's connection holds; one that does
 // not answer is asked again at each check.
 func (s *Server) Health(ctx context.Context) Health {
-	s.mu.Lock()
-	pub, state, path := s.pub, s.st.state, s.st.socketPath
-	s.mu.Unlock()
+	shared := s.shared.Load()
+	pub, state, path := shared.pub, shared.st.state, shared.st.socketPath
 	switch {
 	case state == Stopped:
 		return Health{SocketStopped, "the registration server has stopped"}
@@ -87,10 +86,7 @@ func (s *Server) Health(ctx context.Context) Health {
 	case pub != nil && pub.sock.isOurs(found.info):
 		return Health{SocketServing, fmt.Sprintf("serving %s", path)}
 	}
-	s.mu.Lock()
-	name := s.st.driverName
-	s.mu.Unlock()
-	return s.identity.check(ctx, found.info, path, name, s.cfg.CheckTimeout)
+	return s.identity.check(ctx, found.info, path, shared.st.driverName, s.cfg.CheckTimeout)
 }
 
 // found is what is at a path.

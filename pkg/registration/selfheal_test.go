@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -127,7 +128,7 @@ func TestRetriesAfterRejection(t *testing.T) {
 	if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the registration is confirmed", func() bool { ready, _ := r.srv.Ready(); return ready })
+	eventually(t, "the registration is confirmed", func() bool { ready := r.srv.Status().Ready; return ready })
 	mu.Lock()
 	if len(reasons) != 3 {
 		t.Errorf("Rejected callback called %d times, want 3", len(reasons))
@@ -147,7 +148,7 @@ func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 	if wait := st.NextRetry.Sub(*st.LastFailure); wait < time.Hour || wait > time.Hour+time.Minute {
 		t.Errorf("first retry after %v, want 1h", wait)
 	}
-	if ready, reason := r.srv.Ready(); ready || !strings.Contains(reason, "rejected by kubelet: no") {
+	if ready, reason := r.ready(); ready || !strings.Contains(reason, "rejected by kubelet: no") {
 		t.Errorf("Ready() = %v %q, want not ready with kubelet's reason", ready, reason)
 	}
 	// A second rejection while a retry is pending does not push it back.
@@ -167,18 +168,20 @@ func TestIgnoresAVerdictOnAnEarlierSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.st.driverName, srv.st.state = testDriver, WaitingForKubelet
-	srv.pub = &publication{gen: 2}
-	l := &loop{Server: srv, logger: srv.logger, backoff: time.Second}
-	if err := l.verdict(verdict{gen: 1, registered: true}); err != nil {
+	l := &loop{Server: srv, logger: logr.Discard(), st: newStatus(testEndpoint), backoff: time.Second}
+	l.st.driverName, l.st.state = testDriver, WaitingForKubelet
+	l.pub = &publication{gen: 2}
+	if err := l.verdict(kubeletCall{gen: 1, notify: true, registered: true}); err != nil {
 		t.Fatal(err)
 	}
+	l.share()
 	if st := srv.Status(); st.State != WaitingForKubelet || st.LastVerdict != nil {
 		t.Errorf("after a verdict on socket 1: state %v, last verdict %+v; want both unchanged", st.State, st.LastVerdict)
 	}
-	if err := l.verdict(verdict{gen: 2, registered: true}); err != nil {
+	if err := l.verdict(kubeletCall{gen: 2, notify: true, registered: true}); err != nil {
 		t.Fatal(err)
 	}
+	l.share()
 	if st := srv.Status(); st.State != Registered {
 		t.Errorf("after a verdict on socket 2: state %v, want registered", st.State)
 	}
@@ -204,26 +207,26 @@ func TestRegistersUnderTheDriversNewName(t *testing.T) {
 
 func TestReadiness(t *testing.T) {
 	r := startWaiting(t, shortTempDir(t))
-	if ready, reason := r.srv.Ready(); ready || reason != "waiting for the CSI driver" {
+	if ready, reason := r.ready(); ready || reason != "waiting for the CSI driver" {
 		t.Errorf("before the driver: Ready() = %v %q", ready, reason)
 	}
 	r.srv.DriverFound(testDriver)
 	r.waitServing(t)
-	if ready, reason := r.srv.Ready(); ready || !strings.Contains(reason, "waiting for kubelet") {
+	if ready, reason := r.ready(); ready || !strings.Contains(reason, "waiting for kubelet") {
 		t.Errorf("before kubelet's verdict: Ready() = %v %q", ready, reason)
 	}
 	path := r.srv.SocketPathForTest()
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ready", func() bool { ready, _ := r.srv.Ready(); return ready })
+	eventually(t, "ready", func() bool { ready := r.srv.Status().Ready; return ready })
 	if st := r.srv.Status(); st.State != Registered || st.LastVerdict == nil || !st.LastVerdict.Registered || st.LastNotify == nil || st.KubeletCalls.NotifyRegistered != 1 {
 		t.Errorf("Status = %+v", st)
 	}
 	// A new socket needs kubelet's verdict again.
 	os.Remove(path)
 	eventually(t, "not ready until kubelet confirms the new socket", func() bool {
-		ready, reason := r.srv.Ready()
+		ready, reason := r.ready()
 		return !ready && strings.Contains(reason, "waiting for kubelet")
 	})
 }
@@ -234,10 +237,10 @@ func TestDriverReachability(t *testing.T) {
 		t.Error("driver not reachable after it was found")
 	}
 	r.srv.DriverGone()
-	if st := r.srv.Status(); st.DriverReachable {
-		t.Error("driver still reachable after DriverGone")
-	}
+	eventually(t, "driver not reachable after DriverGone", func() bool { return !r.srv.Status().DriverReachable })
 	r.srv.DriverFound(testDriver)
+	// The name and the reachability arrive together.
+	eventually(t, "driver reachable again", func() bool { return r.srv.Status().DriverReachable })
 	if st := r.srv.Status(); !st.DriverReachable || st.Publications[ReasonStart] != 1 || len(st.Publications) != 1 {
 		t.Errorf("the same name again: Status = %+v, want reachable and no new publication", st)
 	}

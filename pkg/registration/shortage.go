@@ -41,11 +41,9 @@ func (l *loop) publish(reason string) error {
 	if err == nil || !isShortage(err) {
 		return err
 	}
-	l.mu.Lock()
 	previous := l.st.publishError
 	l.st.publishError = err.Error()
 	l.st.nextPublish = time.Now().Add(l.publishBackoff)
-	l.mu.Unlock()
 	if previous != err.Error() {
 		l.logger.Error(err, "Cannot publish the registration socket: trying again after a backoff", "reason", reason, "backoff", l.publishBackoff)
 	} else {
@@ -78,9 +76,7 @@ func (l *loop) cancelPendingPublication() {
 func (l *loop) publishPending() error {
 	reason := l.pending.reason
 	l.pending = nil
-	l.mu.Lock()
 	pub, path := l.pub, l.st.socketPath
-	l.mu.Unlock()
 	found := inspect(path)
 	if found.err == nil && found.socket && (pub == nil || !pub.sock.isOurs(found.info)) {
 		return l.foreignSocket(pub, path, found.info)

@@ -85,7 +85,8 @@ type Status struct {
 	KubeletSilent bool `json:"kubeletSilent,omitempty"`
 }
 
-// status is the mutable state behind Status, guarded by Server.mu.
+// status is the registration behind Status, owned by the loop; readers get
+// copies (snapshot).
 type status struct {
 	driverName      string
 	driverReachable bool
@@ -189,9 +190,8 @@ func (st *status) verdict(registered bool, reason string) (changed bool) {
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	s.mu.Lock()
-	st := s.st
-	pub := s.pub
+	shared := s.shared.Load()
+	st, pub := shared.st, shared.pub
 	out := Status{
 		DriverName:           st.driverName,
 		DriverReachable:      st.driverReachable,
@@ -216,7 +216,6 @@ func (s *Server) Status() Status {
 		v := *st.lastVerdict
 		out.LastVerdict = &v
 	}
-	s.mu.Unlock()
 
 	switch st.state {
 	case WaitingForDriver:
@@ -250,13 +249,6 @@ func (s *Server) Status() Status {
 		out.Reason = "cannot publish the registration socket, trying again: " + st.publishError
 	}
 	return out
-}
-
-// Ready tells whether kubelet has confirmed the current registration
-// socket and the socket is still ours; otherwise it says why not.
-func (s *Server) Ready() (bool, string) {
-	st := s.Status()
-	return st.Ready, st.Reason
 }
 
 func socketStillOurs(pub *publication) (bool, string) {
