@@ -15,7 +15,8 @@
 //
 // Everything goes to stderr unless the split-stream flag of the selected
 // format is set: then info lines go to stdout, optionally through a buffer
-// that klog's flush daemon and klog.Flush empty, and the rest to stderr. In
+// emptied by klog.Flush and at most --log-flush-frequency after a line went
+// into it, and the rest to stderr. In
 // text that is warning, error and fatal lines; in JSON, which has no
 // severities, error lines only (klog passes warnings to a logger as info).
 // Programs must call klog.Flush before they exit.
@@ -94,8 +95,8 @@ func (s *streamOptions) addFlags(fs *flag.FlagSet, format, toStderr string) {
 }
 
 // Apply validates the flag values and configures klog's global logger,
-// starts klog's periodic flush and logs one deprecation warning for each of
-// klog's own flags that was set on fs. The error says what to change.
+// starts klog's periodic flush where klog writes files itself, and logs
+// one deprecation warning for each of klog's own flags that was set on fs. The error says what to change.
 // Apply changes process-wide state: call it once, before logging.
 func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
@@ -114,7 +115,13 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 		before.Restore()
 		return err
 	}
-	klog.StartFlushDaemon(o.flushFrequency)
+	if honourLegacy {
+		// klog writes its files itself, through buffers only its daemon
+		// flushes. Otherwise nothing needs it: stderr is written at once,
+		// and a buffer of info lines flushes itself (bufferedWriter), so
+		// an idle registrar is not woken every few seconds.
+		klog.StartFlushDaemon(o.flushFrequency)
+	}
 
 	effect := "klog still honours it for now because the text format is used without a split stream"
 	switch {
@@ -196,7 +203,7 @@ func (o *Options) validate() error {
 // setLogger gives klog a logger for the selected format writing to stdout and
 // stderr, and lets klog.Flush empty the info buffer if there is one.
 func (o *Options) setLogger(stdout, stderr io.Writer) {
-	info, errs, flush := o.selected().outputs(stdout, stderr)
+	info, errs, flush := o.selected().outputs(stdout, stderr, o.flushFrequency)
 	verbosity := func(out io.Writer) *textlogger.Config {
 		config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
 		_ = config.VModule().Set(o.vmodule) // validated
@@ -221,14 +228,14 @@ func (o *Options) setLogger(stdout, stderr io.Writer) {
 
 // outputs returns the writers for info and for error lines, the same one
 // unless the stream is split, and a function that flushes buffered info
-// lines, nil if there is no buffer.
-func (s *streamOptions) outputs(stdout, stderr io.Writer) (info, errs io.Writer, flush func()) {
+// lines, nil if there is no buffer. Buffered lines wait at most every.
+func (s *streamOptions) outputs(stdout, stderr io.Writer, every time.Duration) (info, errs io.Writer, flush func()) {
 	errs = newLockedWriter(stderr)
 	switch {
 	case !s.splitStream:
 		return errs, errs, nil
 	case s.infoBufferSize.bytes > 0:
-		buffered := newBufferedWriter(stdout, int(s.infoBufferSize.bytes))
+		buffered := newBufferedWriter(stdout, int(s.infoBufferSize.bytes), every)
 		return buffered, errs, buffered.Flush
 	default:
 		return newLockedWriter(stdout), errs, nil

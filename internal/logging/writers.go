@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"sync"
+	"time"
 )
 
 // lockedWriter serialises writes so that lines written concurrently by
@@ -25,17 +26,21 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.out.Write(p)
 }
 
-// bufferedWriter holds info output in memory until klog flushes (the flush
-// daemon or klog.Flush) or the buffer is full. A line that does not fit in
-// what is left of the buffer first flushes the buffer, so the underlying
-// writer only ever receives whole lines.
+// bufferedWriter holds info output in memory until it is flushed: by
+// klog.Flush, when the buffer is full, or at the latest `every` after a
+// line went into an empty buffer. Nothing wakes it while the buffer is
+// empty, unlike klog's flush daemon, which ticks for ever. A line that
+// does not fit in what is left of the buffer first flushes the buffer, so
+// the underlying writer only ever receives whole lines.
 type bufferedWriter struct {
-	mu  sync.Mutex
-	buf *bufio.Writer
+	mu    sync.Mutex
+	buf   *bufio.Writer
+	every time.Duration
+	timer *time.Timer // armed while lines wait in the buffer
 }
 
-func newBufferedWriter(out io.Writer, size int) *bufferedWriter {
-	return &bufferedWriter{buf: bufio.NewWriterSize(out, size)}
+func newBufferedWriter(out io.Writer, size int, every time.Duration) *bufferedWriter {
+	return &bufferedWriter{buf: bufio.NewWriterSize(out, size), every: every}
 }
 
 func (w *bufferedWriter) Write(p []byte) (int, error) {
@@ -48,7 +53,11 @@ func (w *bufferedWriter) Write(p []byte) (int, error) {
 	}
 	// With an empty buffer, bufio writes a line larger than the buffer
 	// straight through.
-	return w.buf.Write(p)
+	n, err := w.buf.Write(p)
+	if w.buf.Buffered() > 0 && w.timer == nil {
+		w.timer = time.AfterFunc(w.every, w.Flush)
+	}
+	return n, err
 }
 
 // Flush writes out whatever is buffered. Errors are dropped: there is no
@@ -57,6 +66,10 @@ func (w *bufferedWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_ = w.buf.Flush()
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
 }
 
 // severityRouter splits klog's text output: each write is one formatted

@@ -228,7 +228,7 @@ func (f *follower) watchConnected(ctx context.Context, socket os.FileInfo) (watc
 	}()
 	waiting := held // while the connection holds
 	for {
-		change, err := f.watcher.next(waiting, time.Now().Add(f.cfg.MaxBackoff))
+		change, err := f.watcher.next(waiting, f.connectedDeadline())
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
@@ -293,6 +293,19 @@ func (f *follower) waitForSocket(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// connectedDeadline is when a wait for a change of the socket, while a
+// connection to the driver is held, looks at the file system anyway:
+// never while the directory is watched. The connection ends when the
+// driver does, and the watch reports a new socket; a watch lost without an
+// event (its file system unmounted) is put back at the next look, when the
+// connection ends. Without a watch, after MaxBackoff.
+func (f *follower) connectedDeadline() time.Time {
+	if f.watcher.watching() {
+		return time.Time{}
+	}
+	return time.Now().Add(f.cfg.MaxBackoff)
 }
 
 // look tells from the file system what may have happened to the socket

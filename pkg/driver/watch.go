@@ -37,7 +37,8 @@ const (
 // when the directory is removed. It never replaces the backoff timer, only
 // cuts it short: if watching is impossible (no inotify instances or watches
 // left, no permission) attempts still happen at the backoff pace, and a watch
-// lost without an event (an unmount) is put back when a wait times out.
+// lost without an event (an unmount, or a file system mounted over the
+// directory) is put back when a wait with a deadline times out.
 type socketWatcher struct {
 	logger klog.Logger
 	socket string // absolute and clean, to compare with event names
@@ -46,6 +47,10 @@ type socketWatcher struct {
 	started bool
 	notify  *fsnotify.Watcher // nil when watching is impossible
 	watched string            // directory being watched, "" for none
+	// watchedDir is the directory watched, as it was when the watch was
+	// added: another file system mounted over it, or its own unmounted,
+	// puts another directory at the same path.
+	watchedDir os.FileInfo
 
 	reportedFailure bool
 }
@@ -133,6 +138,7 @@ func (w *socketWatcher) rearm() bool {
 		}
 		w.logger.V(4).Info("Watching for the CSI driver socket", "directory", dir, "path", w.socket)
 		w.watched = dir
+		w.watchedDir, _ = os.Stat(dir)
 		moved = true
 	}
 	return moved
@@ -152,10 +158,15 @@ func deepestExistingDir(dir string) string {
 }
 
 // next returns the first change seen before deadline, or noChange at the
-// deadline. It returns ctx's error once ctx is done.
+// deadline; a zero deadline is none. It returns ctx's error once ctx is
+// done.
 func (w *socketWatcher) next(ctx context.Context, deadline time.Time) (socketChange, error) {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if w.notify != nil {
@@ -165,7 +176,7 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time) (socketCha
 		select {
 		case <-ctx.Done():
 			return noChange, ctx.Err()
-		case <-timer.C:
+		case <-expired:
 			return w.restoreWatch(), nil
 		case event, ok := <-events:
 			if !ok {
@@ -209,6 +220,13 @@ func (w *socketWatcher) handle(event fsnotify.Event) socketChange {
 	return noChange
 }
 
+// stillWatched tells whether the directory at the watched path is the one
+// the watch was added to.
+func (w *socketWatcher) stillWatched() bool {
+	now, err := os.Stat(w.watched)
+	return err == nil && w.watchedDir != nil && os.SameFile(now, w.watchedDir)
+}
+
 // restoreWatch puts back a watch that was lost without an event: the kernel
 // drops it silently when its file system is unmounted. It returns
 // socketUnknown when the watch moved.
@@ -216,8 +234,9 @@ func (w *socketWatcher) restoreWatch() socketChange {
 	if w.notify == nil {
 		return noChange
 	}
-	if w.watched != "" && !slices.Contains(w.notify.WatchList(), w.watched) {
+	if w.watched != "" && (!slices.Contains(w.notify.WatchList(), w.watched) || !w.stillWatched()) {
 		w.logger.V(4).Info("Lost the watch for the CSI driver socket", "directory", w.watched, "path", w.socket)
+		_ = w.notify.Remove(w.watched) // fsnotify may not have seen the loss yet
 		w.watched = ""
 	}
 	if w.watched == "" && w.rearm() {
