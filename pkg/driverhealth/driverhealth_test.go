@@ -48,7 +48,7 @@ type testDriver struct {
 	answer answer
 }
 
-func newTestDriver(t *testing.T, a answer) *testDriver {
+func newTestDriver(t testing.TB, a answer) *testDriver {
 	t.Helper()
 	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
 	d := &testDriver{server: grpc.NewServer(), answer: a}
@@ -92,7 +92,7 @@ var hidden atomic.Int64
 // serve starts the driver on a socket bound under a hidden name and
 // renamed to path, as test/mockdriver does, so that it replaces a socket
 // there at one instant. The socket file stays when the driver stops.
-func (d *testDriver) serve(t *testing.T, path string) {
+func (d *testDriver) serve(t testing.TB, path string) {
 	t.Helper()
 	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".d%d", hidden.Add(1)))
 	l, err := net.Listen("unix", tmp)
@@ -122,7 +122,7 @@ func ready(v bool) answer {
 
 func unset(context.Context) (*csi.ProbeResponse, error) { return &csi.ProbeResponse{}, nil }
 
-func socketPath(t *testing.T) string {
+func socketPath(t testing.TB) string {
 	// Unix socket paths are limited to 107 bytes: t.TempDir() can be long.
 	dir, err := os.MkdirTemp("", "dh")
 	if err != nil {
