@@ -190,19 +190,19 @@ func validateEndpoint(address string) error {
 	if err != nil {
 		return fmt.Errorf("not host:port (%v): write it as :9808 or 0.0.0.0:9808", err)
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 (any free port) to 65535", port)
 	}
 	return nil
 }
 
 // samePort tells whether two listen addresses would take the same port:
-// the same port, and a host left empty or unspecified on either side or
-// the same on both.
+// the same port, not 0 (any free one), and a host left empty or
+// unspecified on either side or the same on both.
 func samePort(a, b string) bool {
 	hostA, portA, errA := net.SplitHostPort(a)
 	hostB, portB, errB := net.SplitHostPort(b)
-	if errA != nil || errB != nil || portA != portB {
+	if errA != nil || errB != nil || portA != portB || portA == "0" {
 		return false
 	}
 	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }

@@ -136,6 +136,7 @@ func TestAcceptsWithAWarning(t *testing.T) {
 		{"probe timeout without the driver health endpoint", []string{"--probe-timeout=5s"}, "--probe-timeout has no effect without --driver-health-endpoint", time.Second, ""},
 		{"driver health endpoint beside the HTTP endpoint", []string{"--http-endpoint=:9809", "--driver-health-endpoint=:9808", "--probe-timeout=1s"}, "", time.Second, ":9809"},
 		{"driver health endpoint on another address, same port", []string{"--http-endpoint=10.0.0.1:9808", "--driver-health-endpoint=127.0.0.1:9808"}, "", time.Second, "10.0.0.1:9808"},
+		{"both on any free port", []string{"--http-endpoint=127.0.0.1:0", "--driver-health-endpoint=127.0.0.1:0"}, "", time.Second, "127.0.0.1:0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
