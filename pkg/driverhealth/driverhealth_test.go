@@ -43,9 +43,7 @@ type testDriver struct {
 	server      *grpc.Server
 	connections atomic.Int64
 	calls       atomic.Int64
-
-	mu     sync.Mutex
-	answer answer
+	answer      answer
 }
 
 func newTestDriver(t testing.TB, a answer) *testDriver {
@@ -55,22 +53,13 @@ func newTestDriver(t testing.TB, a answer) *testDriver {
 	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 			d.calls.Add(1)
-			d.mu.Lock()
-			a := d.answer
-			d.mu.Unlock()
-			return a(ctx)
+			return d.answer(ctx)
 		})
 	csi.RegisterIdentityServer(d.server, struct {
 		csi.UnsafeIdentityServer
 		*csitest.MockIdentityServer
 	}{MockIdentityServer: identity})
 	return d
-}
-
-func (d *testDriver) setAnswer(a answer) {
-	d.mu.Lock()
-	d.answer = a
-	d.mu.Unlock()
 }
 
 // countingListener counts the connections accepted.

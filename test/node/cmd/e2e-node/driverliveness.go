@@ -19,9 +19,12 @@ import (
 // The revision of check 7: deploy/ with its driver-liveness component, two
 // containers and no livenessprobe sidecar. The registrar answers the
 // driver container's liveness probe on driverHealthPort.
+const revDriverLiveness revision = 8
+
+// Where the registrar of revDriverLiveness serves the driver's liveness,
+// and the test driver's Probe answer.
 const (
-	revDriverLiveness revision = 8
-	driverHealthPort           = 9830
+	driverHealthPort = 9830
 	// probeFile is the test driver's --probe-file, in the socket
 	// directory: the check changes the driver's Probe answer through it
 	// on the host.
