@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -121,5 +122,56 @@ func TestNoDriverHealthEndpointByDefault(t *testing.T) {
 	}
 	if strings.Contains(driverProc.stdout.String(), "Probe") {
 		t.Errorf("the driver was probed without --driver-health-endpoint:\n%s", driverProc.stdout.String())
+	}
+}
+
+// The other way round: a registration that kubelet rejects does not fail
+// the driver's liveness probe.
+func TestDriverHealthIgnoresTheRegistration(t *testing.T) {
+	const name = "rejected-liveness.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name, "--probe=ready")
+	healthAddr := freeAddress(t)
+	registrar := n.startRegistrar(t, "--driver-health-endpoint="+healthAddr)
+	n.waitForSocket(t, name, registrar)
+	if _, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(),
+		&registerapi.RegistrationStatus{PluginRegistered: false, Error: "rejected by the test"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the registrar reports the rejection", func() bool {
+		_, body := get(n.httpAddr, "/readyz")
+		return strings.Contains(body, "rejected by kubelet")
+	})
+	if code, body := get(healthAddr, "/healthz"); code != http.StatusOK || body != "ok" {
+		t.Errorf("the driver's liveness after kubelet rejected the registration: %d %q, want 200 ok", code, body)
+	}
+}
+
+// An address in use is waited for, and the registration goes on meanwhile.
+func TestDriverHealthEndpointInUseIsWaitedFor(t *testing.T) {
+	const name = "busy-liveness.csi.example.com"
+	n := newNode(t)
+	healthAddr := freeAddress(t)
+	taken, err := net.Listen("tcp", healthAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	n.startDriver(t, name)
+	registrar := n.startRegistrar(t, "--driver-health-endpoint="+healthAddr)
+	n.waitForSocket(t, name, registrar)
+	eventually(t, "the registrar says it waits for the address", func() bool {
+		return strings.Contains(registrar.stderr.String(), "The --driver-health-endpoint address is in use: waiting for it")
+	})
+	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatalf("GetInfo while waiting for the address: %v", err)
+	}
+	taken.Close()
+	eventually(t, "the driver's liveness is served", func() bool {
+		code, _ := get(healthAddr, "/healthz")
+		return code == http.StatusOK
+	})
+	if !registrar.running() {
+		t.Fatal("the registrar exited")
 	}
 }
