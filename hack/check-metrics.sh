@@ -25,6 +25,7 @@ bin/mockdriver -endpoint="$work/csi.sock" -unavailable-calls=1 >"$work/driver.lo
 pids+=($!)
 bin/csi-node-driver-registrar --csi-address="$work/csi.sock" --plugin-registration-path="$work/registry" \
 	--kubelet-registration-path=/var/lib/kubelet/plugins/mock/csi.sock --http-endpoint=127.0.0.1:0 \
+	--driver-health-endpoint=127.0.0.1:0 \
 	>"$work/registrar.log" 2>&1 &
 pids+=($!)
 
@@ -41,6 +42,16 @@ address=$(sed -n 's/.*"Serving HTTP" address="\([^"]*\)".*/\1/p' "$work/registra
 [[ -n $address ]] || fail "no \"Serving HTTP\" line in the registrar's log"
 
 # HTTP/1.0 over bash's /dev/tcp: no curl on a bare CI machine.
+# One probe of the driver's liveness (--driver-health-endpoint), so that
+# csi_sidecar_operations_seconds is in /metrics too.
+health=$(sed -n 's/.*"Serving the CSI driver'"'"'s liveness probe" address="\([^"]*\)".*/\1/p' "$work/registrar.log" | head -1)
+[[ -n $health ]] || fail "no \"Serving the CSI driver's liveness probe\" line in the registrar's log"
+exec 3<>"/dev/tcp/${health%:*}/${health##*:}"
+printf 'GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n' "$health" >&3
+probe=$(head -1 <&3 | tr -d '\r')
+exec 3<&-
+[[ $probe == "HTTP/1.0 200 OK" || $probe == "HTTP/1.1 200 OK" ]] || fail "GET http://$health/healthz (the driver's liveness): $probe"
+
 exec 3<>"/dev/tcp/${address%:*}/${address##*:}"
 printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$address" >&3
 cat <&3 >"$work/response"
@@ -49,6 +60,8 @@ status=$(head -1 "$work/response" | tr -d '\r')
 [[ $status == "HTTP/1.0 200 OK" || $status == "HTTP/1.1 200 OK" ]] || fail "GET /metrics: $status"
 sed '1,/^\r$/d' "$work/response" >"$work/metrics"
 step "GET http://$address/metrics: $(grep -c '^# TYPE' "$work/metrics") families"
+grep -q '^csi_sidecar_operations_seconds_count{driver_name="' "$work/metrics" ||
+	fail "/metrics lacks csi_sidecar_operations_seconds after a probe of --driver-health-endpoint"
 
 # promtool prints each problem and exits non-zero on any.
 if ! promtool check metrics <"$work/metrics"; then

@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/logging"
+	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -40,6 +43,8 @@ type options struct {
 	terminationMessagePath  string
 	rejectionPolicy         string
 	diagnose                bool
+	driverHealthEndpoint    string
+	probeTimeout            time.Duration
 
 	logging *logging.Options
 	flags   *flag.FlagSet
@@ -65,6 +70,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log", "File where the reason of a fatal error or of kubelet's rejection is written, for kubectl describe pod. It must exist: kubelet creates it.")
 	fs.StringVar(&o.rejectionPolicy, "rejection-policy", string(registration.Retry), "What to do when kubelet rejects the driver: \"retry\" publishes the registration socket again after a backoff (1s doubling up to 5m) until kubelet accepts it; \"exit\" exits 1, as upstream does.")
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
+	fs.StringVar(&o.driverHealthEndpoint, "driver-health-endpoint", "", "TCP address (host:port, e.g. :9808) of a second HTTP server whose /healthz calls the CSI driver's Identity.Probe, as the livenessprobe sidecar's does: point the driver container's livenessProbe at it, and drop the livenessprobe container. Empty: not served.")
+	fs.DurationVar(&o.probeTimeout, "probe-timeout", driverhealth.DefaultTimeout, "Timeout of each Identity.Probe call made for --driver-health-endpoint's /healthz (livenessprobe's --probe-timeout).")
 	o.logging.AddFlags(fs)
 	o.flags = fs
 	fs.Usage = o.usage
@@ -117,6 +124,16 @@ func (o *options) validate() error {
 	if o.httpEndpoint != "" && o.healthPort > 0 {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
+	if o.driverHealthEndpoint != "" {
+		if err := validateEndpoint(o.driverHealthEndpoint); err != nil {
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: %w", o.driverHealthEndpoint, err))
+		} else if httpAddr := o.httpAddress(); httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint) {
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, httpAddr))
+		}
+	}
+	if o.probeTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout))
+	}
 	switch registration.Policy(o.rejectionPolicy) {
 	case registration.Retry, registration.Exit:
 	default:
@@ -137,6 +154,9 @@ func (o *options) warnings() []string {
 		// Upstream gives every GetPluginInfo an expired deadline, fails it
 		// at once and exits 1: it can never register.
 		warnings = append(warnings, fmt.Sprintf("--timeout=%v is not positive: using the default, %v, instead (upstream fails every GetPluginInfo at once with it)", o.timeout, defaultTimeout))
+	}
+	if o.driverHealthEndpoint == "" && o.wasSet("probe-timeout") {
+		warnings = append(warnings, "--probe-timeout has no effect without --driver-health-endpoint")
 	}
 	switch o.mode {
 	case "", probeMode:
@@ -162,6 +182,31 @@ func (o *options) httpAddress() string {
 		return fmt.Sprintf(":%d", o.healthPort)
 	}
 	return o.httpEndpoint
+}
+
+// validateEndpoint checks a host:port to listen on.
+func validateEndpoint(address string) error {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("not host:port (%v): write it as :9808 or 0.0.0.0:9808", err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 (any free port) to 65535", port)
+	}
+	return nil
+}
+
+// samePort tells whether two listen addresses would take the same port:
+// the same port, not 0 (any free one), and a host left empty or
+// unspecified on either side or the same on both.
+func samePort(a, b string) bool {
+	hostA, portA, errA := net.SplitHostPort(a)
+	hostB, portB, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || portA != portB || portA == "0" {
+		return false
+	}
+	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return unspecified(hostA) || unspecified(hostB) || hostA == hostB
 }
 
 // wasSet tells whether a flag was given on the command line.

@@ -19,7 +19,7 @@ func TestParseFlagsAcceptsUpstreamManifests(t *testing.T) {
 		{"defaults", []string{"--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock"}, func(t *testing.T, o *options) {
 			if o.csiAddress != "/run/csi/socket" || o.pluginRegistrationPath != "/registration" || o.timeout != time.Second ||
 				o.httpEndpoint != "" || o.healthPort != 0 || o.mode != "" || o.enablePprof || o.automaxprocs ||
-				o.terminationMessagePath != "/dev/termination-log" {
+				o.terminationMessagePath != "/dev/termination-log" || o.driverHealthEndpoint != "" || o.probeTimeout != 3*time.Second {
 				t.Errorf("defaults differ from upstream's: %+v", o)
 			}
 		}},
@@ -90,6 +90,11 @@ func TestValidate(t *testing.T) {
 		{"both HTTP flags", []string{"--kubelet-registration-path=/k", "--http-endpoint=:8080", "--health-port=9809"}, []string{"--health-port=9809", "--http-endpoint", "mutually exclusive"}},
 		{"unknown rejection policy", []string{"--kubelet-registration-path=/k", "--rejection-policy=never"}, []string{`--rejection-policy="never" is not supported`}},
 		{"all at once", []string{"--rejection-policy=never", "--health-port=9809", "--http-endpoint=:8080"}, []string{"--kubelet-registration-path", "--rejection-policy", "mutually exclusive"}},
+		{"driver health endpoint without a port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=9808"}, []string{`--driver-health-endpoint="9808": not host:port`, ":9808"}},
+		{"driver health endpoint with a bad port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=:http"}, []string{`port "http" is not a number`}},
+		{"driver health endpoint on the HTTP endpoint's port", []string{"--kubelet-registration-path=/k", "--http-endpoint=:9809", "--driver-health-endpoint=127.0.0.1:9809"}, []string{"use the same port"}},
+		{"driver health endpoint on the health port", []string{"--kubelet-registration-path=/k", "--health-port=9808", "--driver-health-endpoint=:9808"}, []string{"use the same port"}},
+		{"zero probe timeout", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=:9808", "--probe-timeout=0"}, []string{"--probe-timeout=0s is not positive"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,6 +133,10 @@ func TestAcceptsWithAWarning(t *testing.T) {
 		{"unknown mode", []string{"--mode=foo"}, `--mode="foo" is not a mode: registering the driver`, time.Second, ""},
 		{"registration mode", []string{"--mode=registration"}, "--mode is deprecated", time.Second, ""},
 		{"probe mode", []string{"--mode=" + probeMode}, "", time.Second, ""},
+		{"probe timeout without the driver health endpoint", []string{"--probe-timeout=5s"}, "--probe-timeout has no effect without --driver-health-endpoint", time.Second, ""},
+		{"driver health endpoint beside the HTTP endpoint", []string{"--http-endpoint=:9809", "--driver-health-endpoint=:9808", "--probe-timeout=1s"}, "", time.Second, ":9809"},
+		{"driver health endpoint on another address, same port", []string{"--http-endpoint=10.0.0.1:9808", "--driver-health-endpoint=127.0.0.1:9808"}, "", time.Second, "10.0.0.1:9808"},
+		{"both on any free port", []string{"--http-endpoint=127.0.0.1:0", "--driver-health-endpoint=127.0.0.1:0"}, "", time.Second, "127.0.0.1:0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -186,8 +187,20 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	// published meanwhile. A port in use is waited for (see httpport).
 	g, ctx := errgroup.WithContext(ctx)
 	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout()}
+	// The driver's own liveness probe (--driver-health-endpoint): a
+	// listener of its own, sharing nothing with the registration but the
+	// driver's restarts, which make it dial again.
+	var driverHealth *driverhealth.Prober
+	if o.driverHealthEndpoint != "" {
+		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
+		g.Go(func() error { return driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout) })
+	}
 	if port != nil {
-		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
+		opts := healthz.Options{EnablePprof: o.enablePprof, Version: version}
+		if driverHealth != nil {
+			opts.MoreMetrics = driverHealth.Families
+		}
+		probes := healthz.New(opts)
 		probes.SetRegistration(srv)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return port.Run(ctx) })
@@ -200,6 +213,13 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 				srv.DriverFound(e.Name)
 			} else {
 				srv.DriverGone()
+			}
+			switch {
+			case driverHealth == nil:
+			case e.Reachable:
+				driverHealth.DriverFound(e.Name)
+			default:
+				driverHealth.DriverGone()
 			}
 		})
 	})

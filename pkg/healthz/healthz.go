@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -31,6 +32,8 @@ type Options struct {
 	EnablePprof bool
 	// Version is reported in /status and in the build_info metric.
 	Version string
+	// MoreMetrics, when set, adds families to /metrics at each scrape.
+	MoreMetrics func() []*dto.MetricFamily
 }
 
 // Server answers probes and scrapes for the registrar.
@@ -38,6 +41,7 @@ type Server struct {
 	mux     *http.ServeMux
 	version string
 	metrics *metricSet
+	more    func() []*dto.MetricFamily
 
 	mu           sync.Mutex
 	registration Registration
@@ -50,6 +54,7 @@ func New(opts Options) *Server {
 		mux:      http.NewServeMux(),
 		version:  opts.Version,
 		metrics:  newMetricSet(opts.Version),
+		more:     opts.MoreMetrics,
 		lastCode: http.StatusOK,
 	}
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
@@ -225,14 +230,27 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 // httpServer serves the endpoints, bounding the size of request heads and
 // the number of open connections (see limits.go).
 func (s *Server) httpServer(ctx context.Context) *http.Server {
+	return NewHTTPServer(ctx, s.mux)
+}
+
+// NewHTTPServer is an HTTP server for handler with the endpoint's limits
+// (see limits.go), for another listener on the pod network: its requests
+// carry ctx.
+func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           s.mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         newConnLimiter(maxConnections).track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+}
+
+// Shutdown gives open requests up to timeout to finish, then closes their
+// connections.
+func Shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
+	return shutdown(ctx, srv, timeout)
 }
 
 // shutdown gives open requests up to timeout to finish, then closes their

@@ -175,6 +175,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	families := s.metrics.families(s.registrationStatus())
 	families = append(families, processFamilies()...)
 	families = append(families, goFamilies()...)
+	if s.more != nil {
+		families = append(families, s.more()...)
+	}
 	sort.Slice(families, func(i, j int) bool { return families[i].GetName() < families[j].GetName() })
 	for _, family := range families {
 		if _, err := expfmt.MetricFamilyToText(w, family); err != nil {

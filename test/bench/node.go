@@ -34,6 +34,8 @@ type node struct {
 	registry   string
 	regSock    string
 	httpAddr   string
+	// registrarArgs are added to the registrar's flags.
+	registrarArgs []string
 
 	driver, registrar *process
 }
@@ -119,13 +121,14 @@ func (n *node) startDriver(ctx context.Context, path string) (time.Duration, err
 // environment of its image (-registrar-env), and returns once exec has
 // returned.
 func (n *node) startRegistrar() (err error) {
-	n.registrar, err = start("registrar", n.cfg.registrarEnv, n.cfg.registrar,
-		"--csi-address="+n.driverSock,
-		"--kubelet-registration-path="+endpoint,
-		"--plugin-registration-path="+n.registry,
-		"--http-endpoint="+n.httpAddr,
+	args := append([]string{
+		"--csi-address=" + n.driverSock,
+		"--kubelet-registration-path=" + endpoint,
+		"--plugin-registration-path=" + n.registry,
+		"--http-endpoint=" + n.httpAddr,
 		"--termination-message-path=",
-	)
+	}, n.registrarArgs...)
+	n.registrar, err = start("registrar", n.cfg.registrarEnv, n.cfg.registrar, args...)
 	return err
 }
 
@@ -188,13 +191,14 @@ func get(ctx context.Context, client *http.Client, url string) (int, error) {
 	return resp.StatusCode, errors.Join(err, resp.Body.Close())
 }
 
-// registered starts the driver and the registrar in a fresh node and
-// registers the driver as kubelet would.
-func registered(ctx context.Context, cfg config) (_ *node, err error) {
+// registered starts the driver and the registrar, with registrarArgs added
+// to its flags, in a fresh node and registers the driver as kubelet would.
+func registered(ctx context.Context, cfg config, registrarArgs ...string) (_ *node, err error) {
 	n, err := newNode(cfg)
 	if err != nil {
 		return nil, err
 	}
+	n.registrarArgs = registrarArgs
 	defer func() {
 		if err != nil {
 			n.close()

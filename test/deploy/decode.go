@@ -51,14 +51,17 @@ func DecodeStrict(doc []byte) (runtime.Object, error) {
 	return obj, nil
 }
 
-// DecodeKustomization decodes a kustomization file strictly.
+// DecodeKustomization decodes a kustomization file strictly: a
+// Kustomization or a Component.
 func DecodeKustomization(data []byte) (*types.Kustomization, error) {
 	var k types.Kustomization
 	if err := yaml.UnmarshalStrict(data, &k); err != nil {
 		return nil, err
 	}
-	if k.Kind != types.KustomizationKind || k.APIVersion != types.KustomizationVersion {
-		return nil, fmt.Errorf("apiVersion %q kind %q: want %s %s", k.APIVersion, k.Kind, types.KustomizationVersion, types.KustomizationKind)
+	isKustomization := k.Kind == types.KustomizationKind && k.APIVersion == types.KustomizationVersion
+	isComponent := k.Kind == types.ComponentKind && k.APIVersion == types.ComponentVersion
+	if !isKustomization && !isComponent {
+		return nil, fmt.Errorf("apiVersion %q kind %q: want %s %s, or %s %s", k.APIVersion, k.Kind, types.KustomizationVersion, types.KustomizationKind, types.ComponentVersion, types.ComponentKind)
 	}
 	return &k, nil
 }

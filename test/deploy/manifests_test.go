@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/kustomize/api/types"
 )
 
 const (
@@ -17,6 +18,8 @@ const (
 	// overlayDir is the overlay that deploy/README.md shows. It cannot live
 	// under deploy/: kustomize refuses an overlay inside its base.
 	overlayDir = "testdata/example-overlay"
+	// livenessOverlayDir is deploy/ with its driver-liveness component.
+	livenessOverlayDir = "testdata/driver-liveness-overlay"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -24,7 +27,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -49,7 +52,7 @@ func kustomizationDirs(t *testing.T) []string {
 	t.Helper()
 	var dirs []string
 	for _, f := range manifestFiles(t) {
-		if filepath.Base(f) == "kustomization.yaml" {
+		if filepath.Base(f) == "kustomization.yaml" && !isComponent(t, f) {
 			dirs = append(dirs, filepath.Dir(f))
 		}
 	}
@@ -57,6 +60,21 @@ func kustomizationDirs(t *testing.T) []string {
 		t.Fatalf("no kustomization.yaml under %s", deployDir)
 	}
 	return dirs
+}
+
+// isComponent tells whether a kustomization file is a Component, which only
+// an overlay can render.
+func isComponent(t *testing.T, file string) bool {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := DecodeKustomization(data)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return k.Kind == types.ComponentKind
 }
 
 func render(t *testing.T, dir string) []runtime.Object {

@@ -37,6 +37,8 @@ const (
 	csiAddressFlag          = "csi-address"
 	pluginRegistrationFlag  = "plugin-registration-path"
 	httpEndpointFlag        = "http-endpoint"
+	driverHealthFlag        = "driver-health-endpoint"
+	driverLivenessPath      = "/healthz"
 	healthPortFlag          = "health-port"
 	registrarLivenessPath   = "/healthz"
 	registrarReadinessPath  = "/readyz"
@@ -260,6 +262,38 @@ func (c *checker) checkRegistrar() {
 	}
 	c.checkRegistrarSockets(reg, flags)
 	c.checkRegistrarHTTP(reg, flags)
+	c.checkDriverHealth(reg, flags)
+}
+
+// checkDriverHealth checks the driver's liveness probe served by the
+// registrar (--driver-health-endpoint): another container's liveness probe
+// calls it, on its path.
+func (c *checker) checkDriverHealth(reg *corev1.Container, flags map[string]string) {
+	var port int32
+	if endpoint, ok := flags[driverHealthFlag]; ok && endpoint != "" {
+		var err error
+		if port, err = endpointPort(driverHealthFlag, endpoint); err != nil {
+			c.fail("%v", err)
+			return
+		}
+	}
+	called := false
+	for _, ctr := range c.allContainers() {
+		if ctr.Name == reg.Name || ctr.LivenessProbe == nil || ctr.LivenessProbe.HTTPGet == nil {
+			continue
+		}
+		target, err := probePort(ctr, ctr.LivenessProbe)
+		if err != nil || target != port || port == 0 {
+			continue
+		}
+		called = true
+		if got := ctr.LivenessProbe.HTTPGet.Path; got != driverLivenessPath {
+			c.fail("container %q's liveness probe calls %q on --%s's port %d: the registrar serves the driver's liveness on %s", ctr.Name, got, driverHealthFlag, port, driverLivenessPath)
+		}
+	}
+	if port != 0 && !called {
+		c.fail("the registrar serves the driver's liveness probe on port %d (--%s), but no other container's liveness probe calls it: kubelet would never restart the driver", port, driverHealthFlag)
+	}
 }
 
 func (c *checker) checkRegistrarSockets(reg *corev1.Container, flags map[string]string) {
@@ -343,13 +377,11 @@ func (c *checker) sharedWithAnotherContainer(self, volume string) bool {
 func (c *checker) checkRegistrarHTTP(reg *corev1.Container, flags map[string]string) {
 	var port int32
 	if endpoint, ok := flags[httpEndpointFlag]; ok && endpoint != "" {
-		_, p, err := net.SplitHostPort(endpoint)
-		n, convErr := strconv.ParseInt(p, 10, 32)
-		if err != nil || convErr != nil || n < 1 || n > maxPortNumber {
-			c.fail("--%s %q is not host:port", httpEndpointFlag, endpoint)
+		var err error
+		if port, err = endpointPort(httpEndpointFlag, endpoint); err != nil {
+			c.fail("%v", err)
 			return
 		}
-		port = int32(n)
 	} else if hp, ok := flags[healthPortFlag]; ok && hp != "0" {
 		n, err := strconv.ParseInt(hp, 10, 32)
 		if err != nil || n < 1 || n > maxPortNumber {
@@ -381,6 +413,16 @@ func (c *checker) checkRegistrarHTTP(reg *corev1.Container, flags map[string]str
 			c.fail("the registrar's %s probe calls %q: the registrar serves %s for it", p.kind, p.probe.HTTPGet.Path, want)
 		}
 	}
+}
+
+// endpointPort is the port of a host:port flag's value.
+func endpointPort(flag, endpoint string) (int32, error) {
+	_, p, err := net.SplitHostPort(endpoint)
+	n, convErr := strconv.ParseInt(p, 10, 32)
+	if err != nil || convErr != nil || n < 1 || n > maxPortNumber {
+		return 0, fmt.Errorf("--%s %q is not host:port", flag, endpoint)
+	}
+	return int32(n), nil
 }
 
 // coveringMount returns the volume mount whose path holds p, the deepest

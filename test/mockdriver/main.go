@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -20,7 +22,52 @@ import (
 	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
+
+// Probe's answers, chosen with --probe or --probe-file.
+const (
+	probeReady    = "ready"     // ready: true
+	probeNotReady = "not-ready" // ready: false
+	probeUnset    = "unset"     // no ready field: ready, says the CSI spec
+	probeError    = "error"     // FailedPrecondition
+	probeHang     = "hang"      // no answer until the caller gives up
+)
+
+var probeAnswers = []string{probeReady, probeNotReady, probeUnset, probeError, probeHang}
+
+// probeAnswer is the first line of file when it can be read, otherwise
+// flagValue.
+func probeAnswer(flagValue, file string) string {
+	if file == "" {
+		return flagValue
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return flagValue
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	return strings.TrimSpace(line)
+}
+
+// answerProbe answers Probe as answer says.
+func answerProbe(ctx context.Context, answer string) (*csi.ProbeResponse, error) {
+	switch answer {
+	case probeReady:
+		return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+	case probeNotReady:
+		return &csi.ProbeResponse{Ready: wrapperspb.Bool(false)}, nil
+	case probeUnset:
+		return &csi.ProbeResponse{}, nil
+	case probeError:
+		return nil, status.Error(codes.FailedPrecondition, "mockdriver: Probe fails on request")
+	case probeHang:
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	default:
+		return nil, status.Errorf(codes.Internal, "mockdriver: unknown Probe answer %q in --probe-file: use one of %s", answer, strings.Join(probeAnswers, ", "))
+	}
+}
 
 // reporter lets gomock report unexpected calls from a plain program.
 type reporter struct{}
@@ -40,10 +87,16 @@ func main() {
 	nodeID := flag.String("node-id", "mock-node", "node ID returned by NodeGetInfo")
 	infoDelay := flag.Duration("plugin-info-delay", 0, "delay before answering GetPluginInfo")
 	unavailable := flag.Int("unavailable-calls", 0, "answer the first N GetPluginInfo calls with Unavailable")
+	probe := flag.String("probe", probeUnset, "Probe's answer: "+strings.Join(probeAnswers, ", "))
+	probeFile := flag.String("probe-file", "", "file whose first line, when it exists, replaces --probe at each Probe call, so that a test can change the answer of a running driver")
 	failNodeInfo := flag.Bool("fail-node-get-info", false, "answer NodeGetInfo with an Internal error, so kubelet rejects the plugin")
 	flag.Parse()
 	if *endpoint == "" {
 		fmt.Fprintln(os.Stderr, "mockdriver: --endpoint is required")
+		os.Exit(2)
+	}
+	if !slices.Contains(probeAnswers, *probe) {
+		fmt.Fprintf(os.Stderr, "mockdriver: --probe=%q: use one of %s\n", *probe, strings.Join(probeAnswers, ", "))
 		os.Exit(2)
 	}
 
@@ -66,7 +119,12 @@ func main() {
 			}
 			return &csi.GetPluginInfoResponse{Name: *name, VendorVersion: "v0.0.1"}, nil
 		})
-	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.ProbeResponse{}, nil)
+	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+			answer := probeAnswer(*probe, *probeFile)
+			fmt.Printf("Probe answer=%s\n", answer)
+			return answerProbe(ctx, answer)
+		})
 	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.GetPluginCapabilitiesResponse{}, nil)
 	node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {

@@ -205,6 +205,11 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 	if found != 2 {
 		return nil, fmt.Errorf("%s: want containers %q and %q", file, registrarName, driverContainer)
 	}
+	if rev == revDriverLiveness {
+		if err := withDriverLiveness(repo, ds); err != nil {
+			return nil, err
+		}
+	}
 	return ds, nil
 }
 

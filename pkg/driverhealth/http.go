@@ -1,0 +1,126 @@
+package driverhealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
+)
+
+// Path is where the probe is answered, livenessprobe's.
+const Path = "/healthz"
+
+// listenRetry is how often an address in use is tried again.
+const listenRetry = 100 * time.Millisecond
+
+// Handler answers Path, for any method as livenessprobe does; anything
+// else is 404.
+func (p *Prober) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(Path, p.serveProbe)
+	return mux
+}
+
+// serveProbe answers as livenessprobe does: 200 "ok", or 500 with the
+// error's text or "driver responded but is not ready".
+func (p *Prober) serveProbe(w http.ResponseWriter, r *http.Request) {
+	err := p.Probe(r.Context())
+	p.logOutcome(r.Context(), err)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(err.Error()))
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+// logOutcome logs each probe at V(5), and a change of outcome once at the
+// default level: a driver that stays unhealthy does not flood the log.
+func (p *Prober) logOutcome(ctx context.Context, err error) {
+	logger := klog.FromContext(ctx)
+	outcome := ""
+	if err != nil {
+		outcome = err.Error()
+	}
+	p.mu.Lock()
+	changed := !p.probed || outcome != p.lastErr
+	p.probed, p.lastErr = true, outcome
+	p.mu.Unlock()
+	switch {
+	case !changed:
+		logger.V(5).Info("CSI driver probe", "ok", err == nil, "err", err)
+	case err == nil:
+		logger.Info("CSI driver probe passes", "path", p.path)
+	default:
+		logger.Info("CSI driver probe fails", "path", p.path, "err", err)
+	}
+}
+
+// Serve listens on address and answers the driver's liveness probe until
+// ctx is done, then shuts the server down, giving probes in flight up to
+// shutdownTimeout. An address that cannot be listened on fails at once,
+// but one in use is waited for without end, saying so once: the
+// registration, which does not need this listener, goes on meanwhile
+// (with hostNetwork, the older pod of a rolling update holds the port
+// until it exits).
+func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time.Duration) error {
+	defer p.Close()
+	logger := klog.FromContext(ctx)
+	l, err := listen(ctx, address)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return nil
+	}
+	logger.Info("Serving the CSI driver's liveness probe", "address", l.Addr().String(), "path", Path, "probeTimeout", p.timeout)
+	srv := healthz.NewHTTPServer(ctx, p.Handler())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving --driver-health-endpoint %q: %w", address, err)
+	case <-ctx.Done():
+	}
+	err = healthz.Shutdown(ctx, srv, shutdownTimeout)
+	<-served
+	return err
+}
+
+// listen listens on address, waiting while it is in use; nil, nil when ctx
+// is done first.
+func listen(ctx context.Context, address string) (net.Listener, error) {
+	// No TCP keep-alive: probes are short requests (see cmd/registrar).
+	lc := net.ListenConfig{KeepAlive: -1}
+	logged := false
+	for {
+		l, err := lc.Listen(ctx, "tcp", address)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("cannot listen on --driver-health-endpoint %q: %w", address, err)
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("The --driver-health-endpoint address is in use: waiting for it; the registration goes on meanwhile", "address", address, "interval", listenRetry)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(listenRetry):
+		}
+	}
+}
