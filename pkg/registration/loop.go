@@ -123,6 +123,10 @@ func (l *loop) handle(ev event) error {
 	case kubeletCall:
 		if !ev.notify {
 			l.st.calledGetInfo()
+			if l.pub != nil && l.pub.gen == ev.gen {
+				// kubelet saw the current socket: nothing to wait for.
+				l.stopSilence()
+			}
 			return nil
 		}
 		l.st.calledNotify(ev.registered)
@@ -149,6 +153,10 @@ func (l *loop) stopTimers() {
 	l.cancelPendingPublication()
 	l.stopAwaitingVacancy()
 	l.unwatchOwner()
+	l.stopSilence()
+}
+
+func (l *loop) stopSilence() {
 	if l.silence != nil {
 		l.silence.Stop()
 		l.silence = nil
@@ -256,9 +264,7 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	l.stopAwaitingVacancy()
 	l.suspect = nil
 	l.publishBackoff = publishRetryInitial
-	if l.silence != nil {
-		l.silence.Stop()
-	}
+	l.stopSilence()
 	l.silence = time.NewTimer(l.cfg.KubeletSilence)
 	if l.cfg.HTTPPort != nil {
 		l.cfg.HTTPPort.Claim()

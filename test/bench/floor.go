@@ -30,7 +30,7 @@ func serveReferenceHTTP(addr string) error {
 
 // referenceHTTP starts the bench binary itself as the reference server
 // and returns it once it accepts connections.
-func referenceHTTP(ctx context.Context) (*process, string, error) {
+func referenceHTTP(ctx context.Context, env []string) (*process, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", err
@@ -39,7 +39,7 @@ func referenceHTTP(ctx context.Context) (*process, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := start("reference HTTP server", nil, self, "-"+floorFlag+"="+addr)
+	p, err := start("reference HTTP server", env, self, "-"+floorFlag+"="+addr)
 	if err != nil {
 		return nil, "", err
 	}

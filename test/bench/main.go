@@ -70,7 +70,7 @@ func main() {
 	flag.IntVar(&cfg.healthzClientProcs, "healthz-client-procs", 1, "GOMAXPROCS of the bench itself while it makes /healthz requests, so that the load generator and the registrar together need no more threads than the machine has cores; 0 keeps Go's default (one per core)")
 	flag.IntVar(&cfg.getInfoCalls, "getinfo-calls", 20000, "GetInfo calls for the throughput figure")
 	flag.IntVar(&cfg.getInfoClients, "getinfo-clients", 32, "concurrent GetInfo clients, one connection each")
-	flag.DurationVar(&cfg.idle, "idle", 10*time.Second, "how long the registered registrar is left idle for the CPU figure; 0 skips it")
+	flag.DurationVar(&cfg.idle, "idle", time.Minute, "how long the registered registrar is left idle for the CPU and wake-up figures; 0 skips them")
 	flag.IntVar(&cfg.floodHeaderConns, "flood-header-conns", 200, "connections that each send an unfinished 1 MiB header to the HTTP endpoint")
 	flag.IntVar(&cfg.floodIdleConns, "flood-idle-conns", 1000, "connections to the HTTP endpoint that never send a byte")
 	flag.DurationVar(&cfg.floodHold, "flood-hold", 2*time.Second, "how long each flood of the HTTP endpoint is held while /healthz is probed")
@@ -186,7 +186,9 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return err
 		}
-		fmt.Println(idle)
+		for _, f := range idle {
+			fmt.Println(f)
+		}
 	}
 	printMachine("after", &before)
 	return nil

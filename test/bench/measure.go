@@ -194,7 +194,7 @@ func measureHealthz(ctx context.Context, cfg config) ([]figure, error) {
 	}
 	figures = append(figures, scrape)
 
-	ref, addr, err := referenceHTTP(ctx)
+	ref, addr, err := referenceHTTP(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -398,31 +398,67 @@ func getInfoThroughput(ctx context.Context, n *node, calls, clients int) (float6
 	return float64(calls) / elapsed.Seconds(), after, err
 }
 
+// idleSettle is how long after registration the idle figures start.
+const idleSettle = 3 * time.Second
+
 // measureIdle leaves a registered registrar alone and counts the CPU it
-// uses meanwhile.
-func measureIdle(ctx context.Context, cfg config) (figure, error) {
+// uses meanwhile, and how often its threads were woken (time slices), next
+// to a bare Go program blocked in Accept over the same time with the same
+// environment: what the Go runtime costs any idle server.
+func measureIdle(ctx context.Context, cfg config) ([]figure, error) {
 	n, err := registered(ctx, cfg)
 	if err != nil {
-		return figure{}, err
+		return nil, err
 	}
 	defer n.close()
+	bare, _, err := referenceHTTP(ctx, cfg.registrarEnv)
+	if err != nil {
+		return nil, err
+	}
+	defer bare.stop()
+	// What registration itself set off (the harness's connections
+	// closing, a collection) is over within a second or two.
+	select {
+	case <-time.After(idleSettle):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	before, err := readCPU(n.registrar.pid())
 	if err != nil {
-		return figure{}, err
+		return nil, err
+	}
+	bareBefore, err := readCPU(bare.pid())
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case <-time.After(cfg.idle):
 	case <-ctx.Done():
-		return figure{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 	after, err := readCPU(n.registrar.pid())
 	if err != nil {
-		return figure{}, err
+		return nil, err
 	}
-	return figure{
-		name: fmt.Sprintf("idle CPU over %s after registration", cfg.idle), stat: "ticks",
+	bareAfter, err := readCPU(bare.pid())
+	if err != nil {
+		return nil, err
+	}
+	// The target is per minute, whatever -idle is.
+	perMinute := float64(time.Minute) / float64(cfg.idle)
+	return []figure{{
+		name: fmt.Sprintf("idle CPU over %s, from %s after registration", cfg.idle, idleSettle), stat: "ticks",
 		value: float64(after.ticks - before.ticks), unit: "ticks", atMost: true, target: 0,
-		detail: fmt.Sprintf("(utime+stime at %d ticks/s; by the scheduler's count %s on CPU in %d time slices)",
-			clockTicksPerSecond, (after.exact - before.exact).Round(time.Microsecond), after.timeSlices-before.timeSlices),
-	}, nil
+		detail: fmt.Sprintf("(utime+stime at %d ticks/s; by the scheduler's count %s on CPU)",
+			clockTicksPerSecond, (after.exact - before.exact).Round(time.Microsecond)),
+	}, {
+		name: "idle wake-ups per minute, registered", stat: "slices",
+		value: float64(after.timeSlices-before.timeSlices) * perMinute, unit: "/min", atMost: true, target: 3,
+		detail: fmt.Sprintf("(time slices of all threads, /proc/PID/task/*/schedstat: %d in %s)", after.timeSlices-before.timeSlices, cfg.idle),
+	}, {
+		name: "idle wake-ups per minute, bare Go program in Accept", stat: "slices",
+		value: float64(bareAfter.timeSlices-bareBefore.timeSlices) * perMinute, unit: "/min", reference: true,
+		note:   "a net/http server that only waits, same environment",
+		detail: fmt.Sprintf("(%d in %s)", bareAfter.timeSlices-bareBefore.timeSlices, cfg.idle),
+	}}, nil
 }
