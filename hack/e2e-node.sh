@@ -2,8 +2,8 @@
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, on this machine, from one command (make e2e-node):
 #
-#  1. installs etcd-server, containerd, runc and buildah with apt-get when
-#     missing;
+#  1. installs etcd-server, containerd, runc and buildah (and busybox-static
+#     for the hostpath checks) with apt-get when missing;
 #  2. builds kubelet, kube-apiserver, kube-controller-manager and
 #     kube-scheduler from test/node's go.mod into test/node/_bin (the Go
 #     build cache makes later runs fast), the registrar's binary (make
@@ -12,7 +12,9 @@
 #     directory): the registrar from the project's Dockerfile on scratch, the
 #     test driver (test/mockdriver), a pause image and upstream's registrar
 #     (../shared/interop/, at /csi-node-driver-registrar as in upstream's
-#     image), all three FROM scratch;
+#     image), all three FROM scratch; where csi-driver-host-path's plugin
+#     is (../shared/realdrivers/), two more FROM scratch: the plugin with
+#     busybox-static's mount and umount, and busybox for the volume pods;
 #  4. runs test/node's e2e-node program as PID 1 of new network, mount and
 #     PID namespaces: the node's processes, iptables chains, mounts and
 #     containers cannot outlive it, and /run, /var/log and /var/lib are

@@ -184,6 +184,12 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken:  new(bool),
 			TerminationGracePeriodSeconds: &grace,
+			// There is no CNI: only host network pods start, on a node that
+			// keeps kubelet's not-ready taint (no node lifecycle controller
+			// lifts it; the DaemonSets tolerate it too).
+			HostNetwork: true,
+			DNSPolicy:   corev1.DNSDefault,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
 				Name: "writer", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"/bin/sh", "-c", script},
@@ -204,8 +210,7 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 	}
 	v := &volumePod{name: name, uid: string(created.UID)}
 	v.target = s.path("kubelet", "pods", v.uid, "volumes", "kubernetes.io~csi", "data", "mount")
-	var phase corev1.PodPhase
-	err = waitFor(ctx, "volume of pod "+name+" published, its file read back, pod Running", 3*time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err = waitFor(ctx, "volume of pod "+name+" published, its file read back, pod Running", time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if v.tPublished == 0 {
 			vol, err := s.publishedAt(v.target)
 			if err != nil || vol == nil {
@@ -227,14 +232,23 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 		if err != nil {
 			return false, err
 		}
-		if phase = current.Status.Phase; phase != corev1.PodRunning {
+		if current.Status.Phase != corev1.PodRunning {
 			return false, nil
 		}
 		v.tRunning = time.Since(began)
 		return true, nil
 	})
 	if err != nil {
-		return v, fmt.Errorf("%v (published +%s, read back +%s, phase %q; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), phase)
+		state := "pod: " + fmt.Sprint(err)
+		if current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts); err == nil {
+			state = fmt.Sprintf("phase %q", current.Status.Phase)
+			for _, c := range current.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
+				}
+			}
+		}
+		return v, fmt.Errorf("%v (published +%s, read back +%s, %s; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), state)
 	}
 	return v, nil
 }
