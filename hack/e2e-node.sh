@@ -39,8 +39,8 @@
 # reason, and with CI set (not to false or 0) the run fails: a skip in CI is
 # a failure to look at.
 # E2E_NODE_HOSTPATHPLUGIN (default ../shared/realdrivers/hostpathplugin
-# from the repository's root): csi-driver-host-path's plugin, for checks 7a
-# and 7b (a CSI inline volume through it, and a rolling update of its
+# from the repository's root): csi-driver-host-path's plugin, for checks
+# 7a-7c (a CSI inline volume through it, and rolling updates of its
 # DaemonSet with a volume pod running). Missing, they are SKIPPED as 4b/4c.
 # E2E_NODE_KEEP=1 keeps the scratch directory (its path is printed) until
 # the next run. A run killed with SIGKILL leaves its cgroups, scratch
@@ -65,7 +65,7 @@ command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
-# Checks 7a and 7b: hostpathplugin's image needs a static mount.
+# Checks 7a-7c: hostpathplugin's image needs a static mount.
 hostpath_bin=${E2E_NODE_HOSTPATHPLUGIN:-$repo/../shared/realdrivers/hostpathplugin}
 if [[ -f $hostpath_bin ]] && { [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; }; then
 	missing+=(busybox-static)
@@ -277,14 +277,14 @@ else
 fi
 hostpath_missing=
 if [[ -f $hostpath_bin && -x $hostpath_bin ]]; then
-	# Checks 7a and 7b: csi-driver-host-path's plugin, with busybox-static's
+	# Checks 7a-7c: csi-driver-host-path's plugin, with busybox-static's
 	# mount and umount, which it runs, and busybox as the volume pods' shell.
 	say "building images of hostpathplugin ($hostpath_bin) and of busybox FROM scratch"
-	tree_image() { # IMAGE DIRECTORY ENTRYPOINT: DIRECTORY's tree at /, PATH=/bin
+	tree_image() { # IMAGE DIRECTORY ENTRYPOINT [CONFIG-FLAG...]: DIRECTORY's tree at /, PATH=/bin
 		local ctr
 		ctr=$(bah from scratch)
 		bah copy "$ctr" "$2" / >/dev/null
-		bah config --entrypoint "[\"$3\"]" --env PATH=/bin --os linux --arch "$arch" "$ctr"
+		bah config --entrypoint "[\"$3\"]" --env PATH=/bin --os linux --arch "$arch" "${@:4}" "$ctr"
 		bah commit --quiet "$ctr" "$1" >/dev/null
 		bah rm "$ctr" >/dev/null
 	}
@@ -294,12 +294,15 @@ if [[ -f $hostpath_bin && -x $hostpath_bin ]]; then
 	cp /bin/busybox "$work/build/busybox/bin/busybox"
 	for applet in mount umount; do ln -s busybox "$work/build/hostpath/bin/$applet"; done
 	for applet in sh sleep cat; do ln -s busybox "$work/build/busybox/bin/$applet"; done
-	tree_image localhost/e2e-node/hostpathplugin:1 "$work/build/hostpath" /hostpathplugin
+	# On SIGTERM the plugin removes its socket, also one that the new pod's
+	# driver has put at the path since (a maxSurge rollout, check 7b);
+	# stopped with SIGKILL it leaves it. Its state is on disk at every change.
+	tree_image localhost/e2e-node/hostpathplugin:1 "$work/build/hostpath" /hostpathplugin --stop-signal SIGKILL
 	tree_image localhost/e2e-node/busybox:1 "$work/build/busybox" /bin/sh
 	image_names+=(localhost/e2e-node/hostpathplugin:1 localhost/e2e-node/busybox:1)
 else
 	hostpath_missing="no executable file at $hostpath_bin, csi-driver-host-path's plugin (../shared/realdrivers/README.md)"
-	say "$hostpath_missing: checks 7a and 7b will be SKIPPED"
+	say "$hostpath_missing: checks 7a-7c will be SKIPPED"
 fi
 fail_on_skip=false
 case ${CI:-} in

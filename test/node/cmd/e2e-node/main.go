@@ -107,7 +107,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 11 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7a, 7b
+	const want = 12 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7a, 7b, 7c
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}

@@ -1,6 +1,6 @@
 package main
 
-// Checks 7a and 7b: a volume through a real CSI driver, csi-driver-host-path's
+// Checks 7a-7c: a volume through a real CSI driver, csi-driver-host-path's
 // hostpathplugin, in a DaemonSet of its own with this registrar as sidecar.
 // kubelet can publish a CSI inline volume only on the endpoint that the
 // registrar's GetInfo announced.
@@ -12,9 +12,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,20 +36,21 @@ const (
 	volumePodLabel    = "e2e-node/volume-pod"
 )
 
-// The hostpath DaemonSet's revisions, before and after check 7b's rolling
-// update (HTTP ports 9828 and 9829). The driver removes its socket when it
-// stops, even one that the new pod's driver has put at the path since, so
-// the revisions use different sockets: the new registrar announces the new
-// one, and kubelet must use it.
+// The hostpath DaemonSet's revisions (HTTP ports 9828, 9829, 9830): check
+// 7a's, check 7b's rolling update to a revision with the same driver socket
+// (the registrars hand the registration socket over), and check 7c's to a
+// revision with another driver socket (the new registrar announces another
+// endpoint).
 const (
-	revHostpath     revision = 20
-	revHostpathNext revision = 21
+	revHostpath         revision = 20
+	revHostpathNext     revision = 21
+	revHostpathEndpoint revision = 22
 )
 
-var hostpathMissing = flag.String("hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+hostpathImage+"); set, checks 7a and 7b are skipped with this reason")
+var hostpathMissing = flag.String("hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+hostpathImage+"); set, checks 7a-7c are skipped with this reason")
 
 func hostpathSocket(rev revision) string {
-	if rev == revHostpathNext {
+	if rev == revHostpathEndpoint {
 		return "csi-2.sock"
 	}
 	return "csi.sock"
@@ -371,22 +374,38 @@ func (s *suite) timing(what string, took time.Duration) {
 	s.timings = append(s.timings, timing{what, took})
 }
 
-// checkVolume runs checks 7a and 7b.
+// checkVolume runs checks 7a, 7b and 7c.
 func (s *suite) checkVolume(ctx context.Context) bool {
-	const name7a = "7a. volume through a real driver (hostpathplugin, CSI inline volume): kubelet publishes it on the endpoint the registrar announced, the pod's file is read back on the driver's side, deleting the pod unpublishes it"
-	const name7b = "7b. rolling update of the hostpath DaemonSet (maxSurge 1) with a volume pod running: its volume still served, a new volume pod mounts, the old one unmounts cleanly"
+	names := []string{
+		"7a. volume through a real driver (hostpathplugin, CSI inline volume): kubelet publishes it on the endpoint the registrar announced, the pod's file is read back on the driver's side, deleting the pod unpublishes it",
+		"7b. rolling update of the hostpath DaemonSet (maxSurge 1, same driver socket: the handover) with a volume pod running: its volume still served, a new volume pod mounts, the old one unmounts cleanly",
+		"7c. rolling update of the hostpath DaemonSet to another driver socket (maxSurge 1) with a volume pod running: kubelet follows the new endpoint; the volume still served, a new volume pod mounts, the old one unmounts cleanly",
+	}
 	if *hostpathMissing != "" {
-		s.skip(name7a, *hostpathMissing)
-		return s.skip(name7b, *hostpathMissing)
+		for _, name := range names {
+			s.skip(name, *hostpathMissing)
+		}
+		return false
 	}
 	watch := newCSINodeWatch(hostpathDriver)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go watch.run(watchCtx, s.client)
-	if !s.checkVolumePublished(ctx, name7a, watch) {
-		return s.report(name7b, false, "not run: check 7a failed")
+	if !s.checkVolumePublished(ctx, names[0], watch) {
+		s.report(names[1], false, "not run: check 7a failed")
+		return s.report(names[2], false, "not run: check 7a failed")
 	}
-	return s.checkVolumeRollout(ctx, name7b, watch)
+	running, err := s.startVolumePod(ctx, "volume-2")
+	if err != nil {
+		s.report(names[1], false, "%v", err)
+		return s.report(names[2], false, "not run: check 7b failed")
+	}
+	running, ok := s.checkVolumeRollout(ctx, names[1], watch, running, revHostpathNext, true)
+	if running == nil {
+		return s.report(names[2], false, "not run: check 7b failed")
+	}
+	_, ok2 := s.checkVolumeRollout(ctx, names[2], watch, running, revHostpathEndpoint, false)
+	return ok && ok2
 }
 
 func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *csiNodeWatch) bool {
@@ -452,38 +471,40 @@ func (s *suite) beat(v *volumePod) string {
 	return strings.TrimSpace(string(data))
 }
 
-// checkVolumeRollout starts a volume pod, rolls the hostpath DaemonSet to
-// its next revision (the new registrar takes the registration socket over
-// and announces the new driver's socket), and checks that the pod's volume
-// is still mounted and written through, that a new volume pod mounts
-// through the new pod's driver, and that the first one unmounts.
-func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	old, err := s.startVolumePod(ctx, "volume-2")
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
+// checkVolumeRollout rolls the hostpath DaemonSet to next while the volume
+// pod running runs, and checks that its volume is still mounted and written
+// through, that a new volume pod is published by the new pod's driver, and
+// that deleting running unpublishes its volume through that driver. With
+// handover, next has the same driver socket: the new registrar must take
+// the registration socket over and kubelet keep the driver registered as
+// in check 4a; without, next announces another socket: kubelet registers
+// the driver again (at most once, for at most 2s, as in checks 4b and 4c)
+// and must call the new one. It returns the new volume pod, still running
+// if keep, or nil if it did not start.
+func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
 	pods, err := s.hostpathPods(ctx)
 	if err != nil || len(pods) != 1 {
-		return s.report(name, false, "want one hostpath pod before the update, have %d (%v)", len(pods), err)
+		return nil, s.report(name, false, "want one hostpath pod before the update, have %d (%v)", len(pods), err)
 	}
 	oldDriverPod := pods[0].Name
-
+	previous, _ := strconv.Atoi(pods[0].Annotations[revisionKey])
+	handover := hostpathSocket(revision(previous)) == hostpathSocket(next)
 	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, hostpathDaemonSet, getOpts)
 	if err != nil {
-		return s.report(name, false, "%v", err)
+		return nil, s.report(name, false, "%v", err)
 	}
-	next, err := s.hostpathDaemonSetFor(revHostpathNext)
+	want, err := s.hostpathDaemonSetFor(next)
 	if err != nil {
-		return s.report(name, false, "%v", err)
+		return nil, s.report(name, false, "%v", err)
 	}
-	ds.Spec.Template = next.Spec.Template
+	ds.Spec.Template = want.Spec.Template
 	began := time.Now()
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
-		return s.report(name, false, "update DaemonSet: %v", err)
+		return nil, s.report(name, false, "update DaemonSet: %v", err)
 	}
-	newDriverPod, err := s.hostpathReady(ctx, watch, revHostpathNext, true)
+	newDriverPod, err := s.hostpathReady(ctx, watch, next, true)
 	if err != nil {
-		return s.report(name, false, "%v", err)
+		return nil, s.report(name, false, "%v", err)
 	}
 	tNewReady := time.Since(began)
 	err = waitFor(ctx, "old hostpath pod gone", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
@@ -492,12 +513,13 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	})
 	tOldGone := time.Since(began)
 	if err != nil {
-		return s.report(name, false, "new pod %s Ready +%s; %v", newDriverPod.Name, ms(tNewReady), err)
+		return nil, s.report(name, false, "new pod %s Ready +%s; %v", newDriverPod.Name, ms(tNewReady), err)
 	}
 	// Settle as check 4a does: kubelet may react late to what the old pod left.
 	time.Sleep(rolloutSettle)
 	end := time.Now()
 	var gaps []string
+	var longest time.Duration
 	var down time.Time
 	for _, r := range watch.between(began, end) {
 		switch {
@@ -505,44 +527,66 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 			down = r.at
 		case r.registered && !down.IsZero():
 			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(down.Sub(began)), ms(r.at.Sub(down))))
+			longest = max(longest, r.at.Sub(down))
 			down = time.Time{}
 		}
 	}
+	if !down.IsZero() {
+		gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(down.Sub(began))))
+		longest = time.Duration(math.MaxInt64)
+	}
 	final, _ := watch.now()
-	s.timing("7b. hostpath rolling update → new pod Ready", tNewReady)
-	s.timing("7b. hostpath rolling update → old pod gone", tOldGone)
+	step := name[:3]
+	s.timing(step+" hostpath rolling update → new pod Ready", tNewReady)
+	s.timing(step+" hostpath rolling update → old pod gone", tOldGone)
 
 	// The running pod's volume: still mounted, still in the new driver's
 	// state (read from the file it loaded), and the pod's writes still
 	// reach the driver's directory.
-	stillMounted, _ := mountPoint(old.target)
-	vol, _ := s.publishedAt(old.target)
-	beatBefore := s.beat(old)
+	stillMounted, _ := mountPoint(running.target)
+	vol, _ := s.publishedAt(running.target)
+	beatBefore := s.beat(running)
 	var beatAfter string
-	errBeat := waitFor(ctx, "pod "+old.name+" still writing into its volume", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
-		beatAfter = s.beat(old)
+	errBeat := waitFor(ctx, "pod "+running.name+" still writing into its volume", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		beatAfter = s.beat(running)
 		return beatAfter != "" && beatAfter != beatBefore, nil
 	})
 	served := stillMounted && vol != nil && errBeat == nil
 
-	fresh, err := s.startVolumePod(ctx, "volume-3")
+	fresh, err := s.startVolumePod(ctx, fmt.Sprintf("volume-%d", int(next-revHostpath)+2))
 	if err != nil {
-		return s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; old volume served %v; new volume pod: %v", ms(tNewReady), ms(tOldGone), served, err)
+		return nil, s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; old volume served %v; new volume pod: %v", ms(tNewReady), ms(tOldGone), served, err)
 	}
-	s.timing("7b. after the update: volume pod created → volume published", fresh.tPublished)
-	uOld, errOld := s.deleteVolumePod(ctx, old)
-	s.timing("7b. after the update: volume pod of before it deleted → unpublished", uOld.tUnpublished)
-	uFresh, errFresh := s.deleteVolumePod(ctx, fresh)
-	s.timing("7b. after the update: new volume pod deleted → unpublished", uFresh.tUnpublished)
+	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
+	uOld, errOld := s.deleteVolumePod(ctx, running)
+	s.timing(step+" after the update: volume pod of before it deleted → unpublished", uOld.tUnpublished)
+	deleted := fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", running.name, ms(uOld.tUnpublished), ms(uOld.tGone), errOld)
+	wantUnpublish := 1
+	if !keep {
+		uFresh, errFresh := s.deleteVolumePod(ctx, fresh)
+		s.timing(step+" after the update: new volume pod deleted → unpublished", uFresh.tUnpublished)
+		deleted += fmt.Sprintf("; pod %s deleted → unpublished +%s, gone +%s (%v)", fresh.name, ms(uFresh.tUnpublished), ms(uFresh.tGone), errFresh)
+		errOld = errors.Join(errOld, errFresh)
+		wantUnpublish = 2
+	}
 	calls := s.driverCalls(newDriverPod)
-	serving, servingOK := s.servingRegistrar(revHostpathNext)
-	ok := served && errOld == nil && errFresh == nil && final.registered && final.nodeID == nodeName && servingOK &&
-		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] >= 2
-	return s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; times without %s in CSINode: %d %v (check 4a judges those); %s after: registered=%v node ID %q, new registrar %s; "+
-		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; pod %s deleted → unpublished +%s, gone +%s (%v); pod %s deleted → unpublished +%s, gone +%s (%v); the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want 2 or more)",
-		old.name, old.volID, newDriverPod.Name, hostpathSocket(revHostpathNext), ms(tNewReady), oldDriverPod, ms(tOldGone), hostpathDriver, len(gaps), gaps,
+	status, errStatus := registrarStatus(next.port())
+	serving := "/status: " + fmt.Sprint(errStatus)
+	if errStatus == nil {
+		serving = status.String()
+	}
+	registration := fmt.Sprintf("the new registrar takes the registration socket over (one handover publication), CSINode without the driver for no longer than %s", s.maxRolloutGap)
+	registered := errStatus == nil && status.Publications["handover"] == 1 && longest <= s.maxRolloutGap
+	if !handover {
+		registration = fmt.Sprintf("another endpoint: kubelet registers the driver again, at most %d deregistration, of at most %s", maxUpstreamDeregistrations, maxUpstreamGap)
+		registered = len(gaps) <= maxUpstreamDeregistrations && longest <= maxUpstreamGap
+	}
+	ok := registered && served && errOld == nil && final.registered && final.nodeID == nodeName && errStatus == nil && status.State == "registered" &&
+		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
+	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
+		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), oldDriverPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
 		rolloutSettle, final.registered, final.nodeID, serving,
-		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh,
-		old.name, ms(uOld.tUnpublished), ms(uOld.tGone), errOld, fresh.name, ms(uFresh.tUnpublished), ms(uFresh.tGone), errFresh,
-		calls["NodePublishVolume"], calls["NodeUnpublishVolume"])
+		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh, deleted,
+		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
 }
