@@ -251,6 +251,11 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 				}
 			}
 		}
+		// kubelet's reason, such as the driver's socket it could not dial.
+		events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
+		if err == nil && len(events.Items) > 0 {
+			state += "; last FailedMount event: " + events.Items[len(events.Items)-1].Message
+		}
 		return v, fmt.Errorf("%v (published +%s, read back +%s, %s; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), state)
 	}
 	return v, nil
