@@ -564,7 +564,7 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	}
 	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
 	uOld, errOld := s.deleteVolumePod(ctx, running)
-	s.timing(step+" after the update: volume pod of before it deleted → unpublished", uOld.tUnpublished)
+	s.timing(step+" after the update: volume pod from before the update deleted → unpublished", uOld.tUnpublished)
 	deleted := fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", running.name, ms(uOld.tUnpublished), ms(uOld.tGone), errOld)
 	wantUnpublish := 1
 	if !keep {
