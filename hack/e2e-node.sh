@@ -2,8 +2,8 @@
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
 # real kubelet, on this machine, from one command (make e2e-node):
 #
-#  1. installs etcd-server, containerd, runc and buildah with apt-get when
-#     missing;
+#  1. installs etcd-server, containerd, runc and buildah (and busybox-static
+#     for the hostpath checks) with apt-get when missing;
 #  2. builds kubelet, kube-apiserver, kube-controller-manager and
 #     kube-scheduler from test/node's go.mod into test/node/_bin (the Go
 #     build cache makes later runs fast), the registrar's binary (make
@@ -12,7 +12,9 @@
 #     directory): the registrar from the project's Dockerfile on scratch, the
 #     test driver (test/mockdriver), a pause image and upstream's registrar
 #     (../shared/interop/, at /csi-node-driver-registrar as in upstream's
-#     image), all three FROM scratch;
+#     image), all three FROM scratch; where csi-driver-host-path's plugin
+#     is (../shared/realdrivers/), two more FROM scratch: the plugin with
+#     busybox-static's mount and umount, and busybox for the volume pods;
 #  4. runs test/node's e2e-node program as PID 1 of new network, mount and
 #     PID namespaces: the node's processes, iptables chains, mounts and
 #     containers cannot outlive it, and /run, /var/log and /var/lib are
@@ -36,6 +38,10 @@
 # back). Where it is missing those checks are reported as SKIPPED with the
 # reason, and with CI set (not to false or 0) the run fails: a skip in CI is
 # a failure to look at.
+# E2E_NODE_HOSTPATHPLUGIN (default ../shared/realdrivers/hostpathplugin
+# from the repository's root): csi-driver-host-path's plugin, for checks
+# 8a-8c (a CSI inline volume through it, and rolling updates of its
+# DaemonSet with a volume pod running). Missing, they are SKIPPED as 4b/4c.
 # E2E_NODE_KEEP=1 keeps the scratch directory (its path is printed) until
 # the next run. A run killed with SIGKILL leaves its cgroups, scratch
 # directory and kubelet's sysctls: the next run restores and removes them.
@@ -59,6 +65,11 @@ command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# Checks 8a-8c: hostpathplugin's image needs a static mount.
+hostpath_bin=${E2E_NODE_HOSTPATHPLUGIN:-$repo/../shared/realdrivers/hostpathplugin}
+if [[ -f $hostpath_bin ]] && { [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; }; then
+	missing+=(busybox-static)
+fi
 if ((${#missing[@]})); then
 	say "installing ${missing[*]} with apt-get"
 	apt-get update -q || fail "apt-get update failed"
@@ -264,6 +275,35 @@ else
 	upstream_missing="no executable file at $upstream_bin, upstream's registrar (../shared/interop/README.md)"
 	say "$upstream_missing: checks 4b and 4c will be SKIPPED"
 fi
+hostpath_missing=
+if [[ -f $hostpath_bin && -x $hostpath_bin ]]; then
+	# Checks 8a-8c: csi-driver-host-path's plugin, with busybox-static's
+	# mount and umount, which it runs, and busybox as the volume pods' shell.
+	say "building images of hostpathplugin ($hostpath_bin) and of busybox FROM scratch"
+	tree_image() { # IMAGE DIRECTORY ENTRYPOINT [CONFIG-FLAG...]: DIRECTORY's tree at /, PATH=/bin
+		local ctr
+		ctr=$(bah from scratch)
+		bah copy "$ctr" "$2" / >/dev/null
+		bah config --entrypoint "[\"$3\"]" --env PATH=/bin --os linux --arch "$arch" "${@:4}" "$ctr"
+		bah commit --quiet "$ctr" "$1" >/dev/null
+		bah rm "$ctr" >/dev/null
+	}
+	mkdir -p "$work/build/hostpath/bin" "$work/build/busybox/bin"
+	cp "$hostpath_bin" "$work/build/hostpath/hostpathplugin"
+	cp /bin/busybox "$work/build/hostpath/bin/busybox"
+	cp /bin/busybox "$work/build/busybox/bin/busybox"
+	for applet in mount umount; do ln -s busybox "$work/build/hostpath/bin/$applet"; done
+	for applet in sh sleep cat; do ln -s busybox "$work/build/busybox/bin/$applet"; done
+	# On SIGTERM the plugin removes its socket, also one that the new pod's
+	# driver has put at the path since (a maxSurge rollout, check 8b);
+	# stopped with SIGKILL it leaves it. Its state is on disk at every change.
+	tree_image localhost/e2e-node/hostpathplugin:1 "$work/build/hostpath" /hostpathplugin --stop-signal SIGKILL
+	tree_image localhost/e2e-node/busybox:1 "$work/build/busybox" /bin/sh
+	image_names+=(localhost/e2e-node/hostpathplugin:1 localhost/e2e-node/busybox:1)
+else
+	hostpath_missing="no executable file at $hostpath_bin, csi-driver-host-path's plugin (../shared/realdrivers/README.md)"
+	say "$hostpath_missing: checks 8a-8c will be SKIPPED"
+fi
 fail_on_skip=false
 case ${CI:-} in
 "" | false | 0) ;;
@@ -295,7 +335,8 @@ images=$(
 unshare --net --mount --pid --fork --mount-proc --propagation private -- \
 	bash -c 'mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /var/lib && exec "$@"' e2e-node-ns \
 	"$bin/e2e-node" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
-	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" &
+	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" \
+	-hostpath-missing "$hostpath_missing" &
 node_pid=$!
 # The namespaces' identities, to check at the end that nothing runs in them.
 for _ in $(seq 1 100); do

@@ -77,6 +77,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 			s.checkUpgradeFromUpstream,
 			s.checkSharedPortRollout,
 			s.checkDriverLiveness,
+			s.checkVolume,
 		} {
 			if ctx.Err() != nil {
 				break
@@ -107,7 +108,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 10 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7
+	const want = 13 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}

@@ -1,0 +1,597 @@
+package main
+
+// Checks 8a-8c: a volume through a real CSI driver, csi-driver-host-path's
+// hostpathplugin, in a DaemonSet of its own with this registrar as sidecar.
+// kubelet can publish a CSI inline volume only on the endpoint that the
+// registrar's GetInfo announced.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	hostpathDriver    = "hostpath.csi.k8s.io"
+	hostpathImage     = "localhost/e2e-node/hostpathplugin:1" // with busybox's mount and umount
+	busyboxImage      = "localhost/e2e-node/busybox:1"        // the volume pods' shell
+	hostpathDaemonSet = "hostpath-node"
+	hostpathContainer = "hostpath"
+	hostpathStateDir  = "hostpath-state" // the driver's --statedir, on the host under the scratch directory
+	volumePodLabel    = "e2e-node/volume-pod"
+)
+
+// The hostpath DaemonSet's revisions (HTTP ports 9828, 9829, 9830): check
+// 8a's, check 8b's rolling update to a revision with the same driver socket
+// (the registrars hand the registration socket over), and check 8c's to a
+// revision with another driver socket (the new registrar announces another
+// endpoint).
+const (
+	revHostpath         revision = 20
+	revHostpathNext     revision = 21
+	revHostpathEndpoint revision = 22
+)
+
+var hostpathMissing = flag.String("hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+hostpathImage+"); set, checks 8a-8c are skipped with this reason")
+
+func hostpathSocket(rev revision) string {
+	if rev == revHostpathEndpoint {
+		return "csi-2.sock"
+	}
+	return "csi.sock"
+}
+
+// hostpathDaemonSetFor is deploy/daemonset.yaml adapted as for the test
+// driver, then given hostpathplugin in the driver's place: its own name,
+// labels and socket directory, kubelet's pods and plugins directories
+// mounted at their host paths (kubelet gives the driver host paths), and
+// its state directory on the host, where the test reads the volumes.
+func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
+	ds, err := s.daemonSet(s.repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"app.kubernetes.io/name": hostpathDaemonSet}
+	ds.Name, ds.Labels = hostpathDaemonSet, labels
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	ds.Spec.Template.Labels = labels
+	pod := &ds.Spec.Template.Spec
+	kubeletDir := s.path("kubelet")
+	socketDir := filepath.Join(kubeletDir, "plugins", hostpathDriver)
+	socket := hostpathSocket(rev)
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "socket-dir" {
+			pod.Volumes[i].HostPath.Path = socketDir
+		}
+	}
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: s.path(hostpathStateDir), Type: &dirOrCreate},
+	}})
+	for i := range pod.Containers {
+		ctr := &pod.Containers[i]
+		switch ctr.Name {
+		case registrarName:
+			if err := replaceArg(ctr.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
+				return nil, err
+			}
+			for j := range ctr.Env {
+				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
+					ctr.Env[j].Value = filepath.Join(socketDir, socket)
+				}
+			}
+		case driverContainer:
+			ctr.Name = hostpathContainer
+			ctr.Image = hostpathImage
+			ctr.Args = []string{
+				"--drivername=" + hostpathDriver,
+				"--endpoint=unix:///csi/" + socket,
+				"--nodeid=$(KUBE_NODE_NAME)",
+				"--statedir=/csi-data-dir",
+				"--v=4", // logs each gRPC call
+			}
+			for j := range ctr.VolumeMounts {
+				if rest, ok := strings.CutPrefix(ctr.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
+					ctr.VolumeMounts[j].MountPath = kubeletDir + rest
+				}
+			}
+			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
+		}
+	}
+	return ds, nil
+}
+
+// hostpathVolume is what the driver's state file says about a volume.
+type hostpathVolume struct {
+	VolID     string
+	VolPath   string
+	Ephemeral bool
+	Published []string
+}
+
+// hostpathVolumes reads the driver's state file, which it rewrites on every
+// change; a missing file is an empty state.
+func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
+	data, err := os.ReadFile(s.path(hostpathStateDir, "state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var state struct{ Volumes []hostpathVolume }
+	if err := json.Unmarshal(data, &state); err != nil {
+		return nil, fmt.Errorf("the driver's state.json: %w", err)
+	}
+	return state.Volumes, nil
+}
+
+// mountPoint reports whether path is a mount point in this mount namespace,
+// which is kubelet's.
+func mountPoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		if fields := strings.Fields(scanner.Text()); len(fields) > 4 && fields[4] == path {
+			return true, nil
+		}
+	}
+	return false, scanner.Err()
+}
+
+// volumePod is a pod with a CSI inline volume of hostpathplugin at /data.
+// It writes its name to /data/hello, then a counter to /data/beat five
+// times a second.
+type volumePod struct {
+	name, uid string
+	target    string // where kubelet asks the driver to publish the volume
+	volID     string // the driver's ID of the volume, once published
+	// From the pod's creation: the driver's state lists the target and it
+	// is mounted; /data/hello read back from the driver's state directory;
+	// the pod Running.
+	tPublished, tReadBack, tRunning time.Duration
+}
+
+func (v *volumePod) String() string {
+	return fmt.Sprintf("pod %s created → published (target mounted, in the driver's state) +%s → its file read back in the driver's %s/%s +%s → pod Running +%s",
+		v.name, ms(v.tPublished), hostpathStateDir, v.volID, ms(v.tReadBack), ms(v.tRunning))
+}
+
+// startVolumePod creates a volume pod and waits until the driver has
+// published its volume, the pod's file is in the driver's state directory,
+// and the pod runs.
+func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, error) {
+	script := `trap 'exit 0' TERM; echo "$POD_NAME" >/data/hello; i=0; while :; do i=$((i+1)); echo $i >/data/beat; sleep 0.2; done`
+	grace := int64(2)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{volumePodLabel: "true"}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  new(bool),
+			TerminationGracePeriodSeconds: &grace,
+			// There is no CNI: only host network pods start, on a node that
+			// keeps kubelet's not-ready taint (no node lifecycle controller
+			// lifts it; the DaemonSets tolerate it too).
+			HostNetwork: true,
+			DNSPolicy:   corev1.DNSDefault,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name: "writer", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", script},
+				Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
+				}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				CSI: &corev1.CSIVolumeSource{Driver: hostpathDriver},
+			}}},
+		},
+	}
+	began := time.Now()
+	created, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s: %w", name, err)
+	}
+	v := &volumePod{name: name, uid: string(created.UID)}
+	v.target = s.path("kubelet", "pods", v.uid, "volumes", "kubernetes.io~csi", "data", "mount")
+	err = waitFor(ctx, "volume of pod "+name+" published, its file read back, pod Running", time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if v.tPublished == 0 {
+			vol, err := s.publishedAt(v.target)
+			if err != nil || vol == nil {
+				return false, err
+			}
+			if mounted, err := mountPoint(v.target); !mounted {
+				return false, err
+			}
+			v.volID, v.tPublished = vol.VolID, time.Since(began)
+		}
+		if v.tReadBack == 0 {
+			hello, err := os.ReadFile(s.path(hostpathStateDir, v.volID, "hello"))
+			if err != nil || strings.TrimSpace(string(hello)) != name {
+				return false, err
+			}
+			v.tReadBack = time.Since(began)
+		}
+		current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return false, err
+		}
+		if current.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		v.tRunning = time.Since(began)
+		return true, nil
+	})
+	if err != nil {
+		state := "pod: " + fmt.Sprint(err)
+		if current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts); err == nil {
+			state = fmt.Sprintf("phase %q", current.Status.Phase)
+			for _, c := range current.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
+				}
+			}
+		}
+		// kubelet's reason, such as the driver's socket it could not dial.
+		events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
+		if err == nil && len(events.Items) > 0 {
+			state += "; last FailedMount event: " + events.Items[len(events.Items)-1].Message
+		}
+		return v, fmt.Errorf("%v (published +%s, read back +%s, %s; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), state)
+	}
+	return v, nil
+}
+
+// publishedAt returns the volume that the driver's state says is published
+// at target, or nil.
+func (s *suite) publishedAt(target string) (*hostpathVolume, error) {
+	vols, err := s.hostpathVolumes()
+	if err != nil {
+		return nil, err
+	}
+	for i := range vols {
+		if slices.Contains(vols[i].Published, target) {
+			return &vols[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// unpublished is what deleting a volume pod did, from the deletion.
+type unpublished struct {
+	tUnpublished time.Duration // target no longer mounted, volume gone from the driver's state and directory
+	tGone        time.Duration // pod object gone
+}
+
+// deleteVolumePod deletes the pod and waits until the driver has unpublished
+// its volume (an inline volume is then deleted: gone from the state file and
+// the state directory) and the pod object is gone.
+func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished, error) {
+	var u unpublished
+	began := time.Now()
+	if err := s.client.CoreV1().Pods(namespace).Delete(ctx, v.name, metav1.DeleteOptions{}); err != nil {
+		return u, fmt.Errorf("delete pod %s: %w", v.name, err)
+	}
+	var state string
+	err := waitFor(ctx, "volume of pod "+v.name+" unpublished, pod gone", 2*time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if u.tUnpublished == 0 {
+			mounted, err := mountPoint(v.target)
+			if err != nil {
+				return false, err
+			}
+			vols, err := s.hostpathVolumes()
+			if err != nil {
+				return false, err
+			}
+			known := slices.ContainsFunc(vols, func(vol hostpathVolume) bool { return vol.VolID == v.volID })
+			_, statErr := os.Stat(s.path(hostpathStateDir, v.volID))
+			state = fmt.Sprintf("target mounted %v, volume in the driver's state %v, its directory there %v", mounted, known, statErr == nil)
+			if mounted || known || !errors.Is(statErr, os.ErrNotExist) {
+				return false, nil
+			}
+			u.tUnpublished = time.Since(began)
+		}
+		_, err := s.client.CoreV1().Pods(namespace).Get(ctx, v.name, getOpts)
+		if err == nil || !strings.Contains(err.Error(), "not found") {
+			return false, err
+		}
+		u.tGone = time.Since(began)
+		return true, nil
+	})
+	if err != nil {
+		return u, fmt.Errorf("%v (%s)", err, state)
+	}
+	return u, nil
+}
+
+// driverCalls counts the gRPC calls of each method in the log of the
+// current hostpath pod's driver container (the driver logs each at --v=3).
+func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
+	calls := map[string]int{}
+	dir := s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), hostpathContainer)
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, file := range logs {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
+				calls[strings.TrimSpace(method)]++
+			}
+		}
+	}
+	return calls
+}
+
+// hostpathPods lists the hostpath DaemonSet's pods.
+func (s *suite) hostpathPods(ctx context.Context) ([]corev1.Pod, error) {
+	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + hostpathDaemonSet})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// hostpathReady waits for the one pod of rev Ready and the driver in
+// CSINode, and returns the pod.
+func (s *suite) hostpathReady(ctx context.Context, watch *csiNodeWatch, rev revision, others bool) (*corev1.Pod, error) {
+	var ready *corev1.Pod
+	err := waitFor(ctx, fmt.Sprintf("hostpath pod of revision %d Ready, %s in CSINode", rev, hostpathDriver), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.hostpathPods(ctx)
+		if err != nil {
+			return false, err
+		}
+		reg, _ := watch.now()
+		if !reg.registered || (!others && len(pods) != 1) {
+			return false, nil
+		}
+		for i := range pods {
+			if pods[i].Annotations[revisionKey] == fmt.Sprint(int(rev)) && podReady(&pods[i]) {
+				ready = &pods[i]
+			}
+		}
+		return ready != nil && (others || len(pods) == 1), nil
+	})
+	return ready, err
+}
+
+func (s *suite) timing(what string, took time.Duration) {
+	s.timings = append(s.timings, timing{what, took})
+}
+
+// checkVolume runs checks 8a, 8b and 8c.
+func (s *suite) checkVolume(ctx context.Context) bool {
+	names := []string{
+		"8a. volume through a real driver (hostpathplugin, CSI inline volume): kubelet publishes it on the endpoint the registrar announced, the pod's file is read back on the driver's side, deleting the pod unpublishes it",
+		"8b. rolling update of the hostpath DaemonSet (maxSurge 1, same driver socket: the handover) with a volume pod running: its volume still served, a new volume pod mounts, the old one unmounts cleanly",
+		"8c. rolling update of the hostpath DaemonSet to another driver socket (maxSurge 1) with a volume pod running: kubelet follows the new endpoint; the volume still served, a new volume pod mounts, the old one unmounts cleanly",
+	}
+	if *hostpathMissing != "" {
+		for _, name := range names {
+			s.skip(name, *hostpathMissing)
+		}
+		return false
+	}
+	watch := newCSINodeWatch(hostpathDriver)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watch.run(watchCtx, s.client)
+	if !s.checkVolumePublished(ctx, names[0], watch) {
+		s.report(names[1], false, "not run: check 8a failed")
+		return s.report(names[2], false, "not run: check 8a failed")
+	}
+	running, err := s.startVolumePod(ctx, "volume-2")
+	if err != nil {
+		s.report(names[1], false, "%v", err)
+		return s.report(names[2], false, "not run: check 8b failed")
+	}
+	running, ok := s.checkVolumeRollout(ctx, names[1], watch, running, revHostpathNext, true)
+	if running == nil {
+		return s.report(names[2], false, "not run: check 8b failed")
+	}
+	_, ok2 := s.checkVolumeRollout(ctx, names[2], watch, running, revHostpathEndpoint, false)
+	return ok && ok2
+}
+
+func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *csiNodeWatch) bool {
+	attach, podInfo := false, true
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
+		Spec: storagev1.CSIDriverSpec{
+			AttachRequired:       &attach,
+			PodInfoOnMount:       &podInfo,
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
+		},
+	}
+	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil {
+		return s.report(name, false, "create CSIDriver: %v", err)
+	}
+	ds, err := s.hostpathDaemonSetFor(revHostpath)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	began := time.Now()
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return s.report(name, false, "create DaemonSet: %v", err)
+	}
+	driverPod, err := s.hostpathReady(ctx, watch, revHostpath, false)
+	if err != nil {
+		return s.report(name, false, "%v (see the registrar's and the driver's logs in logs/pod-logs)", err)
+	}
+	tReady := time.Since(began)
+	var reg registration
+	for _, r := range watch.between(began, time.Now()) {
+		if r.registered {
+			reg = r
+			break
+		}
+	}
+	tRegistered := reg.at.Sub(began)
+	s.timing("8a. hostpath DaemonSet created → "+hostpathDriver+" in CSINode (registration)", tRegistered)
+	serving, servingOK := s.servingRegistrar(revHostpath)
+
+	vp, err := s.startVolumePod(ctx, "volume-1")
+	if err != nil {
+		return s.report(name, false, "registered +%s; %v", ms(tRegistered), err)
+	}
+	s.timing("8a. volume pod created → volume published (NodePublishVolume)", vp.tPublished)
+	published := s.driverCalls(driverPod)
+	u, err := s.deleteVolumePod(ctx, vp)
+	if err != nil {
+		return s.report(name, false, "%v; then %v", vp, err)
+	}
+	s.timing("8a. volume pod deleted → volume unpublished (NodeUnpublishVolume)", u.tUnpublished)
+	calls := s.driverCalls(driverPod)
+	ok := reg.nodeID == nodeName && servingOK &&
+		published["NodePublishVolume"] >= 1 && calls["NodeUnpublishVolume"] >= 1
+	return s.report(name, ok, "DaemonSet created → %s in CSINode with node ID %q +%s, pod Ready +%s, registrar %s; %v; pod deleted → target unmounted, volume %s gone from the driver's state and directory +%s → pod object gone +%s; the driver's log (pod %s) counts NodePublishVolume %d, NodeUnpublishVolume %d",
+		hostpathDriver, reg.nodeID, ms(tRegistered), ms(tReady), serving, vp, vp.volID, ms(u.tUnpublished), ms(u.tGone),
+		driverPod.Name, calls["NodePublishVolume"], calls["NodeUnpublishVolume"])
+}
+
+// beat reads the counter that a volume pod writes five times a second, as
+// the driver's state directory holds it.
+func (s *suite) beat(v *volumePod) string {
+	data, _ := os.ReadFile(s.path(hostpathStateDir, v.volID, "beat"))
+	return strings.TrimSpace(string(data))
+}
+
+// checkVolumeRollout rolls the hostpath DaemonSet to next while the volume
+// pod running runs, and checks that its volume is still mounted and written
+// through, that a new volume pod is published by the new pod's driver, and
+// that deleting running unpublishes its volume through that driver. With
+// handover, next has the same driver socket: the new registrar must take
+// the registration socket over and kubelet keep the driver registered as
+// in check 4a; without, next announces another socket: kubelet registers
+// the driver again (at most once, for at most 2s, as in checks 4b and 4c)
+// and must call the new one. It returns the new volume pod, still running
+// if keep, or nil if it did not start.
+func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
+	pods, err := s.hostpathPods(ctx)
+	if err != nil || len(pods) != 1 {
+		return nil, s.report(name, false, "want one hostpath pod before the update, have %d (%v)", len(pods), err)
+	}
+	oldDriverPod := pods[0].Name
+	previous, _ := strconv.Atoi(pods[0].Annotations[revisionKey])
+	handover := hostpathSocket(revision(previous)) == hostpathSocket(next)
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, hostpathDaemonSet, getOpts)
+	if err != nil {
+		return nil, s.report(name, false, "%v", err)
+	}
+	want, err := s.hostpathDaemonSetFor(next)
+	if err != nil {
+		return nil, s.report(name, false, "%v", err)
+	}
+	ds.Spec.Template = want.Spec.Template
+	began := time.Now()
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		return nil, s.report(name, false, "update DaemonSet: %v", err)
+	}
+	newDriverPod, err := s.hostpathReady(ctx, watch, next, true)
+	if err != nil {
+		return nil, s.report(name, false, "%v", err)
+	}
+	tNewReady := time.Since(began)
+	err = waitFor(ctx, "old hostpath pod gone", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.hostpathPods(ctx)
+		return err == nil && len(pods) == 1 && pods[0].Name == newDriverPod.Name, err
+	})
+	tOldGone := time.Since(began)
+	if err != nil {
+		return nil, s.report(name, false, "new pod %s Ready +%s; %v", newDriverPod.Name, ms(tNewReady), err)
+	}
+	// Settle as check 4a does: kubelet may react late to what the old pod left.
+	time.Sleep(rolloutSettle)
+	end := time.Now()
+	var gaps []string
+	var longest time.Duration
+	var down time.Time
+	for _, r := range watch.between(began, end) {
+		switch {
+		case !r.registered && down.IsZero():
+			down = r.at
+		case r.registered && !down.IsZero():
+			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(down.Sub(began)), ms(r.at.Sub(down))))
+			longest = max(longest, r.at.Sub(down))
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(down.Sub(began))))
+		longest = time.Duration(math.MaxInt64)
+	}
+	final, _ := watch.now()
+	step := name[:3]
+	s.timing(step+" hostpath rolling update → new pod Ready", tNewReady)
+	s.timing(step+" hostpath rolling update → old pod gone", tOldGone)
+
+	// The running pod's volume: still mounted, still in the new driver's
+	// state (read from the file it loaded), and the pod's writes still
+	// reach the driver's directory.
+	stillMounted, _ := mountPoint(running.target)
+	vol, _ := s.publishedAt(running.target)
+	beatBefore := s.beat(running)
+	var beatAfter string
+	errBeat := waitFor(ctx, "pod "+running.name+" still writing into its volume", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		beatAfter = s.beat(running)
+		return beatAfter != "" && beatAfter != beatBefore, nil
+	})
+	served := stillMounted && vol != nil && errBeat == nil
+
+	fresh, err := s.startVolumePod(ctx, fmt.Sprintf("volume-%d", int(next-revHostpath)+2))
+	if err != nil {
+		return nil, s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; old volume served %v; new volume pod: %v", ms(tNewReady), ms(tOldGone), served, err)
+	}
+	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
+	uOld, errOld := s.deleteVolumePod(ctx, running)
+	s.timing(step+" after the update: volume pod from before the update deleted → unpublished", uOld.tUnpublished)
+	deleted := fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", running.name, ms(uOld.tUnpublished), ms(uOld.tGone), errOld)
+	wantUnpublish := 1
+	if !keep {
+		uFresh, errFresh := s.deleteVolumePod(ctx, fresh)
+		s.timing(step+" after the update: new volume pod deleted → unpublished", uFresh.tUnpublished)
+		deleted += fmt.Sprintf("; pod %s deleted → unpublished +%s, gone +%s (%v)", fresh.name, ms(uFresh.tUnpublished), ms(uFresh.tGone), errFresh)
+		errOld = errors.Join(errOld, errFresh)
+		wantUnpublish = 2
+	}
+	calls := s.driverCalls(newDriverPod)
+	status, errStatus := registrarStatus(next.port())
+	serving := "/status: " + fmt.Sprint(errStatus)
+	if errStatus == nil {
+		serving = status.String()
+	}
+	registration := fmt.Sprintf("the new registrar takes the registration socket over (one handover publication), CSINode without the driver for no longer than %s", s.maxRolloutGap)
+	registered := errStatus == nil && status.Publications["handover"] == 1 && longest <= s.maxRolloutGap
+	if !handover {
+		registration = fmt.Sprintf("another endpoint: kubelet registers the driver again, at most %d deregistration, of at most %s", maxUpstreamDeregistrations, maxUpstreamGap)
+		registered = len(gaps) <= maxUpstreamDeregistrations && longest <= maxUpstreamGap
+	}
+	ok := registered && served && errOld == nil && final.registered && final.nodeID == nodeName && errStatus == nil && status.State == "registered" &&
+		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
+	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
+		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), oldDriverPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
+		rolloutSettle, final.registered, final.nodeID, serving,
+		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh, deleted,
+		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
+}
