@@ -1,11 +1,14 @@
-// Package unixgrpc makes the registrar's gRPC client connections to Unix
-// sockets: the CSI driver's, and registration sockets of kubelet's plugin
-// registry.
+// Package unixgrpc makes every gRPC client connection of the registrar
+// to a Unix socket: to the CSI driver, to registration sockets of
+// kubelet's plugin registry (another instance's, or its own for
+// --diagnose).
 package unixgrpc
 
 import (
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,12 +21,56 @@ import (
 const UserAgent = "csi-node-driver-registrar"
 
 // NewClient returns a client of the gRPC server on the Unix socket at
-// path; it connects on its first call.
+// path; it connects on its first call, and again after a failure.
 func NewClient(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix:"+path, append([]grpc.DialOption{
+	return newClient(func(ctx context.Context) (net.Conn, error) {
+		var dialer net.Dialer
+		return dialer.DialContext(ctx, "unix", path)
+	}, opts...)
+}
+
+// newClient makes a client whose connections dial makes. The dialer
+// connects to the path itself, as upstream's does: gRPC's parsing of
+// "unix:" targets would reject Windows paths ("unix://C:\csi\csi.sock")
+// and unescape '%' in paths. The passthrough target only sets the
+// :authority, which is "localhost" for Unix sockets in gRPC too.
+func newClient(dial func(context.Context) (net.Conn, error), opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///localhost", append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUserAgent(UserAgent),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
 	}, opts...)...)
+}
+
+// ConnectError is a failure to connect to a socket at all, as opposed to
+// an RPC that failed on an open connection.
+type ConnectError struct{ Err error }
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Once connects to the Unix socket at path now, within ctx, and returns a
+// client whose only connection is that one: gRPC never reconnects, so a
+// caller makes exactly one attempt. A failure to connect is a
+// *ConnectError, with the plain error (no such file, connection refused).
+func Once(ctx context.Context, path string) (*grpc.ClientConn, error) {
+	var dialer net.Dialer
+	raw, err := dialer.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, &ConnectError{err}
+	}
+	var handedOut atomic.Bool
+	conn, err := newClient(func(context.Context) (net.Conn, error) {
+		if handedOut.Swap(true) {
+			return nil, errors.New("the connection was closed; this client does not reconnect")
+		}
+		return raw, nil
+	})
+	if err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // ErrLost is returned by Hold when the connection it held ended.

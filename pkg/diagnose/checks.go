@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -29,11 +29,6 @@ const (
 	// directory's other entries connects to.
 	maxDialed = 20
 )
-
-// hiddenSocketName matches the dot-prefixed name under which a registrar
-// binds its socket before publishing it as "<driver>-reg.sock":
-// ".<driver>.<6 hex digits>". kubelet ignores it.
-var hiddenSocketName = regexp.MustCompile(`^\..+\.[0-9a-f]{6}$`)
 
 // 1. The registry directory.
 func (d *diagnosis) checkRegistryDir() Check {
@@ -117,7 +112,7 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	}
 	info, err := pluginInfo(ctx, d.address.Path, d.cfg.Timeout)
 	if err != nil {
-		var ce *connectError
+		var ce *unixgrpc.ConnectError
 		if errors.As(err, &ce) {
 			return fail(c, describeCallError(err, d.cfg.Timeout)+": nothing listens on the driver socket; is the driver container crashing or restarting? Check its logs")
 		}
@@ -167,7 +162,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	}
 	info, err := registrationInfo(ctx, path, d.cfg.Timeout)
 	if err != nil {
-		var ce *connectError
+		var ce *unixgrpc.ConnectError
 		if errors.As(err, &ce) {
 			return fail(c, describeCallError(err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
 		}
@@ -384,7 +379,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 		isSocket := e.Type() == fs.ModeSocket
 		switch {
 		case strings.HasPrefix(name, "."):
-			if isSocket && hiddenSocketName.MatchString(name) {
+			if _, ok := registration.HiddenSocketDriver(name); isSocket && ok {
 				hidden = append(hidden, name)
 			} else {
 				dotted = append(dotted, name)

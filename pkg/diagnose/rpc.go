@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -21,42 +19,13 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// connectError is a failure to connect to a socket at all, as opposed to an
-// RPC that failed on an open connection.
-type connectError struct{ err error }
-
-func (e *connectError) Error() string { return e.err.Error() }
-func (e *connectError) Unwrap() error { return e.err }
-
 // callOnce connects to the Unix socket at path once and runs rpc on that
-// one connection, all within timeout; the connection is closed before it
-// returns. Connecting first, outside gRPC, gives a plain error for the
-// usual problems (no such file, connection refused) and makes sure that
-// gRPC never reconnects: a diagnosis makes one attempt.
+// one connection, all within timeout (unixgrpc.Once: a diagnosis makes one
+// attempt, and a failure to connect is a plain *unixgrpc.ConnectError).
 func callOnce(ctx context.Context, path string, timeout time.Duration, rpc func(context.Context, *grpc.ClientConn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var dialer net.Dialer
-	raw, err := dialer.DialContext(ctx, "unix", path)
-	if err != nil {
-		return &connectError{err}
-	}
-	defer func() { _ = raw.Close() }()
-
-	var handedOut atomic.Bool
-	// The passthrough target only sets the :authority; the connection is
-	// the one made above, whatever the path looks like (Windows, '%').
-	conn, err := grpc.NewClient("passthrough:///localhost",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// The registrar does not count this call as kubelet's.
-		grpc.WithUserAgent(unixgrpc.UserAgent),
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
-			if handedOut.Swap(true) {
-				return nil, errors.New("the connection was closed; a diagnosis does not reconnect")
-			}
-			return raw, nil
-		}),
-	)
+	conn, err := unixgrpc.Once(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -106,14 +75,14 @@ func registrarStatus(ctx context.Context, path string, timeout time.Duration) (*
 
 // describeCallError says in a few words how a call made by callOnce failed.
 func describeCallError(err error, timeout time.Duration) string {
-	var ce *connectError
+	var ce *unixgrpc.ConnectError
 	if errors.As(err, &ce) {
 		var opErr *net.OpError
-		if errors.As(ce.err, &opErr) && opErr.Err != nil {
+		if errors.As(ce.Err, &opErr) && opErr.Err != nil {
 			// "connect: connection refused" without the repeated path.
 			return "cannot connect (" + opErr.Err.Error() + ")"
 		}
-		return "cannot connect (" + ce.err.Error() + ")"
+		return "cannot connect (" + ce.Err.Error() + ")"
 	}
 	st, ok := status.FromError(err)
 	if !ok {

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 // Defaults for the Config fields left at zero.
@@ -231,18 +230,7 @@ func (s search) attempt(ctx context.Context, attempt int) (string, error) {
 
 // getPluginInfo asks the driver for its name once, on a connection of its own.
 func getPluginInfo(ctx context.Context, address Address, timeout time.Duration) (string, error) {
-	// The dialer connects to the path itself, as upstream's does: gRPC's
-	// parsing of "unix:" targets would reject Windows paths
-	// ("unix://C:\csi\csi.sock") and unescape '%' in paths. The passthrough
-	// target only sets the :authority, which is "localhost" for Unix sockets
-	// in gRPC too.
-	conn, err := grpc.NewClient("passthrough:///localhost",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var dialer net.Dialer
-			return dialer.DialContext(ctx, "unix", address.Path)
-		}),
-	)
+	conn, err := unixgrpc.NewClient(address.Path)
 	if err != nil {
 		return "", err
 	}

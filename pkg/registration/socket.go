@@ -168,12 +168,26 @@ func listenHidden(path string) (*net.UnixListener, string, fs.FileInfo, error) {
 	return ul, hidden, own, nil
 }
 
-// isHiddenName tells whether name is of the form .<driver>.<6 hex digits>,
-// the hidden name of a socket for the registration socket at path.
+// HiddenSocketDriver tells whether name is a registrar's hidden name of a
+// registration socket, ".<driver>.<6 hex digits>" (kubelet ignores
+// dot-files), and for which driver.
+func HiddenSocketDriver(name string) (driver string, ok bool) {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok || len(rest) < 8 || rest[len(rest)-7] != '.' {
+		return "", false
+	}
+	suffix := rest[len(rest)-6:]
+	if strings.Trim(suffix, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return rest[:len(rest)-7], true
+}
+
+// isHiddenName tells whether name is a hidden name of the registration
+// socket at path (HiddenSocketDriver).
 func isHiddenName(path, name string) bool {
-	prefix := "." + strings.TrimSuffix(filepath.Base(path), "-reg.sock") + "."
-	suffix, ok := strings.CutPrefix(name, prefix)
-	return ok && len(suffix) == 6 && strings.Trim(suffix, "0123456789abcdef") == ""
+	driver, ok := HiddenSocketDriver(name)
+	return ok && driver == strings.TrimSuffix(filepath.Base(path), "-reg.sock")
 }
 
 // hiddenSocketPath names a dot-prefixed sibling of path, unique to this
