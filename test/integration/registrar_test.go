@@ -102,7 +102,11 @@ func chooseRegistrar(dir string) error {
 		return fmt.Errorf("%s: %w", registrarBinEnv, err)
 	}
 	if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s=%s: not a file (%v): build it first (make build, or make build-all)", registrarBinEnv, bin, err)
+		relative := ""
+		if !filepath.IsAbs(bin) {
+			relative = " (a relative path is taken from test/integration, where go test runs: give an absolute one)"
+		}
+		return fmt.Errorf("%s=%s: not a file (%v)%s: build it first (make build, or make build-all)", registrarBinEnv, bin, err, relative)
 	}
 	if registrarEmulator != "" {
 		if registrarEmulator, err = exec.LookPath(registrarEmulator); err != nil {
