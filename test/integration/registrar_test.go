@@ -168,9 +168,21 @@ func startProcess(t *testing.T, name, bin string, args ...string) *process {
 // the test's environment when env is nil.
 func startProcessWithEnv(t *testing.T, name string, env []string, bin string, args ...string) *process {
 	t.Helper()
+	return newProcess(name, env, bin, args...).start(t)
+}
+
+// newProcess is the process of bin with args, not started yet, its output
+// collected in stdout and stderr, with env as startProcessWithEnv's.
+func newProcess(name string, env []string, bin string, args ...string) *process {
 	p := &process{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.Env = env
+	return p
+}
+
+// start starts p; it is killed at the end of the test if still running.
+func (p *process) start(t *testing.T) *process {
+	t.Helper()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -289,6 +301,11 @@ func (n *node) startRegistrar(t *testing.T, args ...string) *process {
 // environment (see startProcessWithEnv).
 func (n *node) startRegistrarWithEnv(t *testing.T, env []string, args ...string) *process {
 	t.Helper()
+	return n.registrarProcess(env, args...).start(t)
+}
+
+// registrarProcess is the registrar of startRegistrarWithEnv, not started.
+func (n *node) registrarProcess(env []string, args ...string) *process {
 	base := []string{
 		"--csi-address=" + n.driverSocket,
 		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
@@ -298,7 +315,7 @@ func (n *node) startRegistrarWithEnv(t *testing.T, env []string, args ...string)
 		"-v=4",
 	}
 	argv := registrarArgv(append(base, args...)...)
-	return startProcessWithEnv(t, "registrar", env, argv[0], argv[1:]...)
+	return newProcess("registrar", env, argv[0], argv[1:]...)
 }
 
 func (n *node) socketPath(name string) string {
@@ -680,6 +697,57 @@ func TestJSONLogging(t *testing.T) {
 				t.Errorf("line without %q: %s", key, line)
 			}
 		}
+	}
+}
+
+// An info buffer of the cap, 2 GiB (--log-text-info-buffer-size), holds
+// every info line until the flush, here at exit. Where int has 32 bits
+// (linux/arm, which make arch-test runs this on) the cap once wrapped to a
+// negative size, which bufio replaces with 4 KiB. The registrar reserves
+// the buffer; the kernel gives it only the pages it writes.
+func TestInfoBufferOfTheCapHoldsTheLines(t *testing.T) {
+	const name = "buffer.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	stdoutPath := filepath.Join(n.root, "stdout")
+	stdout, err := os.Create(stdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registrar := n.registrarProcess(nil, "--log-text-split-stream", "--log-text-info-buffer-size=3Gi", "--log-flush-frequency=1h", "-v=5")
+	// A file, not a pipe: what the registrar writes before it answers a
+	// probe is in the file when the answer arrives.
+	registrar.cmd.Stdout = stdout
+	registrar.start(t)
+	stdout.Close()
+	n.waitForSocket(t, name, registrar)
+
+	// Each probe is logged at -v=5 before it is answered: 100 of them are
+	// more than 4 KiB of lines.
+	const probes = 100
+	eventually(t, "/healthz answers", func() bool {
+		code, _ := n.healthz(t)
+		return code == http.StatusOK
+	})
+	for range probes {
+		if code, body := n.healthz(t); code != http.StatusOK {
+			t.Fatalf("/healthz = %d %q", code, body)
+		}
+	}
+	if written, err := os.ReadFile(stdoutPath); err != nil || len(written) != 0 {
+		t.Fatalf("%d bytes on stdout before the flush (%v): the buffer holds less than the cap. The first of them:\n%.300s", len(written), err, written)
+	}
+
+	registrar.cmd.Process.Signal(syscall.SIGTERM)
+	if code := registrar.wait(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0", code)
+	}
+	written, err := os.ReadFile(stdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(written), `"Health probe"`); got < probes {
+		t.Errorf("stdout has %d probe lines after the flush at exit, want at least %d:\n%s", got, probes, written)
 	}
 }
 
