@@ -2,13 +2,16 @@ package logging
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"strings"
 )
 
-// maxInfoBufferSize caps the info buffer, as Kubernetes does: the whole
-// buffer is allocated up front.
-const maxInfoBufferSize = 2 << 30
+// maxInfoBufferSize caps the info buffer at 2 GiB, as Kubernetes does: the
+// whole buffer is allocated up front. Where int has 32 bits (linux/arm) the
+// cap is one byte less, the largest buffer bufio takes there: 2 GiB would
+// wrap to a negative size, which bufio replaces with 4 KiB.
+const maxInfoBufferSize = min(2<<30, math.MaxInt)
 
 // sizeMultipliers are the suffixes of Kubernetes quantities that make sense
 // for a number of bytes. Kubernetes spells kilo "k"; "K" is accepted too

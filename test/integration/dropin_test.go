@@ -35,7 +35,8 @@ func TestExitCodesAsUpstream(t *testing.T) {
 				"--plugin-registration-path=" + n.registry,
 				"--termination-message-path=" + n.termination,
 			}, tc.args...)
-			registrar := startProcess(t, "registrar", registrarBin, args...)
+			argv := registrarArgv(args...)
+			registrar := startProcess(t, "registrar", argv[0], argv[1:]...)
 			if code := registrar.wait(t); code != tc.code {
 				t.Errorf("exit code = %d, want %d", code, tc.code)
 			}

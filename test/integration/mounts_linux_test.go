@@ -36,7 +36,7 @@ func TestDiagnoseChecksTheRegistrationPathThroughTheMounts(t *testing.T) {
 	run := func(t *testing.T, registry, registrationPath string) (dirLine, pathLine string) {
 		t.Helper()
 		script := fmt.Sprintf("mount --bind %s %s && mount --bind %s %s && exec %s --diagnose --csi-address=%s --kubelet-registration-path=%s --plugin-registration-path=%s",
-			hostDir, podDir, registry, n.registry, registrarBin, filepath.Join(podDir, "csi.sock"), registrationPath, n.registry)
+			hostDir, podDir, registry, n.registry, strings.Join(registrarArgv(), " "), filepath.Join(podDir, "csi.sock"), registrationPath, n.registry)
 		out, _ := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
 		for _, line := range strings.Split(string(out), "\n") {
 			switch {

@@ -29,9 +29,24 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
+// The version the suite builds the registrar with.
 const testVersion = "v0.0.0-integration"
 
-var registrarBin, driverBin string
+// registrarBin is the registrar under test; registrarVersion, the version
+// it prints; registrarEmulator, when not empty, the command that runs it
+// (qemu user emulation: it is started as "<emulator> <registrarBin> args").
+// driverBin is the test driver, always built here for this machine.
+var registrarBin, registrarVersion, registrarEmulator, driverBin string
+
+// The environment that points the suite at a registrar built elsewhere,
+// such as make build-all's binary of another architecture (make
+// arch-test): its path, the version it was built with, and the emulator
+// that runs it, if any. Without REGISTRAR_BIN the suite builds one.
+const (
+	registrarBinEnv      = "REGISTRAR_BIN"
+	registrarVersionEnv  = "REGISTRAR_VERSION"
+	registrarEmulatorEnv = "REGISTRAR_EMULATOR"
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(buildAndRun(m))
@@ -44,12 +59,16 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	registrarBin = filepath.Join(dir, "csi-node-driver-registrar")
+	if err := chooseRegistrar(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	driverBin = filepath.Join(dir, "mockdriver")
-	for _, b := range []struct{ out, pkg string }{
-		{registrarBin, "./cmd/registrar"},
-		{driverBin, "./test/mockdriver"},
-	} {
+	builds := []struct{ out, pkg string }{{driverBin, "./test/mockdriver"}}
+	if os.Getenv(registrarBinEnv) == "" {
+		builds = append(builds, struct{ out, pkg string }{registrarBin, "./cmd/registrar"})
+	}
+	for _, b := range builds {
 		cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", b.out, b.pkg)
 		cmd.Dir = "../.."
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -59,6 +78,59 @@ func buildAndRun(m *testing.M) int {
 		}
 	}
 	return m.Run()
+}
+
+// chooseRegistrar sets registrarBin, registrarVersion and
+// registrarEmulator from the environment, or to the binary the suite
+// builds in dir.
+func chooseRegistrar(dir string) error {
+	bin := os.Getenv(registrarBinEnv)
+	registrarVersion = os.Getenv(registrarVersionEnv)
+	registrarEmulator = os.Getenv(registrarEmulatorEnv)
+	if bin == "" {
+		if registrarVersion != "" || registrarEmulator != "" {
+			return fmt.Errorf("%s or %s is set without %s: set %s to the registrar binary they are about", registrarVersionEnv, registrarEmulatorEnv, registrarBinEnv, registrarBinEnv)
+		}
+		registrarBin, registrarVersion = filepath.Join(dir, "csi-node-driver-registrar"), testVersion
+		return nil
+	}
+	if registrarVersion == "" {
+		return fmt.Errorf("%s=%s needs %s, the version it was built with (make version)", registrarBinEnv, bin, registrarVersionEnv)
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return fmt.Errorf("%s: %w", registrarBinEnv, err)
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
+		relative := ""
+		if !filepath.IsAbs(bin) {
+			relative = " (a relative path is taken from test/integration, where go test runs: give an absolute one)"
+		}
+		return fmt.Errorf("%s=%s: not a file (%v)%s: build it first (make build, or make build-all)", registrarBinEnv, bin, err, relative)
+	}
+	if registrarEmulator != "" {
+		if registrarEmulator, err = exec.LookPath(registrarEmulator); err != nil {
+			return fmt.Errorf("%s: %w: install it (Debian: qemu-user-static)", registrarEmulatorEnv, err)
+		}
+	}
+	registrarBin = abs
+	return nil
+}
+
+// registrarArgv is the command line that runs the registrar with args:
+// through the emulator when there is one.
+func registrarArgv(args ...string) []string {
+	argv := append([]string{registrarBin}, args...)
+	if registrarEmulator != "" {
+		argv = append([]string{registrarEmulator}, argv...)
+	}
+	return argv
+}
+
+// registrarCommand is exec.Command for the registrar with args.
+func registrarCommand(args ...string) *exec.Cmd {
+	argv := registrarArgv(args...)
+	return exec.Command(argv[0], argv[1:]...)
 }
 
 // syncBuffer collects a process's output while tests read it.
@@ -96,9 +168,21 @@ func startProcess(t *testing.T, name, bin string, args ...string) *process {
 // the test's environment when env is nil.
 func startProcessWithEnv(t *testing.T, name string, env []string, bin string, args ...string) *process {
 	t.Helper()
+	return newProcess(name, env, bin, args...).start(t)
+}
+
+// newProcess is the process of bin with args, not started yet, its output
+// collected in stdout and stderr, with env as startProcessWithEnv's.
+func newProcess(name string, env []string, bin string, args ...string) *process {
 	p := &process{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.Env = env
+	return p
+}
+
+// start starts p; it is killed at the end of the test if still running.
+func (p *process) start(t *testing.T) *process {
+	t.Helper()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +301,11 @@ func (n *node) startRegistrar(t *testing.T, args ...string) *process {
 // environment (see startProcessWithEnv).
 func (n *node) startRegistrarWithEnv(t *testing.T, env []string, args ...string) *process {
 	t.Helper()
+	return n.registrarProcess(env, args...).start(t)
+}
+
+// registrarProcess is the registrar of startRegistrarWithEnv, not started.
+func (n *node) registrarProcess(env []string, args ...string) *process {
 	base := []string{
 		"--csi-address=" + n.driverSocket,
 		"--kubelet-registration-path=/var/lib/kubelet/plugins/test/csi.sock",
@@ -225,7 +314,8 @@ func (n *node) startRegistrarWithEnv(t *testing.T, env []string, args ...string)
 		"--termination-message-path=" + n.termination,
 		"-v=4",
 	}
-	return startProcessWithEnv(t, "registrar", env, registrarBin, append(base, args...)...)
+	argv := registrarArgv(append(base, args...)...)
+	return newProcess("registrar", env, argv[0], argv[1:]...)
 }
 
 func (n *node) socketPath(name string) string {
@@ -265,25 +355,29 @@ func kubeletClient(t *testing.T, socket string) registerapi.RegistrationClient {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := exec.Command(registrarBin, "--version").CombinedOutput()
+	out, err := registrarCommand("--version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("--version: %v: %s", err, out)
 	}
-	if want := registrarBin + " " + testVersion + "\n"; string(out) != want {
+	if want := registrarBin + " " + registrarVersion + "\n"; string(out) != want {
 		t.Errorf("--version printed %q, want %q", out, want)
 	}
 }
 
 func TestExecProbeModeExitsAtOnce(t *testing.T) {
 	// As in old manifests' exec liveness probes: nothing else is set up.
-	cmd := exec.Command(registrarBin, "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--mode=kubelet-registration-probe")
+	cmd := registrarCommand("--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--mode=kubelet-registration-probe")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("probe mode: %v: %s", err, out)
 	}
 }
 
+// TestRegistersAndStopsCleanly is the happy path, which make arch-test
+// also runs on every architecture's binary under emulation: what kubelet
+// and the probes see must not depend on the word size or the byte order.
 func TestRegistersAndStopsCleanly(t *testing.T) {
 	const name = "it.csi.example.com"
+	started := time.Now()
 	n, registrar := published(t, name)
 
 	fi, err := os.Lstat(n.socketPath(name))
@@ -312,6 +406,11 @@ func TestRegistersAndStopsCleanly(t *testing.T) {
 	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "serving") {
 		t.Errorf("/healthz = %d %q, want 200 serving", code, body)
 	}
+	if code, body := get(n.httpAddr, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+	checkRegisteredStatus(t, n.status(t, n.httpAddr), name, n.socketPath(name), started)
+	checkRegisteredMetrics(t, n.metrics(t), name, started)
 
 	registrar.cmd.Process.Signal(syscall.SIGTERM)
 	if code := registrar.wait(t); code != 0 {
@@ -598,6 +697,57 @@ func TestJSONLogging(t *testing.T) {
 				t.Errorf("line without %q: %s", key, line)
 			}
 		}
+	}
+}
+
+// An info buffer of the cap, 2 GiB (--log-text-info-buffer-size), holds
+// every info line until the flush, here at exit. Where int has 32 bits
+// (linux/arm, which make arch-test runs this on) the cap once wrapped to a
+// negative size, which bufio replaces with 4 KiB. The registrar reserves
+// the buffer; the kernel gives it only the pages it writes.
+func TestInfoBufferOfTheCapHoldsTheLines(t *testing.T) {
+	const name = "buffer.csi.example.com"
+	n := newNode(t)
+	n.startDriver(t, name)
+	stdoutPath := filepath.Join(n.root, "stdout")
+	stdout, err := os.Create(stdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registrar := n.registrarProcess(nil, "--log-text-split-stream", "--log-text-info-buffer-size=3Gi", "--log-flush-frequency=1h", "-v=5")
+	// A file, not a pipe: what the registrar writes before it answers a
+	// probe is in the file when the answer arrives.
+	registrar.cmd.Stdout = stdout
+	registrar.start(t)
+	stdout.Close()
+	n.waitForSocket(t, name, registrar)
+
+	// Each probe is logged at -v=5 before it is answered: 100 of them are
+	// more than 4 KiB of lines.
+	const probes = 100
+	eventually(t, "/healthz answers", func() bool {
+		code, _ := n.healthz(t)
+		return code == http.StatusOK
+	})
+	for range probes {
+		if code, body := n.healthz(t); code != http.StatusOK {
+			t.Fatalf("/healthz = %d %q", code, body)
+		}
+	}
+	if written, err := os.ReadFile(stdoutPath); err != nil || len(written) != 0 {
+		t.Fatalf("%d bytes on stdout before the flush (%v): the buffer holds less than the cap. The first of them:\n%.300s", len(written), err, written)
+	}
+
+	registrar.cmd.Process.Signal(syscall.SIGTERM)
+	if code := registrar.wait(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0", code)
+	}
+	written, err := os.ReadFile(stdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(written), `"Health probe"`); got < probes {
+		t.Errorf("stdout has %d probe lines after the flush at exit, want at least %d:\n%s", got, probes, written)
 	}
 }
 
