@@ -119,17 +119,13 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	}
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	srv, err := registration.New(registration.Config{
-		Endpoint:     o.kubeletRegistrationPath,
-		Dir:          o.pluginRegistrationPath,
-		OnRejection:  registration.Policy(o.rejectionPolicy),
-		CheckTimeout: o.operationTimeout(),
-		Rejected: func(reason string) {
-			termination.write(logger, "kubelet rejected the plugin: "+reason)
-		},
-		Registered: sync.OnceFunc(func() { tightenCollector(logger) }),
-		HTTPPort:   portSharing(port),
-	})
+	cfg := o.registrationConfig()
+	cfg.Rejected = func(reason string) {
+		termination.write(logger, "kubelet rejected the plugin: "+reason)
+	}
+	cfg.Registered = sync.OnceFunc(func() { tightenCollector(logger) })
+	cfg.HTTPPort = portSharing(port)
+	srv, err := registration.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -184,21 +184,32 @@ type publication struct {
 	conns *trackedListener
 }
 
-// New checks cfg; Run publishes the socket once DriverFound named the
-// driver.
-func New(cfg Config) (*Server, error) {
+// Validate says what is wrong with the values of cfg that come from the
+// command line, naming the flags; the registry directory is checked by New.
+func (cfg Config) Validate() error {
+	var errs []error
 	if cfg.Endpoint == "" {
-		return nil, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
+		errs = append(errs, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock"))
+	}
+	switch cfg.OnRejection {
+	case "", Retry, Exit:
+	default:
+		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit))
+	}
+	return errors.Join(errs...)
+}
+
+// New checks cfg (Validate, and that its directory exists); Run publishes
+// the socket once DriverFound named the driver.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := CheckDir(cfg.Dir); err != nil {
 		return nil, err
 	}
-	switch cfg.OnRejection {
-	case "":
+	if cfg.OnRejection == "" {
 		cfg.OnRejection = Retry
-	case Retry, Exit:
-	default:
-		return nil, fmt.Errorf("rejection policy %q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit)
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
