@@ -122,9 +122,11 @@ type Server struct {
 	driver      chan driverNews
 	driverMutex sync.Mutex
 	events      chan event
-	// done is closed when the loop has returned: senders stop waiting.
-	done chan struct{}
-	ran  atomic.Bool
+	// done is closed once the loop no longer reads events: senders stop
+	// waiting.
+	done      chan struct{}
+	closeDone func()
+	ran       atomic.Bool
 
 	// shared is the loop's latest snapshot.
 	shared atomic.Pointer[snapshot]
@@ -232,6 +234,7 @@ func New(cfg Config) (*Server, error) {
 		events: make(chan event, 16),
 		done:   make(chan struct{}),
 	}
+	s.closeDone = sync.OnceFunc(func() { close(s.done) })
 	s.shared.Store(&snapshot{st: newStatus(cfg.Endpoint)})
 	return s, nil
 }
@@ -284,7 +287,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("the registration server has already run")
 	}
-	defer close(s.done)
+	defer s.closeDone()
 	logger := klog.FromContext(ctx)
 
 	watcher, err := fsnotify.NewWatcher()
@@ -303,6 +306,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	err = l.run(ctx, watcher)
 	l.stopTimers()
+	// Events sent from now on have nobody to act on them: their senders,
+	// RPC handlers among them, must not wait, or the graceful stop of the
+	// gRPC servers would wait for them.
+	s.closeDone()
 	l.shutdown()
 	return err
 }
