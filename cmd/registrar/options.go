@@ -5,9 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/logging"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -40,6 +44,9 @@ type options struct {
 	terminationMessagePath  string
 	rejectionPolicy         string
 	diagnose                bool
+	nodeName                string
+	removeNodeTaints        taintKeys
+	nodeCondition           bool
 
 	logging *logging.Options
 	flags   *flag.FlagSet
@@ -65,6 +72,9 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log", "File where the reason of a fatal error or of kubelet's rejection is written, for kubectl describe pod. It must exist: kubelet creates it.")
 	fs.StringVar(&o.rejectionPolicy, "rejection-policy", string(registration.Retry), "What to do when kubelet rejects the driver: \"retry\" publishes the registration socket again after a backoff (1s doubling up to 5m) until kubelet accepts it; \"exit\" exits 1, as upstream does.")
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
+	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint and --node-condition. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
+	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
+	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	o.logging.AddFlags(fs)
 	o.flags = fs
 	fs.Usage = o.usage
@@ -122,7 +132,44 @@ func (o *options) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", o.rejectionPolicy, registration.Retry, registration.Exit))
 	}
+	for _, key := range o.removeNodeTaints {
+		if err := nodegate.ValidateTaintKey(key); err != nil {
+			errs = append(errs, fmt.Errorf("--remove-node-taint: %w", err))
+		}
+	}
+	if o.gatesNode() && o.node() == "" {
+		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
+	}
 	return errors.Join(errs...)
+}
+
+// nodeNameEnv is where --node-name's value comes from when it is not
+// given: the name external-provisioner and other CSI sidecars read.
+const nodeNameEnv = "NODE_NAME"
+
+// gatesNode tells whether the registrar changes the Node object.
+func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
+
+// node is --node-name, or NODE_NAME from the environment.
+func (o *options) node() string {
+	if o.nodeName != "" {
+		return o.nodeName
+	}
+	return os.Getenv(nodeNameEnv)
+}
+
+// taintKeys is --remove-node-taint: repeated, or comma-separated, or both.
+type taintKeys []string
+
+func (k *taintKeys) String() string { return strings.Join(*k, ",") }
+
+func (k *taintKeys) Set(value string) error {
+	for key := range strings.SplitSeq(value, ",") {
+		if key = strings.TrimSpace(key); key != "" && !slices.Contains(*k, key) {
+			*k = append(*k, key)
+		}
+	}
+	return nil
 }
 
 // warnings lists the values that upstream accepts but that make no sense,

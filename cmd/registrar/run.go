@@ -21,6 +21,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -155,6 +156,10 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	logger := klog.FromContext(ctx)
+	gate, err := newNodeGate(o)
+	if err != nil {
+		return err
+	}
 	// No TCP keep-alive on the HTTP endpoint: probes and scrapes are short
 	// requests, and the HTTP server closes idle connections itself. It
 	// saves four system calls on each probe's connection.
@@ -164,19 +169,49 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	}
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	srv, err := registration.New(registration.Config{
+	var srv *registration.Server
+	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
+	srv, err = registration.New(registration.Config{
 		Endpoint:     o.kubeletRegistrationPath,
 		Dir:          o.pluginRegistrationPath,
 		OnRejection:  registration.Policy(o.rejectionPolicy),
 		CheckTimeout: o.operationTimeout(),
 		Rejected: func(reason string) {
 			termination.write(logger, "kubelet rejected the plugin: "+reason)
+			if gate != nil {
+				gate.Rejected(srv.Status().DriverName, reason)
+			}
 		},
-		Registered: sync.OnceFunc(func() { tightenCollector(logger) }),
-		HTTPPort:   portSharing(port),
+		Registered: func() {
+			if gate != nil {
+				gate.Registered(srv.Status().DriverName)
+			}
+			tighten()
+		},
+		Withdrawn: func() {
+			if gate != nil {
+				gate.Withdrawn(srv.Status().DriverName)
+			}
+		},
+		HTTPPort: portSharing(port),
 	})
 	if err != nil {
 		return err
+	}
+	if gate != nil {
+		// The gate outlives the others: the registration withdraws its
+		// socket on the way out, and the gate then tells the API server
+		// (within nodegate.DefaultFinalTimeout) before it stops.
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(ctx))
+		gateDone := make(chan struct{})
+		go func() {
+			defer close(gateDone)
+			gate.Run(gateCtx)
+		}()
+		defer func() {
+			stopGate()
+			<-gateDone
+		}()
 	}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
@@ -189,6 +224,9 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if port != nil {
 		probes := healthz.New(healthz.Options{EnablePprof: o.enablePprof, Version: version})
 		probes.SetRegistration(srv)
+		if gate != nil {
+			probes.SetNodeGate(gate)
+		}
 		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return port.Run(ctx) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
@@ -204,6 +242,28 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		})
 	})
 	return g.Wait()
+}
+
+// newNodeGate is the gate of --remove-node-taint and --node-condition, nil
+// without them: the API server is then never contacted.
+func newNodeGate(o *options) (*nodegate.Gate, error) {
+	if !o.gatesNode() {
+		return nil, nil
+	}
+	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	client, err := nodegate.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	return nodegate.New(nodegate.Config{
+		NodeName:  o.node(),
+		TaintKeys: o.removeNodeTaints,
+		Condition: o.nodeCondition,
+		Client:    client,
+	}), nil
 }
 
 // portSharing is port as the registration uses it: none without an HTTP

@@ -88,6 +88,9 @@ type Config struct {
 	// Registered, when set, is called each time kubelet confirms the
 	// current registration socket.
 	Registered func()
+	// Withdrawn, when set, is called when Run removed the registration
+	// socket on its way out: kubelet unregisters the plugin.
+	Withdrawn func()
 	// CheckTimeout bounds the GetInfo call that identifies a socket at the
 	// path that this process did not create.
 	CheckTimeout time.Duration
@@ -828,6 +831,9 @@ func (s *Server) shutdown(logger logr.Logger) {
 			logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
 		case removed:
 			logger.Info("Registration socket removed", "path", pub.path)
+			if s.cfg.Withdrawn != nil {
+				s.cfg.Withdrawn()
+			}
 		default:
 			logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
 		}
