@@ -57,8 +57,10 @@ func DecodeKustomization(data []byte) (*types.Kustomization, error) {
 	if err := yaml.UnmarshalStrict(data, &k); err != nil {
 		return nil, err
 	}
-	if k.Kind != types.KustomizationKind || k.APIVersion != types.KustomizationVersion {
-		return nil, fmt.Errorf("apiVersion %q kind %q: want %s %s", k.APIVersion, k.Kind, types.KustomizationVersion, types.KustomizationKind)
+	kustomization := k.Kind == types.KustomizationKind && k.APIVersion == types.KustomizationVersion
+	component := k.Kind == types.ComponentKind && k.APIVersion == types.ComponentVersion
+	if !kustomization && !component {
+		return nil, fmt.Errorf("apiVersion %q kind %q: want %s %s, or %s %s", k.APIVersion, k.Kind, types.KustomizationVersion, types.KustomizationKind, types.ComponentVersion, types.ComponentKind)
 	}
 	return &k, nil
 }

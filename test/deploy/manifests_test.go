@@ -17,6 +17,8 @@ const (
 	// overlayDir is the overlay that deploy/README.md shows. It cannot live
 	// under deploy/: kustomize refuses an overlay inside its base.
 	overlayDir = "testdata/example-overlay"
+	// nodeGateOverlayDir is the base with the deploy/node-gate component.
+	nodeGateOverlayDir = "testdata/node-gate-overlay"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -24,7 +26,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir} {
+	for _, root := range []string{deployDir, overlayDir, nodeGateOverlayDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -44,12 +46,13 @@ func manifestFiles(t *testing.T) []string {
 	return files
 }
 
-// kustomizationDirs lists the directories that kustomize builds.
+// kustomizationDirs lists the directories that kustomize builds: not the
+// components, which only an overlay's build includes.
 func kustomizationDirs(t *testing.T) []string {
 	t.Helper()
 	var dirs []string
 	for _, f := range manifestFiles(t) {
-		if filepath.Base(f) == "kustomization.yaml" {
+		if filepath.Base(f) == "kustomization.yaml" && !isComponent(t, f) {
 			dirs = append(dirs, filepath.Dir(f))
 		}
 	}
