@@ -20,7 +20,7 @@ import (
 // apiserver_test.go): bearer token, GET of the node, JSON patch of its
 // taints with test operations, strategic merge of its conditions by type.
 type fakeAPI struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *httptest.Server
 	cfg  ClientConfig
 	node string
@@ -42,7 +42,7 @@ type fakeAPI struct {
 	beforePatch func()
 }
 
-func newFakeAPI(t *testing.T, node string, taints ...taint) *fakeAPI {
+func newFakeAPI(t testing.TB, node string, taints ...taint) *fakeAPI {
 	f := &fakeAPI{t: t, node: node, requests: make(chan string, 100), token: "token-1", taints: taints,
 		conditions: map[string]map[string]any{}, forbidden: map[string]bool{}}
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
