@@ -73,12 +73,12 @@ func TestTaintRemovalPatch(t *testing.T) {
 }
 
 func TestValidateTaintKey(t *testing.T) {
-	for _, key := range []string{"ebs.csi.aws.com/agent-not-ready", "readiness.k8s.io/StorageReady", "agent-not-ready", "a"} {
+	for _, key := range []string{"ebs.csi.aws.com/agent-not-ready", "readiness.k8s.io/StorageReady", "agent-not-ready", "a", "a-1.b/x_y.Z", strings.Repeat("a", 63)} {
 		if err := ValidateTaintKey(key); err != nil {
 			t.Errorf("%q: %v", key, err)
 		}
 	}
-	for _, key := range []string{"", "/x", "Example.com/x", "a/b/c", "x/", "-x", strings.Repeat("a", 64), "example.com/a b"} {
+	for _, key := range []string{"", "/x", "Example.com/x", "a/b/c", "x/", "-x", "x-", strings.Repeat("a", 64), "example.com/a b", "a..b/x", "a-.b/x", "a_b/x", "é"} {
 		if err := ValidateTaintKey(key); err == nil {
 			t.Errorf("%q accepted", key)
 		} else if !strings.Contains(err.Error(), "taint key") {
