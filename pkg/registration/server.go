@@ -86,7 +86,8 @@ type Config struct {
 	// kubelet rejects the plugin.
 	Rejected func(reason string)
 	// Registered, when set, is called each time kubelet confirms the
-	// current registration socket.
+	// current registration socket, and when this instance takes over a
+	// socket that kubelet had registered.
 	Registered func()
 	// Withdrawn, when set, is called when Run removed the registration
 	// socket on its way out: kubelet unregisters the plugin.
