@@ -28,16 +28,3 @@ func TestWithdrawnOnlyWhenTheSocketIsRemoved(t *testing.T) {
 	}
 }
 
-// An instance that takes a registered socket over is registered without a
-// word from kubelet: Registered tells it so (the node gate of a new pod in
-// a rolling update relies on it).
-func TestRegisteredOnTakingARegisteredSocketOver(t *testing.T) {
-	dir := shortTempDir(t)
-	startRegistered(t, dir)
-	var registered atomic.Int32
-	newer := start(t, dir, func(c *Config) { c.Registered = func() { registered.Add(1) } })
-	if st := newer.srv.Status(); st.Publications[ReasonHandover] != 1 {
-		t.Fatalf("newer publications = %v, want one handover", st.Publications)
-	}
-	eventually(t, "Registered called", func() bool { return registered.Load() == 1 })
-}
