@@ -27,4 +27,3 @@ func TestWithdrawnOnlyWhenTheSocketIsRemoved(t *testing.T) {
 		t.Errorf("the instance that removed its socket reported %d withdrawals, want 1", n)
 	}
 }
-
