@@ -19,6 +19,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -110,6 +111,10 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	logger := klog.FromContext(ctx)
+	gate, err := newNodeGate(o)
+	if err != nil {
+		return err
+	}
 	// No TCP keep-alive on the HTTP endpoint: probes and scrapes are short
 	// requests, and the HTTP server closes idle connections itself. It
 	// saves four system calls on each probe's connection.
@@ -120,14 +125,43 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
 	cfg := o.registrationConfig()
-	cfg.Rejected = func(reason string) {
+	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
+	cfg.Rejected = func(driverName, reason string) {
 		termination.write(logger, "kubelet rejected the plugin: "+reason)
+		if gate != nil {
+			gate.Rejected(driverName, reason)
+		}
 	}
-	cfg.Registered = sync.OnceFunc(func() { tightenCollector(logger) })
+	cfg.Registered = func(driverName string) {
+		if gate != nil {
+			gate.Registered(driverName)
+		}
+		tighten()
+	}
+	cfg.Withdrawn = func(driverName string) {
+		if gate != nil {
+			gate.Withdrawn(driverName)
+		}
+	}
 	cfg.HTTPPort = portSharing(port)
 	srv, err := registration.New(cfg)
 	if err != nil {
 		return err
+	}
+	if gate != nil {
+		// The gate outlives the others: the registration withdraws its
+		// socket on the way out, and the gate then tells the API server
+		// (within nodegate.DefaultFinalTimeout) before it stops.
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(ctx))
+		gateDone := make(chan struct{})
+		go func() {
+			defer close(gateDone)
+			gate.Run(gateCtx)
+		}()
+		defer func() {
+			stopGate()
+			<-gateDone
+		}()
 	}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
@@ -152,6 +186,9 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		}
 		probes := healthz.New(opts)
 		probes.SetRegistration(srv)
+		if gate != nil {
+			probes.SetNodeGate(gate)
+		}
 		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return port.Run(ctx) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
@@ -174,6 +211,28 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		})
 	})
 	return g.Wait()
+}
+
+// newNodeGate is the gate of --remove-node-taint and --node-condition, nil
+// without them: the API server is then never contacted.
+func newNodeGate(o *options) (*nodegate.Gate, error) {
+	if !o.gatesNode() {
+		return nil, nil
+	}
+	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	client, err := nodegate.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	return nodegate.New(nodegate.Config{
+		NodeName:  o.node(),
+		TaintKeys: o.removeNodeTaints,
+		Condition: o.nodeCondition,
+		Client:    client,
+	}), nil
 }
 
 // portSharing is port as the registration uses it: none without an HTTP

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -24,6 +25,11 @@ import (
 type Registration interface {
 	Health(ctx context.Context) registration.Health
 	Status() registration.Status
+}
+
+// NodeGate is the node gate reported on: a *nodegate.Gate.
+type NodeGate interface {
+	Status() nodegate.Status
 }
 
 // Options configure the HTTP endpoint.
@@ -45,6 +51,7 @@ type Server struct {
 
 	mu           sync.Mutex
 	registration Registration
+	nodeGate     NodeGate
 	lastCode     int
 }
 
@@ -77,6 +84,25 @@ func (s *Server) SetRegistration(r Registration) {
 	s.mu.Lock()
 	s.registration = r
 	s.mu.Unlock()
+}
+
+// SetNodeGate adds the node gate's state to /status and /metrics.
+func (s *Server) SetNodeGate(g NodeGate) {
+	s.mu.Lock()
+	s.nodeGate = g
+	s.mu.Unlock()
+}
+
+// nodeGateStatus is the node gate's status, nil without one.
+func (s *Server) nodeGateStatus() *nodegate.Status {
+	s.mu.Lock()
+	g := s.nodeGate
+	s.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	st := g.Status()
+	return &st
 }
 
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
@@ -133,13 +159,15 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
+	// NodeGate is there with --remove-node-taint or --node-condition.
+	NodeGate *nodegate.Status `json:"nodeGate,omitempty"`
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus()})
+	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus(), NodeGate: s.nodeGateStatus()})
 }
 
 func writeText(w http.ResponseWriter, code int, body string) {

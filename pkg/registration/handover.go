@@ -406,6 +406,10 @@ func (l *loop) adopt(taken *takenOver) {
 	l.install(&publication{gen: gen, name: name, path: taken.sock.path, sock: taken.sock}, func(st *status) { st.adopted(taken.verdict) })
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
 		"driver", name, "path", taken.sock.path, "endpoint", l.cfg.Endpoint, "registered", taken.verdict != nil, "reason", ReasonHandover)
+	if taken.verdict != nil && taken.verdict.Registered && l.cfg.Registered != nil {
+		// kubelet will not confirm again: its verdict came with the socket.
+		l.cfg.Registered(name)
+	}
 }
 
 func requestHandover(ctx context.Context, path string, req handoverRequest) error {
