@@ -184,11 +184,10 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		if driverHealth != nil {
 			opts.MoreMetrics = driverHealth.Families
 		}
-		probes := healthz.New(opts)
-		probes.SetRegistration(srv)
 		if gate != nil {
-			probes.SetNodeGate(gate)
+			opts.NodeGate = gate
 		}
+		probes := healthz.New(srv, opts)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return port.Run(ctx) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })

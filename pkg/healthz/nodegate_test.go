@@ -15,15 +15,14 @@ type fixedGate nodegate.Status
 func (g fixedGate) Status() nodegate.Status { return nodegate.Status(g) }
 
 func TestNodeGateInStatusAndMetrics(t *testing.T) {
-	hz := New(Options{Version: "v9.9.9"})
-	families := scrape(t, hz)
+	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9"}))
 	if _, ok := families[metricNodeUpdatePending]; ok {
 		t.Errorf("%s served without a node gate", metricNodeUpdatePending)
 	}
-	hz.SetNodeGate(fixedGate{Node: "n1", Pending: true, LastError: "forbidden: ...", Requests: map[string]map[string]uint64{
+	hz := New(notRunning(t), Options{Version: "v9.9.9", NodeGate: fixedGate{Node: "n1", Pending: true, LastError: "forbidden: ...", Requests: map[string]map[string]uint64{
 		nodegate.RequestGetNode:      {"200": 2, "503": 1},
 		nodegate.RequestSetCondition: {"403": 4},
-	}})
+	}}})
 	families = scrape(t, hz)
 	checks := []struct {
 		name   string
@@ -42,7 +41,7 @@ func TestNodeGateInStatusAndMetrics(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	hz.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	hz.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
 	var doc struct {
 		NodeGate *nodegate.Status `json:"nodeGate"`
 	}
