@@ -22,8 +22,8 @@ type Event struct {
 	Reachable bool
 }
 
-// Follow finds the CSI driver as PluginName does, however long it takes,
-// and then follows its restarts, calling report (on Follow's goroutine,
+// Follow finds the CSI driver (see search), however long it takes, and
+// then follows its restarts, calling report (on Follow's goroutine,
 // one event at a time; nil is allowed) with Reachable true and the name
 // each time a socket at the path answers GetPluginInfo, the first time
 // included, and with Reachable false when the socket is removed or the
@@ -59,7 +59,7 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 		cfg:     cfg,
 		logger:  logger,
 		watcher: watcher,
-		search:  search{cfg: cfg, logger: logger, watcher: watcher, following: true},
+		search:  search{cfg: cfg, logger: logger, watcher: watcher},
 		report:  report,
 	}
 	err := f.run(ctx)

@@ -45,8 +45,8 @@ type Config struct {
 	// looks at the socket when it cannot watch it. Zero or less means the
 	// default.
 	MaxBackoff time.Duration
-	// OnAttempt, if set, is called after every GetPluginInfo attempt, by
-	// PluginName and by Follow, with the attempt's duration and the RPC's
+	// OnAttempt, if set, is called after every GetPluginInfo attempt of
+	// Follow, with the attempt's duration and the RPC's
 	// error: nil when the driver answered (even with an invalid name),
 	// otherwise a gRPC status error (Unavailable when the socket cannot be
 	// reached, DeadlineExceeded after Timeout, Canceled when ctx ended the
@@ -69,64 +69,31 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// PluginName waits for the CSI driver as long as it takes, until ctx is done,
-// and returns its name once the name is valid (see ValidateName).
-//
-// The driver may be absent (no socket yet), slow (an attempt takes longer than
-// cfg.Timeout) or not ready (it answers Unavailable): PluginName then retries
-// with a capped exponential backoff, and tries at once when the socket is
-// created. A driver that does not implement the Identity service, or answers
-// with an invalid name, is a fatal error returned at once. Every attempt uses
-// a new connection, closed before PluginName moves on or returns. Once ctx is
-// done, PluginName returns an error wrapping ctx.Err().
-//
-// It logs at level 0 when it starts waiting, every 30 s while it still waits,
-// once per distinct unexpected error, and when it finds the driver; each
-// attempt is logged at V(4).
-func PluginName(ctx context.Context, cfg Config) (string, error) {
-	cfg = cfg.withDefaults()
-	path := cfg.Address.Path
-	if path == "" {
-		return "", errors.New("no CSI driver address given")
-	}
-	logger := klog.FromContext(ctx)
-	// Watch only from the first failure: a driver already up then costs no
-	// inotify instance, a per-user limit shared by everything that runs as
-	// root on the node.
-	watcher := newSocketWatcher(logger, path)
-	defer watcher.Close()
-
-	name, _, err := search{cfg: cfg, logger: logger, watcher: watcher}.run(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("waiting for the CSI driver at %s: %w", path, ctx.Err())
-		}
-		return "", err
-	}
-	logger.Info("Found the CSI driver", "driverName", name, "path", path)
-	return name, nil
-}
-
-// errSocketRemoved ends a search made for Follow when the socket is removed:
-// Follow then waits for a new socket without attempts.
+// errSocketRemoved ends a search when the socket is removed: Follow then
+// waits for a new socket without attempts.
 var errSocketRemoved = errors.New("the CSI driver socket was removed")
 
-// search is one search for the driver, as PluginName documents it: the
-// attempts, the backoff between them and their logging.
+// search is one search for the driver, however long it takes: the
+// attempts, the backoff between them and their logging. The driver may be
+// absent (no socket yet), slow (an attempt takes longer than cfg.Timeout)
+// or not ready (it answers Unavailable): the search then retries with a
+// capped exponential backoff, and tries at once when the socket is
+// created. A driver that does not implement the Identity service, or
+// answers with an invalid name, is a fatal error returned at once. Every
+// attempt uses a new connection, closed before the search moves on. It
+// logs at level 0 when it starts waiting, every 30 s while it still waits,
+// and once per distinct unexpected error; each attempt at V(4).
 type search struct {
 	cfg     Config // with defaults
 	logger  klog.Logger
 	watcher *socketWatcher // started at the first failure if it is not yet
-	// following is set for Follow: the search then ends with
-	// errSocketRemoved when the socket is removed, and records which socket
-	// answered.
-	following bool
 }
 
 // run makes attempts until the driver answers with a valid name, and returns
-// that name with, when following, the socket's file information as seen just
-// before the attempt that succeeded (nil if it could not be read). Once ctx
-// is done it returns ctx's error.
+// that name with the socket's file information as seen just before the
+// attempt that succeeded (nil if it could not be read). It ends with
+// errSocketRemoved when the socket is removed, and with ctx's error once
+// ctx is done.
 func (s search) run(ctx context.Context) (string, os.FileInfo, error) {
 	path := s.cfg.Address.Path
 	var (
@@ -137,11 +104,9 @@ func (s search) run(ctx context.Context) (string, os.FileInfo, error) {
 		socket         os.FileInfo
 	)
 	for attempt := 1; ; attempt++ {
-		if s.following {
-			// Before the attempt: a socket replaced during the attempt must
-			// not pass for the one that answered.
-			socket, _ = os.Lstat(path)
-		}
+		// Before the attempt: a socket replaced during the attempt must not
+		// pass for the one that answered.
+		socket, _ = os.Lstat(path)
 		name, err := s.attempt(ctx, attempt)
 		if err == nil {
 			if err := ValidateName(name); err != nil {
@@ -199,22 +164,17 @@ func (s search) run(ctx context.Context) (string, os.FileInfo, error) {
 	}
 }
 
-// wait waits until deadline for the socket to be created. When following, a
-// removal of the socket ends the search with errSocketRemoved; otherwise it
-// changes nothing: the next attempt is still due at deadline.
+// wait waits until deadline for the socket to be created; a removal of the
+// socket ends the search with errSocketRemoved.
 func (s search) wait(ctx context.Context, deadline time.Time) (socketChange, error) {
-	for {
-		change, err := s.watcher.next(ctx, deadline)
-		if err != nil {
-			return noChange, err
-		}
-		if change != socketRemoved {
-			return change, nil
-		}
-		if s.following {
-			return noChange, errSocketRemoved
-		}
+	change, err := s.watcher.next(ctx, deadline)
+	switch {
+	case err != nil:
+		return noChange, err
+	case change == socketRemoved:
+		return noChange, errSocketRemoved
 	}
+	return change, nil
 }
 
 // attempt asks the driver for its name once and tells cfg.OnAttempt.

@@ -183,10 +183,32 @@ type result struct {
 	err  error
 }
 
+// pluginName runs Follow until it reports the driver found and returns
+// the name: the search at the registrar's start. Follow's fatal errors are
+// returned; once ctx is done, an error wrapping ctx.Err().
+func pluginName(ctx context.Context, cfg driver.Config) (string, error) {
+	following, stop := context.WithCancel(ctx)
+	defer stop()
+	var name string
+	err := driver.Follow(following, cfg, func(e driver.Event) {
+		if e.Reachable && name == "" {
+			name = e.Name
+			stop()
+		}
+	})
+	switch {
+	case name != "":
+		return name, nil
+	case err != nil:
+		return "", err
+	}
+	return "", fmt.Errorf("waiting for the CSI driver at %s: %w", cfg.Address.Path, ctx.Err())
+}
+
 func pluginNameAsync(ctx context.Context, cfg driver.Config) <-chan result {
 	done := make(chan result, 1)
 	go func() {
-		name, err := driver.PluginName(ctx, cfg)
+		name, err := pluginName(ctx, cfg)
 		done <- result{name, err}
 	}()
 	return done
@@ -198,23 +220,23 @@ func awaitResult(t testing.TB, done <-chan result) result {
 	case r := <-done:
 		return r
 	case <-time.After(testTimeout + 5*time.Second):
-		t.Fatal("PluginName did not return")
+		t.Fatal("Follow did not report the driver")
 		return result{}
 	}
 }
 
-func TestPluginNameDriverUp(t *testing.T) {
+func TestSearchDriverUp(t *testing.T) {
 	ctx, logs := logContext(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
 	fake := newFakeDriver(t, answerName(testDriverName))
 	fake.serve(t, path)
 
-	name, err := driver.PluginName(ctx, fastConfig(path))
+	name, err := pluginName(ctx, fastConfig(path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if name != testDriverName {
-		t.Errorf("PluginName = %q, want %q", name, testDriverName)
+		t.Errorf("pluginName = %q, want %q", name, testDriverName)
 	}
 	if got := fake.calls.Load(); got != 1 {
 		t.Errorf("GetPluginInfo called %d times, want 1", got)
@@ -224,9 +246,9 @@ func TestPluginNameDriverUp(t *testing.T) {
 	}
 }
 
-// TestPluginNameDriverAppearsLater starts the driver the usual way, listening
-// directly on its path, once PluginName is waiting.
-func TestPluginNameDriverAppearsLater(t *testing.T) {
+// TestSearchDriverAppearsLater starts the driver the usual way, listening
+// directly on its path, once the search is waiting.
+func TestSearchDriverAppearsLater(t *testing.T) {
 	ctx, logs := logContext(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
 	done := pluginNameAsync(ctx, fastConfig(path))
@@ -237,21 +259,21 @@ func TestPluginNameDriverAppearsLater(t *testing.T) {
 
 	r := awaitResult(t, done)
 	if r.err != nil || r.name != testDriverName {
-		t.Fatalf("PluginName = %q, %v; want %q", r.name, r.err, testDriverName)
+		t.Fatalf("pluginName = %q, %v; want %q", r.name, r.err, testDriverName)
 	}
 	if got, want := levelZero(logs), []string{"Waiting for the CSI driver", "Found the CSI driver"}; !equalStrings(got, want) {
 		t.Errorf("level 0 log = %q, want %q", got, want)
 	}
 }
 
-// TestPluginNameWakesOnSocketCreate uses a backoff far longer than the test's
+// TestSearchWakesOnSocketCreate uses a backoff far longer than the test's
 // deadline, so only the file system watch can bring the next attempt.
-func TestPluginNameWakesOnSocketCreate(t *testing.T) {
+func TestSearchWakesOnSocketCreate(t *testing.T) {
 	tests := []struct {
 		name   string
 		socket string // under the temp dir
 		before []string
-		// changes are made once PluginName waits, before the socket appears:
+		// changes are made once the search waits, before the socket appears:
 		// a name creates that directory, "-" and a name removes it.
 		changes []string
 	}{
@@ -302,13 +324,13 @@ func TestPluginNameWakesOnSocketCreate(t *testing.T) {
 
 			r := awaitResult(t, done)
 			if r.err != nil || r.name != testDriverName {
-				t.Fatalf("PluginName = %q, %v; want %q\n%s", r.name, r.err, testDriverName, logs.String())
+				t.Fatalf("pluginName = %q, %v; want %q\n%s", r.name, r.err, testDriverName, logs.String())
 			}
 		})
 	}
 }
 
-func TestPluginNameRetries(t *testing.T) {
+func TestSearchRetries(t *testing.T) {
 	const failures = 3
 	tests := []struct {
 		name    string
@@ -366,12 +388,12 @@ func TestPluginNameRetries(t *testing.T) {
 			cfg := fastConfig(path)
 			cfg.Timeout = test.timeout
 
-			name, err := driver.PluginName(ctx, cfg)
+			name, err := pluginName(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if name != testDriverName {
-				t.Errorf("PluginName = %q, want %q", name, testDriverName)
+				t.Errorf("pluginName = %q, want %q", name, testDriverName)
 			}
 			if got := fake.calls.Load(); got != failures+1 {
 				t.Errorf("GetPluginInfo called %d times, want %d", got, failures+1)
@@ -383,7 +405,7 @@ func TestPluginNameRetries(t *testing.T) {
 	}
 }
 
-func TestPluginNameInvalidName(t *testing.T) {
+func TestSearchInvalidName(t *testing.T) {
 	for _, name := range []string{"", "a/b", "../../etc/x", ".hidden", "-csi", strings.Repeat("a", 64)} {
 		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
 			ctx, _ := logContext(t)
@@ -391,9 +413,9 @@ func TestPluginNameInvalidName(t *testing.T) {
 			fake := newFakeDriver(t, answerName(name))
 			fake.serve(t, path)
 
-			got, err := driver.PluginName(ctx, fastConfig(path))
+			got, err := pluginName(ctx, fastConfig(path))
 			if err == nil {
-				t.Fatalf("PluginName = %q, want an error", got)
+				t.Fatalf("pluginName = %q, want an error", got)
 			}
 			want := fmt.Sprintf("%q", name)
 			if name == "" {
@@ -411,7 +433,7 @@ func TestPluginNameInvalidName(t *testing.T) {
 	}
 }
 
-func TestPluginNameUnimplemented(t *testing.T) {
+func TestSearchUnimplemented(t *testing.T) {
 	t.Run("answer", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
@@ -440,19 +462,19 @@ func TestPluginNameUnimplemented(t *testing.T) {
 
 func checkNotIdentity(t *testing.T, ctx context.Context, path string) {
 	t.Helper()
-	name, err := driver.PluginName(ctx, fastConfig(path))
+	name, err := pluginName(ctx, fastConfig(path))
 	if err == nil {
-		t.Fatalf("PluginName = %q, want an error", name)
+		t.Fatalf("pluginName = %q, want an error", name)
 	}
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "Identity service") {
 		t.Errorf("error %q: want Unimplemented and a word on the Identity service", err)
 	}
 }
 
-// TestPluginNameCancel checks that PluginName returns once its context is
+// TestSearchCancel checks that the search returns once its context is
 // cancelled, whether it is waiting for the socket or inside an attempt, and
 // leaves no watcher or connection behind.
-func TestPluginNameCancel(t *testing.T) {
+func TestSearchCancel(t *testing.T) {
 	t.Run("while waiting for the socket", func(t *testing.T) {
 		ctx, logs := logContext(t)
 		ctx, cancel := context.WithCancel(ctx)
@@ -498,16 +520,16 @@ func TestPluginNameCancel(t *testing.T) {
 func checkCancelled(t *testing.T, r result) {
 	t.Helper()
 	if !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("PluginName = %q, %v; want context.Canceled", r.name, r.err)
+		t.Fatalf("pluginName = %q, %v; want context.Canceled", r.name, r.err)
 	}
 }
 
-// checkNoLeaks polls, up to testTimeout, until no goroutine of PluginName or
+// checkNoLeaks polls, up to testTimeout, until no goroutine of
 // Follow, of their watcher or of a gRPC client connection is left. Tests
 // running in parallel would break this; none of this package's do.
 func checkNoLeaks(t *testing.T) {
 	t.Helper()
-	leaks := []string{"driver.PluginName", "driver.Follow", "driver.(*follower)", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
+	leaks := []string{"driver.Follow", "driver.(*follower)", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
 	deadline := time.Now().Add(testTimeout)
 	for {
 		buf := make([]byte, 1<<20)
@@ -540,7 +562,7 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
-func BenchmarkPluginName(b *testing.B) {
+func BenchmarkFindDriver(b *testing.B) {
 	path := filepath.Join(socketDir(b), "csi.sock")
 	fake := newFakeDriver(b, answerName(testDriverName))
 	fake.serve(b, path)
@@ -548,7 +570,7 @@ func BenchmarkPluginName(b *testing.B) {
 	cfg := fastConfig(path)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := driver.PluginName(ctx, cfg); err != nil {
+		if _, err := pluginName(ctx, cfg); err != nil {
 			b.Fatal(err)
 		}
 	}
