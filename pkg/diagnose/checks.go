@@ -172,24 +172,24 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	d.registrationSocket = path
 	found := fmt.Sprintf("%s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
 	var problems []string
-	verdict := OK
+	outcome := OK
 	if info.GetName() != d.driverName {
-		verdict = Fail
+		outcome = Fail
 		problems = append(problems, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
 	}
 	if info.GetType() != registerapi.CSIPlugin {
-		verdict = Fail
+		outcome = Fail
 		problems = append(problems, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
 	}
 	if p := versionsProblem(info.GetSupportedVersions()); p != "" {
-		verdict = Fail
+		outcome = Fail
 		problems = append(problems, p)
 	}
 	if want := d.cfg.KubeletRegistrationPath; want != "" && info.GetEndpoint() != want {
-		verdict = max(verdict, Warn)
+		outcome = max(outcome, Warn)
 		problems = append(problems, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
-	c.Verdict = verdict
+	c.Outcome = outcome
 	c.Detail = "answers " + found
 	if len(problems) > 0 {
 		c.Detail += "; " + strings.Join(problems, "; ")
@@ -242,9 +242,9 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		return fail(c, "--kubelet-registration-path is empty but required: set it to the driver socket's path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
 	}
 	var notes []string
-	verdict := OK
+	outcome := OK
 	if !filepath.IsAbs(hostPath) {
-		verdict = Warn
+		outcome = Warn
 		notes = append(notes, "not an absolute path: kubelet dials it as given, on the host")
 	}
 	if !d.addressParsed {
@@ -253,7 +253,7 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		// Where the mounts tell: the driver's socket as the host sees it.
 		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
 		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
-			verdict = Warn
+			outcome = Warn
 			notes = append(notes, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
 		}
 		switch {
@@ -262,7 +262,7 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		case strings.HasSuffix(hostPath, seen):
 			notes = append(notes, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
 		default:
-			verdict = Fail
+			outcome = Fail
 			notes = append(notes, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
 		}
 	} else {
@@ -270,12 +270,12 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		if hostBase == podBase {
 			notes = append(notes, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.address.Path))
 		} else {
-			verdict = Warn
+			outcome = Warn
 			notes = append(notes, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
 				hostBase, d.address.Path, podBase))
 		}
 	}
-	c.Verdict, c.Detail = verdict, strings.Join(notes, "; ")
+	c.Outcome, c.Detail = outcome, strings.Join(notes, "; ")
 	return c
 }
 
@@ -397,7 +397,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	}
 
 	var notes []string
-	verdict := OK
+	outcome := OK
 	budget := maxDialed // sockets still allowed to be connected to
 	if len(sockets) == 0 {
 		notes = append(notes, "no other plugin sockets")
@@ -427,7 +427,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 				notes = append(notes, fmt.Sprintf("not asked (at most %d sockets are): %s", maxDialed, list(unasked)))
 			}
 			if len(claims) > 0 {
-				verdict = Warn
+				outcome = Warn
 				notes = append(notes, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
 					d.driverName, list(claims)))
 			}
@@ -454,7 +454,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	if len(others) > 0 {
 		notes = append(notes, "not sockets (kubelet ignores files, and looks for sockets inside directories): "+list(others))
 	}
-	c.Verdict, c.Detail = verdict, strings.Join(notes, "; ")
+	c.Outcome, c.Detail = outcome, strings.Join(notes, "; ")
 	return c
 }
 
@@ -538,10 +538,10 @@ func list(names []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
 }
 
-func ok(c Check, detail string) Check   { c.Verdict, c.Detail = OK, detail; return c }
-func warn(c Check, detail string) Check { c.Verdict, c.Detail = Warn, detail; return c }
-func fail(c Check, detail string) Check { c.Verdict, c.Detail = Fail, detail; return c }
-func skip(c Check, reason string) Check { c.Verdict, c.Detail = Skip, "skipped: "+reason; return c }
+func ok(c Check, detail string) Check   { c.Outcome, c.Detail = OK, detail; return c }
+func warn(c Check, detail string) Check { c.Outcome, c.Detail = Warn, detail; return c }
+func fail(c Check, detail string) Check { c.Outcome, c.Detail = Fail, detail; return c }
+func skip(c Check, reason string) Check { c.Outcome, c.Detail = Skip, "skipped: "+reason; return c }
 
 // pathErrorCause drops the operation and path that the check's line
 // already shows: "permission denied" rather than "open /x: permission denied".

@@ -31,12 +31,12 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Verdict is the outcome of one check.
-type Verdict int
+// Outcome is the outcome of one check.
+type Outcome int
 
 const (
 	// OK: nothing to do.
-	OK Verdict = iota
+	OK Outcome = iota
 	// Warn: probably fine, but worth a look; the diagnosis still passes.
 	Warn
 	// Fail: the driver cannot be registered (or stay registered) this way.
@@ -45,7 +45,7 @@ const (
 	Skip
 )
 
-func (v Verdict) String() string {
+func (v Outcome) String() string {
 	switch v {
 	case OK:
 		return "OK"
@@ -56,11 +56,11 @@ func (v Verdict) String() string {
 	case Skip:
 		return "SKIP"
 	}
-	return fmt.Sprintf("Verdict(%d)", int(v))
+	return fmt.Sprintf("Outcome(%d)", int(v))
 }
 
 // label is the verdict as printed at the start of a line, all of one width.
-func (v Verdict) label() string {
+func (v Outcome) label() string {
 	switch v {
 	case OK:
 		return "[ OK ]"
@@ -78,7 +78,7 @@ func (v Verdict) label() string {
 type Check struct {
 	// Name says what was checked, with the path it was checked at.
 	Name    string
-	Verdict Verdict
+	Outcome Outcome
 	// Detail is what was found and, when it is not OK, what to do.
 	Detail string
 }
@@ -135,10 +135,10 @@ type diagnosis struct {
 // returns true when no check failed: warnings and skipped checks do not
 // count as failures (a check is only skipped after an earlier failure).
 func Print(w io.Writer, checks []Check) bool {
-	counts := map[Verdict]int{}
+	counts := map[Outcome]int{}
 	for _, c := range checks {
-		counts[c.Verdict]++
-		fmt.Fprintf(w, "%s %s: %s\n", c.Verdict.label(), c.Name, c.Detail)
+		counts[c.Outcome]++
+		fmt.Fprintf(w, "%s %s: %s\n", c.Outcome.label(), c.Name, c.Detail)
 	}
 	var summary string
 	switch {

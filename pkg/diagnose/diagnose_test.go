@@ -192,7 +192,7 @@ func TestRun(t *testing.T) {
 		// setUp builds the surroundings; healthyEnv when nil.
 		setUp func(t *testing.T) *env
 		// want holds the verdicts that are not OK.
-		want map[int]Verdict
+		want map[int]Outcome
 		// details holds text each check's Detail must contain.
 		details map[int][]string
 	}{
@@ -218,7 +218,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want: map[int]Verdict{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			want: map[int]Outcome{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
 			details: map[int][]string{
 				checkDir:        {"does not exist", "plugins_registry"},
 				checkRegSocket:  {"skipped"},
@@ -236,7 +236,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Verdict{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			want:    map[int]Outcome{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
 			details: map[int][]string{checkDir: {"regular file, not a directory"}},
 		},
 		{
@@ -246,7 +246,7 @@ func TestRun(t *testing.T) {
 				e.publish(t, testDriver, healthyInfo())
 				return e
 			},
-			want: map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverSocket: {"does not exist", "mount"},
 				checkDriverInfo:   {"skipped"},
@@ -261,7 +261,7 @@ func TestRun(t *testing.T) {
 				e.cfg.CSIAddress = "tcp://127.0.0.1:10000"
 				return e
 			},
-			want: map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverSocket: {`has the scheme "tcp", which is not supported`},
 				checkKubeletPath:  {"does not parse"},
@@ -276,7 +276,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Verdict{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverSocket: {"regular file, not a socket"}},
 		},
 		{
@@ -286,7 +286,7 @@ func TestRun(t *testing.T) {
 				leaveStaleSocket(t, e.driverSocket)
 				return e
 			},
-			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"cannot connect", "refused", "nothing listens"}},
 		},
 		{
@@ -296,7 +296,7 @@ func TestRun(t *testing.T) {
 				e.startDriver(t, answerName("csi/example"))
 				return e
 			},
-			want: map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverInfo: {`"csi/example"`, `contains '/'`, `"v1.2.3"`},
 				checkPathLength: {"skipped", "name"},
@@ -311,7 +311,7 @@ func TestRun(t *testing.T) {
 				})
 				return e
 			},
-			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"Internal", "disk on fire"}},
 		},
 		{
@@ -325,7 +325,7 @@ func TestRun(t *testing.T) {
 				e.cfg.Timeout = 50 * time.Millisecond
 				return e
 			},
-			want:    map[int]Verdict{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"no answer within 50ms"}},
 		},
 		{
@@ -340,7 +340,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Verdict{checkPathLength: Fail, checkRegSocket: Fail},
+			want:    map[int]Outcome{checkPathLength: Fail, checkRegSocket: Fail},
 			details: map[int][]string{checkPathLength: {"more than the 107"}},
 		},
 		{
@@ -350,7 +350,7 @@ func TestRun(t *testing.T) {
 				e.startDriver(t, answerName(testDriver))
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Fail},
+			want:    map[int]Outcome{checkRegSocket: Fail},
 			details: map[int][]string{checkRegSocket: {"missing", "not registered", "registrar running"}},
 		},
 		{
@@ -361,7 +361,7 @@ func TestRun(t *testing.T) {
 				leaveStaleSocket(t, e.regSocket(testDriver))
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Fail},
+			want:    map[int]Outcome{checkRegSocket: Fail},
 			details: map[int][]string{checkRegSocket: {"refused", "stale socket"}},
 		},
 		{
@@ -374,7 +374,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Fail},
+			want:    map[int]Outcome{checkRegSocket: Fail},
 			details: map[int][]string{checkRegSocket: {"regular file, not a socket"}},
 		},
 		{
@@ -387,7 +387,7 @@ func TestRun(t *testing.T) {
 				serveRegistration(t, e.regSocket(testDriver), info)
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Fail},
+			want:    map[int]Outcome{checkRegSocket: Fail},
 			details: map[int][]string{checkRegSocket: {`for driver "other.csi.example.com", not "` + testDriver + `"`}},
 		},
 		{
@@ -401,7 +401,7 @@ func TestRun(t *testing.T) {
 				serveRegistration(t, e.regSocket(testDriver), info)
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Fail},
+			want:    map[int]Outcome{checkRegSocket: Fail},
 			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "highest version is 2.x"}},
 		},
 		{
@@ -414,7 +414,7 @@ func TestRun(t *testing.T) {
 				e.publish(t, testDriver, info)
 				return e
 			},
-			want:    map[int]Verdict{checkRegSocket: Warn},
+			want:    map[int]Outcome{checkRegSocket: Warn},
 			details: map[int][]string{checkRegSocket: {"/var/lib/kubelet/plugins/old/csi.sock", testEndpoint, "another instance"}},
 		},
 		{
@@ -428,7 +428,7 @@ func TestRun(t *testing.T) {
 				e.cfg.KubeletRegistrationPath = info.Endpoint
 				return e
 			},
-			want:    map[int]Verdict{checkKubeletPath: Warn},
+			want:    map[int]Outcome{checkKubeletPath: Warn},
 			details: map[int][]string{checkKubeletPath: {`"driver.sock"`, `"csi.sock"`, "differs"}},
 		},
 		{
@@ -442,7 +442,7 @@ func TestRun(t *testing.T) {
 				e.cfg.KubeletRegistrationPath = ""
 				return e
 			},
-			want:    map[int]Verdict{checkKubeletPath: Fail},
+			want:    map[int]Outcome{checkKubeletPath: Fail},
 			details: map[int][]string{checkKubeletPath: {"required"}},
 		},
 		{
@@ -456,7 +456,7 @@ func TestRun(t *testing.T) {
 				e.cfg.KubeletRegistrationPath = info.Endpoint
 				return e
 			},
-			want:    map[int]Verdict{checkKubeletPath: Warn},
+			want:    map[int]Outcome{checkKubeletPath: Warn},
 			details: map[int][]string{checkKubeletPath: {"not an absolute path", "same file name"}},
 		},
 		{
@@ -470,7 +470,7 @@ func TestRun(t *testing.T) {
 				serveRegistration(t, filepath.Join(e.regDir, "dra-reg.sock"), dra)
 				return e
 			},
-			want: map[int]Verdict{checkNeighbours: Warn},
+			want: map[int]Outcome{checkNeighbours: Warn},
 			details: map[int][]string{checkNeighbours: {
 				"2 other plugin sockets; answering: dra-reg.sock, old-reg.sock",
 				`also serving driver "` + testDriver + `": old-reg.sock;`,
@@ -548,10 +548,10 @@ func TestRun(t *testing.T) {
 				if want == Fail {
 					wantPass = false
 				}
-				if c.Verdict != want {
-					t.Errorf("check %d (%s) = %v: %s; want %v", i+1, c.Name, c.Verdict, c.Detail, want)
+				if c.Outcome != want {
+					t.Errorf("check %d (%s) = %v: %s; want %v", i+1, c.Name, c.Outcome, c.Detail, want)
 				}
-				if c.Verdict == Skip && !strings.HasPrefix(c.Detail, "skipped: ") {
+				if c.Outcome == Skip && !strings.HasPrefix(c.Detail, "skipped: ") {
 					t.Errorf("check %d (%s) is skipped, but its detail %q does not say so", i+1, c.Name, c.Detail)
 				}
 				for _, s := range test.details[i] {
@@ -580,8 +580,8 @@ func TestRunChecksWritability(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Chmod(e.regDir, 0o755) })
 	c := Run(context.Background(), e.cfg)[checkDir]
-	if c.Verdict != Fail || !strings.Contains(c.Detail, "not writable (permission denied)") {
-		t.Errorf("check of a read-only directory = %v: %s", c.Verdict, c.Detail)
+	if c.Outcome != Fail || !strings.Contains(c.Detail, "not writable (permission denied)") {
+		t.Errorf("check of a read-only directory = %v: %s", c.Outcome, c.Detail)
 	}
 }
 
@@ -595,8 +595,8 @@ func TestPrint(t *testing.T) {
 		{
 			name: "all OK",
 			checks: []Check{
-				{Name: "registry directory /registration", Verdict: OK, Detail: "present, writable"},
-				{Name: "driver socket /csi/csi.sock", Verdict: OK, Detail: "present, a socket"},
+				{Name: "registry directory /registration", Outcome: OK, Detail: "present, writable"},
+				{Name: "driver socket /csi/csi.sock", Outcome: OK, Detail: "present, a socket"},
 			},
 			want: "[ OK ] registry directory /registration: present, writable\n" +
 				"[ OK ] driver socket /csi/csi.sock: present, a socket\n" +
@@ -606,8 +606,8 @@ func TestPrint(t *testing.T) {
 		{
 			name: "warnings only",
 			checks: []Check{
-				{Name: "a", Verdict: OK, Detail: "fine"},
-				{Name: "b", Verdict: Warn, Detail: "odd"},
+				{Name: "a", Outcome: OK, Detail: "fine"},
+				{Name: "b", Outcome: Warn, Detail: "odd"},
 			},
 			want:    "[ OK ] a: fine\n[WARN] b: odd\nOK with 1 warning: the driver can be registered; read the [WARN] lines\n",
 			wantRet: true,
@@ -615,10 +615,10 @@ func TestPrint(t *testing.T) {
 		{
 			name: "failures",
 			checks: []Check{
-				{Name: "a", Verdict: Fail, Detail: "broken"},
-				{Name: "b", Verdict: Warn, Detail: "odd"},
-				{Name: "c", Verdict: Skip, Detail: "skipped: needs a"},
-				{Name: "d", Verdict: Skip, Detail: "skipped: needs a"},
+				{Name: "a", Outcome: Fail, Detail: "broken"},
+				{Name: "b", Outcome: Warn, Detail: "odd"},
+				{Name: "c", Outcome: Skip, Detail: "skipped: needs a"},
+				{Name: "d", Outcome: Skip, Detail: "skipped: needs a"},
 			},
 			want: "[FAIL] a: broken\n[WARN] b: odd\n[ -- ] c: skipped: needs a\n[ -- ] d: skipped: needs a\n" +
 				"NOT OK: 1 check failed, 1 warning, 2 checks skipped; fix the first [FAIL] line first, the others often follow from it\n",

@@ -75,16 +75,16 @@ func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
 	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, registrationSocket: path}
 
 	// Just published, kubelet has not called: a warning, not yet a failure.
-	if c := d.checkKubeletVerdict(ctx); c.Verdict != Warn || !strings.Contains(c.Detail, "has not called yet") {
-		t.Errorf("before kubelet's calls: %v %q, want a warning", c.Verdict, c.Detail)
+	if c := d.checkKubeletVerdict(ctx); c.Outcome != Warn || !strings.Contains(c.Detail, "has not called yet") {
+		t.Errorf("before kubelet's calls: %v %q, want a warning", c.Outcome, c.Detail)
 	}
 
 	const reason = `RegisterPlugin error -- dial unix /var/lib/kubelet/plugins/x/csi.sock: connect: no such file or directory`
 	notify(t, path, false, reason)
 	poll.Until(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
 	c := d.checkKubeletVerdict(ctx)
-	if c.Verdict != Fail || !strings.Contains(c.Detail, reason) || !strings.Contains(c.Detail, "--kubelet-registration-path") {
-		t.Errorf("after a rejection: %v %q, want a failure with kubelet's reason and what to check", c.Verdict, c.Detail)
+	if c.Outcome != Fail || !strings.Contains(c.Detail, reason) || !strings.Contains(c.Detail, "--kubelet-registration-path") {
+		t.Errorf("after a rejection: %v %q, want a failure with kubelet's reason and what to check", c.Outcome, c.Detail)
 	}
 }
 
@@ -106,7 +106,7 @@ func TestJudgeRegistration(t *testing.T) {
 	tests := []struct {
 		name   string
 		st     registration.Status
-		want   Verdict
+		want   Outcome
 		detail string
 	}{
 		{"registered", registration.Status{State: registration.Registered, LastVerdict: &registration.Verdict{Registered: true, Time: *at(time.Minute)}}, OK, "registered the driver through this socket 1m0s ago"},
@@ -121,8 +121,8 @@ func TestJudgeRegistration(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := judgeRegistration(Check{Name: "kubelet's registration"}, &tc.st, now, "/registration")
-			if c.Verdict != tc.want || !strings.Contains(c.Detail, tc.detail) {
-				t.Errorf("got %v %q, want %v with %q", c.Verdict, c.Detail, tc.want, tc.detail)
+			if c.Outcome != tc.want || !strings.Contains(c.Detail, tc.detail) {
+				t.Errorf("got %v %q, want %v with %q", c.Outcome, c.Detail, tc.want, tc.detail)
 			}
 		})
 	}

@@ -108,9 +108,9 @@ func inspect(path string) found {
 	return found{info: fi, socket: fi.Mode().Type() == fs.ModeSocket}
 }
 
-// foreignCache remembers the verdict on a live socket this process did
-// not create, so probes do not dial it again until the file changes or
-// the loop lost its connection to the socket's owner.
+// foreignCache remembers the outcome of the check of a live socket this
+// process did not create, so probes do not dial it again until the file
+// changes or the loop lost its connection to the socket's owner.
 type foreignCache struct {
 	mu     sync.Mutex
 	file   fs.FileInfo
@@ -141,7 +141,7 @@ func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverNa
 	return c.health
 }
 
-// forget drops the verdict, so that the next check asks the socket again.
+// forget drops the outcome, so that the next check asks the socket again.
 func (c *foreignCache) forget() {
 	c.mu.Lock()
 	c.file = nil

@@ -535,7 +535,7 @@ func (l *loop) ownerGone(id uint64) error {
 		return nil // a watch that was replaced meanwhile
 	}
 	l.watch = nil
-	// The verdict on the owner's socket no longer holds.
+	// The cached check of the owner's socket no longer holds.
 	l.identity.forget()
 	l.logger.V(2).Info("The connection to the instance that owns the registration socket ended: checking the socket")
 	return l.reconcile()
