@@ -28,9 +28,9 @@ FUZZTIME  ?= 20000x
 FUZZ_TARGETS := \
 	./pkg/driver:FuzzValidateName \
 	./pkg/driver:FuzzParseAddress \
-	./pkg/registration:FuzzHandoverRequest \
-	./pkg/registration:FuzzHandoverState \
-	./pkg/registration:FuzzReadLine \
+	./pkg/registration/handover:FuzzHandoverRequest \
+	./pkg/registration/handover:FuzzHandoverState \
+	./pkg/registration/handover:FuzzReadLine \
 	./internal/logging:FuzzParseByteSize \
 	./cmd/registrar:FuzzCommandLine
 # The environment the Linux image sets (its ENV lines): make bench runs the
