@@ -117,10 +117,7 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 // validate checks what a registrar run needs; --version and the probe mode
 // need none of it.
 func (o *options) validate() error {
-	var errs []error
-	if o.kubeletRegistrationPath == "" {
-		errs = append(errs, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock"))
-	}
+	errs := []error{o.registrationConfig().Validate()}
 	if o.httpEndpoint != "" && o.healthPort > 0 {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
@@ -134,12 +131,18 @@ func (o *options) validate() error {
 	if o.probeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout))
 	}
-	switch registration.Policy(o.rejectionPolicy) {
-	case registration.Retry, registration.Exit:
-	default:
-		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", o.rejectionPolicy, registration.Retry, registration.Exit))
-	}
 	return errors.Join(errs...)
+}
+
+// registrationConfig is the registration's configuration from the flags;
+// register adds what reaches outside the registration.
+func (o *options) registrationConfig() registration.Config {
+	return registration.Config{
+		Endpoint:     o.kubeletRegistrationPath,
+		Dir:          o.pluginRegistrationPath,
+		OnRejection:  registration.Policy(o.rejectionPolicy),
+		CheckTimeout: o.operationTimeout(),
+	}
 }
 
 // warnings lists the values that upstream accepts but that make no sense,

@@ -9,12 +9,9 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"time"
 
-	"go.uber.org/automaxprocs/maxprocs"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
@@ -105,49 +102,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// setMaxProcs applies --automaxprocs and returns GOMAXPROCS.
-//
-// The image sets GOMAXPROCS=1 in the environment: one request at a time is
-// all the registrar ever serves, and one P costs less CPU per request and
-// less memory than one per core. Upstream's image sets nothing, so there
-// --automaxprocs starts from the runtime's default; it does so here too,
-// instead of honouring the image's GOMAXPROCS as automaxprocs otherwise would.
-func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
-	if automaxprocs {
-		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
-			logger.Info("--automaxprocs overrides GOMAXPROCS from the environment", "GOMAXPROCS", env)
-			_ = os.Unsetenv("GOMAXPROCS")
-			runtime.SetDefaultGOMAXPROCS()
-		}
-		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
-			logger.Info(fmt.Sprintf(format, args...))
-		})); err != nil {
-			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
-		}
-	}
-	return runtime.GOMAXPROCS(0)
-}
-
-// steadyGOGC is the collector's setting once kubelet has registered the
-// driver, unless GOGC is set in the environment. With Go's default of 100
-// the heap may grow to 4 MB before the first collection, and the runtime
-// keeps that much resident: measured after 20,000 probes, VmRSS was 17.1 MB
-// with 100 and 14.6 MB with 25, for one collection every few hundred
-// probes. It is not set from the start: with GOGC=25 in the environment,
-// collections during start-up delayed the registration socket by about
-// 1 ms.
-const steadyGOGC = 25
-
-// tightenCollector applies steadyGOGC.
-func tightenCollector(logger klog.Logger) {
-	if env, ok := os.LookupEnv("GOGC"); ok {
-		logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-		return
-	}
-	debug.SetGCPercent(steadyGOGC)
-	logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
-}
-
 // register runs the HTTP server, the registration and the watch of the
 // driver under one context: the first error or signal stops all three.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
@@ -165,17 +119,13 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	}
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	srv, err := registration.New(registration.Config{
-		Endpoint:     o.kubeletRegistrationPath,
-		Dir:          o.pluginRegistrationPath,
-		OnRejection:  registration.Policy(o.rejectionPolicy),
-		CheckTimeout: o.operationTimeout(),
-		Rejected: func(reason string) {
-			termination.write(logger, "kubelet rejected the plugin: "+reason)
-		},
-		Registered: sync.OnceFunc(func() { tightenCollector(logger) }),
-		HTTPPort:   portSharing(port),
-	})
+	cfg := o.registrationConfig()
+	cfg.Rejected = func(reason string) {
+		termination.write(logger, "kubelet rejected the plugin: "+reason)
+	}
+	cfg.Registered = sync.OnceFunc(func() { tightenCollector(logger) })
+	cfg.HTTPPort = portSharing(port)
+	srv, err := registration.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 
 // lockedWriter serialises writes so that lines written concurrently by
 // several goroutines never interleave, whatever the injected writer is.
-// Sync is a no-op: zap calls it after severe entries, and an fsync on a pipe
-// or terminal only returns an error.
 type lockedWriter struct {
 	mu  sync.Mutex
 	out io.Writer

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -36,19 +38,8 @@ func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registra
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	srv.DriverFound(name)
-	waitFor(t, "the registration socket is published", func() bool { return srv.Health(ctx).State == registration.SocketServing })
+	poll.Until(t, "the registration socket is published", func() bool { return srv.Health(ctx).State == registration.SocketServing })
 	return srv, registration.SocketPath(dir, name)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // The diagnosis asks the running registrar's socket for GetInfo: the
@@ -70,7 +61,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 	if _, err := registerapi.NewRegistrationClient(conn).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "kubelet's call is counted", func() bool { return srv.Status().KubeletCalls.GetInfo >= 1 })
+	poll.Until(t, "kubelet's call is counted", func() bool { return srv.Status().KubeletCalls.GetInfo >= 1 })
 	if n := srv.Status().KubeletCalls.GetInfo; n != 1 {
 		t.Errorf("GetInfo calls counted after the diagnosis's and one of kubelet's = %d, want 1", n)
 	}
@@ -90,7 +81,7 @@ func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
 
 	const reason = `RegisterPlugin error -- dial unix /var/lib/kubelet/plugins/x/csi.sock: connect: no such file or directory`
 	notify(t, path, false, reason)
-	waitFor(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
+	poll.Until(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
 	c := d.checkKubeletVerdict(ctx)
 	if c.Verdict != Fail || !strings.Contains(c.Detail, reason) || !strings.Contains(c.Detail, "--kubelet-registration-path") {
 		t.Errorf("after a rejection: %v %q, want a failure with kubelet's reason and what to check", c.Verdict, c.Detail)

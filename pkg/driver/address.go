@@ -21,11 +21,6 @@ type Address struct {
 	Path string
 }
 
-// String returns the address in the "unix://" form used by --csi-address.
-func (a Address) String() string {
-	return "unix://" + a.Path
-}
-
 // uriScheme matches a URI scheme of two or more characters, so that a Windows
 // drive letter ("C:\csi\csi.sock") is read as a path, not as a scheme.
 var uriScheme = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)

@@ -22,49 +22,23 @@ type Event struct {
 	Reachable bool
 }
 
-// Follow finds the CSI driver as PluginName does, waiting as long as it
-// takes, reports it with report, then keeps watching the driver's socket to
-// follow driver restarts:
+// Follow finds the CSI driver as PluginName does, however long it takes,
+// and then follows its restarts, calling report (on Follow's goroutine,
+// one event at a time; nil is allowed) with Reachable true and the name
+// each time a socket at the path answers GetPluginInfo, the first time
+// included, and with Reachable false when the socket is removed or the
+// driver behind it stops answering. A socket removed and re-created in
+// quick succession is reported as unreachable, then reachable.
 //
-//   - when the socket is removed or renamed away, it reports Reachable
-//     false, and makes no attempt until a socket is there again;
-//   - when a socket is created at the path (or renamed into place, over the
-//     old one or not), it asks GetPluginInfo again with the same retries as
-//     at start-up, and reports the name, the same or a new one, with
-//     Reachable true. Until then the previous event stands: a replaced
-//     socket whose driver is not ready yet still counts as reachable.
+// It learns of the socket from inotify on its directory and, while the
+// driver answers, from a connection held to it that carries no calls (a
+// dead driver leaves its socket file behind; the end of the connection is
+// the event). Where the directory cannot be watched, it looks at the
+// socket every cfg.MaxBackoff.
 //
-// The first event, once the driver is found, is like the later ones: Name
-// set and Reachable true. Every re-created socket is reported once its
-// driver answers, even when nothing changed for the caller; one re-created
-// while an attempt is under way may be reported twice. A socket removed
-// and re-created in quick succession is reported as unreachable, then as
-// reachable again, in that order.
-//
-// Follow learns of the socket from file system events on its directory (on
-// the deepest existing ancestor while the directory is missing, as
-// PluginName does), not from polling. While the driver answers, it holds a
-// connection to it that carries no calls: a driver that dies leaves its
-// socket file behind, and the end of that connection is the event. Unless
-// the socket is removed or replaced within settleTime, Follow connects
-// again; when it cannot, it reports Reachable false and searches again as
-// at start-up. If the
-// socket cannot be watched (no inotify instance or watch left) or the watch
-// is lost without an event (an unmount), Follow falls back to looking at the
-// socket every cfg.MaxBackoff; such a look sees a replaced socket only if
-// the new one has another inode or modification time.
-//
-// report is called on Follow's goroutine, one event at a time; Follow waits
-// for it, so it should not block. A nil report is allowed.
-//
-// Follow returns nil once ctx is done, whether or not the driver was found:
-// stopping is not a failure. Otherwise it returns only on a fatal error: a
-// driver without the Identity service, or an invalid name, at start-up or
-// after a restart.
-//
-// It logs at level 0 what PluginName logs while searching, and once per
-// change: "CSI driver socket removed", then "CSI driver is back" or, with
-// both names, "CSI driver name changed".
+// Follow returns nil once ctx is done, found or not. Otherwise it returns
+// only on a fatal error: a driver without the Identity service, or an
+// invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	cfg = cfg.withDefaults()
 	path := cfg.Address.Path

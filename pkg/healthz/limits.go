@@ -17,10 +17,10 @@ const (
 	// times larger than usual still fits.
 	maxHeaderBytes = 16 << 10
 	// maxConnections bounds the open connections, and so their memory:
-	// each costs at most about 45 KB, its goroutine and buffers and a head
-	// of up to maxHeaderBytes being read (256 unfinished heads just under
-	// the limit added 11 MB to VmRSS), about 12 MB in all. An idle one
-	// costs about 8 KB. Legitimate clients need a few.
+	// each costs its goroutine, its buffers and a head of up to
+	// maxHeaderBytes being read (README.md, "Limits of the HTTP endpoint",
+	// has the figures; make bench's flood group measures them).
+	// Legitimate clients need a few.
 	maxConnections = 256
 )
 

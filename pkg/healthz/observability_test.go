@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -34,17 +36,6 @@ func notify(t *testing.T, socket string, registered bool, reason string) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestReadyz(t *testing.T) {
 	hz := New(Options{})
 	if code, body := probe(t, hz, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
@@ -56,7 +47,7 @@ func TestReadyz(t *testing.T) {
 		t.Errorf("before kubelet's verdict: /readyz = %d %q", code, body)
 	}
 	notify(t, srv.Status().SocketPath, false, "NodeGetInfo failed")
-	waitFor(t, "the rejection is recorded", func() bool {
+	poll.Until(t, "the rejection is recorded", func() bool {
 		code, _ := probe(t, hz, "/readyz")
 		return code != http.StatusServiceUnavailable || srv.Status().RegistrationFailures == 1
 	})
@@ -64,7 +55,7 @@ func TestReadyz(t *testing.T) {
 		t.Errorf("after a rejection: /readyz = %d %q", code, body)
 	}
 	notify(t, srv.Status().SocketPath, true, "")
-	waitFor(t, "ready", func() bool { code, _ := probe(t, hz, "/readyz"); return code == http.StatusOK })
+	poll.Until(t, "ready", func() bool { code, _ := probe(t, hz, "/readyz"); return code == http.StatusOK })
 	if code, body := probe(t, hz, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
@@ -75,7 +66,7 @@ func TestStatus(t *testing.T) {
 	srv, _ := startRegistration(t, tempDir(t))
 	hz.SetRegistration(srv)
 	notify(t, srv.Status().SocketPath, true, "")
-	waitFor(t, "registered", func() bool { return srv.Status().Ready })
+	poll.Until(t, "registered", func() bool { return srv.Status().Ready })
 
 	code, body := probe(t, hz, "/status")
 	if code != http.StatusOK {
@@ -167,9 +158,9 @@ func TestMetrics(t *testing.T) {
 	hz.ObservePluginInfo(3*time.Millisecond, nil)
 	hz.ObservePluginInfo(time.Second, status.Error(codes.Unavailable, "not yet"))
 	notify(t, srv.Status().SocketPath, false, "no")
-	waitFor(t, "the rejection is recorded", func() bool { return srv.Status().RegistrationFailures == 1 })
+	poll.Until(t, "the rejection is recorded", func() bool { return srv.Status().RegistrationFailures == 1 })
 	notify(t, srv.Status().SocketPath, true, "")
-	waitFor(t, "registered", func() bool { return srv.Status().Ready })
+	poll.Until(t, "registered", func() bool { return srv.Status().Ready })
 
 	families = scrape(t, hz)
 	checks := []struct {

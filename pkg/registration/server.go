@@ -122,9 +122,11 @@ type Server struct {
 	driver      chan driverNews
 	driverMutex sync.Mutex
 	events      chan event
-	// done is closed when the loop has returned: senders stop waiting.
-	done chan struct{}
-	ran  atomic.Bool
+	// done is closed once the loop no longer reads events: senders stop
+	// waiting.
+	done      chan struct{}
+	closeDone func()
+	ran       atomic.Bool
 
 	// shared is the loop's latest snapshot.
 	shared atomic.Pointer[snapshot]
@@ -184,21 +186,32 @@ type publication struct {
 	conns *trackedListener
 }
 
-// New checks cfg; Run publishes the socket once DriverFound named the
-// driver.
-func New(cfg Config) (*Server, error) {
+// Validate says what is wrong with the values of cfg that come from the
+// command line, naming the flags; the registry directory is checked by New.
+func (cfg Config) Validate() error {
+	var errs []error
 	if cfg.Endpoint == "" {
-		return nil, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
+		errs = append(errs, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock"))
+	}
+	switch cfg.OnRejection {
+	case "", Retry, Exit:
+	default:
+		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit))
+	}
+	return errors.Join(errs...)
+}
+
+// New checks cfg (Validate, and that its directory exists); Run publishes
+// the socket once DriverFound named the driver.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := CheckDir(cfg.Dir); err != nil {
 		return nil, err
 	}
-	switch cfg.OnRejection {
-	case "":
+	if cfg.OnRejection == "" {
 		cfg.OnRejection = Retry
-	case Retry, Exit:
-	default:
-		return nil, fmt.Errorf("rejection policy %q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit)
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
@@ -221,6 +234,7 @@ func New(cfg Config) (*Server, error) {
 		events: make(chan event, 16),
 		done:   make(chan struct{}),
 	}
+	s.closeDone = sync.OnceFunc(func() { close(s.done) })
 	s.shared.Store(&snapshot{st: newStatus(cfg.Endpoint)})
 	return s, nil
 }
@@ -273,7 +287,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("the registration server has already run")
 	}
-	defer close(s.done)
+	defer s.closeDone()
 	logger := klog.FromContext(ctx)
 
 	watcher, err := fsnotify.NewWatcher()
@@ -292,6 +306,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	err = l.run(ctx, watcher)
 	l.stopTimers()
+	// Events sent from now on have nobody to act on them: their senders,
+	// RPC handlers among them, must not wait, or the graceful stop of the
+	// gRPC servers would wait for them.
+	s.closeDone()
 	l.shutdown()
 	return err
 }

@@ -531,3 +531,16 @@ func TestCountsOnlyKubeletsGetInfo(t *testing.T) {
 		t.Errorf("GetInfo calls counted after two of the registrar's own and one of kubelet's = %d, want 1", n)
 	}
 }
+
+func TestValidateNamesEachWrongFlag(t *testing.T) {
+	err := Config{OnRejection: "ignore"}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path is required") || !strings.Contains(err.Error(), `--rejection-policy="ignore" is not supported`) {
+		t.Errorf("Validate() = %v, want both flags named", err)
+	}
+	if err := (Config{Endpoint: testEndpoint, OnRejection: Exit}).Validate(); err != nil {
+		t.Errorf("Validate() of a good configuration = %v", err)
+	}
+	if _, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t), OnRejection: "ignore"}); err == nil {
+		t.Error("New accepted a rejection policy that Validate refuses")
+	}
+}

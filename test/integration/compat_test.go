@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -37,7 +39,7 @@ func TestHandsOverBetweenBuilds(t *testing.T) {
 			if _, err := kubeletClient(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
+			poll.UntilWithin(t, slowTimeout, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
 			before, err := os.Lstat(path)
 			if err != nil {
 				t.Fatal(err)
@@ -45,7 +47,7 @@ func TestHandsOverBetweenBuilds(t *testing.T) {
 
 			registrarBin = tc.newer
 			newer := n.startRegistrar(t)
-			eventually(t, "the newer instance took the socket over", func() bool { return registeredByHandover(n.httpAddr) })
+			poll.UntilWithin(t, slowTimeout, "the newer instance took the socket over", func() bool { return registeredByHandover(n.httpAddr) })
 			if after, err := os.Lstat(path); err != nil || !os.SameFile(before, after) {
 				t.Errorf("the socket at the path changed (%v): kubelet would see a new plugin", err)
 			}

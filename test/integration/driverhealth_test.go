@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -47,7 +49,7 @@ func TestDriverHealthEndpoint(t *testing.T) {
 			t.Errorf("the registrar's /healthz: %d %q, want 200", code, body)
 		}
 	}
-	eventually(t, "the driver health endpoint answers", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the driver health endpoint answers", func() bool {
 		code, _ := get(healthAddr, "/healthz")
 		return code != 0
 	})
@@ -86,7 +88,7 @@ func TestDriverHealthEndpoint(t *testing.T) {
 	}
 	registered()
 	n.startDriver(t, name, "--probe-file="+probeFile)
-	eventually(t, "the restarted driver is probed", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the restarted driver is probed", func() bool {
 		code, _ := get(healthAddr, "/healthz")
 		return code == http.StatusOK
 	})
@@ -114,7 +116,7 @@ func TestNoDriverHealthEndpointByDefault(t *testing.T) {
 	driverProc := n.startDriver(t, name)
 	registrar := n.startRegistrar(t)
 	n.waitForSocket(t, name, registrar)
-	eventually(t, "the registrar found the driver", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar found the driver", func() bool {
 		return n.status(t, n.httpAddr)["driverReachable"] == true
 	})
 	if _, metrics := get(n.httpAddr, "/metrics"); strings.Contains(metrics, "csi_sidecar_operations_seconds") {
@@ -138,7 +140,7 @@ func TestDriverHealthIgnoresTheRegistration(t *testing.T) {
 		&registerapi.RegistrationStatus{PluginRegistered: false, Error: "rejected by the test"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the registrar reports the rejection", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar reports the rejection", func() bool {
 		_, body := get(n.httpAddr, "/readyz")
 		return strings.Contains(body, "rejected by kubelet")
 	})
@@ -160,14 +162,14 @@ func TestDriverHealthEndpointInUseIsWaitedFor(t *testing.T) {
 	n.startDriver(t, name)
 	registrar := n.startRegistrar(t, "--driver-health-endpoint="+healthAddr)
 	n.waitForSocket(t, name, registrar)
-	eventually(t, "the registrar says it waits for the address", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the address", func() bool {
 		return strings.Contains(registrar.stderr.String(), "The --driver-health-endpoint address is in use: waiting for it")
 	})
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatalf("GetInfo while waiting for the address: %v", err)
 	}
 	taken.Close()
-	eventually(t, "the driver's liveness is served", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the driver's liveness is served", func() bool {
 		code, _ := get(healthAddr, "/healthz")
 		return code == http.StatusOK
 	})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -83,7 +85,7 @@ func TestAcceptsWhatUpstreamAccepts(t *testing.T) {
 			if code, body := n.healthz(t); code != http.StatusOK {
 				t.Errorf("/healthz on --http-endpoint = %d %q, want 200", code, body)
 			}
-			eventually(t, "the registrar logs the warning", func() bool {
+			poll.UntilWithin(t, slowTimeout, "the registrar logs the warning", func() bool {
 				return strings.Contains(registrar.stderr.String(), tc.warning)
 			})
 		})

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -139,12 +141,12 @@ func TestPublishesAgainWhenTheNewerInstanceIsKilled(t *testing.T) {
 	if _, err := kubeletClient(t, socket).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
+	poll.UntilWithin(t, slowTimeout, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
 
 	newerAddr := freeAddress(t)
 	newer := n.startRegistrar(t, "--http-endpoint="+newerAddr)
-	eventually(t, "the newer instance took the socket over", func() bool { code, _ := get(newerAddr, "/readyz"); return code == http.StatusOK })
-	eventually(t, "the older instance steps aside", func() bool { return n.status(t, n.httpAddr)["state"] == "superseded" })
+	poll.UntilWithin(t, slowTimeout, "the newer instance took the socket over", func() bool { code, _ := get(newerAddr, "/readyz"); return code == http.StatusOK })
+	poll.UntilWithin(t, slowTimeout, "the older instance steps aside", func() bool { return n.status(t, n.httpAddr)["state"] == "superseded" })
 	handedOver, err := os.Lstat(socket)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +157,7 @@ func TestPublishesAgainWhenTheNewerInstanceIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-newer.exited
-	eventually(t, "the older instance serves a socket of its own", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the older instance serves a socket of its own", func() bool {
 		code, body := get(n.httpAddr, "/healthz")
 		return code == http.StatusOK && strings.HasPrefix(body, "serving")
 	})
@@ -191,7 +193,7 @@ func TestMissingTerminationFileIsSaidOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Published again after the backoff: the rejection was handled.
-		eventually(t, "the socket is published again", func() bool {
+		poll.UntilWithin(t, slowTimeout, "the socket is published again", func() bool {
 			now, err := os.Lstat(socket)
 			return err == nil && !os.SameFile(before, now)
 		})
@@ -246,10 +248,10 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 	if _, err := kubeletClient(t, n.socketPath(name)).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
+	poll.UntilWithin(t, slowTimeout, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
 
 	newer := n.startRegistrar(t)
-	eventually(t, "the newer instance answers on the address", func() bool { return registeredByHandover(n.httpAddr) })
+	poll.UntilWithin(t, slowTimeout, "the newer instance answers on the address", func() bool { return registeredByHandover(n.httpAddr) })
 	released, ok := logTime(older.stderr.String(), "Released the --http-endpoint port")
 	if !ok {
 		t.Error("the older instance does not say it released the port")
@@ -299,7 +301,7 @@ func TestDriverReachableFollowsADriverKilledInPlace(t *testing.T) {
 	registrar := n.startRegistrar(t)
 	n.waitForSocket(t, name, registrar)
 	reachable := func() any { return n.status(t, n.httpAddr)["driverReachable"] }
-	eventually(t, "the driver is reachable", func() bool { return reachable() == true })
+	poll.UntilWithin(t, slowTimeout, "the driver is reachable", func() bool { return reachable() == true })
 
 	if err := driverProc.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -308,11 +310,11 @@ func TestDriverReachableFollowsADriverKilledInPlace(t *testing.T) {
 	if _, err := os.Lstat(n.driverSocket); err != nil {
 		t.Fatalf("the killed driver's socket is gone (%v): this test needs it left behind", err)
 	}
-	eventually(t, "the driver is reported unreachable", func() bool { return reachable() == false })
+	poll.UntilWithin(t, slowTimeout, "the driver is reported unreachable", func() bool { return reachable() == false })
 	if code, _ := get(n.httpAddr, "/readyz"); code == 0 {
 		t.Fatal("the registrar stopped answering")
 	}
 
 	n.startDriver(t, name)
-	eventually(t, "the driver is reachable again", func() bool { return reachable() == true })
+	poll.UntilWithin(t, slowTimeout, "the driver is reachable again", func() bool { return reachable() == true })
 }

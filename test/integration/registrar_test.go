@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -47,6 +49,10 @@ const (
 	registrarVersionEnv  = "REGISTRAR_VERSION"
 	registrarEmulatorEnv = "REGISTRAR_EMULATOR"
 )
+
+// slowTimeout bounds the waits for the binary, which may run under
+// emulation (make arch-test).
+const slowTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
 	os.Exit(buildAndRun(m))
@@ -231,17 +237,6 @@ func (p *process) running() bool {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // node is one test's set-up: a driver socket directory and a registry
 // directory, as a DaemonSet pod mounts them.
 type node struct {
@@ -285,7 +280,7 @@ func freeAddress(t *testing.T) string {
 func (n *node) startDriver(t *testing.T, name string, args ...string) *process {
 	t.Helper()
 	p := startProcess(t, "mockdriver", driverBin, append([]string{"--endpoint=" + n.driverSocket, "--name=" + name}, args...)...)
-	eventually(t, "the driver listens", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the driver listens", func() bool {
 		_, err := os.Stat(n.driverSocket)
 		return err == nil || !p.running()
 	})
@@ -324,7 +319,7 @@ func (n *node) socketPath(name string) string {
 
 func (n *node) waitForSocket(t *testing.T, name string, registrar *process) {
 	t.Helper()
-	eventually(t, "the registration socket is published", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registration socket is published", func() bool {
 		if !registrar.running() {
 			t.Fatalf("the registrar exited: %v", registrar.err)
 		}
@@ -400,7 +395,7 @@ func TestRegistersAndStopsCleanly(t *testing.T) {
 	if _, err := client.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatalf("NotifyRegistrationStatus: %v", err)
 	}
-	eventually(t, "the registrar logs the registration", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar logs the registration", func() bool {
 		return strings.Contains(registrar.stderr.String(), "kubelet registered the driver")
 	})
 	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "serving") {
@@ -432,7 +427,7 @@ func TestWaitsForALateDriver(t *testing.T) {
 	const name = "late.csi.example.com"
 	n := newNode(t)
 	registrar := n.startRegistrar(t)
-	eventually(t, "the registrar waits for the driver", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar waits for the driver", func() bool {
 		return strings.Contains(registrar.stderr.String(), "Waiting for the CSI driver")
 	})
 	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "waiting") {
@@ -456,7 +451,7 @@ func TestRetriesADriverThatIsNotReady(t *testing.T) {
 	n.waitForSocket(t, name, registrar)
 	// The driver's output reaches the test through a pipe, possibly after
 	// the socket it answered for.
-	eventually(t, "the driver's output shows the fourth call", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the driver's output shows the fourth call", func() bool {
 		return strings.Contains(driver.stdout.String(), "GetPluginInfo call=4")
 	})
 	if got := strings.Count(driver.stdout.String(), "GetPluginInfo call="); got != 4 {
@@ -494,7 +489,7 @@ func TestRejectionByKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 		reject(t, n, name)
-		eventually(t, "the socket is published again after the backoff", func() bool {
+		poll.UntilWithin(t, slowTimeout, "the socket is published again after the backoff", func() bool {
 			now, err := os.Lstat(n.socketPath(name))
 			return err == nil && !os.SameFile(before, now)
 		})
@@ -517,7 +512,7 @@ func TestRejectionByKubelet(t *testing.T) {
 			&registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "/readyz turns 200", func() bool {
+		poll.UntilWithin(t, slowTimeout, "/readyz turns 200", func() bool {
 			resp, err := http.Get("http://" + n.httpAddr + "/readyz")
 			if err != nil {
 				return false
@@ -608,7 +603,7 @@ func TestHTTPEndpointInUseIsWaitedFor(t *testing.T) {
 	n.startDriver(t, name)
 	registrar := n.startRegistrar(t)
 	n.waitForSocket(t, name, registrar)
-	eventually(t, "the registrar says it waits for the port", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the port", func() bool {
 		return strings.Contains(registrar.stderr.String(), "The --http-endpoint address is in use: waiting for it")
 	})
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
@@ -616,7 +611,7 @@ func TestHTTPEndpointInUseIsWaitedFor(t *testing.T) {
 	}
 
 	taken.Close()
-	eventually(t, "the registrar serves /healthz", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar serves /healthz", func() bool {
 		code, _ := n.healthz(t)
 		return code == http.StatusOK
 	})
@@ -662,7 +657,7 @@ func TestAcceptsLegacyKlogFlags(t *testing.T) {
 	n.waitForSocket(t, name, registrar)
 	// The warnings come before "Starting"; the pipe from the process may
 	// not have delivered either yet.
-	eventually(t, "the registrar's start is in its log", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar's start is in its log", func() bool {
 		return strings.Contains(registrar.stderr.String(), `"Starting"`)
 	})
 	stderr := registrar.stderr.String()
@@ -725,7 +720,7 @@ func TestInfoBufferOfTheCapHoldsTheLines(t *testing.T) {
 	// Each probe is logged at -v=5 before it is answered: 100 of them are
 	// more than 4 KiB of lines.
 	const probes = 100
-	eventually(t, "/healthz answers", func() bool {
+	poll.UntilWithin(t, slowTimeout, "/healthz answers", func() bool {
 		code, _ := n.healthz(t)
 		return code == http.StatusOK
 	})
@@ -780,7 +775,7 @@ func startedWith(t *testing.T, env []string, args ...string) (string, string) {
 	t.Helper()
 	p := newNode(t).startRegistrarWithEnv(t, env, args...)
 	var procs string
-	eventually(t, "the registrar logs its start", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar logs its start", func() bool {
 		if !p.running() {
 			t.Fatalf("the registrar exited: %v\n%s", p.err, p.stderr.String())
 		}
@@ -822,7 +817,7 @@ func TestCollectorOnceRegistered(t *testing.T) {
 					t.Fatalf("NotifyRegistrationStatus: %v", err)
 				}
 			}
-			eventually(t, "the second confirmation is logged", func() bool {
+			poll.UntilWithin(t, slowTimeout, "the second confirmation is logged", func() bool {
 				return strings.Contains(registrar.stderr.String(), "kubelet confirmed the registration again")
 			})
 			stderr := registrar.stderr.String()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"golang.org/x/sys/unix"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -31,7 +33,7 @@ func TestPublishesAgainOnceFileDescriptorsAreFree(t *testing.T) {
 	if err := os.Remove(socket); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the registrar reports the failure", func() bool {
+	poll.UntilWithin(t, slowTimeout, "the registrar reports the failure", func() bool {
 		if !registrar.running() {
 			t.Fatalf("the registrar exited: %v", registrar.err)
 		}

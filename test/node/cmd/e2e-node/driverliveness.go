@@ -24,7 +24,7 @@ const revDriverLiveness revision = 8
 // Where the registrar of revDriverLiveness serves the driver's liveness,
 // and the test driver's Probe answer.
 const (
-	driverHealthPort = 9830
+	driverHealthPort = 9900 // beyond the ports of revisions (9808 + revision), which the volume checks number up to the twenties
 	// probeFile is the test driver's --probe-file, in the socket
 	// directory: the check changes the driver's Probe answer through it
 	// on the host.
