@@ -57,7 +57,7 @@
 // over. Each side speaks version 1 only: A answers a Request of another
 // version with FailedPrecondition and sends nothing; B refuses ('n') a
 // State of another version, and A keeps its socket. Take returns an error
-// either way, and B replaces the socket, as after any handover that fails:
+// either way, and B replaces the socket, as after a handover A refused:
 // kubelet deregisters the driver once, nothing else is lost. A change that
 // an instance of version 1 must not accept takes a new version number.
 package handover
