@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/logging"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -45,6 +49,9 @@ type options struct {
 	diagnose                bool
 	driverHealthEndpoint    string
 	probeTimeout            time.Duration
+	nodeName                string
+	removeNodeTaints        taintKeys
+	nodeCondition           bool
 
 	logging *logging.Options
 	flags   *flag.FlagSet
@@ -72,6 +79,9 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
 	fs.StringVar(&o.driverHealthEndpoint, "driver-health-endpoint", "", "TCP address (host:port, e.g. :9808) of a second HTTP server whose /healthz calls the CSI driver's Identity.Probe, as the livenessprobe sidecar's does: point the driver container's livenessProbe at it, and drop the livenessprobe container. Empty: not served.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", driverhealth.DefaultTimeout, "Timeout of each Identity.Probe call made for --driver-health-endpoint's /healthz (livenessprobe's --probe-timeout).")
+	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint and --node-condition. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
+	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
+	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	o.logging.AddFlags(fs)
 	o.flags = fs
 	fs.Usage = o.usage
@@ -131,6 +141,14 @@ func (o *options) validate() error {
 	if o.probeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout))
 	}
+	for _, key := range o.removeNodeTaints {
+		if err := nodegate.ValidateTaintKey(key); err != nil {
+			errs = append(errs, fmt.Errorf("--remove-node-taint: %w", err))
+		}
+	}
+	if o.gatesNode() && o.node() == "" {
+		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -143,6 +161,35 @@ func (o *options) registrationConfig() registration.Config {
 		OnRejection:  registration.Policy(o.rejectionPolicy),
 		CheckTimeout: o.operationTimeout(),
 	}
+}
+
+// nodeNameEnv is where --node-name's value comes from when it is not
+// given: the name external-provisioner and other CSI sidecars read.
+const nodeNameEnv = "NODE_NAME"
+
+// gatesNode tells whether the registrar changes the Node object.
+func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
+
+// node is --node-name, or NODE_NAME from the environment.
+func (o *options) node() string {
+	if o.nodeName != "" {
+		return o.nodeName
+	}
+	return os.Getenv(nodeNameEnv)
+}
+
+// taintKeys is --remove-node-taint: repeated, or comma-separated, or both.
+type taintKeys []string
+
+func (k *taintKeys) String() string { return strings.Join(*k, ",") }
+
+func (k *taintKeys) Set(value string) error {
+	for key := range strings.SplitSeq(value, ",") {
+		if key = strings.TrimSpace(key); key != "" && !slices.Contains(*k, key) {
+			*k = append(*k, key)
+		}
+	}
+	return nil
 }
 
 // warnings lists the values that upstream accepts but that make no sense,

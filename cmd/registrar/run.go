@@ -19,6 +19,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -103,31 +104,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // register runs the HTTP server, the registration and the watch of the
-// driver under one context: the first error or signal stops all three.
+// driver under one context: the first error or signal stops them all. The
+// driver's liveness listener and the node gate run beside them when asked
+// for.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	logger := klog.FromContext(ctx)
-	// No TCP keep-alive on the HTTP endpoint: probes and scrapes are short
-	// requests, and the HTTP server closes idle connections itself. It
-	// saves four system calls on each probe's connection.
-	var port *httpport.Port
-	if addr := o.httpAddress(); addr != "" {
-		port = httpport.New(addr, net.ListenConfig{KeepAlive: -1})
+	gate, err := newNodeGate(o)
+	if err != nil {
+		return err
 	}
+	port := newPort(o)
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	cfg := o.registrationConfig()
-	cfg.Rejected = func(reason string) {
-		termination.write(logger, "kubelet rejected the plugin: "+reason)
-	}
-	cfg.Registered = sync.OnceFunc(func() { tightenCollector(logger) })
+	cfg := withVerdicts(o.registrationConfig(), logger, termination, gate)
 	cfg.HTTPPort = portSharing(port)
 	srv, err := registration.New(cfg)
 	if err != nil {
 		return err
+	}
+	if gate != nil {
+		defer runUntilStopped(ctx, gate.Run)()
 	}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
@@ -137,43 +137,109 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	// published meanwhile. A port in use is waited for (see httpport).
 	g, ctx := errgroup.WithContext(ctx)
 	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout()}
-	// The driver's own liveness probe (--driver-health-endpoint): a
-	// listener of its own, sharing nothing with the registration but the
-	// driver's restarts, which make it dial again.
+	followers := []driverFollower{srv}
 	var driverHealth *driverhealth.Prober
 	if o.driverHealthEndpoint != "" {
+		// The driver's own liveness probe: a listener of its own, sharing
+		// nothing with the registration but the driver's restarts, which
+		// make it dial again.
 		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
+		followers = append(followers, driverHealth)
 		g.Go(func() error { return driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout) })
 	}
 	if port != nil {
-		opts := healthz.Options{EnablePprof: o.enablePprof, Version: version}
-		if driverHealth != nil {
-			opts.MoreMetrics = driverHealth.Families
-		}
-		probes := healthz.New(opts)
-		probes.SetRegistration(srv)
+		probes := healthz.New(srv, probeOptions(o, driverHealth, gate))
 		driverConfig.OnAttempt = probes.ObservePluginInfo
 		g.Go(func() error { return port.Run(ctx) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
 	g.Go(func() error { return srv.Run(ctx) })
-	g.Go(func() error {
-		return driver.Follow(ctx, driverConfig, func(e driver.Event) {
-			if e.Reachable {
-				srv.DriverFound(e.Name)
-			} else {
-				srv.DriverGone()
-			}
-			switch {
-			case driverHealth == nil:
-			case e.Reachable:
-				driverHealth.DriverFound(e.Name)
-			default:
-				driverHealth.DriverGone()
-			}
-		})
-	})
+	g.Go(func() error { return driver.Follow(ctx, driverConfig, tellAll(followers)) })
 	return g.Wait()
+}
+
+// newPort is the HTTP endpoint's port, nil without one. No TCP keep-alive:
+// probes and scrapes are short requests, and the HTTP server closes idle
+// connections itself; it saves four system calls on each probe's
+// connection.
+func newPort(o *options) *httpport.Port {
+	addr := o.httpAddress()
+	if addr == "" {
+		return nil
+	}
+	return httpport.New(addr, net.ListenConfig{KeepAlive: -1})
+}
+
+// runUntilStopped runs run in the background under a context that ctx's
+// end does not cancel, and returns what stops it and waits for it. The
+// node gate runs so: it outlives the others, as the registration withdraws
+// its socket on the way out and the gate then tells the API server
+// (within nodegate.DefaultFinalTimeout) before it stops.
+func runUntilStopped(ctx context.Context, run func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// probeOptions configures the HTTP endpoint: the driver's probe metrics and
+// the node gate's state, where they run.
+func probeOptions(o *options, driverHealth *driverhealth.Prober, gate *nodegate.Gate) healthz.Options {
+	opts := healthz.Options{EnablePprof: o.enablePprof, Version: version}
+	if driverHealth != nil {
+		opts.MoreMetrics = driverHealth.Families
+	}
+	if gate != nil {
+		opts.NodeGate = gate
+	}
+	return opts
+}
+
+// driverFollower is told when the driver is found and when it is gone.
+type driverFollower interface {
+	DriverFound(name string)
+	DriverGone()
+}
+
+// tellAll passes each event of driver.Follow on to every follower.
+func tellAll(followers []driverFollower) func(driver.Event) {
+	return func(e driver.Event) {
+		for _, f := range followers {
+			if e.Reachable {
+				f.DriverFound(e.Name)
+			} else {
+				f.DriverGone()
+			}
+		}
+	}
+}
+
+// newNodeGate is the gate of --remove-node-taint and --node-condition, nil
+// without them: the API server is then never contacted.
+func newNodeGate(o *options) (*nodegate.Gate, error) {
+	if !o.gatesNode() {
+		return nil, nil
+	}
+	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	client, err := nodegate.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
+	}
+	return nodegate.New(nodegate.Config{
+		NodeName:  o.node(),
+		TaintKeys: o.removeNodeTaints,
+		Condition: o.nodeCondition,
+		Client:    client,
+	}), nil
 }
 
 // portSharing is port as the registration uses it: none without an HTTP
@@ -213,4 +279,29 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 	case err != nil:
 		logger.Info("Warning: cannot write the termination message", "path", t.path, "err", err)
 	}
+}
+
+// withVerdicts acts on kubelet's verdicts beyond the registration: the
+// termination message of a rejection, the garbage collector's setting once
+// registered (once), and the node gate, if any.
+func withVerdicts(c registration.Config, logger klog.Logger, termination *terminationMessage, gate *nodegate.Gate) registration.Config {
+	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
+	c.Rejected = func(driverName, reason string) {
+		termination.write(logger, "kubelet rejected the plugin: "+reason)
+		if gate != nil {
+			gate.Rejected(driverName, reason)
+		}
+	}
+	c.Registered = func(driverName string) {
+		if gate != nil {
+			gate.Registered(driverName)
+		}
+		tighten()
+	}
+	c.Withdrawn = func(driverName string) {
+		if gate != nil {
+			gate.Withdrawn(driverName)
+		}
+	}
+	return c
 }

@@ -37,8 +37,7 @@ func benchServer(b *testing.B) (*Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hz := New(Options{})
-	hz.SetRegistration(srv)
+	hz := New(srv, Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -129,7 +128,7 @@ func benchHandler(b *testing.B, hz *Server, path string) {
 	b.ReportAllocs()
 	for b.Loop() {
 		recorder := httptest.NewRecorder()
-		hz.ServeHTTP(recorder, request)
+		hz.mux.ServeHTTP(recorder, request)
 		if recorder.Code != http.StatusOK {
 			b.Fatalf("GET %s = %d %s", path, recorder.Code, recorder.Body)
 		}

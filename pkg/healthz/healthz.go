@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -26,8 +27,16 @@ type Registration interface {
 	Status() registration.Status
 }
 
+// NodeGate is the node gate reported on: a *nodegate.Gate.
+type NodeGate interface {
+	Status() nodegate.Status
+}
+
 // Options configure the HTTP endpoint.
 type Options struct {
+	// NodeGate, when set, adds the node gate's state to /status and
+	// /metrics.
+	NodeGate NodeGate
 	// EnablePprof serves the Go profiler under /debug/pprof/.
 	EnablePprof bool
 	// Version is reported in /status and in the build_info metric.
@@ -43,19 +52,23 @@ type Server struct {
 	metrics *metricSet
 	more    func() []*dto.MetricFamily
 
-	mu           sync.Mutex
 	registration Registration
-	lastCode     int
+	nodeGate     NodeGate
+
+	mu       sync.Mutex
+	lastCode int
 }
 
-// New builds the HTTP handlers.
-func New(opts Options) *Server {
+// New builds the HTTP handlers, reporting on reg.
+func New(reg Registration, opts Options) *Server {
 	s := &Server{
-		mux:      http.NewServeMux(),
-		version:  opts.Version,
-		metrics:  newMetricSet(opts.Version),
-		more:     opts.MoreMetrics,
-		lastCode: http.StatusOK,
+		mux:          http.NewServeMux(),
+		version:      opts.Version,
+		metrics:      newMetricSet(opts.Version),
+		more:         opts.MoreMetrics,
+		registration: reg,
+		nodeGate:     opts.NodeGate,
+		lastCode:     http.StatusOK,
 	}
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
@@ -71,12 +84,13 @@ func New(opts Options) *Server {
 	return s
 }
 
-// SetRegistration names what the probes report on. Until it is called,
-// the registrar is starting: /healthz answers 200 and /readyz 503.
-func (s *Server) SetRegistration(r Registration) {
-	s.mu.Lock()
-	s.registration = r
-	s.mu.Unlock()
+// nodeGateStatus is the node gate's status, nil without one.
+func (s *Server) nodeGateStatus() *nodegate.Status {
+	if s.nodeGate == nil {
+		return nil
+	}
+	st := s.nodeGate.Status()
+	return &st
 }
 
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
@@ -85,32 +99,14 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	s.metrics.observePluginInfo(d, err)
 }
 
-func (s *Server) currentRegistration() Registration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.registration
-}
-
-// registrationStatus is the registration's status, or the status of a
-// registrar that is starting.
+// registrationStatus is the registration's status.
 func (s *Server) registrationStatus() registration.Status {
-	if r := s.currentRegistration(); r != nil {
-		return r.Status()
-	}
-	return registration.Status{State: registration.WaitingForDriver, Reason: "starting"}
-}
-
-// ServeHTTP makes the Server usable as a handler in tests.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	return s.registration.Status()
 }
 
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	code, reason := http.StatusOK, "starting"
-	if reg := s.currentRegistration(); reg != nil {
-		h := reg.Health(r.Context())
-		code, reason = statusCode(h.State), h.Reason
-	}
+	h := s.registration.Health(r.Context())
+	code, reason := statusCode(h.State), h.Reason
 	s.logChange(r.Context(), code, reason)
 	writeText(w, code, reason)
 }
@@ -133,13 +129,15 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
+	// NodeGate is there with --remove-node-taint or --node-condition.
+	NodeGate *nodegate.Status `json:"nodeGate,omitempty"`
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus()})
+	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus(), NodeGate: s.nodeGateStatus()})
 }
 
 func writeText(w http.ResponseWriter, code int, body string) {

@@ -54,57 +54,60 @@ func tempDir(t *testing.T) string {
 	return dir
 }
 
-func probe(t *testing.T, h http.Handler, path string) (int, string) {
+// notRunning is a registration that has not started: waiting for the
+// driver, as every registrar is when its HTTP server first answers.
+func notRunning(t *testing.T) *registration.Server {
+	t.Helper()
+	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func probe(t *testing.T, h *Server, path string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	h.mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	return rec.Code, rec.Body.String()
 }
 
 func TestHealthz(t *testing.T) {
 	cases := []struct {
 		name     string
-		setup    func(t *testing.T, hz *Server)
+		setup    func(t *testing.T) Registration
 		wantCode int
 		wantBody string
 	}{
-		{"starting", func(*testing.T, *Server) {}, http.StatusOK, "starting"},
-		{"waiting for the driver", func(t *testing.T, hz *Server) {
-			srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			hz.SetRegistration(srv)
-		}, http.StatusOK, "waiting for the CSI driver"},
-		{"serving", func(t *testing.T, hz *Server) {
+		{"waiting for the driver", func(t *testing.T) Registration { return notRunning(t) }, http.StatusOK, "waiting for the CSI driver"},
+		{"serving", func(t *testing.T) Registration {
 			srv, _ := startRegistration(t, tempDir(t))
-			hz.SetRegistration(srv)
+			return srv
 		}, http.StatusOK, "serving"},
-		{"superseded by a newer instance", func(t *testing.T, hz *Server) {
+		{"superseded by a newer instance", func(t *testing.T) Registration {
 			dir := tempDir(t)
 			older, _ := startRegistration(t, dir)
 			startRegistration(t, dir)
-			hz.SetRegistration(older)
+			return older
 		}, http.StatusOK, "another instance"},
-		{"not a socket", func(t *testing.T, hz *Server) {
+		{"not a socket", func(t *testing.T) Registration {
 			srv, _ := startRegistration(t, tempDir(t))
 			path := srv.Status().SocketPath
 			os.WriteFile(path+".tmp", nil, 0o600)
 			os.Rename(path+".tmp", path)
-			hz.SetRegistration(srv)
+			return srv
 		}, http.StatusInternalServerError, "not a socket"},
-		{"server stopped", func(t *testing.T, hz *Server) {
+		{"server stopped", func(t *testing.T) Registration {
 			srv, stop := startRegistration(t, tempDir(t))
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
-			hz.SetRegistration(srv)
+			return srv
 		}, http.StatusInternalServerError, "stopped"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			hz := New(Options{})
-			tc.setup(t, hz)
+			hz := New(tc.setup(t), Options{})
 			code, body := probe(t, hz, "/healthz")
 			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
 				t.Errorf("GET /healthz = %d %q, want %d with %q", code, body, tc.wantCode, tc.wantBody)
@@ -114,10 +117,10 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestPprofOnlyWhenEnabled(t *testing.T) {
-	if code, _ := probe(t, New(Options{}), "/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := probe(t, New(notRunning(t), Options{}), "/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof disabled: GET /debug/pprof/ = %d, want 404", code)
 	}
-	if code, body := probe(t, New(Options{EnablePprof: true}), "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := probe(t, New(notRunning(t), Options{EnablePprof: true}), "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof enabled: GET /debug/pprof/ = %d, want 200 with the profile index", code)
 	}
 }
@@ -133,7 +136,7 @@ func runLoopback(t *testing.T) (string, func() error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveOne(ctx, New(Options{}), l) }()
+	go func() { done <- serveOne(ctx, New(notRunning(t), Options{}), l) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		return <-done

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -27,6 +28,8 @@ const (
 	metricPluginInfoDuration = "node_driver_registrar_driver_get_plugin_info_duration_seconds"
 	metricPluginInfoErrors   = "node_driver_registrar_driver_get_plugin_info_errors_total"
 	metricBuildInfo          = "node_driver_registrar_build_info"
+	metricNodeAPIRequests    = "node_driver_registrar_node_api_requests_total"
+	metricNodeUpdatePending  = "node_driver_registrar_node_update_pending"
 )
 
 // publicationReasons are exported before they first happen, so that
@@ -148,6 +151,33 @@ func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 	return out
 }
 
+// nodeGateFamilies are the node gate's metrics, with --remove-node-taint
+// or --node-condition.
+func nodeGateFamilies(st *nodegate.Status) []*dto.MetricFamily {
+	if st == nil {
+		return nil
+	}
+	var requests []*dto.Metric
+	for _, request := range []string{nodegate.RequestGetNode, nodegate.RequestRemoveTaints, nodegate.RequestSetCondition} {
+		for _, code := range nodegate.Codes(st.Requests[request]) {
+			requests = append(requests, counter(st.Requests[request][code], "request", request, "code", code))
+		}
+	}
+	pending := 0.0
+	if st.Pending {
+		pending = 1
+	}
+	out := []*dto.MetricFamily{{Name: proto.String(metricNodeUpdatePending),
+		Help: proto.String("1 while the Node does not show yet what the registrar knows of the driver's registration (its startup taints, its condition), 0 otherwise."),
+		Type: dto.MetricType_GAUGE.Enum(), Metric: []*dto.Metric{gauge(pending)}}}
+	if len(requests) > 0 {
+		out = append(out, &dto.MetricFamily{Name: proto.String(metricNodeAPIRequests),
+			Help: proto.String("Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer)."),
+			Type: dto.MetricType_COUNTER.Enum(), Metric: requests})
+	}
+	return out
+}
+
 func gauge(v float64, labels ...string) *dto.Metric {
 	return &dto.Metric{Label: labelPairs(labels), Gauge: &dto.Gauge{Value: proto.Float64(v)}}
 }
@@ -173,6 +203,7 @@ func labelPairs(kv []string) []*dto.LabelPair {
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	families := s.metrics.families(s.registrationStatus())
+	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
 	families = append(families, processFamilies()...)
 	families = append(families, goFamilies()...)
 	if s.more != nil {

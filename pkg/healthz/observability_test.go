@@ -37,12 +37,11 @@ func notify(t *testing.T, socket string, registered bool, reason string) {
 }
 
 func TestReadyz(t *testing.T) {
-	hz := New(Options{})
-	if code, body := probe(t, hz, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
-		t.Errorf("before the registration exists: /readyz = %d %q", code, body)
+	if code, body := probe(t, New(notRunning(t), Options{}), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the CSI driver") {
+		t.Errorf("before the registration runs: /readyz = %d %q", code, body)
 	}
 	srv, _ := startRegistration(t, tempDir(t))
-	hz.SetRegistration(srv)
+	hz := New(srv, Options{})
 	if code, body := probe(t, hz, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for kubelet") {
 		t.Errorf("before kubelet's verdict: /readyz = %d %q", code, body)
 	}
@@ -62,9 +61,8 @@ func TestReadyz(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	hz := New(Options{Version: "v9.9.9"})
 	srv, _ := startRegistration(t, tempDir(t))
-	hz.SetRegistration(srv)
+	hz := New(srv, Options{Version: "v9.9.9"})
 	notify(t, srv.Status().SocketPath, true, "")
 	poll.Until(t, "registered", func() bool { return srv.Status().Ready })
 
@@ -147,14 +145,13 @@ next:
 }
 
 func TestMetrics(t *testing.T) {
-	hz := New(Options{Version: "v9.9.9"})
-	families := scrape(t, hz)
+	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9"}))
 	if got := value(t, families, metricRegistered, nil); got != 0 {
-		t.Errorf("registered before the registration exists = %v", got)
+		t.Errorf("registered before the registration runs = %v", got)
 	}
 
 	srv, _ := startRegistration(t, tempDir(t))
-	hz.SetRegistration(srv)
+	hz := New(srv, Options{Version: "v9.9.9"})
 	hz.ObservePluginInfo(3*time.Millisecond, nil)
 	hz.ObservePluginInfo(time.Second, status.Error(codes.Unavailable, "not yet"))
 	notify(t, srv.Status().SocketPath, false, "no")

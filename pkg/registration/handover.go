@@ -162,4 +162,8 @@ func (l *loop) adopt(taken *handover.Taken) {
 	l.install(&publication{gen: gen, name: name, path: sock.path, sock: sock}, func(st *status) { st.adopted(verdict) })
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
 		"driver", name, "path", sock.path, "endpoint", l.cfg.Endpoint, "registered", verdict != nil, "reason", ReasonHandover)
+	if verdict != nil && verdict.Registered && l.cfg.Registered != nil {
+		// kubelet will not confirm again: its verdict came with the socket.
+		l.cfg.Registered(name)
+	}
 }

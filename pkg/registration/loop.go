@@ -560,7 +560,7 @@ func (l *loop) verdict(v kubeletCall) error {
 			l.logger.V(2).Info("kubelet confirmed the registration again")
 		}
 		if l.cfg.Registered != nil {
-			l.cfg.Registered()
+			l.cfg.Registered(l.st.driverName)
 		}
 		return nil
 	}
@@ -571,7 +571,7 @@ func (l *loop) verdict(v kubeletCall) error {
 		l.logger.V(2).Info("kubelet rejected the plugin again", "reason", v.reason)
 	}
 	if l.cfg.Rejected != nil {
-		l.cfg.Rejected(v.reason)
+		l.cfg.Rejected(l.st.driverName, v.reason)
 	}
 	if l.cfg.OnRejection == Exit {
 		return &RejectedError{Reason: v.reason}
@@ -626,6 +626,9 @@ func (l *loop) shutdown() {
 			logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
 		case removed:
 			logger.Info("Registration socket removed", "path", pub.path)
+			if l.cfg.Withdrawn != nil {
+				l.cfg.Withdrawn(pub.name)
+			}
 		default:
 			logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
 		}

@@ -95,7 +95,7 @@ func TestRetriesAfterRejection(t *testing.T) {
 	var reasons []string
 	r := start(t, shortTempDir(t), func(c *Config) {
 		c.RetryInitial, c.RetryMax = 20*time.Millisecond, 40*time.Millisecond
-		c.Rejected = func(reason string) {
+		c.Rejected = func(_, reason string) {
 			mu.Lock()
 			reasons = append(reasons, reason)
 			mu.Unlock()

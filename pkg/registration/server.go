@@ -80,12 +80,18 @@ type Config struct {
 	// kubelet's plugin watcher reacts at once, its reconciler within a
 	// second.
 	KubeletSilence time.Duration
-	// Rejected, when set, is called with kubelet's reason each time
-	// kubelet rejects the plugin.
-	Rejected func(reason string)
-	// Registered, when set, is called each time kubelet confirms the
-	// current registration socket.
-	Registered func()
+	// Rejected, when set, is called with the driver's name and kubelet's
+	// reason each time kubelet rejects the plugin. Rejected, Registered
+	// and Withdrawn are called on Run's goroutine: they must not block.
+	Rejected func(driverName, reason string)
+	// Registered, when set, is called with the driver's name each time
+	// kubelet confirms the current registration socket, and when this
+	// instance takes over a socket that kubelet had registered.
+	Registered func(driverName string)
+	// Withdrawn, when set, is called with the driver's name when Run
+	// removed the registration socket on its way out: kubelet unregisters
+	// the plugin.
+	Withdrawn func(driverName string)
 	// CheckTimeout bounds the GetInfo call that identifies a socket at the
 	// path that this process did not create.
 	CheckTimeout time.Duration

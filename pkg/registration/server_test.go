@@ -362,7 +362,7 @@ func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 	var reasons []string
 	r := start(t, dir, func(c *Config) {
 		c.OnRejection = Exit
-		c.Rejected = func(reason string) { reasons = append(reasons, reason) }
+		c.Rejected = func(_, reason string) { reasons = append(reasons, reason) }
 	})
 	path := r.srv.SocketPathForTest()
 	const reason = "RegisterPlugin error -- plugin registration failed with err: boom"

@@ -20,6 +20,8 @@ const (
 	overlayDir = "testdata/example-overlay"
 	// livenessOverlayDir is deploy/ with its driver-liveness component.
 	livenessOverlayDir = "testdata/driver-liveness-overlay"
+	// nodeGateOverlayDir is the base with the deploy/node-gate component.
+	nodeGateOverlayDir = "testdata/node-gate-overlay"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -27,7 +29,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -47,7 +49,8 @@ func manifestFiles(t *testing.T) []string {
 	return files
 }
 
-// kustomizationDirs lists the directories that kustomize builds.
+// kustomizationDirs lists the directories that kustomize builds: not the
+// components, which only an overlay's build includes.
 func kustomizationDirs(t *testing.T) []string {
 	t.Helper()
 	var dirs []string

@@ -356,9 +356,13 @@ evictionHard:
   imagefs.available: "1%%"
   nodefs.inodesFree: "1%%"
 syncFrequency: 10s
+# check 7: the node starts with a CSI driver's startup taint
+registerWithTaints:
+- key: %[5]s
+  effect: NoSchedule
 nodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
-`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP)
+`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP, startupTaint)
 	file := c.path("kubelet.yaml")
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return nil, err

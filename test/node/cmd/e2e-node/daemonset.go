@@ -165,6 +165,9 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 					return nil, fmt.Errorf("%s: %w", file, err)
 				}
 			}
+			if rev == revNodeGate {
+				adaptForNodeGate(pod, ctr)
+			}
 			if rev.upstream() {
 				ctr.Image = upstreamImage
 				if ctr.Args, err = upstreamArgs(ctr.Args); err != nil {

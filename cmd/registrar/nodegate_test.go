@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestNodeGateFlags(t *testing.T) {
+	t.Setenv(nodeNameEnv, "node-from-env")
+	o, err := parseFlags("registrar", []string{"--kubelet-registration-path=/k",
+		"--remove-node-taint=example.com/agent-not-ready,readiness.k8s.io/storage", "--remove-node-taint", "other", "--remove-node-taint=other", "--node-condition"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"example.com/agent-not-ready", "readiness.k8s.io/storage", "other"}; !slices.Equal(o.removeNodeTaints, want) {
+		t.Errorf("taints %q, want %q", o.removeNodeTaints, want)
+	}
+	if !o.nodeCondition || !o.gatesNode() || o.node() != "node-from-env" {
+		t.Errorf("got %+v, node %q", o, o.node())
+	}
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-name=n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.node() != "n1" {
+		t.Errorf("--node-name: node %q", o.node())
+	}
+	// Off by default: no API server needed.
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.gatesNode() {
+		t.Error("the node gate is on by default")
+	}
+	if g, err := newNodeGate(o); g != nil || err != nil {
+		t.Errorf("newNodeGate without the flags = %v, %v", g, err)
+	}
+}
+
+func TestValidateNodeGate(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x": the prefix "Example.com" is not a DNS subdomain`},
+		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
+	}
+	t.Setenv(nodeNameEnv, "")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags("registrar", append([]string{"--kubelet-registration-path=/k"}, tc.args...), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("validate() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// Outside a pod the gate cannot start, and says why.
+func TestNodeGateNeedsThePodsServiceAccount(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o, err := parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-name=n"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("newNodeGate = %v", err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt") {
+		t.Errorf("newNodeGate without the service account's files = %v", err)
+	}
+}

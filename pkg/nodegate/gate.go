@@ -1,0 +1,363 @@
+// Package nodegate tells the Kubernetes API server, for this node, whether
+// kubelet has accepted the CSI driver, so that pods that need the driver
+// are not scheduled onto the node before it is usable there: it removes
+// startup taints from the Node once kubelet has registered the driver
+// (it never adds one), and sets a Node condition that the Node Readiness
+// Controller (KEP-5233) can read: True when kubelet accepts the driver,
+// False with kubelet's reason when kubelet rejects it, False when the
+// registrar stops and withdraws the registration.
+//
+// The registration reports its events (Registered, Rejected, Withdrawn);
+// Run applies the latest state to the Node, retrying with a backoff, and
+// never holds the registration up. The requests are made with net/http
+// (see Client).
+package nodegate
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// ConditionSuffix is appended to the driver's name to make the condition's
+// type, <driver name>/NodePluginRegistered: KEP-5233's conditions are
+// domain-prefixed, and its storage example names this one so.
+const ConditionSuffix = "/NodePluginRegistered"
+
+// Condition reasons.
+const (
+	ReasonRegistered   = "Registered"
+	ReasonRejected     = "RejectedByKubelet"
+	ReasonUnregistered = "Unregistered"
+)
+
+// Defaults of Config's durations.
+const (
+	DefaultRetryInitial = 200 * time.Millisecond
+	DefaultRetryMax     = time.Minute
+	DefaultFinalTimeout = 2 * time.Second
+)
+
+// Request names, in Status.Requests and the metrics.
+const (
+	RequestGetNode      = "get-node"
+	RequestRemoveTaints = "remove-taints"
+	RequestSetCondition = "set-condition"
+)
+
+// Config says what to change on which node.
+type Config struct {
+	// NodeName is the node this registrar runs on.
+	NodeName string
+	// TaintKeys are the taints to remove, by key, once kubelet has
+	// accepted the driver.
+	TaintKeys []string
+	// Condition sets the <driver name>/NodePluginRegistered condition.
+	Condition bool
+	// Client makes the requests.
+	Client *Client
+	// RetryInitial and RetryMax bound the backoff after a failed update:
+	// it doubles from RetryInitial up to RetryMax (with up to 20% more, so
+	// that the nodes of a cluster spread out), and starts over after a
+	// success.
+	RetryInitial, RetryMax time.Duration
+	// FinalTimeout bounds the last update, made after Run's context is
+	// done: the False condition of a registrar that stopped.
+	FinalTimeout time.Duration
+}
+
+// Status is a snapshot of the gate, for /status and /metrics.
+type Status struct {
+	Node string `json:"node"`
+	// TaintKeys are the taints to remove once kubelet accepts the driver.
+	TaintKeys []string `json:"removeTaints,omitempty"`
+	// TaintsChecked is when the node was last found without them (after
+	// removing them, or finding none).
+	TaintsChecked *time.Time `json:"taintsCheckedTime,omitempty"`
+	// RemovedTaints are the taints this process removed, as key:effect.
+	RemovedTaints []string `json:"removedTaints,omitempty"`
+	// Condition is the condition last set on the node, and when.
+	Condition     *Condition `json:"condition,omitempty"`
+	ConditionTime *time.Time `json:"conditionTime,omitempty"`
+	// Pending: the node does not show yet what the registrar knows.
+	Pending       bool       `json:"pending"`
+	LastError     string     `json:"lastError,omitempty"`
+	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
+	NextRetry     *time.Time `json:"nextRetryTime,omitempty"`
+	// Requests counts the requests to the API server by request and
+	// answer: the HTTP status code, or "error" when there was none.
+	Requests map[string]map[string]uint64 `json:"requests"`
+}
+
+// wanted is what the node should show; the event methods write it, Run
+// applies it. Each change bumps its generation.
+type wanted struct {
+	taintGen  uint64 // one per acceptance by kubelet
+	cond      *Condition
+	condSince time.Time // when cond's status last changed
+	condGen   uint64
+}
+
+// Gate applies the registration's events to the node.
+type Gate struct {
+	cfg  Config
+	wake chan struct{}
+
+	mu   sync.Mutex
+	want wanted
+	st   Status
+}
+
+// New returns a gate; Run applies the events.
+func New(cfg Config) *Gate {
+	if cfg.RetryInitial <= 0 {
+		cfg.RetryInitial = DefaultRetryInitial
+	}
+	if cfg.RetryMax < cfg.RetryInitial {
+		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
+	}
+	if cfg.FinalTimeout <= 0 {
+		cfg.FinalTimeout = DefaultFinalTimeout
+	}
+	return &Gate{
+		cfg:  cfg,
+		wake: make(chan struct{}, 1),
+		st:   Status{Node: cfg.NodeName, TaintKeys: cfg.TaintKeys, Requests: map[string]map[string]uint64{}},
+	}
+}
+
+// Registered records that kubelet accepted the driver: its taints go, its
+// condition becomes True. It never blocks.
+func (g *Gate) Registered(driverName string) {
+	g.update(func(w *wanted) {
+		if len(g.cfg.TaintKeys) > 0 {
+			w.taintGen++
+		}
+		g.setCondition(w, driverName, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
+	})
+}
+
+// Rejected records that kubelet rejected the driver, with its reason.
+func (g *Gate) Rejected(driverName, reason string) {
+	g.update(func(w *wanted) {
+		g.setCondition(w, driverName, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
+	})
+}
+
+// Withdrawn records that the registrar removed its registration socket on
+// its way out: kubelet unregisters the driver.
+func (g *Gate) Withdrawn(driverName string) {
+	g.update(func(w *wanted) {
+		g.setCondition(w, driverName, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
+	})
+}
+
+func (g *Gate) setCondition(w *wanted, driverName, status, reason, message string) {
+	if !g.cfg.Condition || driverName == "" {
+		return
+	}
+	c := &Condition{Type: driverName + ConditionSuffix, Status: status, Reason: reason, Message: message}
+	if w.cond != nil && *w.cond == *c {
+		return
+	}
+	if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
+		w.condSince = time.Now()
+	}
+	w.cond = c
+	w.condGen++
+}
+
+func (g *Gate) update(change func(*wanted)) {
+	g.mu.Lock()
+	change(&g.want)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Status returns a snapshot.
+func (g *Gate) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st
+	st.TaintKeys = append([]string(nil), st.TaintKeys...)
+	st.RemovedTaints = append([]string(nil), st.RemovedTaints...)
+	if st.Condition != nil {
+		c := *st.Condition
+		st.Condition = &c
+	}
+	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
+	for r, codes := range g.st.Requests {
+		st.Requests[r] = make(map[string]uint64, len(codes))
+		for code, n := range codes {
+			st.Requests[r][code] = n
+		}
+	}
+	return st
+}
+
+// applied is what Run has applied, by generation.
+type applied struct {
+	taintGen, condGen uint64
+	// condStatus and condType are those of the condition last applied,
+	// so that lastTransitionTime is sent only with a change.
+	condStatus, condType string
+}
+
+// Run applies events until ctx is done, then makes one last attempt at
+// what is still pending, within FinalTimeout. The API server's errors are
+// retried, logged and reported in Status: none ends Run.
+func (g *Gate) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("nodegate")
+	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
+	var done applied
+	backoff := g.cfg.RetryInitial
+	var retry *time.Timer
+	retryC := func() <-chan time.Time {
+		if retry == nil {
+			return nil
+		}
+		return retry.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if retry != nil {
+				retry.Stop()
+			}
+			if g.pending(done) {
+				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
+				if err := g.sync(final, logger, &done); err != nil {
+					logger.Error(err, "Cannot update the node before exiting", "node", g.cfg.NodeName)
+				}
+				cancel()
+			}
+			return
+		case <-g.wake:
+		case <-retryC():
+		}
+		if retry != nil {
+			retry.Stop()
+			retry = nil
+		}
+		err := g.sync(ctx, logger, &done)
+		if err == nil || ctx.Err() != nil {
+			backoff = g.cfg.RetryInitial
+			continue
+		}
+		wait := backoff + rand.N(backoff/5+1)
+		backoff = min(2*backoff, g.cfg.RetryMax)
+		next := time.Now().Add(wait)
+		g.mu.Lock()
+		g.st.NextRetry = &next
+		g.mu.Unlock()
+		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", wait, "err", err)
+		retry = time.NewTimer(wait)
+	}
+}
+
+func (g *Gate) pending(done applied) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+}
+
+// sync applies what is wanted and not yet applied: the taints first, as
+// they are what keeps pods off the node.
+func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) error {
+	g.mu.Lock()
+	want := g.want
+	g.mu.Unlock()
+
+	var errs []error
+	if want.taintGen != done.taintGen {
+		removed, err := g.cfg.Client.removeTaints(ctx, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
+		if err == nil {
+			done.taintGen = want.taintGen
+			now := time.Now()
+			g.mu.Lock()
+			g.st.TaintsChecked = &now
+			g.st.RemovedTaints = append(g.st.RemovedTaints, removed...)
+			g.mu.Unlock()
+			if len(removed) > 0 {
+				logger.Info("Removed the startup taints from the node: kubelet accepted the driver", "node", g.cfg.NodeName, "taints", removed)
+			} else {
+				logger.V(2).Info("The node has none of the startup taints", "node", g.cfg.NodeName, "keys", g.cfg.TaintKeys)
+			}
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if want.condGen != done.condGen && want.cond != nil {
+		var transition time.Time
+		if want.cond.Status != done.condStatus || want.cond.Type != done.condType {
+			transition = want.condSince
+		}
+		now := time.Now()
+		patch, err := conditionPatch(*want.cond, now, transition)
+		if err == nil {
+			err = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, patch)
+			g.count(RequestSetCondition, err)
+		}
+		if err == nil {
+			done.condGen, done.condStatus, done.condType = want.condGen, want.cond.Status, want.cond.Type
+			c := *want.cond
+			g.mu.Lock()
+			g.st.Condition, g.st.ConditionTime = &c, &now
+			g.mu.Unlock()
+			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", c.Type, "status", c.Status, "reason", c.Reason)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.st.Pending = g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+	if err != nil {
+		now := time.Now()
+		if g.st.LastError != err.Error() {
+			logger.Error(err, "Cannot update the node", "node", g.cfg.NodeName)
+		}
+		g.st.LastError, g.st.LastErrorTime = err.Error(), &now
+	} else {
+		g.st.LastError, g.st.LastErrorTime = "", nil
+	}
+	g.st.NextRetry = nil
+	return err
+}
+
+func (g *Gate) count(name string, err error) {
+	code := "200"
+	var apiErr *APIError
+	switch {
+	case errors.As(err, &apiErr):
+		code = strconv.Itoa(apiErr.Code)
+	case err != nil:
+		code = "error"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st.Requests[name] == nil {
+		g.st.Requests[name] = map[string]uint64{}
+	}
+	g.st.Requests[name][code]++
+}
+
+// Codes lists the answers counted for a request, sorted.
+func Codes(counts map[string]uint64) []string {
+	codes := make([]string, 0, len(counts))
+	for c := range counts {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	return codes
+}

@@ -1,0 +1,140 @@
+package nodegate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+)
+
+// Condition is a Node condition as the gate sets it.
+type Condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// conditionPatch is the strategic merge patch of nodes/status that sets c:
+// conditions are merged by type, so the others (kubelet's Ready, ...) are
+// left alone, and so are the fields the patch leaves out.
+// lastTransitionTime is sent only when the status changes (transition is
+// not zero); lastHeartbeatTime each time.
+func conditionPatch(c Condition, now, transition time.Time) ([]byte, error) {
+	type condition struct {
+		Condition
+		LastHeartbeatTime  string `json:"lastHeartbeatTime"`
+		LastTransitionTime string `json:"lastTransitionTime,omitempty"`
+	}
+	entry := condition{Condition: c, LastHeartbeatTime: now.UTC().Format(time.RFC3339)}
+	if !transition.IsZero() {
+		entry.LastTransitionTime = transition.UTC().Format(time.RFC3339)
+	}
+	var patch struct {
+		Status struct {
+			Conditions []condition `json:"conditions"`
+		} `json:"status"`
+	}
+	patch.Status.Conditions = []condition{entry}
+	return json.Marshal(patch)
+}
+
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// taint is what the gate reads of a Node's taint.
+type taint struct {
+	Key    string `json:"key"`
+	Effect string `json:"effect"`
+}
+
+// taintRemovalPatch is the JSON patch that removes, from taints as read,
+// every taint whose key is in keys; nil when there is none. spec.taints is
+// a list without a merge key: a strategic merge patch would replace it
+// whole, and drop a taint added since it was read. Each removal is
+// guarded by a test of the key at its index, from the last index to the
+// first so that the indices stay valid: if the list changed meanwhile the
+// API server applies none of it (422), and the gate reads the node again.
+func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
+	wanted := map[string]bool{}
+	for _, k := range keys {
+		wanted[k] = true
+	}
+	var ops []jsonPatchOp
+	var removed []string
+	for i := len(taints) - 1; i >= 0; i-- {
+		if !wanted[taints[i].Key] {
+			continue
+		}
+		path := fmt.Sprintf("/spec/taints/%d", i)
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: path + "/key", Value: taints[i].Key},
+			jsonPatchOp{Op: "remove", Path: path})
+		removed = append(removed, taints[i].Key+":"+taints[i].Effect)
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	sort.Strings(removed)
+	b, err := json.Marshal(ops)
+	if err != nil {
+		// A slice of strings always marshals.
+		panic(err)
+	}
+	return b, removed
+}
+
+func nodePath(node string) string { return "/api/v1/nodes/" + url.PathEscape(node) }
+
+// getTaints reads the node's taints.
+func (c *Client) getTaints(ctx context.Context, node string) ([]taint, error) {
+	body, err := c.do(ctx, request{method: http.MethodGet, path: nodePath(node), verb: "get", resource: "nodes", node: node})
+	if err != nil {
+		return nil, err
+	}
+	var n struct {
+		Spec struct {
+			Taints []taint `json:"taints"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(body, &n); err != nil {
+		return nil, fmt.Errorf("get nodes of node %q: the answer is not a Node: %w", node, err)
+	}
+	return n.Spec.Taints, nil
+}
+
+// removeTaints removes the node's taints with these keys, and returns
+// those it removed as key:effect (none when the node has none of them).
+// count is told the outcome of each request.
+func (c *Client) removeTaints(ctx context.Context, node string, keys []string, count func(request string, err error)) ([]string, error) {
+	taints, err := c.getTaints(ctx, node)
+	count(RequestGetNode, err)
+	if err != nil {
+		return nil, err
+	}
+	patch, removed := taintRemovalPatch(taints, keys)
+	if patch == nil {
+		return nil, nil
+	}
+	_, err = c.do(ctx, request{method: http.MethodPatch, path: nodePath(node), contentType: "application/json-patch+json",
+		body: patch, verb: "patch", resource: "nodes", node: node})
+	count(RequestRemoveTaints, err)
+	if err != nil {
+		return nil, err
+	}
+	return removed, nil
+}
+
+// setCondition patches the node's status with one condition.
+func (c *Client) setCondition(ctx context.Context, node string, patch []byte) error {
+	_, err := c.do(ctx, request{method: http.MethodPatch, path: nodePath(node) + "/status", contentType: "application/strategic-merge-patch+json",
+		body: patch, verb: "patch", resource: "nodes/status", node: node})
+	return err
+}

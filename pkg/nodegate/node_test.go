@@ -1,0 +1,88 @@
+package nodegate
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConditionPatch(t *testing.T) {
+	now := time.Date(2026, 11, 23, 14, 0, 5, 0, time.UTC)
+	since := time.Date(2026, 11, 23, 14, 0, 1, 0, time.FixedZone("CET", 3600))
+	c := Condition{Type: "hostpath.csi.k8s.io/NodePluginRegistered", Status: "True", Reason: ReasonRegistered, Message: "kubelet accepted the CSI driver hostpath.csi.k8s.io"}
+	cases := []struct {
+		name       string
+		transition time.Time
+		want       string
+	}{
+		{"status changed", since, `{"status":{"conditions":[{"type":"hostpath.csi.k8s.io/NodePluginRegistered","status":"True","reason":"Registered","message":"kubelet accepted the CSI driver hostpath.csi.k8s.io","lastHeartbeatTime":"2026-11-23T14:00:05Z","lastTransitionTime":"2026-11-23T13:00:01Z"}]}}`},
+		// Without a transition the API server keeps the condition's own
+		// lastTransitionTime: a strategic merge patch merges the entry.
+		{"same status", time.Time{}, `{"status":{"conditions":[{"type":"hostpath.csi.k8s.io/NodePluginRegistered","status":"True","reason":"Registered","message":"kubelet accepted the CSI driver hostpath.csi.k8s.io","lastHeartbeatTime":"2026-11-23T14:00:05Z"}]}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := conditionPatch(c, now, tc.transition)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("patch:\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTaintRemovalPatch(t *testing.T) {
+	keys := []string{"ebs.csi.aws.com/agent-not-ready", "readiness.k8s.io/storage"}
+	cases := []struct {
+		name        string
+		taints      []taint
+		want        string
+		wantRemoved []string
+	}{
+		{"no taints", nil, "", nil},
+		{"none of ours", []taint{{"node.kubernetes.io/not-ready", "NoSchedule"}}, "", nil},
+		{"one among others", []taint{{"node.kubernetes.io/not-ready", "NoSchedule"}, {"ebs.csi.aws.com/agent-not-ready", "NoExecute"}, {"x", "NoSchedule"}},
+			`[{"op":"test","path":"/spec/taints/1/key","value":"ebs.csi.aws.com/agent-not-ready"},{"op":"remove","path":"/spec/taints/1"}]`,
+			[]string{"ebs.csi.aws.com/agent-not-ready:NoExecute"}},
+		// The last index first, so that each index is still right when
+		// its operation runs.
+		{"several, one key twice", []taint{{"readiness.k8s.io/storage", "NoSchedule"}, {"x", "NoSchedule"}, {"ebs.csi.aws.com/agent-not-ready", "NoSchedule"}, {"readiness.k8s.io/storage", "NoExecute"}},
+			`[{"op":"test","path":"/spec/taints/3/key","value":"readiness.k8s.io/storage"},{"op":"remove","path":"/spec/taints/3"},` +
+				`{"op":"test","path":"/spec/taints/2/key","value":"ebs.csi.aws.com/agent-not-ready"},{"op":"remove","path":"/spec/taints/2"},` +
+				`{"op":"test","path":"/spec/taints/0/key","value":"readiness.k8s.io/storage"},{"op":"remove","path":"/spec/taints/0"}]`,
+			[]string{"ebs.csi.aws.com/agent-not-ready:NoSchedule", "readiness.k8s.io/storage:NoExecute", "readiness.k8s.io/storage:NoSchedule"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, removed := taintRemovalPatch(tc.taints, keys)
+			if string(got) != tc.want {
+				t.Errorf("patch:\n got %s\nwant %s", got, tc.want)
+			}
+			if len(removed) != len(tc.wantRemoved) {
+				t.Fatalf("removed %q, want %q", removed, tc.wantRemoved)
+			}
+			for i := range removed {
+				if removed[i] != tc.wantRemoved[i] {
+					t.Errorf("removed %q, want %q", removed, tc.wantRemoved)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateTaintKey(t *testing.T) {
+	for _, key := range []string{"ebs.csi.aws.com/agent-not-ready", "readiness.k8s.io/StorageReady", "agent-not-ready", "a", "a-1.b/x_y.Z", strings.Repeat("a", 63)} {
+		if err := ValidateTaintKey(key); err != nil {
+			t.Errorf("%q: %v", key, err)
+		}
+	}
+	for _, key := range []string{"", "/x", "Example.com/x", "a/b/c", "x/", "-x", "x-", strings.Repeat("a", 64), "example.com/a b", "a..b/x", "a-.b/x", "a_b/x", "é"} {
+		if err := ValidateTaintKey(key); err == nil {
+			t.Errorf("%q accepted", key)
+		} else if !strings.Contains(err.Error(), "taint key") {
+			t.Errorf("%q: %v", key, err)
+		}
+	}
+}

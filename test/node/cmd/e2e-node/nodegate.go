@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+// Check 9 (issue 18): the node starts with a startup taint (kubelet's
+// registerWithTaints); the registrar, with deploy/node-gate's service
+// account, rules and flags, removes it once kubelet has registered the
+// driver, and sets the node condition <driver>/NodePluginRegistered True,
+// then False when its DaemonSet is deleted. Every DaemonSet tolerates every
+// taint (deploy/daemonset.yaml), so the taint does not concern checks 1-5;
+// only this check's revision removes it, and it runs last.
+
+const (
+	// startupTaint is the taint kubelet registers the node with.
+	startupTaint = "e2e-node.example.com/agent-not-ready"
+	// revNodeGate is this check's revision: --remove-node-taint and
+	// --node-condition, the service account of deploy/node-gate.
+	revNodeGate revision = 9
+	// gateAccount is deploy/node-gate's ServiceAccount.
+	gateAccount = "csi-node"
+	// waitingPod needs the driver and does not tolerate the taint.
+	waitingPod = "needs-the-driver"
+	// maxUntaintDelay is the longest the taint may outlive the
+	// registration.
+	maxUntaintDelay = time.Second
+)
+
+var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
+
+// adaptForNodeGate gives revNodeGate's pods what deploy/node-gate gives:
+// the service account with its token, NODE_NAME, the two flags; and the
+// API server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
+// kubernetes Service's IP) does not reach here, with no kube-proxy.
+func adaptForNodeGate(pod *corev1.PodSpec, ctr *corev1.Container) {
+	pod.ServiceAccountName = gateAccount
+	automount := true
+	pod.AutomountServiceAccountToken = &automount
+	ctr.Args = append(ctr.Args, "--remove-node-taint="+startupTaint, "--node-condition")
+	ctr.Env = append(ctr.Env,
+		corev1.EnvVar{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
+}
+
+// nodeTimeline records, from a watch, when the node lost the startup
+// taint and when its condition changed.
+type nodeTimeline struct {
+	mu         sync.Mutex
+	untainted  time.Time
+	conditions []string // status:reason, at each change
+	condAt     []time.Time
+}
+
+func (n *nodeTimeline) record(node *corev1.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	tainted := false
+	for _, t := range node.Spec.Taints {
+		tainted = tainted || t.Key == startupTaint
+	}
+	if !tainted && n.untainted.IsZero() {
+		n.untainted = time.Now()
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type != nodeCondition {
+			continue
+		}
+		s := string(c.Status) + ":" + c.Reason
+		if len(n.conditions) == 0 || n.conditions[len(n.conditions)-1] != s {
+			n.conditions = append(n.conditions, s)
+			n.condAt = append(n.condAt, time.Now())
+		}
+	}
+}
+
+func (n *nodeTimeline) snapshot() (time.Time, []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.untainted, append([]string(nil), n.conditions...)
+}
+
+func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline) {
+	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
+	for ctx.Err() == nil {
+		w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for e := range w.ResultChan() {
+			if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
+				n.record(node)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// watchScheduled sends the time the waiting pod was bound to the node, as
+// the watch delivers it.
+func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
+	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
+	for ctx.Err() == nil {
+		w, err := client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for e := range w.ResultChan() {
+			if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				scheduled <- time.Now()
+				w.Stop()
+				return
+			}
+		}
+		w.Stop()
+	}
+}
+
+// setUpNodeGate creates, in the namespace, deploy/node-gate's objects as
+// kustomize would (the binding's subject in this namespace), and the
+// kube-root-ca.crt ConfigMap that kubelet's projected token volume reads
+// (no controller-manager publishes it here).
+func (s *suite) setUpNodeGate(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(s.repo, "deploy", "node-gate", "rbac.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return fmt.Errorf("deploy/node-gate/rbac.yaml: %w", err)
+		}
+		switch meta.Kind {
+		case "ServiceAccount":
+			var sa corev1.ServiceAccount
+			if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
+				return err
+			}
+			_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
+		case "ClusterRole":
+			var role rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+				return err
+			}
+			_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var binding rbacv1.ClusterRoleBinding
+			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
+				return err
+			}
+			for i := range binding.Subjects {
+				binding.Subjects[i].Namespace = namespace
+			}
+			_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
+		default:
+			return fmt.Errorf("deploy/node-gate/rbac.yaml: unexpected kind %q; adapt test/node", meta.Kind)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("deploy/node-gate/rbac.yaml: create %s: %w", meta.Kind, err)
+		}
+	}
+	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
+	if err != nil {
+		return fmt.Errorf("the API server's self-signed certificate: %w", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
+	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// removeDaemonSet deletes the DaemonSet and its pods, and waits until the
+// driver has left CSINode.
+func (s *suite) removeDaemonSet(ctx context.Context) error {
+	background := metav1.DeletePropagationBackground
+	err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, "csi-node", metav1.DeleteOptions{PropagationPolicy: &background})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return waitFor(ctx, "no DaemonSet pod left, driver out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.pods(ctx)
+		reg, _ := s.watch.now()
+		return err == nil && len(pods) == 0 && !reg.registered, err
+	})
+}
+
+func (s *suite) checkNodeGate(ctx context.Context) bool {
+	const name = "9. startup taint removed and node condition set on registration (--remove-node-taint, --node-condition)"
+	if err := s.removeDaemonSet(ctx); err != nil {
+		return s.report(name, false, "removing the earlier checks' DaemonSet: %v", err)
+	}
+	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	tainted := false
+	for _, t := range node.Spec.Taints {
+		tainted = tainted || t.Key == startupTaint
+	}
+	if !tainted {
+		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
+	}
+	if err := s.setUpNodeGate(ctx); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+
+	var timeline nodeTimeline
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watchNode(watchCtx, s.client, &timeline)
+	scheduled := make(chan time.Time, 1)
+	go watchScheduled(watchCtx, s.client, scheduled)
+
+	// A pod that does not tolerate the taint: it stands for one that
+	// needs the driver (the test driver mounts nothing).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			// No CNI here: the host's network, as the DaemonSet's pods.
+			HostNetwork:                  true,
+			DNSPolicy:                    corev1.DNSDefault,
+			AutomountServiceAccountToken: new(bool),
+			// No node lifecycle controller runs here to take away the
+			// not-ready taint that the API server puts on a new node
+			// (TaintNodesByCondition); DaemonSet pods tolerate it.
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return s.report(name, false, "create pod: %v", err)
+	}
+	defer func() {
+		_ = s.client.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
+	}()
+	// The scheduler says why it waits.
+	var unschedulable string
+	if err := waitFor(ctx, "the pod Unschedulable because of the taint", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+
+	began := time.Now()
+	if err := s.redeploy(ctx, revNodeGate); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	reg, _ := s.watch.waitUntil(ctx, time.Second, func(r registration) bool { return r.registered })
+	var scheduledAt time.Time
+	select {
+	case scheduledAt = <-scheduled:
+	case <-time.After(time.Minute):
+		var taints []corev1.Taint
+		if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
+			taints = n.Spec.Taints
+		}
+		return s.report(name, false, "the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
+	}
+	if err := waitFor(ctx, "the pod Running", 2*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	if err := waitFor(ctx, "the condition True", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		_, conds := timeline.snapshot()
+		return len(conds) > 0 && conds[len(conds)-1] == "True:Registered", nil
+	}); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	untainted, _ := timeline.snapshot()
+	// The pod waited for the registration: it was not on the node while
+	// the driver was not registered (the scheduler places it only once the
+	// taint is gone, which is after the registration).
+	untaintDelay := untainted.Sub(reg.at)
+	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "node_driver_registrar_node_update_pending")
+
+	// Deleting the DaemonSet: the registrar removes its socket, kubelet
+	// unregisters the driver, and the condition goes False.
+	deleted := time.Now()
+	if err := s.removeDaemonSet(ctx); err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	if err := waitFor(ctx, "the condition False after the DaemonSet's deletion", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		_, conds := timeline.snapshot()
+		return len(conds) > 0 && conds[len(conds)-1] == "False:Unregistered", nil
+	}); err != nil {
+		_, conds := timeline.snapshot()
+		return s.report(name, false, "%v (condition changes: %v)", err, conds)
+	}
+	timeline.mu.Lock()
+	falseAfter := timeline.condAt[len(timeline.condAt)-1].Sub(deleted)
+	timeline.mu.Unlock()
+	_, conds := timeline.snapshot()
+	stillTainted := false
+	if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
+		for _, t := range n.Spec.Taints {
+			stillTainted = stillTainted || t.Key == startupTaint
+		}
+	}
+
+	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
+		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
+	return s.report(name, ok, "node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
+		startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+}
