@@ -28,9 +28,9 @@ FUZZTIME  ?= 20000x
 FUZZ_TARGETS := \
 	./pkg/driver:FuzzValidateName \
 	./pkg/driver:FuzzParseAddress \
-	./pkg/registration:FuzzHandoverRequest \
-	./pkg/registration:FuzzHandoverState \
-	./pkg/registration:FuzzReadLine \
+	./pkg/registration/handover:FuzzHandoverRequest \
+	./pkg/registration/handover:FuzzHandoverState \
+	./pkg/registration/handover:FuzzReadLine \
 	./internal/logging:FuzzParseByteSize \
 	./cmd/registrar:FuzzCommandLine
 # The environment the Linux image sets (its ENV lines): make bench runs the
@@ -75,7 +75,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes
-.PHONY: arch-test build-all vet-windows deploy-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
+.PHONY: handover-compat arch-test build-all vet-windows deploy-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
 
 all: build
 
@@ -150,6 +150,17 @@ fuzz:
 		echo "$(GO) test -run '^\$$' -fuzz='^$$target\$$' -fuzztime=$(FUZZTIME) $$pkg"; \
 		$(GO) test -run '^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
+
+# The last build whose handover messages carry no version (the version
+# field came in the next commit); make handover-compat hands the socket over
+# between it and this build, both ways. It needs that commit in the clone.
+HANDOVER_PREVIOUS ?= c6bdcb4e8d86e3f6c443d08a13c0bd96f52ed9c9
+handover-compat:
+	@git cat-file -e '$(HANDOVER_PREVIOUS)^{commit}' 2>/dev/null || { echo "make handover-compat: commit $(HANDOVER_PREVIOUS) is not in this clone (a shallow clone? git fetch --unshallow)" >&2; exit 1; }
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		git archive $(HANDOVER_PREVIOUS) | tar -x -C "$$tmp"; \
+		(cd "$$tmp" && $(GO) build -o previous-registrar ./cmd/registrar); \
+		cd test/integration && PREVIOUS_REGISTRAR_BIN="$$tmp/previous-registrar" CGO_ENABLED=1 $(GO) test -race -count=1 -run '^TestHandsOverBetweenBuilds$$' .
 
 # kubelet's own plugin manager and CSI handler against the release binary.
 e2e: build

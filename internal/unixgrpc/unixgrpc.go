@@ -6,7 +6,9 @@ package unixgrpc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // UserAgent is the gRPC user agent of the registrar's own calls. A
@@ -116,4 +119,30 @@ func Hold(ctx context.Context, path string, timeout time.Duration, connected fun
 		return nil
 	}
 	return ErrLost
+}
+
+// InvokeJSON calls method (its full name) of the registrar's own service
+// on the registration socket at path: in as JSON in a StringValue, and the
+// answer's JSON into out, unless out is nil.
+func InvokeJSON(ctx context.Context, path, method string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	conn, err := NewClient(path)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	answer := &wrapperspb.StringValue{}
+	if err := conn.Invoke(ctx, method, &wrapperspb.StringValue{Value: string(body)}, answer); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(answer.GetValue()), out); err != nil {
+		return fmt.Errorf("%s answer: %w", method, err)
+	}
+	return nil
 }

@@ -4,16 +4,27 @@ package registration
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
 // startRegistered starts an instance and has "kubelet" register it.
@@ -168,6 +179,20 @@ func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
 			serveForeign(t, SocketPath(dir, testDriver), testDriver)
 			return nil
 		}},
+		{"owner of another handover version", func(t *testing.T, dir string) *running {
+			answers := serveOwnerOfVersion2(t, SocketPath(dir, testDriver))
+			t.Cleanup(func() {
+				select {
+				case answer := <-answers:
+					if answer != 'n' {
+						t.Errorf("answer to a state of version 2 = %q, want 'n'", answer)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("the new instance did not ask the owner of version 2 for its socket")
+				}
+			})
+			return nil
+		}},
 		{"other endpoint", func(t *testing.T, dir string) *running {
 			return startRegistered(t, dir, func(c *Config) { c.Endpoint = "/var/lib/kubelet/plugins/other/csi.sock" })
 		}},
@@ -255,5 +280,103 @@ func TestHandoverRefusedOnceRunReturned(t *testing.T) {
 	_, err = (&rpcServer{s: srv, gen: 1, name: testDriver}).handOver(context.Background(), req)
 	if grpcstatus.Code(err) != codes.Unavailable {
 		t.Fatalf("handOver after Run returned = %v, want Unavailable", err)
+	}
+}
+
+// serveOwnerOfVersion2 serves a registration socket at path as an owner
+// speaking handover version 2 would: it sends its socket with a state of
+// version 2, and reports the new instance's answer. The new instance
+// refuses it and replaces the socket, as when the owner cannot hand over.
+func serveOwnerOfVersion2(t *testing.T, path string) (answers <-chan byte) {
+	t.Helper()
+	tmp := path + ".new"
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener := l.(*net.UnixListener)
+	listener.SetUnlinkOnClose(false)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	st := lstat(t, path).Sys().(*syscall.Stat_t)
+	answered := make(chan byte, 1)
+	handOver := func(value string) error {
+		var req handover.Request
+		if err := json.Unmarshal([]byte(value), &req); err != nil {
+			return err
+		}
+		conn, err := net.Dial("unix", req.Address)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		state := fmt.Sprintf(`{"version":2,"driver":%q,"endpoint":%q,"dev":%d,"ino":%d}`+"\n", req.Driver, req.Endpoint, st.Dev, st.Ino)
+		raw, err := listener.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var sendErr error
+		if err := raw.Control(func(fd uintptr) {
+			_, _, sendErr = conn.(*net.UnixConn).WriteMsgUnix([]byte(state), syscall.UnixRights(int(fd)), nil)
+		}); err != nil || sendErr != nil {
+			return errors.Join(err, sendErr)
+		}
+		var answer [1]byte
+		if _, err := io.ReadFull(conn, answer[:]); err != nil {
+			return err
+		}
+		answered <- answer[0]
+		return grpcstatus.Error(codes.FailedPrecondition, "the new instance refused the socket")
+	}
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: handover.ServiceName,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "HandOver",
+			Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				in := &wrapperspb.StringValue{}
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				return nil, handOver(in.GetValue())
+			},
+		}},
+	}, struct{}{})
+	registerapi.RegisterRegistrationServer(srv, &countingRegistration{info: upstreamInfo})
+	go func() { _ = srv.Serve(listener) }()
+	t.Cleanup(srv.Stop)
+	return answered
+}
+
+// A request of another version of the handover is refused with
+// FailedPrecondition before it reaches the loop: the owner sends nothing
+// and stays registered.
+func TestRefusesAHandoverRequestOfAnotherVersion(t *testing.T) {
+	dir := shortTempDir(t)
+	r := startRegistered(t, dir)
+	path := r.srv.SocketPathForTest()
+	published := lstat(t, path)
+	recv, address, _, err := listenHidden(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+
+	req := map[string]any{"version": 2, "driver": testDriver, "endpoint": testEndpoint, "address": address}
+	err = unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)
+	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("HandOver of version 2 = %v, want FailedPrecondition about the version", err)
+	}
+	if err := recv.SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := recv.Accept(); err == nil {
+		conn.Close()
+		t.Error("the owner connected to the requester's socket")
+	}
+	if st := r.srv.Status(); st.State != Registered || !os.SameFile(published, lstat(t, path)) {
+		t.Errorf("Status = %+v after a refused request, want registered on the same socket", st)
 	}
 }

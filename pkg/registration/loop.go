@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
 // loop is Run's goroutine and the registration it alone owns.
@@ -186,7 +188,7 @@ func (l *loop) driverNamed(name string) error {
 
 	l.st.driverName = name
 	l.st.socketPath = path
-	if exists && handoverSupported {
+	if exists && handover.Supported {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
@@ -254,8 +256,8 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
 	rpc := &rpcServer{s: l.Server, gen: pub.gen, name: pub.name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
-	if handoverSupported {
-		srv.RegisterService(&handoverServiceDesc, rpc)
+	if handover.Supported {
+		srv.RegisterService(&ownServiceDesc, rpc)
 	}
 	pub.grpc = srv
 	pub.conns = trackConns(pub.sock)

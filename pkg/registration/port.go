@@ -17,6 +17,9 @@ import (
 	"encoding/json"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
 // PortSharing is the HTTP endpoint's port, as the registration hands it
@@ -62,7 +65,7 @@ func (r *rpcServer) portWanted() (*wrapperspb.StringValue, error) {
 // waits for.
 func askPortWanted(ctx context.Context, path string) (portWanted, error) {
 	var answer portWanted
-	err := callOwnService(ctx, path, "PortWanted", struct{}{}, &answer)
+	err := unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/PortWanted", struct{}{}, &answer)
 	return answer, err
 }
 

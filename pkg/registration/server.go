@@ -3,7 +3,9 @@
 // kubelet's plugin registration API (pluginregistration.v1) on it, and keeps
 // it there: it publishes it again when it is deleted, when kubelet rejected
 // it (after a backoff) and when the driver changes its name, and steps aside
-// when a newer instance of the same driver takes the path over.
+// when a newer instance of the same driver takes the path over. Its event
+// loop decides when to hand the socket over to such an instance or take it
+// from an older one; package handover passes it.
 package registration
 
 import (

@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
 // StatusMethod is the full name of the call that returns the Status of the
 // registrar serving a registration socket, as JSON in a StringValue.
-const StatusMethod = "/" + handoverServiceName + "/Status"
+const StatusMethod = "/" + handover.ServiceName + "/Status"
 
 func (r *rpcServer) status() (*wrapperspb.StringValue, error) {
 	body, err := json.Marshal(r.s.Status())

@@ -251,18 +251,7 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 	poll.UntilWithin(t, slowTimeout, "the older instance is ready", func() bool { code, _ := get(n.httpAddr, "/readyz"); return code == http.StatusOK })
 
 	newer := n.startRegistrar(t)
-	poll.UntilWithin(t, slowTimeout, "the newer instance answers on the address", func() bool {
-		resp, err := http.Get("http://" + n.httpAddr + "/status")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var st struct {
-			State        string            `json:"state"`
-			Publications map[string]uint64 `json:"socketPublications"`
-		}
-		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.State == "registered" && st.Publications["handover"] == 1
-	})
+	poll.UntilWithin(t, slowTimeout, "the newer instance answers on the address", func() bool { return registeredByHandover(n.httpAddr) })
 	released, ok := logTime(older.stderr.String(), "Released the --http-endpoint port")
 	if !ok {
 		t.Error("the older instance does not say it released the port")
@@ -286,6 +275,21 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Errorf("GetInfo after the older instance exited: %v", err)
 	}
+}
+
+// registeredByHandover tells whether the registrar answering /status on
+// addr is registered through a socket it took over.
+func registeredByHandover(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		State        string            `json:"state"`
+		Publications map[string]uint64 `json:"socketPublications"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&st) == nil && st.State == "registered" && st.Publications["handover"] == 1
 }
 
 // A driver killed with SIGKILL leaves its socket file: the registrar must

@@ -1,6 +1,6 @@
 //go:build unix
 
-package registration
+package handover
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // message that carried the socket (first) and further reads of any sizes:
 // the outcome is the stream up to its first newline, however it is split,
 // and never more than the limit. The limit is small (not
-// maxHandoverState), so that the fuzzer reaches it with small inputs.
+// maxStateBytes), so that the fuzzer reaches it with small inputs.
 func FuzzReadLine(f *testing.F) {
 	state := []byte(`{"driver":"csi.example.com","endpoint":"/csi.sock","dev":2049,"ino":1234}`)
 	line := append(bytes.Clone(state), '\n')

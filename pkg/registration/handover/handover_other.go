@@ -1,6 +1,6 @@
 //go:build !unix
 
-package registration
+package handover
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"net"
 )
 
-// handoverSupported: without SCM_RIGHTS (Windows) a newer instance
-// replaces the socket instead.
-const handoverSupported = false
+// Supported: without SCM_RIGHTS (Windows) a newer instance replaces the
+// socket instead.
+const Supported = false
 
 var errNoHandover = errors.New("sockets cannot be handed over on this platform")
 

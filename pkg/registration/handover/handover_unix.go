@@ -1,6 +1,6 @@
 //go:build unix
 
-package registration
+package handover
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 	"syscall"
 )
 
-// handoverSupported: sockets can be passed between processes (SCM_RIGHTS).
-const handoverSupported = true
+// Supported: sockets can be passed between processes (SCM_RIGHTS).
+const Supported = true
 
 // sendListener sends payload with the listening socket. The descriptor is
 // used in place: duplicating it through os.File would risk switching the
@@ -68,7 +68,7 @@ func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
 		_ = l.Close()
 		return nil, nil, errors.New("the socket received is not a Unix listener")
 	}
-	payload, err := readLine(conn, buf[:n], maxHandoverState)
+	payload, err := readLine(conn, buf[:n], maxStateBytes)
 	if err != nil {
 		_ = ul.Close()
 		return nil, nil, err
@@ -86,9 +86,9 @@ func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
 	return uint64(st.Dev), uint64(st.Ino), true
 }
 
-// maxHandoverState is the most bytes of handover state, without its
+// maxStateBytes is the most bytes of handover state, without its
 // newline, that B reads.
-const maxHandoverState = 64 << 10
+const maxStateBytes = 64 << 10
 
 // readLine reads the rest of a newline-terminated payload of which first
 // is the start, and returns it without the newline; a payload longer than
