@@ -5,6 +5,8 @@ package registration
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 // An instance that takes a registered socket over is registered without a
@@ -24,7 +26,7 @@ func TestRegisteredOnTakingARegisteredSocketOver(t *testing.T) {
 	if st := newer.srv.Status(); st.Publications[ReasonHandover] != 1 {
 		t.Fatalf("newer publications = %v, want one handover", st.Publications)
 	}
-	eventually(t, "Registered called", func() bool { return registered.Load() == 1 })
+	poll.Until(t, "Registered called", func() bool { return registered.Load() == 1 })
 	// The name as the loop knows it, before any snapshot of it is shared.
 	if got := name.Load(); got != testDriver {
 		t.Errorf("Registered(%v), want the driver's name %q", got, testDriver)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
@@ -32,7 +33,7 @@ func startRegistered(t *testing.T, dir string, configure ...func(*Config)) *runn
 	t.Helper()
 	r := start(t, dir, configure...)
 	notify(t, r.srv.SocketPathForTest(), true)
-	eventually(t, "kubelet's registration is recorded", func() bool { ready := r.srv.Status().Ready; return ready })
+	poll.Until(t, "kubelet's registration is recorded", func() bool { ready := r.srv.Status().Ready; return ready })
 	return r
 }
 
@@ -87,7 +88,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 	if len(st.Publications) != 1 || st.Publications[ReasonHandover] != 1 {
 		t.Errorf("newer publications = %v, want one handover", st.Publications)
 	}
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if st := older.srv.Status(); st.Ready || !strings.Contains(st.Reason, "handed it over") {
 		t.Errorf("older Status = ready %v %q, want not ready, handed over", st.Ready, st.Reason)
 	}
@@ -99,7 +100,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	notify(t, path, true)
-	eventually(t, "the newer instance counts kubelet's calls", func() bool {
+	poll.Until(t, "the newer instance counts kubelet's calls", func() bool {
 		return newer.srv.Status().KubeletCalls.NotifyRegistered > calls.NotifyRegistered
 	})
 	if now := newer.srv.Status().KubeletCalls; now.GetInfo != calls.GetInfo+1 || now.NotifyRegistered != calls.NotifyRegistered+1 {
@@ -139,11 +140,11 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerLeaves(t *testing.T) {
 	older := startRegistered(t, dir)
 	path := older.srv.SocketPathForTest()
 	newer := start(t, dir)
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if err := newer.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the older instance publishes again", func() bool {
+	poll.Until(t, "the older instance publishes again", func() bool {
 		return older.srv.Health(context.Background()).State == SocketServing
 	})
 	st := older.srv.Status()
@@ -163,7 +164,7 @@ func TestHandsOverAlongAChain(t *testing.T) {
 	if !os.SameFile(published, lstat(t, path)) {
 		t.Fatal("the socket at the path was replaced")
 	}
-	eventually(t, "the second instance steps aside", func() bool { return second.srv.Status().State == Superseded })
+	poll.Until(t, "the second instance steps aside", func() bool { return second.srv.Status().State == Superseded })
 	if st := third.srv.Status(); !st.Ready || st.Publications[ReasonHandover] != 1 {
 		t.Errorf("third Status = %+v, want ready after a handover", st)
 	}
@@ -200,7 +201,7 @@ func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
 		{"rejected by kubelet", func(t *testing.T, dir string) *running {
 			r := start(t, dir, func(c *Config) { c.RetryInitial = DefaultRetryMax })
 			notify(t, r.srv.SocketPathForTest(), false)
-			eventually(t, "the rejection is recorded", func() bool { return r.srv.Status().State == Rejected })
+			poll.Until(t, "the rejection is recorded", func() bool { return r.srv.Status().State == Rejected })
 			return r
 		}},
 	}
@@ -218,7 +219,7 @@ func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
 				t.Errorf("newer Status = %+v, want a new socket waiting for kubelet", st)
 			}
 			if older != nil {
-				eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+				poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 				if st := older.srv.Status(); strings.Contains(st.Reason, "handed") {
 					t.Errorf("older reason %q, want no handover", st.Reason)
 				}
@@ -242,7 +243,7 @@ func TestTwoNewerInstancesAtOnce(t *testing.T) {
 	// the older one; whichever way the race went. Stepped aside is what the
 	// instance's own loop says: a probe of an instance still taking the
 	// socket over finds the other one's socket and says superseded too.
-	eventually(t, "one instance serves the path, the others stepped aside", func() bool {
+	poll.Until(t, "one instance serves the path, the others stepped aside", func() bool {
 		serving := 0
 		for _, r := range newer {
 			switch {

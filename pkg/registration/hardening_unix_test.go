@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -29,7 +30,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerDies(t *testing.T) {
 	older := startRegistered(t, dir)
 	path := older.srv.SocketPathForTest()
 	newer := start(t, dir)
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if h := older.srv.Health(context.Background()); h.State != SocketSuperseded {
 		t.Fatalf("older Health while the newer one serves = %+v, want superseded", h)
 	}
@@ -38,7 +39,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerDies(t *testing.T) {
 	newer.kill()
 	// Nothing changed in the directory: only the connection the older
 	// instance holds to the newer one tells it.
-	eventually(t, "the older instance publishes again", func() bool {
+	poll.Until(t, "the older instance publishes again", func() bool {
 		return older.srv.Health(context.Background()).State == SocketServing
 	})
 	if os.SameFile(handedOver, lstat(t, path)) {
@@ -57,7 +58,7 @@ func TestSupersededInstancePublishesAgainWhenTheOwnerDies(t *testing.T) {
 	r := start(t, dir)
 	path := r.srv.SocketPathForTest()
 	owner := serveForeign(t, path, testDriver)
-	eventually(t, "the instance steps aside", func() bool { return r.srv.Status().State == Superseded })
+	poll.Until(t, "the instance steps aside", func() bool { return r.srv.Status().State == Superseded })
 	if h := r.srv.Health(context.Background()); h.State != SocketSuperseded {
 		t.Fatalf("Health while the other instance serves = %+v, want superseded", h)
 	}
@@ -72,7 +73,7 @@ func TestSupersededInstancePublishesAgainWhenTheOwnerDies(t *testing.T) {
 	}
 
 	owner.stop()
-	eventually(t, "the instance publishes again", func() bool {
+	poll.Until(t, "the instance publishes again", func() bool {
 		return r.srv.Health(context.Background()).State == SocketServing
 	})
 	if n := r.srv.Status().Publications[ReasonVacated]; n != 1 {
@@ -131,7 +132,7 @@ func TestPublishesAgainWhenServingFails(t *testing.T) {
 	if err := r.srv.shared.Load().pub.conns.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the socket is published again", func() bool {
+	poll.Until(t, "the socket is published again", func() bool {
 		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).State == SocketServing
 	})
 	if os.SameFile(before, lstat(t, path)) {

@@ -5,6 +5,8 @@ package registration
 import (
 	"sync"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 // fakePort is a PortSharing that records what the registration asks of it.
@@ -82,10 +84,10 @@ func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
 			}
 			newerPort := &fakePort{wanted: addr, netns: tc.newerNetNS}
 			start(t, dir, withPort(newerPort))
-			eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+			poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 			// The older one asks the newer one what it waits for, once.
-			eventually(t, "the older instance asks", func() bool { return newerPort.timesAsked() == 1 })
-			eventually(t, "the release, if any", func() bool { return len(olderPort.releases()) == tc.want })
+			poll.Until(t, "the older instance asks", func() bool { return newerPort.timesAsked() == 1 })
+			poll.Until(t, "the release, if any", func() bool { return len(olderPort.releases()) == tc.want })
 			if r := olderPort.releases(); len(r) != tc.want || (tc.want == 1 && r[0] != addr) {
 				t.Errorf("released %v, want %d release of %s", r, tc.want, addr)
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -43,7 +44,7 @@ func TestDefersToARegistrarThatCannotHandOver(t *testing.T) {
 			owned := lstat(t, path)
 			r := startWaiting(t, dir)
 			r.srv.DriverFound(testDriver)
-			eventually(t, "the instance defers", func() bool { return r.srv.Status().State == Deferring })
+			poll.Until(t, "the instance defers", func() bool { return r.srv.Status().State == Deferring })
 			if st := r.srv.Status(); !st.Ready || !strings.Contains(st.Reason, "cannot hand its socket over") {
 				t.Errorf("Status = ready %v %q, want ready, deferring", st.Ready, st.Reason)
 			}
@@ -55,7 +56,7 @@ func TestDefersToARegistrarThatCannotHandOver(t *testing.T) {
 			}
 
 			leaves.how(t, owner, path)
-			eventually(t, "the instance publishes its own socket", func() bool {
+			poll.Until(t, "the instance publishes its own socket", func() bool {
 				return r.srv.Health(context.Background()).State == SocketServing
 			})
 			if st := r.srv.Status(); st.Publications[ReasonVacated] != 1 || len(st.Publications) != 1 || st.State != WaitingForKubelet {
@@ -104,7 +105,7 @@ func TestStepsAsideForARemoveThenBindTakeover(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	bound := lstat(t, path)
 
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	// Longer than the grace an empty path gets: nothing publishes over
 	// the new socket.
 	deadline := time.Now().Add(3 * vacancyGrace)
@@ -167,7 +168,7 @@ func TestDoesNotReplaceASlowLiveSocket(t *testing.T) {
 	}
 	bound := lstat(t, path)
 
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if !os.SameFile(bound, lstat(t, path)) {
 		t.Fatal("the slow socket was replaced")
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/go-logr/logr"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -24,7 +25,7 @@ func TestPublishesADeletedSocketAgain(t *testing.T) {
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the socket is back", func() bool {
+		poll.Until(t, "the socket is back", func() bool {
 			now, err := os.Lstat(path)
 			return err == nil && !os.SameFile(before, now) && r.srv.Health(context.Background()).State == SocketServing
 		})
@@ -46,7 +47,7 @@ func TestStepsAsideForANewerInstanceAndReturnsWhenItLeaves(t *testing.T) {
 	dir := shortTempDir(t)
 	older := start(t, dir)
 	newer := start(t, dir)
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 
 	st := older.srv.Status()
 	if st.Ready || !strings.Contains(st.Reason, "superseded") {
@@ -66,7 +67,7 @@ func TestStepsAsideForANewerInstanceAndReturnsWhenItLeaves(t *testing.T) {
 	if err := newer.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the older instance publishes again", func() bool {
+	poll.Until(t, "the older instance publishes again", func() bool {
 		return older.srv.Health(context.Background()).State == SocketServing
 	})
 	if n := older.srv.Status().Publications[ReasonVacated]; n != 1 {
@@ -85,7 +86,7 @@ func TestReplacesADeadSocketAtThePath(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a live socket of ours replaces the dead one", func() bool {
+	poll.Until(t, "a live socket of ours replaces the dead one", func() bool {
 		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).State == SocketServing
 	})
 }
@@ -110,8 +111,8 @@ func TestRetriesAfterRejection(t *testing.T) {
 		if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{Error: reason}); err != nil {
 			t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
 		}
-		eventually(t, "the rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == uint64(i+1) })
-		eventually(t, "the socket is published again", func() bool {
+		poll.Until(t, "the rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == uint64(i+1) })
+		poll.Until(t, "the socket is published again", func() bool {
 			now, err := os.Lstat(path)
 			return err == nil && !os.SameFile(before, now) && r.srv.Status().State == WaitingForKubelet
 		})
@@ -128,7 +129,7 @@ func TestRetriesAfterRejection(t *testing.T) {
 	if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the registration is confirmed", func() bool { ready := r.srv.Status().Ready; return ready })
+	poll.Until(t, "the registration is confirmed", func() bool { ready := r.srv.Status().Ready; return ready })
 	mu.Lock()
 	if len(reasons) != 3 {
 		t.Errorf("Rejected callback called %d times, want 3", len(reasons))
@@ -144,7 +145,7 @@ func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st Status
-	eventually(t, "the retry is scheduled", func() bool { st = r.srv.Status(); return st.NextRetry != nil })
+	poll.Until(t, "the retry is scheduled", func() bool { st = r.srv.Status(); return st.NextRetry != nil })
 	if wait := st.NextRetry.Sub(*st.LastFailure); wait < time.Hour || wait > time.Hour+time.Minute {
 		t.Errorf("first retry after %v, want 1h", wait)
 	}
@@ -155,7 +156,7 @@ func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the second rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == 2 })
+	poll.Until(t, "the second rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == 2 })
 	if again := r.srv.Status(); !again.NextRetry.Equal(*st.NextRetry) {
 		t.Errorf("the pending retry moved from %v to %v", st.NextRetry, again.NextRetry)
 	}
@@ -192,7 +193,7 @@ func TestRegistersUnderTheDriversNewName(t *testing.T) {
 	oldPath := r.srv.SocketPathForTest()
 	r.srv.DriverFound("renamed.csi.example.com")
 	newPath := SocketPath(filepath.Dir(oldPath), "renamed.csi.example.com")
-	eventually(t, "the new socket is published and the old one removed", func() bool {
+	poll.Until(t, "the new socket is published and the old one removed", func() bool {
 		_, errOld := os.Lstat(oldPath)
 		return os.IsNotExist(errOld) && r.srv.Health(context.Background()).State == SocketServing && r.srv.SocketPathForTest() == newPath
 	})
@@ -219,13 +220,13 @@ func TestReadiness(t *testing.T) {
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ready", func() bool { ready := r.srv.Status().Ready; return ready })
+	poll.Until(t, "ready", func() bool { ready := r.srv.Status().Ready; return ready })
 	if st := r.srv.Status(); st.State != Registered || st.LastVerdict == nil || !st.LastVerdict.Registered || st.LastNotify == nil || st.KubeletCalls.NotifyRegistered != 1 {
 		t.Errorf("Status = %+v", st)
 	}
 	// A new socket needs kubelet's verdict again.
 	os.Remove(path)
-	eventually(t, "not ready until kubelet confirms the new socket", func() bool {
+	poll.Until(t, "not ready until kubelet confirms the new socket", func() bool {
 		ready, reason := r.ready()
 		return !ready && strings.Contains(reason, "waiting for kubelet")
 	})
@@ -237,10 +238,10 @@ func TestDriverReachability(t *testing.T) {
 		t.Error("driver not reachable after it was found")
 	}
 	r.srv.DriverGone()
-	eventually(t, "driver not reachable after DriverGone", func() bool { return !r.srv.Status().DriverReachable })
+	poll.Until(t, "driver not reachable after DriverGone", func() bool { return !r.srv.Status().DriverReachable })
 	r.srv.DriverFound(testDriver)
 	// The name and the reachability arrive together.
-	eventually(t, "driver reachable again", func() bool { return r.srv.Status().DriverReachable })
+	poll.Until(t, "driver reachable again", func() bool { return r.srv.Status().DriverReachable })
 	if st := r.srv.Status(); !st.DriverReachable || st.Publications[ReasonStart] != 1 || len(st.Publications) != 1 {
 		t.Errorf("the same name again: Status = %+v, want reachable and no new publication", st)
 	}
@@ -274,7 +275,7 @@ func TestRemovesHiddenSocketsLeftByAKilledRegistrar(t *testing.T) {
 // status forgets it at kubelet's first call.
 func TestSaysWhenKubeletNeverCalls(t *testing.T) {
 	r := start(t, shortTempDir(t), func(c *Config) { c.KubeletSilence = 20 * time.Millisecond })
-	eventually(t, "the status says kubelet did not call", func() bool { return r.srv.Status().KubeletSilent })
+	poll.Until(t, "the status says kubelet did not call", func() bool { return r.srv.Status().KubeletSilent })
 	if st := r.srv.Status(); st.State != WaitingForKubelet || !strings.Contains(st.Reason, "plugins_registry") {
 		t.Errorf("Status = %+v, want waiting for kubelet, naming the registry directory as a cause", st)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -28,17 +29,6 @@ func shortTempDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 type running struct {
@@ -88,7 +78,7 @@ func (r *running) ready() (bool, string) {
 
 func (r *running) waitServing(t *testing.T) {
 	t.Helper()
-	eventually(t, "the server serves", func() bool {
+	poll.Until(t, "the server serves", func() bool {
 		select {
 		case err := <-r.done:
 			t.Fatalf("Run returned early: %v", err)
@@ -335,7 +325,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if h := older.srv.Health(ctx); h.State != SocketSuperseded {
 		t.Errorf("older instance Health = %+v, want superseded", h)
 	}
@@ -458,7 +448,7 @@ func TestHealth(t *testing.T) {
 			r := start(t, shortTempDir(t))
 			tc.change(t, r.srv.SocketPathForTest())
 			var h Health
-			eventually(t, "the check sees the change", func() bool {
+			poll.Until(t, "the check sees the change", func() bool {
 				h = r.srv.Health(ctx)
 				return h.State == tc.want
 			})
@@ -494,7 +484,7 @@ func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
 	for i, foreign := range []*countingRegistration{nil, nil} {
 		foreign = serveForeign(t, path, testDriver)
 		// The server itself asks once when it sees the new file.
-		eventually(t, "the server identifies the new socket", func() bool { return foreign.calls.Load() >= 1 })
+		poll.Until(t, "the server identifies the new socket", func() bool { return foreign.calls.Load() >= 1 })
 		before := foreign.calls.Load()
 		for j := 0; j < 5; j++ {
 			if h := r.srv.Health(ctx); h.State != SocketSuperseded {
@@ -526,7 +516,7 @@ func TestCountsOnlyKubeletsGetInfo(t *testing.T) {
 	}
 	// A call reaches the loop before its reply goes out: once kubelet's
 	// call is counted, the registrar's own two would have been too.
-	eventually(t, "kubelet's GetInfo is counted", func() bool { return r.srv.Status().KubeletCalls.GetInfo >= 1 })
+	poll.Until(t, "kubelet's GetInfo is counted", func() bool { return r.srv.Status().KubeletCalls.GetInfo >= 1 })
 	if n := r.srv.Status().KubeletCalls.GetInfo; n != 1 {
 		t.Errorf("GetInfo calls counted after two of the registrar's own and one of kubelet's = %d, want 1", n)
 	}

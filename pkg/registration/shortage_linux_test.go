@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 // A registry directory on a file system out of inodes: publishing again
@@ -42,7 +44,7 @@ func TestPublishesAgainOnceInodesAreFree(t *testing.T) {
 	if err := os.Rename(path, filepath.Join(dir, "moved")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the failure is reported", func() bool {
+	poll.Until(t, "the failure is reported", func() bool {
 		return strings.Contains(r.srv.Status().PublishError, "no space left")
 	})
 	st := r.srv.Status()
@@ -60,7 +62,7 @@ func TestPublishesAgainOnceInodesAreFree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the socket is published again", func() bool {
+	poll.Until(t, "the socket is published again", func() bool {
 		return r.srv.Health(context.Background()).State == SocketServing
 	})
 	if st := r.srv.Status(); st.PublishError != "" || st.NextPublishRetry != nil || st.Publications[ReasonDeleted] != 1 {

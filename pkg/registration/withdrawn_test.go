@@ -3,6 +3,8 @@ package registration
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 // Withdrawn is called when Run removes its socket on the way out, and only
@@ -13,7 +15,7 @@ func TestWithdrawnOnlyWhenTheSocketIsRemoved(t *testing.T) {
 	var olderWithdrawn, newerWithdrawn atomic.Int32
 	older := start(t, dir, func(c *Config) { c.Withdrawn = func(string) { olderWithdrawn.Add(1) } })
 	newer := start(t, dir, func(c *Config) { c.Withdrawn = func(string) { newerWithdrawn.Add(1) } })
-	eventually(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 	if err := older.stop(t); err != nil {
 		t.Fatal(err)
 	}
