@@ -63,7 +63,8 @@ func InClusterConfig(userAgent string) (ClientConfig, error) {
 
 // Client makes the node gate's requests to the API server over net/http:
 // three kinds of request do not need a Kubernetes client library, which
-// would add 4 to 18 MB to the binary (hack/apiclient-size).
+// would add megabytes to the binary (hack/apiclient-size measures it; the
+// README gives the figures).
 type Client struct {
 	cfg  ClientConfig
 	http *http.Client
