@@ -54,7 +54,7 @@ type config struct {
 }
 
 // groups are the names -only accepts, each for a group of figures.
-var groups = []string{"start", "appear", "healthz", "getinfo", "flood", "driverhealth", "size", "idle"}
+var groups = []string{"start", "appear", "healthz", "getinfo", "flood", "driverhealth", "nodegate", "size", "idle"}
 
 // wants reports whether the group of figures is to be measured.
 func (c config) wants(group string) bool { return len(c.only) == 0 || c.only[group] }
@@ -159,7 +159,7 @@ func run(ctx context.Context, cfg config) error {
 	for _, m := range []struct {
 		group   string
 		measure func(context.Context, config) ([]figure, error)
-	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}, {"flood", measureFlood}, {"driverhealth", measureDriverHealth}} {
+	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}, {"flood", measureFlood}, {"driverhealth", measureDriverHealth}, {"nodegate", measureNodeGate}} {
 		if !cfg.wants(m.group) {
 			continue
 		}
