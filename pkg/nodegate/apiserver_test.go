@@ -154,7 +154,7 @@ func (n node) condition(typ string) map[string]string {
 // createNode creates a Node with taints and kubelet's Ready condition.
 func (f *apiserverFixture) createNode(t *testing.T, name string, taints ...string) {
 	t.Helper()
-	if err := f.CreateNode(name, taints...); err != nil {
+	if _, err := f.CreateNode(name, taints...); err != nil {
 		t.Fatal(err)
 	}
 }

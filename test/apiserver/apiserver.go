@@ -243,8 +243,12 @@ func (s *Server) Call(method, path, contentType string, body []byte) (int, []byt
 	return resp.StatusCode, buf.Bytes()
 }
 
-// Watch starts a watch as the admin, e.g. of one Node with
-// /api/v1/nodes?watch=true&fieldSelector=metadata.name%3Dname, and returns
+// Watch starts a watch as the admin, e.g. of one Node's changes after a
+// resourceVersion with /api/v1/nodes?watch=true&resourceVersion=RV&
+// fieldSelector=metadata.name%3Dname (without one, the watch must wait for
+// the API server's cache to reach etcd's latest revision, and here it
+// sometimes ended at once with a 504 "Too large resource version"), and
+// returns
 // its stream of JSON events, which ctx's end closes.
 func (s *Server) Watch(ctx context.Context, path string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
@@ -311,8 +315,9 @@ func (s *Server) ApplyRBAC(file string) error {
 }
 
 // CreateNode creates a Node with taints ("key:Effect") and kubelet's Ready
-// condition.
-func (s *Server) CreateNode(name string, taints ...string) error {
+// condition, and returns the Node's resourceVersion then: a watch from it
+// sees every later change.
+func (s *Server) CreateNode(name string, taints ...string) (string, error) {
 	var list []map[string]string
 	for _, t := range taints {
 		key, effect, _ := strings.Cut(t, ":")
@@ -320,14 +325,23 @@ func (s *Server) CreateNode(name string, taints ...string) error {
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": name}, "spec": map[string]any{"taints": list}})
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := s.Do(http.MethodPost, "/api/v1/nodes", "application/json", body); err != nil {
-		return err
+		return "", err
 	}
-	_, err = s.Do(http.MethodPatch, "/api/v1/nodes/"+name+"/status", "application/strategic-merge-patch+json",
+	answer, err := s.Do(http.MethodPatch, "/api/v1/nodes/"+name+"/status", "application/strategic-merge-patch+json",
 		[]byte(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":"2026-11-23T10:00:00Z","lastTransitionTime":"2026-11-23T10:00:00Z"}]}}`))
-	return err
+	if err != nil {
+		return "", err
+	}
+	var node struct {
+		Metadata struct{ ResourceVersion string } `json:"metadata"`
+	}
+	if err := json.Unmarshal(answer, &node); err != nil || node.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("node %s: no resourceVersion in %s (%v)", name, answer, err)
+	}
+	return node.Metadata.ResourceVersion, nil
 }
 
 func writeRSAKey(path string) error {

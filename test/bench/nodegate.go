@@ -234,20 +234,18 @@ func (s *gateSetup) close() {
 	_ = os.RemoveAll(s.dir)
 }
 
-// watchNode starts a watch of the Node and reads its first event, the Node
-// as it is, which must have the startup taint: from then on no change is
-// missed.
-func (s *gateSetup) watchNode(ctx context.Context, nodeName string) (*json.Decoder, io.Closer, error) {
-	watch, err := s.server.Watch(ctx, "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D"+nodeName)
+// createNode creates a Node with the startup taint and starts a watch of
+// its changes from then on.
+func (s *gateSetup) createNode(ctx context.Context, nodeName string) (*json.Decoder, io.Closer, error) {
+	rv, err := s.server.CreateNode(nodeName, startupTaint+":NoSchedule")
 	if err != nil {
 		return nil, nil, err
 	}
-	events := json.NewDecoder(watch)
-	if first, err := nextNode(events); err != nil || !first.tainted() {
-		watch.Close()
-		return nil, nil, fmt.Errorf("watching node %s: first event %+v, %v", nodeName, first, err)
+	watch, err := s.server.Watch(ctx, "/api/v1/nodes?watch=true&resourceVersion="+rv+"&fieldSelector=metadata.name%3D"+nodeName)
+	if err != nil {
+		return nil, nil, err
 	}
-	return events, watch, nil
+	return json.NewDecoder(watch), watch, nil
 }
 
 // referencePatch creates a Node with the startup taint, then removes its
@@ -255,12 +253,9 @@ func (s *gateSetup) watchNode(ctx context.Context, nodeName string) (*json.Decod
 // shows the taint gone: what the API server and the watch take, without
 // the registrar.
 func (s *gateSetup) referencePatch(ctx context.Context, nodeName string) (time.Duration, error) {
-	if err := s.server.CreateNode(nodeName, startupTaint+":NoSchedule"); err != nil {
-		return 0, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	events, watch, err := s.watchNode(ctx, nodeName)
+	events, watch, err := s.createNode(ctx, nodeName)
 	if err != nil {
 		return 0, err
 	}
@@ -284,9 +279,13 @@ func (s *gateSetup) referencePatch(ctx context.Context, nodeName string) (time.D
 // taint, with the gate off or on, registers it as kubelet does and measures
 // it.
 func (s *gateSetup) run(ctx context.Context, cfg config, nodeName string, gate bool) (gateRun, error) {
-	if err := s.server.CreateNode(nodeName, startupTaint+":NoSchedule"); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	events, watch, err := s.createNode(ctx, nodeName)
+	if err != nil {
 		return gateRun{}, err
 	}
+	defer watch.Close()
 	n, err := started(ctx, cfg, func(n *node) {
 		n.launcher = s.launcher
 		n.registrarEnv = append(slices.Clip(s.env), "NODE_NAME="+nodeName)
@@ -298,13 +297,6 @@ func (s *gateSetup) run(ctx context.Context, cfg config, nodeName string, gate b
 		return gateRun{}, err
 	}
 	defer n.close()
-	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
-	defer cancel()
-	events, watch, err := s.watchNode(ctx, nodeName)
-	if err != nil {
-		return gateRun{}, err
-	}
-	defer watch.Close()
 
 	var r gateRun
 	var before cpuUsage
@@ -363,15 +355,16 @@ type benchNode struct {
 func nextNode(events *json.Decoder) (benchNode, error) {
 	var ev struct {
 		Type   string
-		Object benchNode
+		Object json.RawMessage
 	}
 	if err := events.Decode(&ev); err != nil {
 		return benchNode{}, err
 	}
 	if ev.Type != "ADDED" && ev.Type != "MODIFIED" {
-		return benchNode{}, fmt.Errorf("watch event %s", strconv.Quote(ev.Type))
+		return benchNode{}, fmt.Errorf("watch event %s: %s", strconv.Quote(ev.Type), ev.Object)
 	}
-	return ev.Object, nil
+	var n benchNode
+	return n, json.Unmarshal(ev.Object, &n)
 }
 
 func (n benchNode) tainted() bool {
