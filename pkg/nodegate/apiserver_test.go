@@ -1,17 +1,9 @@
 package nodegate
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 )
 
 // This file runs the gate against a real kube-apiserver (v1.37.1, built
@@ -28,14 +22,11 @@ import (
 
 // apiserverFixture is a running etcd and kube-apiserver.
 type apiserverFixture struct {
-	url    string
-	caFile string
-	dir    string
-	admin  *http.Client
+	*apiserver.Server
+	dir string
 }
 
 const (
-	adminToken = "admin-token"
 	// gateToken authenticates as the service account that deploy/node-gate
 	// binds (its binding names the namespace default until kustomize sets
 	// the overlay's).
@@ -55,172 +46,51 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 	t.Skipf("cannot run against a real kube-apiserver: "+format, args...)
 }
 
-// kubeAPIServer returns $KUBE_APISERVER, or test/node/_bin/kube-apiserver,
-// building it there as make e2e-node does when it is missing.
-func kubeAPIServer(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("KUBE_APISERVER"); p != "" {
-		return p
-	}
-	module, err := filepath.Abs("../../test/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(module, "_bin", "kube-apiserver")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if testing.Short() {
-		skipOrFail(t, "no %s, and -short: not building it (make e2e-node builds it, or set KUBE_APISERVER)", bin)
-	}
-	t.Logf("building %s from test/node/go.mod (k8s.io/kubernetes v1.37.1): a few minutes the first time", bin)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "k8s.io/kubernetes/cmd/kube-apiserver")
-	cmd.Dir = module
-	// As hack/e2e-node.sh builds it: one build cache entry for both.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		skipOrFail(t, "building kube-apiserver failed: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startProcess runs a command until the test ends, its output in a log
-// file that the test prints if it fails.
-func startProcess(t *testing.T, dir, name string, args ...string) <-chan error {
-	t.Helper()
-	logPath := filepath.Join(dir, filepath.Base(name)+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logFile.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			if out, err := os.ReadFile(logPath); err == nil {
-				t.Logf("%s's log (last 3000 bytes):\n%s", name, out[max(0, len(out)-3000):])
-			}
-		}
-	})
-	return exited
-}
-
-// waitUntil polls ready every 200 ms for at most a while, failing if the
-// process exits.
-func waitUntil(t *testing.T, what string, limit time.Duration, exited <-chan error, ready func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ready() {
-		select {
-		case err := <-exited:
-			t.Fatalf("%s: the process exited: %v", what, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-	}
-}
-
 func startAPIServer(t *testing.T) *apiserverFixture {
 	t.Helper()
-	etcd, err := exec.LookPath("etcd")
+	repo, err := filepath.Abs("../..")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
 		skipOrFail(t, "no etcd on PATH (apt-get install etcd-server)")
 	}
-	apiserver := kubeAPIServer(t)
-	dir := t.TempDir()
-	clientPort, peerPort, securePort := freePort(t), freePort(t), freePort(t)
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
-	etcdExited := startProcess(t, dir, etcd, "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort), "--name", "default")
-	plain := &http.Client{Timeout: 2 * time.Second}
-	waitUntil(t, "etcd healthy", time.Minute, etcdExited, func() bool {
-		resp, err := plain.Get(etcdURL + "/health")
-		if err != nil {
-			return false
+	if bin := apiserver.BinaryPath(repo); os.Getenv("KUBE_APISERVER") == "" {
+		if _, err := os.Stat(bin); err != nil {
+			if testing.Short() {
+				skipOrFail(t, "no %s, and -short: not building it (make e2e-node builds it, or set KUBE_APISERVER)", bin)
+			}
+			t.Logf("building %s from test/node/go.mod (k8s.io/kubernetes v1.37.1): a few minutes the first time", bin)
+			if err := apiserver.Build(repo); err != nil {
+				skipOrFail(t, "%v", err)
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	}
+	etcd, kubeAPIServer, err := apiserver.Binaries(repo)
+	if err != nil {
+		skipOrFail(t, "%v", err)
+	}
+	dir := t.TempDir()
+	s, err := apiserver.Start(context.Background(), dir, etcd, kubeAPIServer,
+		apiserver.User{Token: gateToken, Name: gateUser, Groups: []string{"system:serviceaccounts"}},
+		apiserver.User{Token: narrowToken, Name: narrowUser, Groups: []string{"system:serviceaccounts"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(s.Logs())
+		}
+		s.Stop()
 	})
-
-	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,%s,gate,\"system:serviceaccounts\"\n%s,%s,narrow,\"system:serviceaccounts\"\n",
-		adminToken, gateToken, gateUser, narrowToken, narrowUser)
-	tokenFile := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	certDir := filepath.Join(dir, "certs")
-	if err := writeRSAKey(filepath.Join(dir, "sa.key")); err != nil {
-		t.Fatal(err)
-	}
-	apiExited := startProcess(t, dir, apiserver,
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", securePort),
-		"--cert-dir="+certDir, "--token-auth-file="+tokenFile,
-		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none", "--v=1")
-	f := &apiserverFixture{url: fmt.Sprintf("https://127.0.0.1:%d", securePort), dir: dir,
-		caFile: filepath.Join(certDir, "apiserver.crt")}
-	f.admin = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		// Only the fixture's own calls; the gate verifies the certificate.
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
-	}}
-	waitUntil(t, "kube-apiserver ready", 3*time.Minute, apiExited, func() bool {
-		code, _ := f.call(http.MethodGet, "/readyz", "", nil)
-		return code == http.StatusOK
-	})
-	return f
-}
-
-// call makes a request as the cluster's admin.
-func (f *apiserverFixture) call(method, path, contentType string, body []byte) (int, []byte) {
-	req, err := http.NewRequest(method, f.url+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := f.admin.Do(req)
-	if err != nil {
-		return 0, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, buf.Bytes()
+	return &apiserverFixture{Server: s, dir: dir}
 }
 
 func (f *apiserverFixture) mustCall(t *testing.T, method, path, contentType string, body []byte) []byte {
 	t.Helper()
-	code, answer := f.call(method, path, contentType, body)
-	if code/100 != 2 {
-		t.Fatalf("%s %s: %d %s", method, path, code, answer)
+	answer, err := f.Do(method, path, contentType, body)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return answer
 }
@@ -233,7 +103,7 @@ func (f *apiserverFixture) client(t *testing.T, token string) *Client {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ClientConfig{Host: f.url, TokenFile: tokenFile, CAFile: f.caFile, UserAgent: "nodegate-test"})
+	c, err := NewClient(ClientConfig{Host: f.URL, TokenFile: tokenFile, CAFile: f.CAFile, UserAgent: "nodegate-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,33 +114,8 @@ func (f *apiserverFixture) client(t *testing.T, token string) *Client {
 // in the namespace default, and a narrower role for narrowUser.
 func (f *apiserverFixture) applyRBAC(t *testing.T) {
 	t.Helper()
-	data, err := os.ReadFile("../../deploy/node-gate/rbac.yaml")
-	if err != nil {
+	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
 		t.Fatal(err)
-	}
-	paths := map[string]string{
-		"ServiceAccount":     "/api/v1/namespaces/default/serviceaccounts",
-		"ClusterRole":        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-		"ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-	}
-	created := 0
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var kind string
-		for _, line := range strings.Split(doc, "\n") {
-			if k, ok := strings.CutPrefix(line, "kind: "); ok {
-				kind = strings.TrimSpace(k)
-				break
-			}
-		}
-		path, ok := paths[kind]
-		if !ok {
-			t.Fatalf("deploy/node-gate/rbac.yaml: a document of kind %q", kind)
-		}
-		f.mustCall(t, http.MethodPost, path, "application/yaml", []byte(doc))
-		created++
-	}
-	if created != 3 {
-		t.Fatalf("deploy/node-gate/rbac.yaml holds %d objects, want 3", created)
 	}
 	f.mustCall(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles", "application/json",
 		[]byte(`{"metadata":{"name":"narrow"},"rules":[{"apiGroups":[""],"resources":["nodes"],"verbs":["get","patch"]}]}`))
@@ -309,15 +154,9 @@ func (n node) condition(typ string) map[string]string {
 // createNode creates a Node with taints and kubelet's Ready condition.
 func (f *apiserverFixture) createNode(t *testing.T, name string, taints ...string) {
 	t.Helper()
-	var list []map[string]string
-	for _, tt := range taints {
-		key, effect, _ := strings.Cut(tt, ":")
-		list = append(list, map[string]string{"key": key, "effect": effect})
+	if _, err := f.CreateNode(name, taints...); err != nil {
+		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": name}, "spec": map[string]any{"taints": list}})
-	f.mustCall(t, http.MethodPost, "/api/v1/nodes", "application/json", body)
-	f.mustCall(t, http.MethodPatch, "/api/v1/nodes/"+name+"/status", "application/strategic-merge-patch+json",
-		[]byte(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":"2026-11-23T10:00:00Z","lastTransitionTime":"2026-11-23T10:00:00Z"}]}}`))
 }
 
 func TestAgainstKubeAPIServer(t *testing.T) {
@@ -423,12 +262,4 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 			t.Errorf("status:\n got %+v\nwant lastError %s", st, want)
 		}
 	})
-}
-
-func writeRSAKey(path string) error {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
 }

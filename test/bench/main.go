@@ -2,12 +2,13 @@
 // machine: how fast its registration socket listens after exec, after the
 // driver's socket appears and after the socket is deleted; /healthz latency;
 // GetInfo throughput; memory, also while the HTTP endpoint is flooded with
-// connections; idle CPU; binary size. It prints one line per
-// figure next to its target and never fails because a target is missed: the
-// figures depend on the machine and on what else runs on it. Lines without a
-// target say what the figures can be read against: the resolution of the
-// harness, and how fast the test driver, a Go program with the same gRPC and
-// CSI libraries, listens after exec.
+// connections; the node gate off and on against a real kube-apiserver (as
+// root, where etcd and kube-apiserver are found); idle CPU; binary size. It
+// prints one line per figure next to its target and never fails because a
+// target is missed: the figures depend on the machine and on what else runs
+// on it. Lines without a target say what the figures can be read against:
+// the resolution of the harness, and how fast the test driver, a Go program
+// with the same gRPC and CSI libraries, listens after exec.
 //
 //	go run ./test/bench -registrar bin/csi-node-driver-registrar -driver bin/mockdriver
 //
@@ -54,7 +55,7 @@ type config struct {
 }
 
 // groups are the names -only accepts, each for a group of figures.
-var groups = []string{"start", "appear", "healthz", "getinfo", "flood", "driverhealth", "size", "idle"}
+var groups = []string{"start", "appear", "healthz", "getinfo", "flood", "driverhealth", "nodegate", "size", "idle"}
 
 // wants reports whether the group of figures is to be measured.
 func (c config) wants(group string) bool { return len(c.only) == 0 || c.only[group] }
@@ -159,7 +160,7 @@ func run(ctx context.Context, cfg config) error {
 	for _, m := range []struct {
 		group   string
 		measure func(context.Context, config) ([]figure, error)
-	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}, {"flood", measureFlood}, {"driverhealth", measureDriverHealth}} {
+	}{{"healthz", measureHealthz}, {"getinfo", measureGetInfo}, {"flood", measureFlood}, {"driverhealth", measureDriverHealth}, {"nodegate", measureNodeGate}} {
 		if !cfg.wants(m.group) {
 			continue
 		}

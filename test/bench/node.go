@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -34,8 +35,12 @@ type node struct {
 	registry   string
 	regSock    string
 	httpAddr   string
-	// registrarArgs are added to the registrar's flags.
-	registrarArgs []string
+	// registrarArgs are added to the registrar's flags, registrarEnv to
+	// its environment.
+	registrarArgs, registrarEnv []string
+	// launcher, when set, is the command that runs the registrar: the
+	// registrar's path and flags are appended to it.
+	launcher []string
 
 	driver, registrar *process
 }
@@ -128,7 +133,12 @@ func (n *node) startRegistrar() (err error) {
 		"--http-endpoint=" + n.httpAddr,
 		"--termination-message-path=",
 	}, n.registrarArgs...)
-	n.registrar, err = start("registrar", n.cfg.registrarEnv, n.cfg.registrar, args...)
+	env := append(slices.Clip(n.cfg.registrarEnv), n.registrarEnv...)
+	if len(n.launcher) > 0 {
+		n.registrar, err = start("registrar", env, n.launcher[0], slices.Concat(n.launcher[1:], []string{n.cfg.registrar}, args)...)
+		return err
+	}
+	n.registrar, err = start("registrar", env, n.cfg.registrar, args...)
 	return err
 }
 
@@ -136,6 +146,15 @@ func (n *node) startRegistrar() (err error) {
 // registration socket: GetInfo, then NotifyRegistrationStatus(true). It then
 // waits until /readyz confirms the registration.
 func (n *node) registerAsKubelet(ctx context.Context) error {
+	if err := n.notifyAsKubelet(ctx, nil); err != nil {
+		return err
+	}
+	return n.waitReady(ctx)
+}
+
+// notifyAsKubelet calls GetInfo, then before (unless nil), then
+// NotifyRegistrationStatus(true).
+func (n *node) notifyAsKubelet(ctx context.Context, before func() error) error {
 	conn, err := grpc.NewClient("unix:"+n.regSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -151,10 +170,15 @@ func (n *node) registerAsKubelet(ctx context.Context) error {
 	if info.Name != driverName || info.Endpoint != endpoint {
 		return fmt.Errorf("GetInfo answered name %q, endpoint %q; want %q, %q", info.Name, info.Endpoint, driverName, endpoint)
 	}
+	if before != nil {
+		if err := before(); err != nil {
+			return err
+		}
+	}
 	if _, err := client.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		return n.registrar.failed("NotifyRegistrationStatus", err)
 	}
-	return n.waitReady(ctx)
+	return nil
 }
 
 // waitReady polls /readyz until it answers 200.
@@ -193,12 +217,26 @@ func get(ctx context.Context, client *http.Client, url string) (int, error) {
 
 // registered starts the driver and the registrar, with registrarArgs added
 // to its flags, in a fresh node and registers the driver as kubelet would.
-func registered(ctx context.Context, cfg config, registrarArgs ...string) (_ *node, err error) {
+func registered(ctx context.Context, cfg config, registrarArgs ...string) (*node, error) {
+	n, err := started(ctx, cfg, func(n *node) { n.registrarArgs = registrarArgs })
+	if err != nil {
+		return nil, err
+	}
+	if err := n.registerAsKubelet(ctx); err != nil {
+		n.close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// started starts the driver and the registrar, as setup has prepared the
+// node, and returns once the registration socket listens.
+func started(ctx context.Context, cfg config, setup func(*node)) (_ *node, err error) {
 	n, err := newNode(cfg)
 	if err != nil {
 		return nil, err
 	}
-	n.registrarArgs = registrarArgs
+	setup(n)
 	defer func() {
 		if err != nil {
 			n.close()
@@ -217,9 +255,6 @@ func registered(ctx context.Context, cfg config, registrarArgs ...string) (_ *no
 	}
 	if _, err := waiter.wait(ctx, stepTimeout); err != nil {
 		return nil, n.registrar.failed("the registration socket did not listen", err)
-	}
-	if err := n.registerAsKubelet(ctx); err != nil {
-		return nil, err
 	}
 	return n, nil
 }
