@@ -47,8 +47,7 @@ type loop struct {
 	// vacancy runs while the path is empty, or holds a socket that did not
 	// answer (suspect), before publishing again.
 	vacancy *time.Timer
-	suspect fs.FileInfo
-	strikes int // looks at suspect that found it not answering
+	suspect suspicion
 }
 
 func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
@@ -264,7 +263,7 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	l.unwatchOwner()
 	l.cancelPendingPublication()
 	l.stopAwaitingVacancy()
-	l.suspect = nil
+	l.suspect = suspicion{}
 	l.publishBackoff = publishRetryInitial
 	l.stopSilence()
 	l.silence = time.NewTimer(l.cfg.KubeletSilence)
@@ -405,6 +404,30 @@ const vacancyGrace = 100 * time.Millisecond
 // timeout gets before it is replaced as dead.
 const maxStrikes = 4
 
+// suspicion counts the looks at a socket at the path that did not answer,
+// vacancyGrace apart at least: two events in quick succession (the
+// removal of a socket and the creation of the next, between its bind and
+// its listen) are one look, or a registrar that binds and then listens
+// would have its new socket replaced as dead.
+type suspicion struct {
+	file    fs.FileInfo
+	strikes int
+	last    time.Time // of the last look counted
+}
+
+// look records a look at file that found it not answering, at now, and
+// returns how many looks count against it.
+func (s *suspicion) look(file fs.FileInfo, now time.Time) int {
+	if s.file == nil || !os.SameFile(s.file, file) {
+		*s = suspicion{file: file}
+	}
+	if s.strikes == 0 || now.Sub(s.last) >= vacancyGrace {
+		s.strikes++
+		s.last = now
+	}
+	return s.strikes
+}
+
 // awaitVacancy publishes the socket again once the path has stayed empty
 // for vacancyGrace, unless another instance published one meanwhile.
 func (l *loop) awaitVacancy() {
@@ -455,22 +478,19 @@ func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) er
 	defer cancel()
 	other, err := askName(ctx, path, l.cfg.CheckTimeout)
 	if err != nil {
-		if l.suspect == nil || !os.SameFile(l.suspect, file) {
-			l.suspect, l.strikes = file, 0
-		}
-		l.strikes++
+		strikes := l.suspect.look(file, time.Now())
 		// A socket that refuses connections is dead, or was bound a
 		// moment ago and is not listening yet (another registrar between
 		// its bind and its listen): one more look after the grace. One
 		// that accepts and does not answer in time is slow, perhaps only
 		// on a loaded node: it is replaced only after maxStrikes looks.
-		if l.strikes < 2 || l.strikes < maxStrikes && socketAnswers(path, l.cfg.CheckTimeout) {
-			l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err, "looks", l.strikes)
+		if strikes < 2 || strikes < maxStrikes && socketAnswers(path, l.cfg.CheckTimeout) {
+			l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err, "looks", strikes)
 			l.awaitVacancy()
 			return nil
 		}
 	}
-	l.suspect = nil
+	l.suspect = suspicion{}
 	switch {
 	case err != nil && state.standsAside():
 		l.logger.Info("The instance that served the registration socket no longer answers: publishing ours again", "path", path, "err", err)
