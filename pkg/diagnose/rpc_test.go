@@ -38,7 +38,7 @@ func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registra
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	srv.DriverFound(name)
-	poll.Until(t, "the registration socket is published", func() bool { return srv.Health(ctx).State == registration.SocketServing })
+	poll.Until(t, "the registration socket is published", func() bool { return srv.Health(ctx).Found == registration.FoundOurs })
 	return srv, registration.SocketPath(dir, name)
 }
 

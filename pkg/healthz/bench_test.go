@@ -52,7 +52,7 @@ func benchServer(b *testing.B) (*Server, string) {
 	})
 	srv.DriverFound(testDriver)
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(ctx).State != registration.SocketServing {
+	for srv.Health(ctx).Found != registration.FoundOurs {
 		if time.Now().After(deadline) {
 			b.Fatal("the registration socket was not published")
 		}

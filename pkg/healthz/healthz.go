@@ -106,7 +106,7 @@ func (s *Server) registrationStatus() registration.Status {
 
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	h := s.registration.Health(r.Context())
-	code, reason := statusCode(h.State), h.Reason
+	code, reason := statusCode(h), h.Reason
 	s.logChange(r.Context(), code, reason)
 	writeText(w, code, reason)
 }
@@ -147,15 +147,18 @@ func writeText(w http.ResponseWriter, code int, body string) {
 	fmt.Fprintln(w, body)
 }
 
-// statusCode maps a socket state to the answer a liveness probe expects.
+// statusCode maps a check of the registration path to the answer a
+// liveness probe expects.
 // A socket published by a newer instance of the driver is healthy: a
 // restart of this older instance would take the registration back from
 // it. A missing socket is 404, as upstream answers.
-func statusCode(state registration.SocketState) int {
-	switch state {
-	case registration.SocketServing, registration.SocketSuperseded, registration.SocketStarting:
+func statusCode(h registration.Health) int {
+	switch {
+	case h.State == registration.Stopped:
+		return http.StatusInternalServerError
+	case h.Found == registration.NotLooked, h.Found == registration.FoundOurs, h.Found == registration.FoundOther:
 		return http.StatusOK
-	case registration.SocketMissing:
+	case h.Found == registration.FoundNothing:
 		return http.StatusNotFound
 	default:
 		return http.StatusInternalServerError

@@ -35,7 +35,7 @@ func startRegistration(t *testing.T, dir string) (*registration.Server, func() e
 	})
 	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(context.Background()).State != registration.SocketServing {
+	for srv.Health(context.Background()).Found != registration.FoundOurs {
 		if time.Now().After(deadline) {
 			t.Fatal("registration server did not start")
 		}

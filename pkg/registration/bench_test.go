@@ -45,7 +45,7 @@ func serving(b *testing.B) *Server {
 	})
 	srv.DriverFound(testDriver)
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(ctx).State != SocketServing {
+	for srv.Health(ctx).Found != FoundOurs {
 		if time.Now().After(deadline) {
 			b.Fatal("the registration socket was not published")
 		}
@@ -60,7 +60,7 @@ func BenchmarkHealth(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if h := srv.Health(ctx); h.State != SocketServing {
+		if h := srv.Health(ctx); h.Found != FoundOurs {
 			b.Fatalf("Health() = %v", h)
 		}
 	}

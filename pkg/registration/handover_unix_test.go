@@ -106,7 +106,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 	if now := newer.srv.Status().KubeletCalls; now.GetInfo != calls.GetInfo+1 || now.NotifyRegistered != calls.NotifyRegistered+1 {
 		t.Errorf("newer instance's kubelet calls %+v, then %+v: want one GetInfo and one Notify more", calls, now)
 	}
-	if h := older.srv.Health(context.Background()); h.State != SocketSuperseded {
+	if h := older.srv.Health(context.Background()); h.Found != FoundOther {
 		t.Errorf("older Health = %+v, want superseded", h)
 	}
 
@@ -117,7 +117,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 		t.Fatal("the older instance's exit changed the socket at the path")
 	}
 	assertOneHiddenName(t, path)
-	if h := newer.srv.Health(context.Background()); h.State != SocketServing {
+	if h := newer.srv.Health(context.Background()); h.Found != FoundOurs {
 		t.Errorf("newer Health after the older one exited = %+v, want serving", h)
 	}
 	if ready, reason := newer.ready(); !ready {
@@ -145,7 +145,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the older instance publishes again", func() bool {
-		return older.srv.Health(context.Background()).State == SocketServing
+		return older.srv.Health(context.Background()).Found == FoundOurs
 	})
 	st := older.srv.Status()
 	if st.Publications[ReasonVacated] != 1 || st.State != WaitingForKubelet || strings.Contains(st.Reason, "handed") {
@@ -247,7 +247,7 @@ func TestTwoNewerInstancesAtOnce(t *testing.T) {
 		serving := 0
 		for _, r := range newer {
 			switch {
-			case r.srv.Health(context.Background()).State == SocketServing:
+			case r.srv.Health(context.Background()).Found == FoundOurs:
 				serving++
 			case r.srv.Status().State != Superseded:
 				return false

@@ -16,48 +16,47 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
-// SocketState is what the registration path holds, seen from this process.
-type SocketState int
+// Found is what a check of the registration path found there.
+type Found int
 
 const (
-	// SocketServing: the path holds the socket this process published.
-	SocketServing SocketState = iota
-	// SocketSuperseded: the path holds a socket for the same driver
-	// published by another instance, typically the newer pod of a
-	// rolling update.
-	SocketSuperseded
-	// SocketMissing: nothing is at the path.
-	SocketMissing
-	// SocketBroken: something at the path is not a registration socket
-	// for this driver, or cannot be inspected.
-	SocketBroken
-	// SocketStopped: this process no longer serves kubelet.
-	SocketStopped
-	// SocketStarting: the driver is not known yet, so neither is the path.
-	SocketStarting
+	// NotLooked: the path was not looked at, as there is none yet (the
+	// driver is not known: State WaitingForDriver) or Run has returned
+	// (State Stopped).
+	NotLooked Found = iota
+	// FoundOurs: the socket this process published.
+	FoundOurs
+	// FoundOther: a live socket of the same driver that another instance
+	// published, typically the newer pod of a rolling update.
+	FoundOther
+	// FoundNothing: nothing is at the path.
+	FoundNothing
+	// FoundBroken: something that is not a registration socket for this
+	// driver, or that cannot be inspected.
+	FoundBroken
 )
 
-func (s SocketState) String() string {
-	switch s {
-	case SocketServing:
-		return "serving"
-	case SocketSuperseded:
-		return "superseded"
-	case SocketMissing:
-		return "missing"
-	case SocketBroken:
+func (f Found) String() string {
+	switch f {
+	case NotLooked:
+		return "not looked at"
+	case FoundOurs:
+		return "ours"
+	case FoundOther:
+		return "another instance's"
+	case FoundNothing:
+		return "nothing"
+	case FoundBroken:
 		return "broken"
-	case SocketStopped:
-		return "stopped"
-	case SocketStarting:
-		return "starting"
 	}
-	return fmt.Sprintf("SocketState(%d)", int(s))
+	return fmt.Sprintf("Found(%d)", int(f))
 }
 
-// Health is the outcome of a check of the registration socket.
+// Health is the outcome of a check of the registration path: the
+// registration's State when the check was made, and what the path held.
 type Health struct {
-	State SocketState
+	State State
+	Found Found
 	// Reason says what was found, in one line.
 	Reason string
 }
@@ -71,22 +70,23 @@ func (s *Server) Health(ctx context.Context) Health {
 	pub, state, path := shared.pub, shared.st.state, shared.st.socketPath
 	switch {
 	case state == Stopped:
-		return Health{SocketStopped, "the registration server has stopped"}
+		return Health{state, NotLooked, "the registration server has stopped"}
 	case path == "":
-		return Health{SocketStarting, "waiting for the CSI driver"}
+		return Health{state, NotLooked, "waiting for the CSI driver"}
 	}
-	found := inspect(path)
+	at := inspect(path)
 	switch {
-	case found.missing:
-		return Health{SocketMissing, fmt.Sprintf("the registration socket %s does not exist", path)}
-	case found.err != nil:
-		return Health{SocketBroken, fmt.Sprintf("cannot inspect %s: %v", path, found.err)}
-	case !found.socket:
-		return Health{SocketBroken, fmt.Sprintf("%s is a %s, not a socket", path, DescribeFileType(found.info.Mode()))}
-	case pub != nil && pub.sock.isOurs(found.info):
-		return Health{SocketServing, fmt.Sprintf("serving %s", path)}
+	case at.missing:
+		return Health{state, FoundNothing, fmt.Sprintf("the registration socket %s does not exist", path)}
+	case at.err != nil:
+		return Health{state, FoundBroken, fmt.Sprintf("cannot inspect %s: %v", path, at.err)}
+	case !at.socket:
+		return Health{state, FoundBroken, fmt.Sprintf("%s is a %s, not a socket", path, DescribeFileType(at.info.Mode()))}
+	case pub != nil && pub.sock.isOurs(at.info):
+		return Health{state, FoundOurs, fmt.Sprintf("serving %s", path)}
 	}
-	return s.identity.check(ctx, found.info, path, shared.st.driverName, s.cfg.CheckTimeout)
+	found, reason := s.identity.check(ctx, at.info, path, shared.st.driverName, s.cfg.CheckTimeout)
+	return Health{state, found, reason}
 }
 
 // found is what is at a path.
@@ -114,31 +114,32 @@ func inspect(path string) found {
 type foreignCache struct {
 	mu     sync.Mutex
 	file   fs.FileInfo
-	health Health
+	found  Found
+	reason string
 }
 
-func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverName string, timeout time.Duration) Health {
+func (c *foreignCache) check(ctx context.Context, fi fs.FileInfo, path, driverName string, timeout time.Duration) (Found, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.file != nil && os.SameFile(c.file, fi) && c.file.ModTime().Equal(fi.ModTime()) {
-		return c.health
+		return c.found, c.reason
 	}
 	name, err := askName(ctx, path, timeout)
 	switch {
 	case ctx.Err() != nil:
 		// The prober gave up; that says nothing about the socket.
-		return Health{SocketBroken, fmt.Sprintf("check of %s cancelled: %v", path, ctx.Err())}
+		return FoundBroken, fmt.Sprintf("check of %s cancelled: %v", path, ctx.Err())
 	case err != nil:
 		// Not remembered: the failure may be passing (a handover between
 		// two instances), and a dead socket is replaced soon anyway.
-		return Health{SocketBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)}
+		return FoundBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", path, err)
 	case name != driverName:
-		c.health = Health{SocketBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", path, name, driverName)}
+		c.found, c.reason = FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", path, name, driverName)
 	default:
-		c.health = Health{SocketSuperseded, fmt.Sprintf("%s was published by another instance of %s", path, driverName)}
+		c.found, c.reason = FoundOther, fmt.Sprintf("%s was published by another instance of %s", path, driverName)
 	}
 	c.file = fi
-	return c.health
+	return c.found, c.reason
 }
 
 // forget drops the outcome, so that the next check asks the socket again.

@@ -53,13 +53,13 @@ func TestDefersToARegistrarThatCannotHandOver(t *testing.T) {
 			if !os.SameFile(owned, lstat(t, path)) {
 				t.Fatal("the other registrar's socket was replaced")
 			}
-			if h := r.srv.Health(context.Background()); h.State != SocketSuperseded {
+			if h := r.srv.Health(context.Background()); h.Found != FoundOther {
 				t.Errorf("Health = %+v, want superseded (200)", h)
 			}
 
 			leaves.how(t, owner, path)
 			poll.Until(t, "the instance publishes its own socket", func() bool {
-				return r.srv.Health(context.Background()).State == SocketServing
+				return r.srv.Health(context.Background()).Found == FoundOurs
 			})
 			if st := r.srv.Status(); st.Publications[ReasonVacated] != 1 || len(st.Publications) != 1 || st.State != WaitingForKubelet {
 				t.Errorf("Status = %+v, want one vacated publication, waiting for kubelet", st)

@@ -84,7 +84,7 @@ func (r *running) waitServing(t *testing.T) {
 			t.Fatalf("Run returned early: %v", err)
 		default:
 		}
-		return r.srv.Health(context.Background()).State == SocketServing
+		return r.srv.Health(context.Background()).Found == FoundOurs
 	})
 }
 
@@ -158,7 +158,7 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("registry directory holds %v after shutdown, want nothing", entries)
 	}
-	if h := r.srv.Health(ctx); h.State != SocketStopped {
+	if h := r.srv.Health(ctx); h.State != Stopped {
 		t.Errorf("Health after shutdown = %v, want stopped", h)
 	}
 	if st := r.srv.Status(); st.State != Stopped || st.Ready {
@@ -326,7 +326,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 
 	ctx := context.Background()
 	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
-	if h := older.srv.Health(ctx); h.State != SocketSuperseded {
+	if h := older.srv.Health(ctx); h.Found != FoundOther {
 		t.Errorf("older instance Health = %+v, want superseded", h)
 	}
 	if err := older.stop(t); err != nil {
@@ -339,7 +339,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	if !os.SameFile(published, now) {
 		t.Fatal("the socket at the path changed when the older instance stopped")
 	}
-	if h := newer.srv.Health(ctx); h.State != SocketServing {
+	if h := newer.srv.Health(ctx); h.Found != FoundOurs {
 		t.Errorf("newer instance Health = %+v, want serving", h)
 	}
 	if _, err := client(t, path).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
@@ -426,10 +426,10 @@ func TestHealth(t *testing.T) {
 	cases := []struct {
 		name      string
 		change    func(t *testing.T, path string)
-		want      SocketState
+		want      Found
 		wantInMsg string
 	}{
-		{"ours", func(*testing.T, string) {}, SocketServing, "serving"},
+		{"ours", func(*testing.T, string) {}, FoundOurs, "serving"},
 		{"regular file", func(t *testing.T, path string) {
 			// Replaced in one step: a deleted socket would be published again.
 			tmp := path + ".tmp"
@@ -439,9 +439,9 @@ func TestHealth(t *testing.T) {
 			if err := os.Rename(tmp, path); err != nil {
 				t.Fatal(err)
 			}
-		}, SocketBroken, "is a regular file"},
-		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, SocketSuperseded, "another instance"},
-		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, SocketBroken, `"other.example.com"`},
+		}, FoundBroken, "is a regular file"},
+		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, FoundOther, "another instance"},
+		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, FoundBroken, `"other.example.com"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -450,10 +450,10 @@ func TestHealth(t *testing.T) {
 			var h Health
 			poll.Until(t, "the check sees the change", func() bool {
 				h = r.srv.Health(ctx)
-				return h.State == tc.want
+				return h.Found == tc.want
 			})
 			if !strings.Contains(h.Reason, tc.wantInMsg) {
-				t.Errorf("Health() = %v %q, want %v with %q", h.State, h.Reason, tc.want, tc.wantInMsg)
+				t.Errorf("Health() = %v %q, want %v with %q", h.Found, h.Reason, tc.want, tc.wantInMsg)
 			}
 		})
 	}
@@ -466,14 +466,14 @@ func TestHealthOfAMissingSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := srv.Health(context.Background()); h.State != SocketStarting {
-		t.Errorf("Health() before the driver is known = %v, want starting", h)
+	if h := srv.Health(context.Background()); h.State != WaitingForDriver || h.Found != NotLooked {
+		t.Errorf("Health() before the driver is known = %+v, want waiting for the driver", h)
 	}
 	st := newStatus(testEndpoint)
 	st.driverName, st.socketPath, st.state = testDriver, SocketPath(dir, testDriver), Registered
 	srv.shared.Store(&snapshot{st: st})
-	if h := srv.Health(context.Background()); h.State != SocketMissing || !strings.Contains(h.Reason, "does not exist") {
-		t.Errorf("Health() = %v %q, want missing", h.State, h.Reason)
+	if h := srv.Health(context.Background()); h.Found != FoundNothing || !strings.Contains(h.Reason, "does not exist") {
+		t.Errorf("Health() = %v %q, want nothing at the path", h.Found, h.Reason)
 	}
 }
 
@@ -487,7 +487,7 @@ func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
 		poll.Until(t, "the server identifies the new socket", func() bool { return foreign.calls.Load() >= 1 })
 		before := foreign.calls.Load()
 		for j := 0; j < 5; j++ {
-			if h := r.srv.Health(ctx); h.State != SocketSuperseded {
+			if h := r.srv.Health(ctx); h.Found != FoundOther {
 				t.Fatalf("file %d: Health() = %+v, want superseded", i, h)
 			}
 		}

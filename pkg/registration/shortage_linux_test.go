@@ -63,7 +63,7 @@ func TestPublishesAgainOnceInodesAreFree(t *testing.T) {
 		}
 	}
 	poll.Until(t, "the socket is published again", func() bool {
-		return r.srv.Health(context.Background()).State == SocketServing
+		return r.srv.Health(context.Background()).Found == FoundOurs
 	})
 	if st := r.srv.Status(); st.PublishError != "" || st.NextPublishRetry != nil || st.Publications[ReasonDeleted] != 1 {
 		t.Errorf("Status after publishing = %+v, want no error and one publication after the deletion", st)
