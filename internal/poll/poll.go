@@ -11,8 +11,11 @@ import (
 // takes on a loaded machine.
 const Timeout = 10 * time.Second
 
-// Until checks cond every 2 ms until it holds, and fails the test, naming
-// what it waited for, when it still does not after Timeout.
+// interval is how often a condition is checked.
+const interval = 2 * time.Millisecond
+
+// Until checks cond until it holds, and fails the test, naming what it
+// waited for, when it still does not after Timeout.
 func Until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	UntilWithin(t, Timeout, what, cond)
@@ -22,11 +25,20 @@ func Until(t testing.TB, what string, cond func() bool) {
 // binary under emulation).
 func UntilWithin(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Wait(timeout, cond) {
+		t.Fatalf("timed out waiting until %s", what)
+	}
+}
+
+// Wait checks cond until it holds or timeout has passed, and tells which:
+// for callers that say more than Until when it never holds.
+func Wait(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
+			return false
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(interval)
 	}
+	return true
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
@@ -644,18 +646,13 @@ func (a *attemptLog) observe(duration time.Duration, err error) {
 // waitFor polls, up to testTimeout, until OnAttempt was called n times.
 func (a *attemptLog) waitFor(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
+	calls := func() int {
 		a.mu.Lock()
-		got := len(a.codes)
-		a.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("OnAttempt called %d times after %v, want %d", got, testTimeout, n)
-		}
-		time.Sleep(time.Millisecond)
+		defer a.mu.Unlock()
+		return len(a.codes)
+	}
+	if !poll.Wait(testTimeout, func() bool { return calls() >= n }) {
+		t.Fatalf("OnAttempt called %d times after %v, want %d", calls(), testTimeout, n)
 	}
 }
 
@@ -757,12 +754,8 @@ func BenchmarkFollowRestart(b *testing.B) {
 // waitUntil polls the log, up to testTimeout, until done holds.
 func waitUntil(t testing.TB, logs ktesting.Buffer, done func([]ktesting.LogEntry) bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !done(logs.Data()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %v:\n%s", testTimeout, logs.String())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Wait(testTimeout, func() bool { return done(logs.Data()) }) {
+		t.Fatalf("condition not met after %v:\n%s", testTimeout, logs.String())
 	}
 }
 

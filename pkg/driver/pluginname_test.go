@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
 	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
@@ -150,12 +152,8 @@ func levelZero(logs ktesting.Buffer) []string {
 // waitForLog polls the log, up to testTimeout, for a level 0 message.
 func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !containsString(levelZero(logs), message) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Wait(testTimeout, func() bool { return containsString(levelZero(logs), message) }) {
+		t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
 	}
 }
 
@@ -530,23 +528,21 @@ func checkCancelled(t *testing.T, r result) {
 func checkNoLeaks(t *testing.T) {
 	t.Helper()
 	leaks := []string{"driver.Follow", "driver.(*follower)", "fsnotify", "transport.(*http2Client)", "grpc.(*ClientConn)"}
-	deadline := time.Now().Add(testTimeout)
-	for {
+	var found []string
+	var stacks string
+	clean := func() bool {
 		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		var found []string
+		stacks = string(buf[:runtime.Stack(buf, true)])
+		found = nil
 		for _, leak := range leaks {
 			if strings.Contains(stacks, leak) {
 				found = append(found, leak)
 			}
 		}
-		if len(found) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines left behind (%q):\n%s", found, stacks)
-		}
-		time.Sleep(time.Millisecond)
+		return len(found) == 0
+	}
+	if !poll.Wait(testTimeout, clean) {
+		t.Fatalf("goroutines left behind (%q):\n%s", found, stacks)
 	}
 }
 

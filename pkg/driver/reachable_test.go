@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -64,12 +66,8 @@ func TestFollowReconnectsToADriverThatClosesIdleConnections(t *testing.T) {
 	f.expect(t, reachable(testDriverName))
 
 	// The GetPluginInfo call's connection, the held one, and two made again.
-	deadline := time.Now().Add(testTimeout)
-	for counting.accepted.Load() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections after %v, want the held one made again", counting.accepted.Load(), testTimeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Wait(testTimeout, func() bool { return counting.accepted.Load() >= 4 }) {
+		t.Fatalf("%d connections after %v, want the held one made again", counting.accepted.Load(), testTimeout)
 	}
 	if left := f.stop(t); len(left) != 0 {
 		t.Errorf("events while the driver was there: %+v", left)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
@@ -51,13 +53,7 @@ func benchServer(b *testing.B) (*Server, string) {
 		_ = os.RemoveAll(dir)
 	})
 	srv.DriverFound(testDriver)
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(ctx).Found != registration.FoundOurs {
-		if time.Now().After(deadline) {
-			b.Fatal("the registration socket was not published")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(b, "the registration socket is published", func() bool { return srv.Health(ctx).Found == registration.FoundOurs })
 	return hz, l.Addr().String()
 }
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -34,13 +36,9 @@ func startRegistration(t *testing.T, dir string) (*registration.Server, func() e
 		return <-done
 	})
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(context.Background()).Found != registration.FoundOurs {
-		if time.Now().After(deadline) {
-			t.Fatal("registration server did not start")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, "the registration serves its socket", func() bool {
+		return srv.Health(context.Background()).Found == registration.FoundOurs
+	})
 	return srv, stop
 }
 

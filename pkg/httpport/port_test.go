@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 // run starts p.Run and returns its result channel; the run ends with the
@@ -60,13 +62,10 @@ func TestReleaseToAnInstanceThatWaits(t *testing.T) {
 
 	run(t, newer)
 	var address, netns string
-	for deadline := time.Now().Add(10 * time.Second); address == ""; {
-		if time.Now().After(deadline) {
-			t.Fatal("the newer instance never says it waits for the address")
-		}
+	poll.Until(t, "the newer instance says it waits for the address", func() bool {
 		address, netns = newer.Wanted()
-		time.Sleep(time.Millisecond)
-	}
+		return address != ""
+	})
 	if address != addr || netns == "" {
 		t.Fatalf("Wanted() = %q, %q; want %q and this network namespace", address, netns, addr)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
 var zeroTime time.Time
@@ -197,11 +199,7 @@ func TestOffWithoutOptions(t *testing.T) {
 // waitStatus polls the gate's status until ok, for at most 10 s.
 func waitStatus(t *testing.T, g *Gate, ok func(Status) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(g.Status()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("status never as expected: %+v", g.Status())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll.Wait(poll.Timeout, func() bool { return ok(g.Status()) }) {
+		t.Fatalf("status never as expected: %+v", g.Status())
 	}
 }

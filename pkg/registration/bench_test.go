@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
@@ -44,13 +46,7 @@ func serving(b *testing.B) *Server {
 		_ = os.RemoveAll(dir)
 	})
 	srv.DriverFound(testDriver)
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.Health(ctx).Found != FoundOurs {
-		if time.Now().After(deadline) {
-			b.Fatal("the registration socket was not published")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(b, "the registration socket is published", func() bool { return srv.Health(ctx).Found == FoundOurs })
 	return srv
 }
 
