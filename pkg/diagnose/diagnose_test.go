@@ -109,7 +109,11 @@ func healthyInfo() *registerapi.PluginInfo {
 	}
 }
 
-// startDriver serves the csi-test mock Identity service at the driver socket.
+// startDriver serves the csi-test mock Identity service at the driver
+// socket. It serves it on a gRPC server of its own rather than through
+// csi-test's CSIDriver, whose serving goroutine panics when the server is
+// stopped before it has begun to serve (seen under qemu-arm, make
+// arch-test).
 func (e *env) startDriver(t *testing.T, reply answer) {
 	t.Helper()
 	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
@@ -117,11 +121,25 @@ func (e *env) startDriver(t *testing.T, reply answer) {
 		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 			return reply(ctx)
 		})
-	d := csitest.NewMockCSIDriver(&csitest.MockCSIDriverServers{Identity: identity})
-	if err := d.StartOnAddress("unix", e.driverSocket); err != nil {
+	l, err := net.Listen("unix", e.driverSocket)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(d.Stop)
+	srv := grpc.NewServer()
+	// As csi-test's NewMockCSIDriver registers its mock.
+	csi.RegisterIdentityServer(srv, struct {
+		csi.UnsafeIdentityServer
+		*csitest.MockIdentityServer
+	}{MockIdentityServer: identity})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(l) // nil or ErrServerStopped once Stop is called
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
 }
 
 // registrar is kubelet's registration API answering with a fixed
