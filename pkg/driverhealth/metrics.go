@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -32,21 +33,14 @@ var operationsBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 3
 // series is one label set of the histogram.
 type series struct{ driver, method, code string }
 
-// counts is one series' observations.
-type counts struct {
-	buckets []uint64 // per bucket, not cumulative; the last is +Inf
-	sum     float64
-	count   uint64
-}
-
 // operations is the histogram.
 type operations struct {
 	mu     sync.Mutex
-	series map[series]*counts
+	series map[series]*histogram.Histogram
 }
 
 func newOperations() *operations {
-	return &operations{series: map[series]*counts{}}
+	return &operations{series: map[series]*histogram.Histogram{}}
 }
 
 // observe records one call.
@@ -58,19 +52,15 @@ func (o *operations) observe(driver, method string, err error, d time.Duration) 
 	if st, ok := status.FromError(err); ok {
 		code = st.Code().String() // "OK" for a nil error
 	}
-	seconds := d.Seconds()
-	i := sort.SearchFloat64s(operationsBuckets, seconds)
 	key := series{driver, method, code}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	c := o.series[key]
-	if c == nil {
-		c = &counts{buckets: make([]uint64, len(operationsBuckets)+1)}
-		o.series[key] = c
+	h := o.series[key]
+	if h == nil {
+		h = histogram.New(operationsBuckets)
+		o.series[key] = h
 	}
-	c.buckets[i]++
-	c.sum += seconds
-	c.count++
+	h.Observe(d.Seconds())
 }
 
 // Families is the histogram for /metrics: no family before the first
@@ -101,20 +91,13 @@ func (o *operations) families() []*dto.MetricFamily {
 	})
 	metrics := make([]*dto.Metric, 0, len(keys))
 	for _, k := range keys {
-		c := o.series[k]
-		h := &dto.Histogram{SampleCount: proto.Uint64(c.count), SampleSum: proto.Float64(c.sum)}
-		var cumulative uint64
-		for i, upper := range operationsBuckets {
-			cumulative += c.buckets[i]
-			h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(upper), CumulativeCount: proto.Uint64(cumulative)})
-		}
 		metrics = append(metrics, &dto.Metric{
 			Label: []*dto.LabelPair{
 				{Name: proto.String(labelDriver), Value: proto.String(k.driver)},
 				{Name: proto.String(labelCode), Value: proto.String(k.code)},
 				{Name: proto.String(labelMethod), Value: proto.String(k.method)},
 			},
-			Histogram: h,
+			Histogram: o.series[k].Proto(),
 		})
 	}
 	return []*dto.MetricFamily{{

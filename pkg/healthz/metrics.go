@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -50,30 +51,24 @@ var pluginInfoBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 type metricSet struct {
 	version string
 
-	mu        sync.Mutex
-	buckets   []uint64 // per bucket, not cumulative; the last is +Inf
-	sum       float64
-	count     uint64
-	errByCode map[string]uint64
+	mu         sync.Mutex
+	pluginInfo *histogram.Histogram
+	errByCode  map[string]uint64
 }
 
 func newMetricSet(version string) *metricSet {
 	return &metricSet{
-		version:   version,
-		buckets:   make([]uint64, len(pluginInfoBuckets)+1),
-		errByCode: map[string]uint64{},
+		version:    version,
+		pluginInfo: histogram.New(pluginInfoBuckets),
+		errByCode:  map[string]uint64{},
 	}
 }
 
 // observePluginInfo records one GetPluginInfo call to the driver.
 func (m *metricSet) observePluginInfo(d time.Duration, err error) {
-	seconds := d.Seconds()
-	i := sort.SearchFloat64s(pluginInfoBuckets, seconds)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.buckets[i]++
-	m.sum += seconds
-	m.count++
+	m.pluginInfo.Observe(d.Seconds())
 	if err != nil {
 		m.errByCode[status.Code(err).String()]++
 	}
@@ -123,12 +118,7 @@ func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 		dto.MetricType_GAUGE, gauge(boolean(st.DriverReachable)))
 
 	m.mu.Lock()
-	histogram := &dto.Histogram{SampleCount: proto.Uint64(m.count), SampleSum: proto.Float64(m.sum)}
-	var cumulative uint64
-	for i, upper := range pluginInfoBuckets {
-		cumulative += m.buckets[i]
-		histogram.Bucket = append(histogram.Bucket, &dto.Bucket{UpperBound: proto.Float64(upper), CumulativeCount: proto.Uint64(cumulative)})
-	}
+	pluginInfo := m.pluginInfo.Proto()
 	codes := make([]string, 0, len(m.errByCode))
 	for code := range m.errByCode {
 		codes = append(codes, code)
@@ -140,7 +130,7 @@ func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 	}
 	m.mu.Unlock()
 	add(metricPluginInfoDuration, "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
-		dto.MetricType_HISTOGRAM, &dto.Metric{Histogram: histogram})
+		dto.MetricType_HISTOGRAM, &dto.Metric{Histogram: pluginInfo})
 	if len(errors) > 0 {
 		add(metricPluginInfoErrors, "Failed GetPluginInfo calls to the CSI driver, by gRPC code.", dto.MetricType_COUNTER, errors...)
 	}
