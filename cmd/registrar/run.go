@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
@@ -122,6 +123,9 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	// wrong directory fails at once and the probes report on it.
 	cfg := withVerdicts(o.registrationConfig(), logger, termination, gate)
 	cfg.HTTPPort = portSharing(port)
+	cfg.InspectSELinux = func(socket string) *selinuxcheck.Report {
+		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})
+	}
 	srv, err := registration.New(cfg)
 	if err != nil {
 		return err

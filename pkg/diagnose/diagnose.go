@@ -92,13 +92,15 @@ type Check struct {
 // RPC gets a new connection, closed afterwards, and is bounded by
 // cfg.Timeout; the RPCs run in at most four rounds (the driver, the
 // registration socket, then up to 20 other sockets at once), so Run takes
-// at most about four times cfg.Timeout.
+// at most about four times cfg.Timeout. Where SELinux is on, a last check
+// reads labels and opens one more connection to the driver's socket, for
+// the driver's label.
 func Run(ctx context.Context, cfg Config) []Check {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
 	d := &diagnosis{cfg: cfg}
-	return []Check{
+	checks := []Check{
 		d.checkRegistryDir(),
 		d.checkDriverSocket(),
 		d.checkDriverInfo(ctx),
@@ -108,6 +110,10 @@ func Run(ctx context.Context, cfg Config) []Check {
 		d.checkKubeletRegistrationPath(),
 		d.checkNeighbours(ctx),
 	}
+	if c, on := d.checkSELinux(); on {
+		checks = append(checks, c)
+	}
+	return checks
 }
 
 // diagnosis carries what earlier checks established to later ones.

@@ -18,6 +18,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
@@ -142,6 +143,8 @@ func (l *loop) handle(ev event) error {
 		return l.ownerGone(ev.id)
 	case serveEnded:
 		return l.serveEnded(ev)
+	case selinuxInspected:
+		l.selinuxInspected(ev)
 	default:
 		panic(fmt.Sprintf("registration: unknown event %T", ev))
 	}
@@ -282,6 +285,7 @@ func (l *loop) install(pub *publication, update func(*status)) {
 	previous := l.pub
 	l.pub = pub
 	update(&l.st)
+	l.inspectSELinux(false)
 	if previous != nil {
 		l.retire(previous)
 	}
@@ -381,10 +385,51 @@ func (l *loop) silenceChannel() <-chan time.Time {
 // not watch this directory, or is not running.
 func (l *loop) checkKubeletCalled() {
 	silent := l.st.state == WaitingForKubelet && (l.st.lastGetInfo.IsZero() || l.st.lastGetInfo.Before(l.st.lastPublish))
-	if silent {
-		l.st.kubeletSilent = true
-		l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs",
-			"path", l.st.socketPath, "directory", l.cfg.Dir, "publishedFor", l.cfg.KubeletSilence)
+	if !silent {
+		return
+	}
+	l.st.kubeletSilent = true
+	if l.cfg.InspectSELinux != nil {
+		// Said once SELinux has been asked, which can take a connection
+		// to the driver.
+		l.inspectSELinux(true)
+		return
+	}
+	l.reportSilence(nil)
+}
+
+func (l *loop) reportSilence(selinux *selinuxcheck.Report) {
+	msg := "kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs"
+	kv := []any{"path", l.st.socketPath, "directory", l.cfg.Dir, "publishedFor", l.cfg.KubeletSilence}
+	if selinux.Problem() {
+		msg = "kubelet has not called GetInfo on the registration socket, and SELinux does not let it: see the selinux value. Otherwise kubelet does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
+	}
+	if selinux != nil {
+		kv = append(kv, "selinux", selinux.Summary())
+	}
+	l.logger.Info(msg, kv...)
+}
+
+// inspectSELinux asks what SELinux says of the current publication's
+// socket, on a goroutine: the answer comes back as an event.
+func (l *loop) inspectSELinux(afterSilence bool) {
+	inspect := l.cfg.InspectSELinux
+	if inspect == nil || l.pub == nil {
+		return
+	}
+	gen, path := l.pub.gen, l.pub.path
+	go func() {
+		l.send(selinuxInspected{gen: gen, report: inspect(path), afterSilence: afterSilence})
+	}()
+}
+
+func (l *loop) selinuxInspected(ev selinuxInspected) {
+	if l.pub == nil || l.pub.gen != ev.gen {
+		return // about a publication since replaced
+	}
+	l.st.selinux = ev.report
+	if ev.afterSilence && l.st.kubeletSilent {
+		l.reportSilence(ev.report)
 	}
 }
 

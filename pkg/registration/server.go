@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
@@ -97,6 +98,11 @@ type Config struct {
 	CheckTimeout time.Duration
 	// ShutdownTimeout bounds the graceful stop of a gRPC server.
 	ShutdownTimeout time.Duration
+	// InspectSELinux, when set, tells what SELinux says of the registration
+	// socket at socketPath (nil where SELinux is off). It is called on a
+	// goroutine of its own after each publication and when kubelet stays
+	// silent; /status shows its report.
+	InspectSELinux func(socketPath string) *selinuxcheck.Report
 	// HTTPPort, when set, is the HTTP endpoint's port: released to a newer
 	// instance on the same network that waits for it, claimed back when
 	// this instance publishes again (see port.go).
@@ -178,6 +184,14 @@ type ownerLost struct{ id uint64 }
 type serveEnded struct {
 	gen uint64
 	err error
+}
+
+// selinuxInspected: what SELinux says of publication gen's socket;
+// afterSilence when asked because kubelet stayed silent.
+type selinuxInspected struct {
+	gen          uint64
+	report       *selinuxcheck.Report
+	afterSilence bool
 }
 
 // publication is one socket put in place, with its own gRPC server.

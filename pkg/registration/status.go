@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 )
 
 // State is where the registration stands.
@@ -83,6 +85,10 @@ type Status struct {
 	// KubeletSilent: kubelet has not called GetInfo on the current socket
 	// in the time it takes to (10 s).
 	KubeletSilent bool `json:"kubeletSilent,omitempty"`
+	// SELinux is what SELinux says of the current socket: its labels, and
+	// whether the policy lets kubelet reach it. Absent where SELinux is
+	// off.
+	SELinux *selinuxcheck.Report `json:"selinux,omitempty"`
 }
 
 // status is the registration behind Status, owned by the loop; readers get
@@ -112,6 +118,9 @@ type status struct {
 	// kubeletSilent: kubelet has not called GetInfo on the current socket
 	// in Config.KubeletSilence.
 	kubeletSilent bool
+	// selinux is what SELinux said of the current publication; nil where
+	// it is off, or not asked yet.
+	selinux *selinuxcheck.Report
 }
 
 func newStatus(endpoint string) status {
@@ -119,6 +128,7 @@ func newStatus(endpoint string) status {
 }
 
 func (st *status) published(reason string) {
+	st.selinux = nil
 	st.publications[reason]++
 	st.lastPublish = time.Now()
 	st.kubeletSilent = false
@@ -208,6 +218,7 @@ func (s *Server) Status() Status {
 		PublishError:         st.publishError,
 		NextPublishRetry:     timeOrNil(st.nextPublish),
 		LastPublished:        timeOrNil(st.lastPublish),
+		SELinux:              st.selinux,
 	}
 	for reason, n := range st.publications {
 		out.Publications[reason] = n
@@ -225,11 +236,17 @@ func (s *Server) Status() Status {
 		if st.kubeletSilent {
 			out.KubeletSilent = true
 			out.Reason += ": kubelet has not called GetInfo on the socket; it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
+			if st.selinux.Problem() {
+				out.Reason += "; or SELinux does not let it: " + st.selinux.Summary()
+			}
 		}
 	case Registered:
 		out.Ready, out.Reason = socketStillOurs(pub)
 	case Rejected:
 		out.Reason = "rejected by kubelet: " + st.lastVerdict.Reason
+		if st.selinux.Problem() {
+			out.Reason += "; SELinux may be why: " + st.selinux.Summary()
+		}
 	case Superseded:
 		out.Reason = "superseded: another instance of the driver owns the registration socket"
 		if st.handedOver {

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package selinuxcheck
+
+// Inspect reports nothing: SELinux is Linux's.
+func Inspect(Config) *Report { return nil }
