@@ -26,7 +26,10 @@ var kubeletDomains = []string{"kubelet_t", "unconfined_service_t"}
 // Inspect reports what SELinux says; nil when SELinux is off.
 func Inspect(cfg Config) *Report {
 	self, selfErr := processContext("/proc/thread-self/attr/current")
-	fsDir := selinuxfs()
+	// Where this process has no SELinux context, SELinux is off but for a
+	// container that shows selinuxfs where it usually is; only there is
+	// the mount table read.
+	fsDir := selinuxfs(selfErr == nil)
 	if selfErr != nil && fsDir == "" {
 		return nil
 	}

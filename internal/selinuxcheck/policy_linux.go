@@ -15,13 +15,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// selinuxfs is where selinuxfs is mounted in this container; "" when it is
-// not.
-func selinuxfs() string {
+// selinuxfs is where selinuxfs is mounted in this container, "" when it is
+// not; anywhere but /sys/fs/selinux only when anywhere.
+func selinuxfs(anywhere bool) string {
 	const usual = "/sys/fs/selinux"
 	var st unix.Statfs_t
 	if err := unix.Statfs(usual, &st); err == nil && uint32(st.Type) == uint32(unix.SELINUX_MAGIC) {
 		return usual
+	}
+	if !anywhere {
+		return ""
 	}
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("selinuxfs"))
 	if err != nil || len(mounts) == 0 {
