@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# make selinux-test: the registrar, the test CSI driver and kubelet's plugin
+# manager (test/e2e's fakekubelet, as /bin/kubelet) as real processes in a
+# qemu VM whose Linux kernel enforces a small SELinux policy
+# (test/selinuxvm/policy.cil), to compare what the kernel allows with what
+# the registrar reports. See test/selinuxvm/README.md.
+#
+#   1. installs qemu-system-x86, secilc and cpio with apt-get when missing;
+#   2. downloads Debian's kernel package (the version linux-image-amd64
+#      depends on) with apt-get download into $SELINUX_VM_CACHE (default
+#      ~/.cache/registrar-selinux-vm) and keeps only its vmlinuz: nothing is
+#      installed; SELINUX_VM_KERNEL=/path/to/bzImage uses another kernel;
+#   3. builds static binaries (CGO_ENABLED=0) of the registrar, the driver,
+#      fakekubelet and the guest's /init (the test binary of
+#      test/selinuxvm/guest), compiles the policy with secilc, and packs them
+#      into an initramfs (cpio newc, gzip);
+#   4. boots it with lsm=...,selinux, and fails unless the guest printed
+#      "SELINUXVM: PASS". The guest's output is printed as it comes.
+#
+# Accelerator: KVM when /dev/kvm can be opened for reading and writing and
+# the CPU advertises virtualisation (vmx or svm; a VM whose nested KVM lacks
+# them may hang while booting), TCG otherwise; SELINUX_VM_ACCEL=kvm or tcg
+# chooses. The VM is given SELINUX_VM_TIMEOUT seconds (default 300 with
+# KVM, 900 with TCG). SELINUX_VM_RUN=<regexp> runs only the matching
+# scenarios (go test's -run, e.g. SELINUX_VM_RUN=TestScenarios/C).
+#
+# Where the tools cannot be installed (not root, no apt-get, not amd64) it
+# says SKIPPED and why, and exits 0; with CI set in the environment a skip
+# fails (exit 1), as CI must run it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+. hack/lib.sh
+
+skip() {
+	echo "$script: SKIPPED: $*" >&2
+	if [[ -n ${CI:-} ]]; then
+		echo "$script: CI is set: a skipped suite fails the run" >&2
+		exit 1
+	fi
+	exit 0
+}
+
+# need COMMAND PACKAGE: installs PACKAGE when COMMAND is missing, or skips.
+need() {
+	command -v "$1" >/dev/null 2>&1 && return
+	[[ $(id -u) == 0 ]] || skip "$1 is missing and installing Debian's $2 needs root (apt-get install $2)"
+	command -v apt-get >/dev/null 2>&1 || skip "$1 is missing and there is no apt-get to install $2"
+	install_missing "$1" "$2" --no-install-recommends
+}
+
+[[ $(go env GOARCH) == amd64 ]] || skip "the VM runs Debian's amd64 kernel: this machine is $(go env GOARCH)"
+need qemu-system-x86_64 qemu-system-x86
+need secilc secilc
+need cpio cpio
+
+cache=${SELINUX_VM_CACHE:-$HOME/.cache/registrar-selinux-vm}
+kernel=${SELINUX_VM_KERNEL:-}
+if [[ -z $kernel ]]; then
+	mkdir -p "$cache"
+	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	if [[ -z $pkg ]]; then
+		[[ $(id -u) == 0 ]] || skip "apt knows no linux-image-amd64 and apt-get update needs root"
+		apt-get update -q >/dev/null || skip "apt-get update failed"
+		pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+		[[ -n $pkg ]] || skip "apt knows no linux-image-amd64 package (not Debian?); set SELINUX_VM_KERNEL to a kernel with SELinux"
+	fi
+	kernel=$cache/vmlinuz-${pkg#linux-image-}
+	if [[ ! -f $kernel ]]; then
+		step "downloading Debian's $pkg-unsigned into $cache (its vmlinuz is kept, the package removed)"
+		tmp=$(mktemp -d "$cache/download.XXXXXX")
+		(cd "$tmp" && apt-get download -q "$pkg-unsigned" >/dev/null 2>&1) ||
+			(cd "$tmp" && apt-get download -q "$pkg") ||
+			skip "apt-get download $pkg-unsigned (or $pkg) failed"
+		dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" ./boot
+		grep -qx 'CONFIG_SECURITY_SELINUX=y' "$tmp"/boot/config-* ||
+			fail "$pkg's kernel is built without SELinux (CONFIG_SECURITY_SELINUX)"
+		mv "$tmp"/boot/vmlinuz-* "$kernel"
+		rm -rf "$tmp"
+	fi
+fi
+[[ -f $kernel ]] || fail "no kernel at $kernel"
+
+out=$PWD/bin/selinuxvm
+rm -rf "$out"
+root=$out/root
+mkdir -p "$root/bin" "$root/var/lib/kubelet"
+start=$SECONDS
+step "building the registrar, mockdriver, fakekubelet (as /bin/kubelet) and the guest's /init (CGO_ENABLED=0)"
+export CGO_ENABLED=0
+go build -trimpath -o "$root/bin/registrar" ./cmd/registrar
+go build -trimpath -o "$root/bin/mockdriver" ./test/mockdriver
+(cd test/e2e && go build -trimpath -o "$root/bin/kubelet" ./cmd/fakekubelet)
+(cd test/selinuxvm && go test -c -trimpath -o "$root/init" ./guest)
+secilc -o "$root/policy.bin" -f /dev/null test/selinuxvm/policy.cil ||
+	fail "secilc could not compile test/selinuxvm/policy.cil (above)"
+(cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 >"$out/initramfs.cpio.gz"
+step "built in $((SECONDS - start)) s: $out/initramfs.cpio.gz ($(du -h "$out/initramfs.cpio.gz" | cut -f1))"
+
+accel=${SELINUX_VM_ACCEL:-}
+if [[ -z $accel ]]; then
+	accel=tcg
+	why="no /dev/kvm open for reading and writing"
+	if [[ -r /dev/kvm && -w /dev/kvm ]]; then
+		if grep -qwE 'vmx|svm' /proc/cpuinfo; then
+			accel=kvm
+		else
+			why="/dev/kvm is there but the CPU advertises no vmx or svm (nested KVM without them hangs)"
+		fi
+	fi
+	[[ $accel == kvm ]] || step "TCG (software emulation): $why; SELINUX_VM_ACCEL=kvm forces KVM"
+fi
+case $accel in
+kvm) timeout=${SELINUX_VM_TIMEOUT:-300}; cpu=(-cpu host) ;;
+tcg) timeout=${SELINUX_VM_TIMEOUT:-900}; cpu=(-cpu max) ;;
+*) fail "SELINUX_VM_ACCEL=$accel: use kvm or tcg" ;;
+esac
+
+# The kernel's LSM list with SELinux as its major module: Debian's
+# CONFIG_LSM puts AppArmor first, and only one of them can be active.
+lsm=landlock,lockdown,yama,integrity,selinux,bpf
+log=$out/console.log
+step "booting $(basename "$kernel") with $accel (at most $timeout s): the guest's output follows"
+start=$SECONDS
+rc=0
+timeout --foreground -k 10 "$timeout" qemu-system-x86_64 -accel "$accel" "${cpu[@]}" -m 1536 -smp 2 \
+	-nographic -no-reboot -kernel "$kernel" -initrd "$out/initramfs.cpio.gz" \
+	-append "console=ttyS0 panic=-1 loglevel=4 lsm=$lsm -- -test.v -test.run=${SELINUX_VM_RUN:-.}" </dev/null 2>&1 | tee "$log" || rc=$?
+took=$((SECONDS - start))
+if grep -q '^SELINUXVM: PASS' "$log"; then
+	step "ok: the SELinux scenarios passed in a VM ($accel, $took s)"
+	exit 0
+fi
+if grep -q '^SELINUXVM: FAIL' "$log"; then
+	fail "the guest's tests failed ($accel, $took s): see its output above ($log)"
+fi
+fail "the guest printed no verdict (qemu exit $rc after $took s; 124: the $timeout s timeout): see its output above ($log)"
