@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		fmt.Println("test/selinuxvm/guest runs only as the /init of make selinux-test's VM: nothing to do here")
 		return
 	}
+	// The console may hold the firmware's escape sequences: start a line.
+	fmt.Println()
 	code := 1
 	if err := setUp(); err != nil {
 		fmt.Println("setting the VM up:", err)
