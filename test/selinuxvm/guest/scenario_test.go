@@ -130,10 +130,9 @@ func (o *outputs) calledByKubelet() []KubeletEvent {
 	return out
 }
 
-var (
-	kubeletConnecttoNokubelet = []string{"denied", "{ connectto }", "scontext=" + Context("kubelet_t"), "tcontext=" + Context("nokubelet_t"), "tclass=unix_stream_socket"}
-	containerWritesVarLib     = []string{"denied", "scontext=" + Context("container_t"), "tcontext=" + FileContext("var_lib_t"), "tclass=dir"}
-)
+// containerWritesVarLib is the AVC denial of a container writing to a
+// var_lib_t directory.
+var containerWritesVarLib = []string{"denied", "scontext=" + Context("container_t"), "tcontext=" + FileContext("var_lib_t"), "tclass=dir"}
 
 var scenarios = []scenario{
 	{
@@ -168,10 +167,8 @@ var scenarios = []scenario{
 		registryType: "container_file_t", registrar: "nokubelet_t", driver: "container_t", enforcing: true,
 		until: kubeletSilent,
 		check: func(t *testing.T, o *outputs) {
-			wantNoKubeletCalls(t, o, "it may not connect to the registrar")
-			wantAVC(t, o, kubeletConnecttoNokubelet, "permissive=0")
-			wantStatus(t, o, "kubeletSilent", true)
-			wantLabel(t, o, regSocket, FileContext("container_file_t"))
+			wantKubeletShutOut(t, o, "it may not connect to the registrar",
+				kubeletConnectto("nokubelet_t", "permissive=0"), "container_file_t")
 		},
 	},
 	{
@@ -198,9 +195,34 @@ var scenarios = []scenario{
 		until: registered,
 		check: func(t *testing.T, o *outputs) {
 			wantRegistered(t, o)
-			wantAVC(t, o, kubeletConnecttoNokubelet, "permissive=1")
+			wantAVC(t, o, kubeletConnectto("nokubelet_t", "permissive=1"))
 		},
 	},
+	{
+		name:         "F-kubelet-denied-connectto-privileged",
+		registryType: "container_file_t", registrar: "nokubelet_spc_t", driver: "container_t", enforcing: true,
+		until: kubeletSilent,
+		check: func(t *testing.T, o *outputs) {
+			wantKubeletShutOut(t, o, "it may not connect to the registrar",
+				kubeletConnectto("nokubelet_spc_t", "permissive=0"), "container_file_t")
+		},
+	},
+	{
+		name:         "G-kubelet-cannot-list-registry",
+		registryType: "pod_private_t", registrar: "spc_t", driver: "spc_t", enforcing: true,
+		until: kubeletSilent,
+		check: func(t *testing.T, o *outputs) {
+			wantKubeletShutOut(t, o, "it may not list or watch the registry",
+				[]string{"denied", "scontext=" + Context("kubelet_t"), "tcontext=" + FileContext("pod_private_t"), "tclass=dir", "permissive=0"},
+				"pod_private_t")
+		},
+	},
+}
+
+// kubeletConnectto is the AVC denial of kubelet dialling a socket of domain,
+// and more.
+func kubeletConnectto(domain string, more ...string) []string {
+	return append([]string{"denied", "{ connectto }", "scontext=" + Context("kubelet_t"), "tcontext=" + Context(domain), "tclass=unix_stream_socket"}, more...)
 }
 
 func wantRegistered(t *testing.T, o *outputs) {
@@ -220,6 +242,18 @@ func wantStatus(t *testing.T, o *outputs, key string, want any) {
 	if got := o.StatusJSON[key]; got != want {
 		t.Errorf("/status %s = %v, want %v", key, got, want)
 	}
+}
+
+// wantKubeletShutOut wants a registrar that published its socket (labelled
+// socketType) and that kubelet never reached, because the kernel denied it
+// (the AVC message with every one of avc), and the registrar's /status
+// saying kubeletSilent.
+func wantKubeletShutOut(t *testing.T, o *outputs, because string, avc []string, socketType string) {
+	t.Helper()
+	wantNoKubeletCalls(t, o, because)
+	wantAVC(t, o, avc)
+	wantStatus(t, o, "kubeletSilent", true)
+	wantLabel(t, o, regSocket, FileContext(socketType))
 }
 
 func wantNoKubeletCalls(t *testing.T, o *outputs, because string) {
