@@ -10,7 +10,8 @@
 #      depends on) with apt-get download into $SELINUX_VM_CACHE (default
 #      ~/.cache/registrar-selinux-vm) and keeps only its vmlinuz: nothing is
 #      installed; SELINUX_VM_KERNEL=/path/to/bzImage uses another kernel;
-#   3. builds static binaries (CGO_ENABLED=0) of the registrar, the driver,
+#   3. builds static binaries (CGO_ENABLED=0) of the registrar (or takes
+#      the one SELINUX_VM_REGISTRAR names), the driver,
 #      fakekubelet and the guest's /init (the test binary of
 #      test/selinuxvm/guest), compiles the policy with secilc, and packs them
 #      into an initramfs (cpio newc, gzip);
@@ -89,7 +90,15 @@ mkdir -p "$root/bin" "$root/var/lib/kubelet"
 start=$SECONDS
 step "building the registrar, mockdriver, fakekubelet (as /bin/kubelet) and the guest's /init (CGO_ENABLED=0)"
 export CGO_ENABLED=0
-go build -trimpath -o "$root/bin/registrar" ./cmd/registrar
+if [[ -n ${SELINUX_VM_REGISTRAR:-} ]]; then
+	[[ -f $SELINUX_VM_REGISTRAR ]] || fail "SELINUX_VM_REGISTRAR=$SELINUX_VM_REGISTRAR: no such file"
+	file=$(od -An -c -N4 "$SELINUX_VM_REGISTRAR" | tr -d ' ')
+	[[ $file == 177ELF ]] || fail "SELINUX_VM_REGISTRAR=$SELINUX_VM_REGISTRAR is not an ELF binary"
+	step "the registrar is $SELINUX_VM_REGISTRAR (SELINUX_VM_REGISTRAR): it must be static, built with CGO_ENABLED=0"
+	cp "$SELINUX_VM_REGISTRAR" "$root/bin/registrar"
+else
+	go build -trimpath -o "$root/bin/registrar" ./cmd/registrar
+fi
 go build -trimpath -o "$root/bin/mockdriver" ./test/mockdriver
 (cd test/e2e && go build -trimpath -o "$root/bin/kubelet" ./cmd/fakekubelet)
 (cd test/selinuxvm && go test -c -trimpath -o "$root/init" ./guest)
