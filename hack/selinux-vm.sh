@@ -8,7 +8,7 @@
 #   1. installs qemu-system-x86, secilc and cpio with apt-get when missing;
 #   2. downloads Debian's kernel package (the version linux-image-amd64
 #      depends on) with apt-get download into $SELINUX_VM_CACHE (default
-#      ~/.cache/registrar-selinux-vm) and keeps only its vmlinuz: nothing is
+#      ${XDG_CACHE_HOME:-~/.cache}/registrar-selinux-vm) and keeps only its vmlinuz: nothing is
 #      installed; SELINUX_VM_KERNEL=/path/to/bzImage uses another kernel;
 #   3. builds static binaries (CGO_ENABLED=0) of the registrar (or takes
 #      the one SELINUX_VM_REGISTRAR names), the driver,
@@ -43,12 +43,21 @@ skip() {
 	exit 0
 }
 
-# need COMMAND PACKAGE: installs PACKAGE when COMMAND is missing, or skips.
+# need COMMAND PACKAGE: installs Debian's PACKAGE when COMMAND is missing,
+# or skips saying why it could not.
+apt_updated=''
 need() {
 	command -v "$1" >/dev/null 2>&1 && return
 	[[ $(id -u) == 0 ]] || skip "$1 is missing and installing Debian's $2 needs root (apt-get install $2)"
 	command -v apt-get >/dev/null 2>&1 || skip "$1 is missing and there is no apt-get to install $2"
-	install_missing "$1" "$2" --no-install-recommends
+	step "$1 is missing: installing Debian's $2 package with apt-get"
+	if [[ -z $apt_updated ]]; then
+		apt-get update -q || skip "apt-get update failed (above), so $2 cannot be installed"
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$2" ||
+		skip "apt-get install $2 failed (above)"
+	command -v "$1" >/dev/null 2>&1 || skip "$1 is still missing after apt-get install $2"
 }
 
 [[ $(go env GOARCH) == amd64 ]] || skip "the VM runs Debian's amd64 kernel: this machine is $(go env GOARCH)"
@@ -56,14 +65,14 @@ need qemu-system-x86_64 qemu-system-x86
 need secilc secilc
 need cpio cpio
 
-cache=${SELINUX_VM_CACHE:-$HOME/.cache/registrar-selinux-vm}
+cache=${SELINUX_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/registrar-selinux-vm}
 kernel=${SELINUX_VM_KERNEL:-}
 if [[ -z $kernel ]]; then
 	mkdir -p "$cache"
 	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 	if [[ -z $pkg ]]; then
 		[[ $(id -u) == 0 ]] || skip "apt knows no linux-image-amd64 and apt-get update needs root"
-		apt-get update -q >/dev/null || skip "apt-get update failed"
+		apt-get update -q >/dev/null || skip "apt-get update failed, so apt knows no kernel package"
 		pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 		[[ -n $pkg ]] || skip "apt knows no linux-image-amd64 package (not Debian?); set SELINUX_VM_KERNEL to a kernel with SELinux"
 	fi
@@ -129,17 +138,21 @@ log=$out/console.log
 # stdout. Returns qemu's exit status, or 125 when KVM was chosen and the
 # guest's /init did not speak within $boot_wait s (a nested KVM that hangs).
 boot_wait=${SELINUX_VM_BOOT_WAIT:-60}
+qemu='' tailer=''
+trap '[[ -z $qemu ]] || kill $qemu 2>/dev/null || true; [[ -z $tailer ]] || kill $tailer 2>/dev/null || true' EXIT
 run_vm() {
 	local cpu=(-cpu max) rc=0
 	[[ $1 == kvm ]] && cpu=(-cpu host)
 	: >"$log"
+	# The guest's tests get a minute less than the VM, so that a test that
+	# hangs is reported by go test (with every goroutine's stack).
 	timeout -k 10 "$2" qemu-system-x86_64 -accel "$1" "${cpu[@]}" -m 1536 -smp 2 \
 		-nographic -no-reboot -nic none -kernel "$kernel" -initrd "$out/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 loglevel=4 lsm=$lsm -- -test.v -test.run=${SELINUX_VM_RUN:-.}" \
+		-append "console=ttyS0 panic=-1 loglevel=4 lsm=$lsm -- -test.v -test.timeout=$(($2 - 60))s -test.run=${SELINUX_VM_RUN:-.}" \
 		</dev/null >"$log" 2>&1 &
-	local qemu=$!
+	qemu=$!
 	tail -n +1 -f --pid=$qemu "$log" &
-	local tailer=$!
+	tailer=$!
 	if [[ $1 == kvm ]]; then
 		local waited=0
 		until grep -q 'active LSMs:' "$log" || ! kill -0 $qemu 2>/dev/null || ((waited >= boot_wait)); do
