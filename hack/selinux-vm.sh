@@ -111,6 +111,10 @@ fi
 go build -trimpath -o "$root/bin/mockdriver" ./test/mockdriver
 (cd test/e2e && go build -trimpath -o "$root/bin/kubelet" ./cmd/fakekubelet)
 (cd test/selinuxvm && go test -c -trimpath -o "$root/init" ./guest)
+step "the guest's host-side tests (the comparison of a SELinux report with the kernel's log)"
+race=(env CGO_ENABLED=0 go test)
+if command -v gcc >/dev/null 2>&1; then race=(env CGO_ENABLED=1 go test -race); fi
+(cd test/selinuxvm && "${race[@]}" -count=1 ./guest) || fail "test/selinuxvm/guest's tests failed on the host (above)"
 secilc -o "$root/policy.bin" -f /dev/null test/selinuxvm/policy.cil ||
 	fail "secilc could not compile test/selinuxvm/policy.cil (above)"
 (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 >"$out/initramfs.cpio.gz"
