@@ -328,7 +328,10 @@ func (s scenario) run(t *testing.T, port int) *outputs {
 			t.Fatal(err)
 		}
 	}
-	mark := kmsg.Mark()
+	mark, err := kmsg.Sync(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	driver := startProc(t, "driver", s.driver, mockdriverBin, "--endpoint="+driverSocket, "--name="+driverName)
 	kubelet := startKubelet(t)
@@ -368,7 +371,6 @@ func (s scenario) run(t *testing.T, port int) *outputs {
 
 	o := &outputs{Labels: map[string]string{}}
 	o.StatusJSON, o.Status, o.StatusErr = getStatus(statusURL)
-	var err error
 	o.Diagnose, o.DiagnoseExit, err = Run(s.registrar, 30*time.Second, registrarBin, append([]string{"--diagnose"}, flags...)...)
 	if err != nil {
 		t.Errorf("registrar --diagnose: %v", err)
@@ -388,6 +390,10 @@ func (s scenario) run(t *testing.T, port int) *outputs {
 	o.Kubelet = kubelet.Output()
 	o.KubeletEvents = kubelet.events()
 	if err := kubelet.lineErr(); err != nil {
+		t.Error(err)
+	}
+	// Every AVC message of the scenario, however late the reader is.
+	if _, err := kmsg.Sync(10 * time.Second); err != nil {
 		t.Error(err)
 	}
 	o.AVCs, _ = kmsg.Since(mark, "avc:")

@@ -179,6 +179,7 @@ type Kmsg struct {
 	mu    sync.Mutex
 	lines []string
 	added chan struct{} // closed and replaced at each new line
+	syncs int           // lines written by Sync
 }
 
 // ReadKmsg starts reading the kernel log, from its first record.
@@ -218,6 +219,36 @@ func (k *Kmsg) Mark() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.lines)
+}
+
+// Sync writes a line of its own into the kernel log and waits until it has
+// been read, so that everything the kernel logged before is in: it returns
+// the Mark after that line.
+func (k *Kmsg) Sync(timeout time.Duration) (int, error) {
+	k.mu.Lock()
+	k.syncs++
+	line := fmt.Sprintf("selinuxvm: kernel log sync %d", k.syncs)
+	k.mu.Unlock()
+	if err := os.WriteFile("/dev/kmsg", []byte(line+"\n"), 0); err != nil {
+		return 0, fmt.Errorf("writing to /dev/kmsg: %w", err)
+	}
+	deadline := time.After(timeout)
+	for {
+		k.mu.Lock()
+		for i := len(k.lines) - 1; i >= 0; i-- {
+			if k.lines[i] == line {
+				k.mu.Unlock()
+				return i + 1, nil
+			}
+		}
+		added := k.added
+		k.mu.Unlock()
+		select {
+		case <-added:
+		case <-deadline:
+			return 0, fmt.Errorf("the line written to /dev/kmsg was not read back within %s", timeout)
+		}
+	}
 }
 
 // Since returns the lines after mark that contain substr, and a channel
