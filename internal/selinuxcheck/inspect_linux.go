@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,6 +148,15 @@ func processContext(path string) (string, error) {
 		return "", fmt.Errorf("%q is not an SELinux context", context)
 	}
 	return context, nil
+}
+
+// isContext tells whether s has the form user:role:type[:level].
+func isContext(s string) bool {
+	parts := strings.SplitN(s, ":", 4)
+	if len(parts) < 3 || strings.ContainsAny(s, " \t\n") {
+		return false
+	}
+	return !slices.Contains(parts[:3], "")
 }
 
 // fileLabel is a file's security.selinux attribute, not following a

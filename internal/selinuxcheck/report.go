@@ -15,7 +15,6 @@ package selinuxcheck
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -137,15 +136,6 @@ func (r *Report) Summary() string {
 
 // Problem tells whether the report shows a denial.
 func (r *Report) Problem() bool { return r != nil && len(r.Denials) > 0 }
-
-// isContext tells whether s has the form user:role:type[:level].
-func isContext(s string) bool {
-	parts := strings.SplitN(s, ":", 4)
-	if len(parts) < 3 || strings.ContainsAny(s, " \t\n") {
-		return false
-	}
-	return !slices.Contains(parts[:3], "")
-}
 
 // typeOf is a context's type, or the context when it has none.
 func typeOf(context string) string {

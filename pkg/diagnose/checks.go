@@ -57,6 +57,12 @@ func (d *diagnosis) checkRegistryDir() Check {
 	// removed at once.
 	f, err := os.CreateTemp(dir, ".diagnose-*")
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			d.registryDenied = true
+			if d.selinux() != nil {
+				return fail(c, "present, not writable ("+pathErrorCause(err)+"): SELinux is on, and the directory's label may deny it to this container (see the SELinux line); otherwise mount it read-write and run the registrar as root")
+			}
+		}
 		return fail(c, "present, not writable ("+pathErrorCause(err)+"): mount it read-write and run the registrar as root")
 	}
 	name := f.Name()

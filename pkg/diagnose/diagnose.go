@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
 
@@ -135,6 +136,12 @@ type diagnosis struct {
 	// kubeletRoot is kubelet's root dir on the host as the registry
 	// directory's mount tells it; "" when it cannot tell.
 	kubeletRoot string
+	// registryDenied: creating a file in the registry directory was
+	// denied (EACCES, EPERM).
+	registryDenied bool
+	// selinuxReport is what SELinux says, once asked (selinuxAsked).
+	selinuxReport *selinuxcheck.Report
+	selinuxAsked  bool
 }
 
 // Print writes the checklist, one line per check, then a summary line. It

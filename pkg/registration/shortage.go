@@ -2,6 +2,8 @@ package registration
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"syscall"
 	"time"
 )
@@ -38,6 +40,12 @@ type pendingPublication struct {
 // instead of failing, and says why in the log and the status.
 func (l *loop) publish(reason string) error {
 	err := l.publishNow(reason)
+	if errors.Is(err, fs.ErrPermission) && l.cfg.InspectSELinux != nil {
+		// The registry directory's label may be why.
+		if report := l.cfg.InspectSELinux(""); report != nil {
+			return fmt.Errorf("%w; %s", err, report.Summary())
+		}
+	}
 	if err == nil || !isShortage(err) {
 		return err
 	}

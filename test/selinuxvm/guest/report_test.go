@@ -11,11 +11,6 @@ import (
 	"testing"
 )
 
-// selinuxReportRequired makes a /status without its "selinux" section a
-// failure. Builds of the registrar before issue 15's SELinux report have
-// none: then the comparison below only says so in the log.
-var selinuxReportRequired = false
-
 // selinuxReport is the "selinux" section of the registrar's /status.
 type selinuxReport struct {
 	Mode      string `json:"mode"`
@@ -91,11 +86,8 @@ func compareSELinuxReport(s scenario, o *outputs) (problems []string, note strin
 	wantMode := map[bool]string{true: "enforcing", false: "permissive"}[s.enforcing]
 	raw, ok := o.StatusJSON["selinux"]
 	if !ok {
-		if selinuxReportRequired {
-			bad("/status has no selinux section though SELinux is %s", wantMode)
-			return problems, ""
-		}
-		return nil, "/status has no selinux section: this registrar does not report SELinux; nothing to compare"
+		bad("/status has no selinux section though SELinux is %s", wantMode)
+		return problems, ""
 	}
 	b, err := json.Marshal(raw)
 	if err != nil {

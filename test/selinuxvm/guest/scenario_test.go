@@ -144,6 +144,7 @@ var scenarios = []scenario{
 			if d := o.avcs("denied"); len(d) != 0 {
 				t.Errorf("the kernel denied something to a privileged registrar that kubelet registered:\n%s", strings.Join(d, "\n"))
 			}
+			wantSaid(t, "--diagnose", o.Diagnose, "[ OK ] SELinux: SELinux enforcing;", "the policy lets kubelet ("+Context("kubelet_t")+", process ")
 		},
 	},
 	{
@@ -160,6 +161,8 @@ var scenarios = []scenario{
 					t.Errorf("denied to a confined registrar that kubelet registered: %s", l)
 				}
 			}
+			wantSaid(t, "--diagnose", o.Diagnose, "[ OK ] SELinux: SELinux enforcing;", "registry directory "+FileContext("container_file_t"),
+				"not known: this container's domain container_t may not ask the policy (security { compute_av })")
 		},
 	},
 	{
@@ -169,6 +172,10 @@ var scenarios = []scenario{
 		check: func(t *testing.T, o *outputs) {
 			wantKubeletShutOut(t, o, "it may not connect to the registrar",
 				kubeletConnectto("nokubelet_t", "permissive=0"), "container_file_t")
+			// A registrar that may not ask the policy gives the labels
+			// where it says that kubelet stays silent, and where to look.
+			wantSaid(t, "the registrar's log", o.Registrar, "kubelet has not called GetInfo", `selinux="SELinux enforcing;`,
+				"registrar "+Context("nokubelet_t"), "ausearch -m avc -c kubelet")
 		},
 	},
 	{
@@ -184,9 +191,9 @@ var scenarios = []scenario{
 			if o.RegistrarExit == nil {
 				t.Errorf("the registrar exited with status 0 though it could not publish its socket")
 			}
-			if !strings.Contains(o.Registrar, "permission denied") {
-				t.Errorf("the registrar's log does not say permission denied")
-			}
+			wantSaid(t, "the registrar's log", o.Registrar, "bind: permission denied; SELinux enforcing;", "registry directory "+FileContext("var_lib_t"))
+			wantSaid(t, "--diagnose", o.Diagnose, "not writable (permission denied): SELinux is on, and the directory's label may deny it",
+				"[FAIL] SELinux: SELinux enforcing;", "its label is the likely cause", "restorecon")
 		},
 	},
 	{
@@ -205,6 +212,9 @@ var scenarios = []scenario{
 		check: func(t *testing.T, o *outputs) {
 			wantKubeletShutOut(t, o, "it may not connect to the registrar",
 				kubeletConnectto("nokubelet_spc_t", "permissive=0"), "container_file_t")
+			wantSaid(t, "--diagnose", o.Diagnose, "[FAIL] SELinux: SELinux enforcing: kubelet (kubelet_t) may not { connectto } the registrar's socket", "seLinuxOptions")
+			wantSaid(t, "/status's reason", fmt.Sprint(o.StatusJSON["reason"]), "or SELinux does not let it: SELinux enforcing: kubelet (kubelet_t) may not { connectto }")
+			wantSaid(t, "the registrar's log", o.Registrar, "and SELinux does not let it", "may not { connectto }")
 		},
 	},
 	{
@@ -215,6 +225,10 @@ var scenarios = []scenario{
 			wantKubeletShutOut(t, o, "it may not list or watch the registry",
 				[]string{"denied", "scontext=" + Context("kubelet_t"), "tcontext=" + FileContext("pod_private_t"), "tclass=dir", "permissive=0"},
 				"pod_private_t")
+			wantSaid(t, "--diagnose", o.Diagnose, "[FAIL] SELinux: SELinux enforcing: kubelet (kubelet_t) may not { open read watch } the registry directory", "restorecon")
+			if strings.Contains(o.Diagnose, "seLinuxOptions") {
+				t.Errorf("--diagnose advises another domain for a denial of the directory's label:\n%s", o.Diagnose)
+			}
 		},
 	},
 }
@@ -223,6 +237,17 @@ var scenarios = []scenario{
 // and more.
 func kubeletConnectto(domain string, more ...string) []string {
 	return append([]string{"denied", "{ connectto }", "scontext=" + Context("kubelet_t"), "tcontext=" + Context(domain), "tclass=unix_stream_socket"}, more...)
+}
+
+// wantSaid wants text, what the registrar said somewhere, to contain every
+// one of parts.
+func wantSaid(t *testing.T, where, text string, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if !strings.Contains(text, p) {
+			t.Errorf("%s does not say %q:\n%s", where, p, text)
+		}
+	}
 }
 
 func wantRegistered(t *testing.T, o *outputs) {
