@@ -85,32 +85,54 @@ func Inspect(cfg Config) *Report {
 		return r
 	}
 
+	r.askPolicy(p, needs(cfg, labels, self, r.Kubelet, r.Driver))
+	return r
+}
+
+// ask is one question to the policy: may source do perms on target?
+type ask struct {
+	who, source, target, class string
+	perms                      []string
+	object                     string
+}
+
+// needs are the questions to ask: what kubelet needs to register the
+// driver and reach it, and what this process needs to publish. labels are
+// the files' labels by what they are.
+func needs(cfg Config, labels map[string]string, self, kubelet, driver string) []ask {
 	var asks []ask
 	if label := labels[WhatRegistryDir]; label != "" {
 		object := "the " + WhatRegistryDir + " " + cfg.RegistryDir
 		asks = append(asks,
-			ask{"kubelet", r.Kubelet, label, "dir", []string{"search", "getattr", "open", "read", "watch"}, object},
+			ask{"kubelet", kubelet, label, "dir", []string{"search", "getattr", "open", "read", "watch"}, object},
 			ask{"registrar", self, label, "dir", []string{"search", "write", "add_name", "remove_name"}, object})
 	}
 	if label := labels[WhatSocket]; label != "" {
-		asks = append(asks, ask{"kubelet", r.Kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatSocket + " " + cfg.Socket})
+		asks = append(asks, ask{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatSocket + " " + cfg.Socket})
 	}
-	asks = append(asks, ask{"kubelet", r.Kubelet, self, "unix_stream_socket", []string{"connectto"}, "the registrar's socket"})
+	asks = append(asks, ask{"kubelet", kubelet, self, "unix_stream_socket", []string{"connectto"}, "the registrar's socket"})
 	if label := labels[WhatDriverSocketDir]; label != "" {
-		asks = append(asks, ask{"kubelet", r.Kubelet, label, "dir", []string{"search"}, "the " + WhatDriverSocketDir + " " + filepath.Dir(cfg.DriverSocket)})
+		asks = append(asks, ask{"kubelet", kubelet, label, "dir", []string{"search"}, "the " + WhatDriverSocketDir + " " + filepath.Dir(cfg.DriverSocket)})
 	}
 	if label := labels[WhatDriverSocket]; label != "" {
-		asks = append(asks, ask{"kubelet", r.Kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatDriverSocket + " " + cfg.DriverSocket})
+		asks = append(asks, ask{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatDriverSocket + " " + cfg.DriverSocket})
 	}
-	if r.Driver != "" {
-		asks = append(asks, ask{"kubelet", r.Kubelet, r.Driver, "unix_stream_socket", []string{"connectto"}, "the driver's socket"})
+	if driver != "" {
+		asks = append(asks, ask{"kubelet", kubelet, driver, "unix_stream_socket", []string{"connectto"}, "the driver's socket"})
 	}
+	return asks
+}
+
+// askPolicy records the policy's answers: the denials, and whether kubelet
+// can reach what it needs and this process publish; or, when the policy
+// does not answer, why.
+func (r *Report) askPolicy(p policy, asks []ask) {
 	for _, a := range asks {
 		denied, err := p.denied(a.source, a.target, a.class, a.perms)
 		if err != nil {
 			r.Denials = nil
 			r.Unchecked = "the policy did not answer: " + err.Error()
-			return r
+			return
 		}
 		if len(denied) > 0 {
 			r.Denials = append(r.Denials, Denial{Who: a.who, Source: a.source, Target: a.target, Class: a.class, Permissions: denied, Object: a.object})
@@ -125,13 +147,6 @@ func Inspect(cfg Config) *Report {
 		}
 	}
 	r.KubeletCanReach, r.RegistrarCanPublish = &kubeletOK, &registrarOK
-	return r
-}
-
-type ask struct {
-	who, source, target, class string
-	perms                      []string
-	object                     string
 }
 
 // processContext reads a process's context from an attr/current file; an

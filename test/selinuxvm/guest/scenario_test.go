@@ -62,6 +62,9 @@ type scenario struct {
 	// kubelet runs in kubelet_t.
 	registrar, driver string
 	enforcing         bool
+	// kubeletUnseen runs kubelet under another name, as a registrar
+	// without hostPID sees it: not at all; it then assumes kubelet_t.
+	kubeletUnseen bool
 	// until ends the observation; the scenario fails if it does not come.
 	until outcome
 	// check asserts what the kernel allowed and what the registrar says.
@@ -220,12 +223,14 @@ var scenarios = []scenario{
 	{
 		name:         "G-kubelet-cannot-list-registry",
 		registryType: "pod_private_t", registrar: "spc_t", driver: "spc_t", enforcing: true,
-		until: kubeletSilent,
+		kubeletUnseen: true,
+		until:         kubeletSilent,
 		check: func(t *testing.T, o *outputs) {
 			wantKubeletShutOut(t, o, "it may not list or watch the registry",
 				[]string{"denied", "scontext=" + Context("kubelet_t"), "tcontext=" + FileContext("pod_private_t"), "tclass=dir", "permissive=0"},
 				"pod_private_t")
-			wantSaid(t, "--diagnose", o.Diagnose, "[FAIL] SELinux: SELinux enforcing: kubelet (kubelet_t) may not { open read watch } the registry directory", "restorecon")
+			wantSaid(t, "--diagnose", o.Diagnose, "[FAIL] SELinux: SELinux enforcing: kubelet (kubelet_t) may not { open read watch } the registry directory", "restorecon",
+				"kubelet is "+Context("kubelet_t")+" (assumed: kubelet's process is not visible here, and the policy defines kubelet_t)")
 			if strings.Contains(o.Diagnose, "seLinuxOptions") {
 				t.Errorf("--diagnose advises another domain for a denial of the directory's label:\n%s", o.Diagnose)
 			}
@@ -359,7 +364,7 @@ func (s scenario) run(t *testing.T, port int) *outputs {
 	}
 
 	driver := startProc(t, "driver", s.driver, mockdriverBin, "--endpoint="+driverSocket, "--name="+driverName)
-	kubelet := startKubelet(t)
+	kubelet := startKubelet(t, s.kubeletUnseen)
 	httpEndpoint := fmt.Sprintf("127.0.0.1:%d", port)
 	flags := []string{
 		"--csi-address=" + driverSocket,
@@ -500,8 +505,16 @@ func (k *kubeletProc) registered() bool {
 	return o.registeredByKubelet()
 }
 
-func startKubelet(t *testing.T) *kubeletProc {
+func startKubelet(t *testing.T, unseen bool) *kubeletProc {
 	t.Helper()
+	bin := kubeletBin
+	if unseen {
+		// The process's name is the name it was started by.
+		bin = kubeletBin + "-unseen"
+		if err := os.Symlink(kubeletBin, bin); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
 	k := &kubeletProc{wake: make(chan struct{})}
 	ready := make(chan struct{})
 	var once sync.Once
@@ -519,7 +532,7 @@ func startKubelet(t *testing.T) *kubeletProc {
 		k.evs = append(k.evs, e)
 		close(k.wake)
 		k.wake = make(chan struct{})
-	}, kubeletBin, "--registry-dir="+registryDir)
+	}, bin, "--registry-dir="+registryDir)
 	if err != nil {
 		t.Fatal(err)
 	}
