@@ -55,6 +55,24 @@ func TestStatusShowsWhatSELinuxSays(t *testing.T) {
 	}
 }
 
+// Where SELinux is on but the policy cannot be asked, the reason names it
+// as a possible cause all the same.
+func TestStatusWhenSELinuxCannotTell(t *testing.T) {
+	r := start(t, shortTempDir(t), func(c *Config) {
+		c.InspectSELinux = func(string) *selinuxcheck.Report {
+			return &selinuxcheck.Report{Mode: "unknown", Unchecked: "selinuxfs is not mounted in this container"}
+		}
+		c.KubeletSilence = 20 * time.Millisecond
+	})
+	poll.Until(t, "the status says kubelet did not call, with SELinux's report", func() bool {
+		st := r.srv.Status()
+		return st.KubeletSilent && st.SELinux != nil
+	})
+	if st := r.srv.Status(); !strings.Contains(st.Reason, "or SELinux does not let it, which this registrar cannot tell") {
+		t.Errorf("Reason = %q, want SELinux named as a possible cause", st.Reason)
+	}
+}
+
 // Where SELinux is off the hook answers nil, and nothing of it shows.
 func TestStatusWithoutSELinux(t *testing.T) {
 	asked := make(chan struct{}, 4)

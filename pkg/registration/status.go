@@ -236,8 +236,11 @@ func (s *Server) Status() Status {
 		if st.kubeletSilent {
 			out.KubeletSilent = true
 			out.Reason += ": kubelet has not called GetInfo on the socket; it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
-			if st.selinux.Problem() {
+			switch {
+			case st.selinux.Problem():
 				out.Reason += "; or SELinux does not let it: " + st.selinux.Summary()
+			case st.selinux != nil && st.selinux.Unchecked != "":
+				out.Reason += "; or SELinux does not let it, which this registrar cannot tell (see selinux)"
 			}
 		}
 	case Registered:

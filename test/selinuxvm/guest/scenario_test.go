@@ -179,6 +179,7 @@ var scenarios = []scenario{
 			// where it says that kubelet stays silent, and where to look.
 			wantSaid(t, "the registrar's log", o.Registrar, "kubelet has not called GetInfo", `selinux="SELinux enforcing;`,
 				"registrar "+Context("nokubelet_t"), "ausearch -m avc -c kubelet")
+			wantSaid(t, "/status's reason", fmt.Sprint(o.StatusJSON["reason"]), "or SELinux does not let it, which this registrar cannot tell")
 		},
 	},
 	{
