@@ -24,14 +24,25 @@ import (
 // domain of their own.
 var kubeletDomains = []string{"kubelet_t", "unconfined_service_t"}
 
+// On tells whether SELinux is on, as Inspect tells it.
+func On() bool {
+	_, _, on := detect()
+	return on
+}
+
+// detect finds this process's context and selinuxfs. Where this process
+// has no SELinux context, SELinux is off but for a container that shows
+// selinuxfs where it usually is; only there is the mount table read.
+func detect() (self string, fsDir string, on bool) {
+	self, err := processContext("/proc/thread-self/attr/current")
+	fsDir = selinuxfs(err == nil)
+	return self, fsDir, err == nil || fsDir != ""
+}
+
 // Inspect reports what SELinux says; nil when SELinux is off.
 func Inspect(cfg Config) *Report {
-	self, selfErr := processContext("/proc/thread-self/attr/current")
-	// Where this process has no SELinux context, SELinux is off but for a
-	// container that shows selinuxfs where it usually is; only there is
-	// the mount table read.
-	fsDir := selinuxfs(selfErr == nil)
-	if selfErr != nil && fsDir == "" {
+	self, fsDir, on := detect()
+	if !on {
 		return nil
 	}
 	r := &Report{Mode: "unknown", Registrar: self}
@@ -66,7 +77,7 @@ func Inspect(cfg Config) *Report {
 	}
 
 	if self == "" {
-		r.Unchecked = "this process's own context cannot be read: " + selfErr.Error()
+		r.Unchecked = "this process's own context cannot be read from /proc/thread-self/attr/current"
 		return r
 	}
 	p := policy{dir: fsDir}

@@ -93,10 +93,10 @@ const (
 // Summary says in one line what the report means for the registration.
 func (r *Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "SELinux %s", r.Mode)
 	if r.Mode == "unknown" {
-		b.Reset()
 		b.WriteString("SELinux on (mode unknown)")
+	} else {
+		b.WriteString("SELinux " + r.Mode)
 	}
 	if len(r.Denials) > 0 {
 		var ds []string

@@ -22,6 +22,9 @@ func TestNothingWhereSELinuxIsOff(t *testing.T) {
 	if r := Inspect(Config{RegistryDir: dir, Socket: dir + "/x-reg.sock", DriverSocket: dir + "/csi.sock"}); r != nil {
 		t.Errorf("Inspect = %+v, want nil where SELinux is off", r)
 	}
+	if On() {
+		t.Error("On() = true where SELinux is off")
+	}
 }
 
 func TestIsContext(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -59,7 +60,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
 			d.registryDenied = true
-			if d.selinux() != nil {
+			if selinuxcheck.On() {
 				return fail(c, "present, not writable ("+pathErrorCause(err)+"): SELinux is on, and the directory's label may deny it to this container (see the SELinux line); otherwise mount it read-write and run the registrar as root")
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
 
@@ -139,9 +138,6 @@ type diagnosis struct {
 	// registryDenied: creating a file in the registry directory was
 	// denied (EACCES, EPERM).
 	registryDenied bool
-	// selinuxReport is what SELinux says, once asked (selinuxAsked).
-	selinuxReport *selinuxcheck.Report
-	selinuxAsked  bool
 }
 
 // Print writes the checklist, one line per check, then a summary line. It

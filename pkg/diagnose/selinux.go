@@ -9,14 +9,9 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// selinux is what SELinux says of the registry directory, the registration
-// socket and the driver's socket, asked once; nil where SELinux is off.
-// The sockets are included once the checks before have found them.
-func (d *diagnosis) selinux() *selinuxcheck.Report {
-	if d.selinuxAsked {
-		return d.selinuxReport
-	}
-	d.selinuxAsked = true
+// 9. What SELinux says of the files kubelet must reach; no check where
+// SELinux is off.
+func (d *diagnosis) checkSELinux() (Check, bool) {
 	cfg := selinuxcheck.Config{RegistryDir: d.cfg.RegistrationDir, DialTimeout: d.cfg.Timeout}
 	if d.addressParsed {
 		cfg.DriverSocket = d.address.Path
@@ -27,19 +22,7 @@ func (d *diagnosis) selinux() *selinuxcheck.Report {
 			cfg.Socket = path
 		}
 	}
-	d.selinuxReport = selinuxcheck.Inspect(cfg)
-	return d.selinuxReport
-}
-
-// 9. What SELinux says of the files kubelet must reach; no check where
-// SELinux is off.
-func (d *diagnosis) checkSELinux() (Check, bool) {
-	if d.registryDenied {
-		// Asked again: the sockets were not known yet when the registry
-		// directory's check asked.
-		d.selinuxAsked = false
-	}
-	report := d.selinux()
+	report := selinuxcheck.Inspect(cfg)
 	if report == nil {
 		return Check{}, false
 	}
