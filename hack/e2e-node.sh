@@ -117,11 +117,14 @@ remove_cgroups() {
 	}
 }
 
-# One run at a time: a lock on this script, held by every process of the
-# run (the descriptor is inherited), so also by a node whose script was
-# killed.
-exec 9<"$0"
-flock -n 9 || fail "another e2e-node run is going on (it holds a lock on $0)"
+# One run at a time on this machine, whichever checkout it comes from: the
+# runs share the cgroup /e2e-node and clean up each other's scratch
+# directories. A lock on /run/lock/e2e-node.lock, held by every process of
+# the run (the descriptor is inherited), so also by a node whose script was
+# killed. E2E_NODE_LOCK_WAIT=<seconds> waits that long for it.
+mkdir -p /run/lock
+exec 9>>/run/lock/e2e-node.lock
+flock -w "${E2E_NODE_LOCK_WAIT:-0}" 9 || fail "another e2e-node run is going on (it holds /run/lock/e2e-node.lock); E2E_NODE_LOCK_WAIT=<seconds> waits for it"
 
 # What a run killed with SIGKILL left: its cgroups, its scratch directory
 # and the sysctls kubelet changed, saved there.
