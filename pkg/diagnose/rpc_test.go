@@ -110,7 +110,8 @@ func TestJudgeRegistration(t *testing.T) {
 		detail string
 	}{
 		{"registered", registration.Status{State: registration.Registered, LastVerdict: &registration.Verdict{Registered: true, Time: *at(time.Minute)}}, OK, "registered the driver through this socket 1m0s ago"},
-		{"rejected", registration.Status{State: registration.Rejected, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago: "boom"`},
+		{"rejected", registration.Status{State: registration.Rejected, Attempts: 3, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago (3 times in a row): "boom"`},
+		{"kubelet silent", registration.Status{State: registration.KubeletSilent, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago"},
 		{"just published", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Second)}, Warn, "run --diagnose again"},
 		{"never called", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago: kubelet does not watch /registration"},
 		{"called, no verdict", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute), LastGetInfo: at(50 * time.Second)}, Fail, "called GetInfo 50s ago but has sent no verdict"},

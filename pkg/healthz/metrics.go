@@ -192,7 +192,7 @@ func labelPairs(kv []string) []*dto.LabelPair {
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	families := s.metrics.families(s.registrationStatus())
+	families := s.metrics.families(s.registration.Status())
 	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
 	families = append(families, processFamilies()...)
 	families = append(families, goFamilies()...)
