@@ -130,6 +130,13 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		return flagError(err)
 	}
 	srv.Observe(reportTermination(logger, termination))
+	// The registration as it was before it stopped, for stoppedFailing.
+	var lastRunning atomic.Pointer[registration.Status]
+	srv.Observe(func(_, now registration.Status) {
+		if now.State != registration.Stopped {
+			lastRunning.Store(&now)
+		}
+	})
 	srv.Observe(tightenOnceRegistered(logger))
 	if gate != nil {
 		srv.Observe(tellGate(gate))
@@ -182,7 +189,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return stoppedFailing(srv.Status(), o.unhealthyAfter, driverError.Load(), termination, logger)
+	return stoppedFailing(lastRunning.Load(), o.unhealthyAfter, driverError.Load(), termination, logger)
 }
 
 // failedTooLong: the registrar was stopped, most likely by a liveness
@@ -196,8 +203,8 @@ func (e *failedTooLong) Error() string { return e.reason }
 // had been failing for longer than unhealthyAfter, and leaves why in the
 // termination message: kubelet's rejection and silence are there already,
 // the driver's last error is written now.
-func stoppedFailing(st registration.Status, unhealthyAfter time.Duration, driverErr *error, termination *terminationMessage, logger klog.Logger) error {
-	if unhealthyAfter <= 0 || st.FailingSince == nil || time.Since(*st.FailingSince) < unhealthyAfter {
+func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, driverErr *error, termination *terminationMessage, logger klog.Logger) error {
+	if st == nil || unhealthyAfter <= 0 || st.FailingSince == nil || time.Since(*st.FailingSince) < unhealthyAfter {
 		return nil
 	}
 	reason := st.Reason
