@@ -2,9 +2,8 @@
 
 GO        ?= go
 # The version stamped into the binaries (--version) and the images' labels:
-# the latest release tag v<x.y.z>, with git describe's suffix after it, or
-# v0.0.0-<time>-<hash> before the first (hack/version.sh). Computed once;
-# make VERSION=... overrides it.
+# the file VERSION (hack/version.sh), the same for every clone and build of a
+# commit. Read once; make VERSION=... overrides it.
 ifeq ($(origin VERSION),undefined)
 VERSION   := $(shell hack/version.sh)
 endif
@@ -86,8 +85,8 @@ build:
 version:
 	@echo $(VERSION)
 
-# The notes of a release from CHANGELOG.md: the Unreleased section, or
-# RELEASE's (make release-notes RELEASE=v0.1.0). See README.md, "Releasing".
+# The notes of a release from CHANGELOG.md: the section of VERSION's version,
+# or RELEASE's (make release-notes RELEASE=v0.1.0). See CONTRIBUTING.md.
 RELEASE ?=
 release-notes:
 	@hack/release-notes.sh $(RELEASE)
