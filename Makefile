@@ -1,4 +1,4 @@
-# The registrar's build, test and demo entry points. See README.md.
+# The registrar's build, test, demo and release entry points. See CONTRIBUTING.md.
 
 GO        ?= go
 # The version stamped into the binaries (--version) and the images' labels:
@@ -62,7 +62,7 @@ WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy test/node test/logconformance test/metricsconformance test/selinuxvm
+MODULES := . test/e2e test/deploy test/docs test/node test/logconformance test/metricsconformance test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -74,7 +74,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
 
 all: build
 
@@ -187,6 +187,13 @@ deploy-test:
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
+# The Markdown documents as GitHub renders them: every relative link and
+# #anchor resolves, and the README's flags table is the binary's flags. A
+# module of its own (the goldmark parser). See CONTRIBUTING.md.
+docs-test:
+	cd test/docs && $(GO) vet ./...
+	cd test/docs && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
 # k8s.io/component-base's JSON logger and internal/logging on the same
 # calls: their lines must be the same bytes. A module of its own, so that the
 # product module never depends on component-base.
@@ -202,7 +209,7 @@ metrics-conformance:
 	cd test/metricsconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The last line says that everything passed; make stops at the first failure.
-test: vet unit fuzz e2e deploy-test log-conformance metrics-conformance bench-smoke
+test: vet unit fuzz e2e deploy-test docs-test log-conformance metrics-conformance bench-smoke
 	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
@@ -253,7 +260,7 @@ demo:
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
-# printed, never asserted. See README.md, "Performance".
+# printed, never asserted. See docs/performance.md.
 bench: build mockdriver
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
 	$(BENCH_PROCESS) $(BENCH_FLAGS)
