@@ -73,7 +73,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit fuzz e2e demo vet clean version release-notes
+.PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
 .PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
 
 all: build
@@ -90,6 +90,18 @@ version:
 RELEASE ?=
 release-notes:
 	@hack/release-notes.sh $(RELEASE)
+
+# A release of the tree, offline, in RELEASE_DIR: one OCI image index of the
+# Linux image for RELEASE_PLATFORMS (buildah), the binaries with their SBOMs,
+# the release notes and SHA256SUMS; then hack/check-release.sh checks it.
+# The base is RELEASE_BASE_IMAGE (scratch: nothing can be pulled offline).
+# See hack/release.sh and CONTRIBUTING.md, "Releasing".
+RELEASE_DIR        ?= _output/release
+RELEASE_PLATFORMS  ?= linux/amd64 linux/arm64 linux/arm/v7 linux/ppc64le linux/s390x
+RELEASE_BASE_IMAGE ?= scratch
+release:
+	VERSION=$(VERSION) RELEASE_DIR=$(RELEASE_DIR) RELEASE_PLATFORMS='$(RELEASE_PLATFORMS)' \
+		RELEASE_BASE_IMAGE=$(RELEASE_BASE_IMAGE) hack/release.sh
 
 # Static binaries for every platform of the images, each with its SBOM
 # beside it: $(BIN)-<os>-<arch>.cdx.json, CycloneDX JSON of the Go modules
