@@ -235,3 +235,23 @@ func TestLinksResolve(t *testing.T) {
 	}
 	t.Logf("%d relative links checked in %d documents", checked, len(docs))
 }
+
+func TestMatchGlob(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"docs/*.md", "docs/diagnose.md", true},
+		{"docs/*.md", "docs/sub/page.md", false},
+		{"deploy/**/README.md", "deploy/node-gate/README.md", true},
+		{"deploy/**/README.md", "deploy/a/b/README.md", true},
+		{"deploy/**/README.md", "deploy/README.md", true},
+		{"deploy/**/README.md", "deploy/node-gate/rbac.yaml", false},
+		{"test/**/README.md", "deploy/x/README.md", false},
+		{"README.md", "docs/README.md", false},
+	} {
+		if got := matchGlob(tc.pattern, tc.name); got != tc.want {
+			t.Errorf("matchGlob(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}
