@@ -33,7 +33,7 @@ expect() {
 [[ -f $dir/SHA256SUMS ]] || fail "$dir/SHA256SUMS is missing"
 (cd "$dir" && sha256sum --quiet --strict -c SHA256SUMS) || fail "$dir/SHA256SUMS does not match the files"
 listed=$(awk '{ print $2 }' "$dir/SHA256SUMS" | sed 's/^\*//' | sort | tr '\n' ' ')
-present=$(cd "$dir" && ls | grep -vx SHA256SUMS | sort | tr '\n' ' ')
+present=$(find "$dir" -mindepth 1 -maxdepth 1 ! -name SHA256SUMS -printf '%f\n' | sort | tr '\n' ' ')
 expect "the files SHA256SUMS lists" "$listed" "$present"
 step "ok: SHA256SUMS lists and matches $(wc -l <"$dir/SHA256SUMS") files"
 [[ -s $dir/RELEASE-NOTES.md ]] || fail "$dir/RELEASE-NOTES.md is missing or empty"

@@ -72,6 +72,6 @@ for p in $build_platforms; do
 done
 printf '%s\n' "$notes" >"$out/RELEASE-NOTES.md"
 (cd "$out" && sha256sum -- * >SHA256SUMS)
-step "wrote $out: $(cd "$out" && ls | tr '\n' ' ')"
+step "wrote $out: $(find "$out" -mindepth 1 -printf '%f\n' | sort | tr '\n' ' ')"
 
 VERSION=$version RELEASE_PLATFORMS=$platforms hack/check-release.sh "$out"
