@@ -200,7 +200,8 @@ deploy-test:
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The Markdown documents as GitHub renders them: every relative link and
-# #anchor resolves, and the README's flags table is the binary's flags. A
+# #anchor resolves, the README's flags table is the binary's flags, and
+# CONTRIBUTING.md's table of make targets is the Makefile's. A
 # module of its own (the goldmark parser). See CONTRIBUTING.md.
 docs-test:
 	cd test/docs && $(GO) vet ./...
