@@ -7,9 +7,10 @@
 # of a commit says the same, with or without tags, history or uncommitted
 # changes. Between two releases VERSION holds the version being prepared,
 # whose CHANGELOG.md section is dated when it is released. Which commit a
-# binary was built from, and whether the tree had uncommitted changes, is in
-# the binary's Go build information (go version -m: vcs.revision,
-# vcs.modified), not in the version.
+# binary was built from, and whether the tree had uncommitted changes, is not
+# in the version: Go records them in the binary's build information when it
+# builds in a git checkout without -buildvcs=false (go version -m:
+# vcs.revision, vcs.modified).
 #
 #   hack/version.sh          (make's VERSION; override with make VERSION=...)
 #
