@@ -303,8 +303,16 @@ func flagError(err error) error {
 	var cfgErr *registration.ConfigError
 	if errors.As(err, &cfgErr) {
 		if flag, ok := registrationFlags[cfgErr.Field]; ok {
-			return fmt.Errorf("%s: %w", flag, err)
+			return withFlag(flag, err)
 		}
 	}
 	return err
+}
+
+// withFlag says which flag err is about; nil stays nil.
+func withFlag(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", flag, err)
 }

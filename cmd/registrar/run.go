@@ -166,14 +166,16 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// make it dial again.
 		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
-		g.Go(func() error { return driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout) })
+		g.Go(func() error {
+			return withFlag("--driver-health-endpoint", driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout))
+		})
 	}
 	if port != nil {
 		opts := probeOptions(o, driverHealth, gate)
 		opts.SELinux = selinux.report
 		probes := healthz.New(srv, opts)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error { return port.Run(ctx) })
+		g.Go(func() error { return withFlag("--http-endpoint", port.Run(ctx)) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
 	g.Go(func() error { return explainDenial(flagError(srv.Run(ctx)), o.pluginRegistrationPath) })
