@@ -70,7 +70,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 // The diagnosis reads kubelet's verdict from the running registrar, and
 // fails with kubelet's own reason after a rejection.
 func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
-	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{RetryInitial: time.Hour})
+	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Retry: registration.Backoff{Initial: time.Hour}})
 	ctx := context.Background()
 	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, registrationSocket: path}
 

@@ -124,7 +124,7 @@ type history struct {
 func newMachine(cfg Config, now time.Time) machine {
 	return machine{
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
-		backoff: cfg.RetryInitial, shortBackoff: publishRetryInitial,
+		backoff: cfg.Retry.Initial, shortBackoff: publishRetryInitial,
 		log: history{publications: map[string]uint64{}},
 	}
 }
@@ -354,7 +354,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 	if registered {
 		m.log.calls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
-		m.backoff, m.due[retryTimer] = m.cfg.RetryInitial, time.Time{}
+		m.backoff, m.due[retryTimer] = m.cfg.Retry.Initial, time.Time{}
 		return nil
 	}
 	m.log.calls.NotifyRejected++
@@ -370,7 +370,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 	}
 	if m.due[retryTimer].IsZero() {
 		m.due[retryTimer] = now.Add(m.backoff)
-		m.backoff = min(2*m.backoff, m.cfg.RetryMax)
+		m.backoff = min(2*m.backoff, m.cfg.Retry.Max)
 	}
 	return nil
 }

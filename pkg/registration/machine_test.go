@@ -35,7 +35,7 @@ func testFiles(t *testing.T) (a, b fs.FileInfo) {
 }
 
 func testMachine() machine {
-	m := newMachine(Config{Dir: "/reg", RetryInitial: time.Second, RetryMax: 4 * time.Second, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
+	m := newMachine(Config{Dir: "/reg", Retry: Backoff{Initial: time.Second, Max: 4 * time.Second}, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
 	return m
 }
 

@@ -98,7 +98,7 @@ func TestReplacesADeadSocketAtThePath(t *testing.T) {
 func TestRetriesAfterRejection(t *testing.T) {
 	fake := testingclock.NewFakeClock(time.Now())
 	srv := newServer(t, shortTempDir(t), func(c *Config) {
-		c.RetryInitial, c.RetryMax, c.Clock = 20*time.Millisecond, 40*time.Millisecond, fake
+		c.Retry, c.Clock = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond}, fake
 	})
 	var mu sync.Mutex
 	var observed []string
@@ -158,7 +158,7 @@ func TestRetriesAfterRejection(t *testing.T) {
 
 func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 	// Long enough that the retry does not happen during the test.
-	r := start(t, shortTempDir(t), func(c *Config) { c.RetryInitial, c.RetryMax = time.Hour, 4*time.Hour })
+	r := start(t, shortTempDir(t), func(c *Config) { c.Retry = Backoff{Initial: time.Hour, Max: 4 * time.Hour} })
 	path := r.srv.SocketPathForTest()
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
 		t.Fatal(err)

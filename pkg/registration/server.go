@@ -73,10 +73,9 @@ type Config struct {
 	// OnRejection is the policy when kubelet rejects the plugin; Retry
 	// when empty.
 	OnRejection Policy
-	// RetryInitial and RetryMax bound the backoff of the Retry policy: it
-	// doubles from RetryInitial up to RetryMax, and starts over after
-	// kubelet accepted the plugin.
-	RetryInitial, RetryMax time.Duration
+	// Retry is the backoff of the Retry policy: it doubles from Initial up
+	// to Max, and starts over after kubelet accepted the plugin.
+	Retry Backoff
 	// KubeletSilence is how long after a publication kubelet may not have
 	// called GetInfo before the registration is kubelet-silent
 	// (DefaultKubeletSilence): kubelet's plugin watcher reacts at once,
@@ -88,6 +87,9 @@ type Config struct {
 	// Clock runs every timer of the registration; the real one when nil.
 	Clock clock.WithTicker
 }
+
+// Backoff is a wait that doubles from Initial up to Max.
+type Backoff struct{ Initial, Max time.Duration }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
 // and the policy is Exit.
@@ -207,14 +209,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CheckTimeout <= 0 {
 		cfg.CheckTimeout = DefaultCheckTimeout
 	}
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = DefaultRetryInitial
+	if cfg.Retry.Initial <= 0 {
+		cfg.Retry.Initial = DefaultRetryInitial
 	}
 	if cfg.KubeletSilence <= 0 {
 		cfg.KubeletSilence = DefaultKubeletSilence
 	}
-	if cfg.RetryMax < cfg.RetryInitial {
-		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
+	if cfg.Retry.Max < cfg.Retry.Initial {
+		cfg.Retry.Max = max(DefaultRetryMax, cfg.Retry.Initial)
 	}
 	s := &Server{
 		cfg:             cfg,
