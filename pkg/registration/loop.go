@@ -115,6 +115,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 				}
 			}
 		}
+		l.arm()
 	}
 	return nil
 }

@@ -361,7 +361,8 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 	m.log.failures++
 	m.log.lastFailure = now
 	m.attempts++
-	if m.state != Rejected {
+	if m.failingSince.IsZero() {
+		// A rejection after kubelet's silence continues that failure.
 		m.failingSince = now
 	}
 	m.state = Rejected

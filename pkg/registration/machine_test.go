@@ -261,3 +261,25 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 		}
 	}
 }
+
+// A failure that goes on under another name keeps its start: kubelet
+// silent, then rejecting, has been failing since the silence; a
+// registration clears it.
+func TestFailingSince(t *testing.T) {
+	m := publishedIn(KubeletSilent)
+	silentAt := t0.Add(10 * time.Second)
+	if !m.failingSince.Equal(silentAt) {
+		t.Fatalf("silent: failing since %v, want %v", m.failingSince, silentAt)
+	}
+	m.step(silentAt.Add(time.Minute), kubeletCall{gen: 1, notify: true, reason: "no"})
+	if m.state != Rejected || !m.failingSince.Equal(silentAt) {
+		t.Errorf("rejected after the silence: %s failing since %v, want since %v", m.state, m.failingSince, silentAt)
+	}
+	m.step(silentAt.Add(2*time.Minute), kubeletCall{gen: 1, notify: true, registered: true})
+	if !m.failingSince.IsZero() {
+		t.Errorf("registered: failing since %v", m.failingSince)
+	}
+	if w := testMachine(); !w.failingSince.Equal(t0) || w.state != WaitingForDriver {
+		t.Errorf("a new registration: %s failing since %v, want waiting for the driver since the start", w.state, w.failingSince)
+	}
+}
