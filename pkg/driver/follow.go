@@ -82,26 +82,26 @@ type follower struct {
 func (f *follower) run(ctx context.Context) error {
 	for {
 		name, socket, err := f.search(ctx)
+		change := socketRemoved
 		if err == nil {
 			f.found(name)
-			change, err := f.watchSocket(ctx, socket)
-			switch {
-			case err != nil:
+			change, err = f.watchSocket(ctx, socket)
+		} else if errors.Is(err, errSocketRemoved) {
+			err = nil
+		}
+		switch {
+		case err != nil:
+			return err
+		case change == noChange:
+			// Searched for again, with the retries of start-up.
+			f.unreachable("The CSI driver no longer answers: its connection was closed, and a new one cannot be made")
+		case change == socketRemoved:
+			f.unreachable("CSI driver socket removed")
+			if err := f.waitForSocket(ctx); err != nil {
 				return err
-			case change == socketCreated:
-				continue
-			case change == noChange:
-				// Searched for again, with the retries of start-up.
-				f.unreachable("The CSI driver no longer answers: its connection was closed, and a new one cannot be made")
-				continue
 			}
-		} else if !errors.Is(err, errSocketRemoved) {
-			return err
 		}
-		f.unreachable("CSI driver socket removed")
-		if err := f.waitForSocket(ctx); err != nil {
-			return err
-		}
+		// After socketCreated, the new socket is searched at once.
 	}
 }
 

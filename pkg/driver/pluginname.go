@@ -89,7 +89,12 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 		// Before the attempt: a socket replaced during the attempt must not
 		// pass for the one that answered.
 		socket, _ := os.Lstat(path)
-		name, err := f.attempt(ctx, attempt)
+		f.logger.V(4).Info("Calling GetPluginInfo", "path", path, "attempt", attempt)
+		start := time.Now()
+		name, err := getPluginInfo(ctx, path, f.cfg.Timeout)
+		if f.cfg.OnAttempt != nil {
+			f.cfg.OnAttempt(time.Since(start), err)
+		}
 		if err == nil {
 			if err := ValidateName(name); err != nil {
 				return "", nil, err
@@ -141,18 +146,7 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 	}
 }
 
-// attempt asks the driver for its name once, on a connection of its own,
-// and tells cfg.OnAttempt.
-func (f *follower) attempt(ctx context.Context, attempt int) (string, error) {
-	f.logger.V(4).Info("Calling GetPluginInfo", "path", f.cfg.Address.Path, "attempt", attempt)
-	start := time.Now()
-	name, err := getPluginInfo(ctx, f.cfg.Address.Path, f.cfg.Timeout)
-	if f.cfg.OnAttempt != nil {
-		f.cfg.OnAttempt(time.Since(start), err)
-	}
-	return name, err
-}
-
+// getPluginInfo asks the driver for its name once, on a connection of its own.
 func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (string, error) {
 	conn, err := unixgrpc.NewClient(path)
 	if err != nil {

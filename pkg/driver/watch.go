@@ -82,9 +82,8 @@ func (w *socketWatcher) rewatch() bool {
 	moved := false
 	// Until stable: a directory created while the watch moved sent no event.
 	for w.notify != nil {
-		dir := deepestExistingDir(filepath.Dir(w.path))
-		info, err := os.Stat(dir)
-		if dir == w.dir && err == nil && os.SameFile(info, w.dirInfo) {
+		dir, info := deepestDir(w.path)
+		if dir == w.dir && os.SameFile(info, w.dirInfo) {
 			return moved
 		}
 		if w.dir != "" {
@@ -101,16 +100,15 @@ func (w *socketWatcher) rewatch() bool {
 	return moved
 }
 
-func deepestExistingDir(dir string) string {
+// deepestDir is the deepest existing directory on the way to path.
+func deepestDir(path string) (string, os.FileInfo) {
+	dir := filepath.Dir(path)
 	for {
-		if info, err := os.Stat(dir); err == nil && info.IsDir() {
-			return dir
+		info, err := os.Stat(dir)
+		if err == nil && info.IsDir() || dir == filepath.Dir(dir) {
+			return dir, info
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return dir
-		}
-		dir = parent
+		dir = filepath.Dir(dir)
 	}
 }
 
@@ -126,6 +124,7 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.F
 		defer timer.Stop()
 		expired = timer.C
 	}
+	// fsnotify closes its channels only when it is closed, after Follow.
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if w.notify != nil {
@@ -140,27 +139,20 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.F
 				return w.look(known), nil
 			}
 			return noChange, nil
-		case event, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
+		case event := <-events:
 			w.logger.V(5).Info("File system event", "event", event.String())
 			switch {
 			case event.Name == w.path && event.Has(fsnotify.Create):
 				return socketCreated, nil
 			case event.Name == w.path && (event.Has(fsnotify.Remove) || event.Has(fsnotify.Rename)):
 				return socketRemoved, nil
-			case event.Name != w.path && w.rewatch():
+			case (event.Has(fsnotify.Create) || event.Name == w.dir) && w.rewatch():
+				// A directory on the way was created, or the watched one went.
 				if change := w.look(known); change != noChange {
 					return change, nil
 				}
 			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
+		case err := <-errs:
 			w.logger.V(4).Info("Error while watching for the CSI driver socket", "err", err)
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				if change := w.look(known); change != noChange {
