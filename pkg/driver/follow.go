@@ -23,6 +23,52 @@ type Event struct {
 	Reachable bool
 }
 
+// Defaults for the Config fields left at zero.
+const (
+	DefaultTimeout        = time.Second
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+)
+
+// Config says how to reach the CSI driver.
+type Config struct {
+	// Address is the driver's socket.
+	Address Address
+	// Timeout bounds each GetPluginInfo attempt, and each connection made
+	// to the driver to hold. Zero or less means DefaultTimeout.
+	Timeout time.Duration
+	// InitialBackoff is the wait after the first failed attempt; it doubles
+	// after each further failure up to MaxBackoff, and starts again from
+	// InitialBackoff when the socket is created. Zero or less means the
+	// default.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between attempts. It also paces Follow's
+	// looks at the socket when it cannot watch it. Zero or less means the
+	// default.
+	MaxBackoff time.Duration
+	// OnAttempt, if set, is called after every GetPluginInfo attempt with
+	// its duration and the RPC's error: nil when the driver answered (even
+	// with an invalid name), otherwise a gRPC status error (Unavailable when
+	// the socket cannot be reached, DeadlineExceeded after Timeout, Canceled
+	// when ctx ended the attempt). Follow waits for it: keep it as cheap as
+	// updating a metric.
+	OnAttempt func(duration time.Duration, err error)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.InitialBackoff <= 0 {
+		c.InitialBackoff = DefaultInitialBackoff
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
+	return c
+}
+
 // settleTime is how long a lost connection to the driver waits for the
 // file system to report its socket removed or replaced, before the driver
 // is asked again whether it answers.

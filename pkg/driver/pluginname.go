@@ -14,58 +14,12 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
-// Defaults for the Config fields left at zero.
-const (
-	DefaultTimeout        = time.Second
-	DefaultInitialBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff     = 5 * time.Second
-)
-
 // stillWaitingInterval spaces the level 0 reminders while the driver is away.
 const stillWaitingInterval = 30 * time.Second
 
 // maxReportedErrors bounds the distinct unexpected errors logged at level 0,
 // in case a driver puts something changing (a time, a counter) in its messages.
 const maxReportedErrors = 16
-
-// Config says how to reach the CSI driver.
-type Config struct {
-	// Address is the driver's socket.
-	Address Address
-	// Timeout bounds each GetPluginInfo attempt (--timeout). Zero or less
-	// means DefaultTimeout.
-	Timeout time.Duration
-	// InitialBackoff is the wait after the first failed attempt; it doubles
-	// after each further failure up to MaxBackoff, and starts again from
-	// InitialBackoff when the socket is created. Zero or less means the
-	// default.
-	InitialBackoff time.Duration
-	// MaxBackoff caps the wait between attempts. It also paces Follow's
-	// looks at the socket when it cannot watch it. Zero or less means the
-	// default.
-	MaxBackoff time.Duration
-	// OnAttempt, if set, is called after every GetPluginInfo attempt with
-	// its duration and the RPC's error: nil when the driver answered (even
-	// with an invalid name), otherwise a gRPC status error (Unavailable when
-	// the socket cannot be reached, DeadlineExceeded after Timeout, Canceled
-	// when ctx ended the attempt). Follow waits for it: keep it as cheap as
-	// updating a metric.
-	OnAttempt func(duration time.Duration, err error)
-}
-
-func (c Config) withDefaults() Config {
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.InitialBackoff <= 0 {
-		c.InitialBackoff = DefaultInitialBackoff
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
-	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
-	return c
-}
 
 // errSocketRemoved ends a search when the socket is removed: Follow then
 // waits for a new socket without attempts.

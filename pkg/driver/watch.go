@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -83,7 +84,9 @@ func (w *socketWatcher) rewatch() bool {
 	// Until stable: a directory created while the watch moved sent no event.
 	for w.notify != nil {
 		dir, info := deepestDir(w.path)
-		if dir == w.dir && os.SameFile(info, w.dirInfo) {
+		// The kernel drops a watch with its directory, whose inode a new
+		// directory may reuse at once: fsnotify's list tells.
+		if dir == w.dir && os.SameFile(info, w.dirInfo) && slices.Contains(w.notify.WatchList(), dir) {
 			return moved
 		}
 		if w.dir != "" {
