@@ -1,6 +1,7 @@
-// Package driver finds the CSI driver and learns its name: it waits for the
-// driver's Unix socket to appear, asks the driver's Identity service for its
-// name (GetPluginInfo) and checks that name against the CSI specification.
+// Package driver finds the CSI driver and follows it: it waits for the
+// driver's Unix socket, asks its Identity service for its name
+// (GetPluginInfo), checks that name against the CSI specification, and
+// follows the driver's restarts.
 package driver
 
 import (
@@ -13,11 +14,10 @@ import (
 )
 
 // Address is where the CSI driver listens: always a Unix domain socket,
-// because the registrar and the driver share the socket through a volume of
-// their pod.
+// which the registrar and the driver share through a volume of their pod.
 type Address struct {
-	// Path is the socket's file system path as given. A relative path is
-	// relative to the working directory.
+	// Path is the socket's path as given; a relative path is relative to
+	// the working directory.
 	Path string
 }
 
@@ -26,37 +26,29 @@ type Address struct {
 var uriScheme = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
 
 // ParseAddress reads a --csi-address value: "unix:///abs/path", "unix:path",
-// or a bare path, which means the same as "unix://path".
+// or a bare path, which means the same as "unix://path". Like upstream,
+// everything after "unix://" is the path, so that Windows manifests'
+// "unix://C:\\csi\\csi.sock" work.
 //
-// Like upstream, everything after "unix://" is the path, so Windows manifests'
-// "unix://C:\\csi\\csi.sock" works. Network addresses are rejected on
-// purpose. Upstream (csi-lib-utils) reads only a value that starts with "/"
-// as a path and hands anything else to gRPC's default resolver, which dials
-// "host:port" over TCP, and dials "tcp://host:port" as it is, which never
-// connects. But kubelet reaches a CSI driver only through a Unix socket (the
-// --kubelet-registration-path it is given), so a driver that kubelet can use
-// always has one to share with the registrar, whose following of driver
-// restarts watches that socket file. A bare value without a slash that ends
-// in ":<port number>" is read as host:port, as upstream would dial it, and
-// rejected; any other bare value is a path, relative or not.
+// Network addresses are refused on purpose: kubelet reaches a CSI driver
+// only through a Unix socket, so every driver kubelet can use has one to
+// share, and following the driver's restarts watches that socket file.
+// Upstream (csi-lib-utils) dials a bare "host:port" over TCP, so a bare
+// value without a slash that ends in ":<port number>" is refused as one;
+// any other bare value is a path, relative or not.
 func ParseAddress(addr string) (Address, error) {
 	if addr == "" {
 		return Address{}, errors.New("the CSI driver address is empty: give the path of the driver's Unix socket, for example /csi/csi.sock")
 	}
-	var path string
-	switch {
-	case strings.HasPrefix(addr, "unix://"):
-		path = strings.TrimPrefix(addr, "unix://")
-	case strings.HasPrefix(addr, "unix:"):
-		path = strings.TrimPrefix(addr, "unix:")
-	default:
-		if looksLikeHostPort(addr) {
-			return Address{}, unsupportedAddress(addr, "is a network address (host:port)")
-		}
-		if m := uriScheme.FindStringSubmatch(addr); m != nil {
-			return Address{}, unsupportedAddress(addr, fmt.Sprintf("has the scheme %q", m[1]))
-		}
-		path = addr
+	path, isUnix := strings.CutPrefix(addr, "unix://")
+	if !isUnix {
+		path, isUnix = strings.CutPrefix(addr, "unix:")
+	}
+	if !isUnix && looksLikeHostPort(addr) {
+		return Address{}, unsupportedAddress(addr, "is a network address (host:port)")
+	}
+	if m := uriScheme.FindStringSubmatch(addr); !isUnix && m != nil {
+		return Address{}, unsupportedAddress(addr, fmt.Sprintf("has the scheme %q", m[1]))
 	}
 	if path == "" {
 		return Address{}, fmt.Errorf("the CSI driver address %q has no socket path: give the path of the driver's Unix socket, for example unix:///csi/csi.sock", addr)
@@ -74,11 +66,8 @@ func unsupportedAddress(addr, what string) error {
 // looksLikeHostPort reports whether addr, given without a scheme, reads as
 // host:port ("127.0.0.1:10000", "[::1]:10000") rather than as a file name.
 func looksLikeHostPort(addr string) bool {
-	if strings.ContainsAny(addr, `/\`) {
-		return false
-	}
 	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err != nil || strings.ContainsAny(addr, `/\`) {
 		return false
 	}
 	_, err = strconv.ParseUint(port, 10, 16)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -22,46 +23,88 @@ type Event struct {
 	Reachable bool
 }
 
-// Follow finds the CSI driver (see search), however long it takes, and
-// then follows its restarts, calling report (on Follow's goroutine,
-// one event at a time; nil is allowed) with Reachable true and the name
-// each time a socket at the path answers GetPluginInfo, the first time
-// included, and with Reachable false when the socket is removed or the
-// driver behind it stops answering. A socket removed and re-created in
-// quick succession is reported as unreachable, then reachable.
+// Defaults for the Config fields left at zero.
+const (
+	DefaultTimeout        = time.Second
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+)
+
+// Config says how to reach the CSI driver.
+type Config struct {
+	// Address is the driver's socket.
+	Address Address
+	// Timeout bounds each GetPluginInfo attempt, and each connection made
+	// to the driver to hold. Zero or less means DefaultTimeout.
+	Timeout time.Duration
+	// InitialBackoff is the wait after the first failed attempt; it doubles
+	// after each further failure up to MaxBackoff, and starts again from
+	// InitialBackoff when the socket is created. Zero or less means the
+	// default.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between attempts. It also paces Follow's
+	// looks at the socket when it cannot watch it. Zero or less means the
+	// default.
+	MaxBackoff time.Duration
+	// OnAttempt, if set, is called after every GetPluginInfo attempt with
+	// its duration and the RPC's error: nil when the driver answered (even
+	// with an invalid name), otherwise a gRPC status error (Unavailable when
+	// the socket cannot be reached, DeadlineExceeded after Timeout, Canceled
+	// when ctx ended the attempt). Follow waits for it: keep it as cheap as
+	// updating a metric.
+	OnAttempt func(duration time.Duration, err error)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.InitialBackoff <= 0 {
+		c.InitialBackoff = DefaultInitialBackoff
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
+	return c
+}
+
+// settleTime is how long a lost connection to the driver waits for the
+// file system to report its socket removed or replaced, before the driver
+// is asked again whether it answers.
+const settleTime = 100 * time.Millisecond
+
+// Follow finds the CSI driver, however long it takes, and then follows its
+// restarts. It calls report (on Follow's goroutine, one event at a time;
+// nil is allowed) with Reachable true and the name each time a socket at
+// the path answers GetPluginInfo, the first time included, and with
+// Reachable false when the socket is removed or the driver behind it stops
+// answering. A socket removed and re-created in quick succession is
+// reported as unreachable, then reachable.
 //
-// It learns of the socket from inotify on its directory and, while the
-// driver answers, from a connection held to it that carries no calls (a
-// dead driver leaves its socket file behind; the end of the connection is
-// the event). Where the directory cannot be watched, it looks at the
-// socket every cfg.MaxBackoff.
+// While the driver is away it retries GetPluginInfo with a capped
+// exponential backoff, and at once when the socket is created. While the
+// driver answers, it holds a connection to it that carries no calls: a
+// dead driver leaves its socket file behind, and the end of the connection
+// is the event. Where the socket's directory cannot be watched, it looks
+// at the socket every cfg.MaxBackoff.
 //
 // Follow returns nil once ctx is done, found or not. Otherwise it returns
 // only on a fatal error: a driver without the Identity service, or an
 // invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	cfg = cfg.withDefaults()
-	path := cfg.Address.Path
-	if path == "" {
+	if cfg.Address.Path == "" {
 		return errors.New("no CSI driver address given")
 	}
 	if report == nil {
 		report = func(Event) {}
 	}
-	logger := klog.FromContext(ctx)
-	watcher := newSocketWatcher(logger, path)
-	defer watcher.Close()
+	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
-	watcher.start()
-
-	f := follower{
-		cfg:     cfg,
-		logger:  logger,
-		watcher: watcher,
-		search:  search{cfg: cfg, logger: logger, watcher: watcher},
-		report:  report,
-	}
+	f.watcher = newSocketWatcher(f.logger, cfg.Address.Path)
+	defer f.watcher.close()
 	err := f.run(ctx)
 	if ctx.Err() != nil {
 		return nil
@@ -74,7 +117,6 @@ type follower struct {
 	cfg     Config
 	logger  klog.Logger
 	watcher *socketWatcher
-	search  search
 	report  func(Event)
 
 	name      string // the name found last, "" before the first
@@ -82,44 +124,33 @@ type follower struct {
 }
 
 // run alternates between searching for the driver, watching its socket
-// while it is there, and waiting for a socket while there is none.
+// while it answers, and waiting for a socket while there is none.
 func (f *follower) run(ctx context.Context) error {
 	for {
-		name, socket, err := f.search.run(ctx)
-		if errors.Is(err, errSocketRemoved) {
-			f.lost()
+		name, socket, err := f.search(ctx)
+		change := socketRemoved
+		if err == nil {
+			f.found(name)
+			change, err = f.watchSocket(ctx, socket)
+		} else if errors.Is(err, errSocketRemoved) {
+			err = nil
+		}
+		switch {
+		case err != nil:
+			return err
+		case change == noChange:
+			// Searched for again, with the retries of start-up.
+			f.unreachable("The CSI driver no longer answers: its connection was closed, and a new one cannot be made")
+		case change == socketRemoved:
+			f.unreachable("CSI driver socket removed")
 			if err := f.waitForSocket(ctx); err != nil {
 				return err
 			}
-			continue
 		}
-		if err != nil {
-			return err
-		}
-		f.found(name)
-
-		outcome, err := f.watchSocket(ctx, socket)
-		if err != nil {
-			return err
-		}
-		switch outcome {
-		case socketGone:
-			f.lost()
-			if err := f.waitForSocket(ctx); err != nil {
-				return err
-			}
-			f.logger.V(4).Info("CSI driver socket created", "path", f.cfg.Address.Path)
-		case driverSilent:
-			// Searched for again, with the retries of start-up, which also
-			// follow the socket's events.
-			f.silent()
-		default:
-			f.logger.V(4).Info("CSI driver socket created", "path", f.cfg.Address.Path)
-		}
+		// After socketCreated, the new socket is searched at once.
 	}
 }
 
-// found reports the driver found after a search.
 func (f *follower) found(name string) {
 	path := f.cfg.Address.Path
 	switch f.name {
@@ -134,165 +165,84 @@ func (f *follower) found(name string) {
 	f.report(Event{Name: name, Reachable: true})
 }
 
-// lost reports the socket gone, if it was not already.
-func (f *follower) lost() {
+// unreachable reports the driver unreachable, if it was not already.
+func (f *follower) unreachable(why string) {
 	if !f.reachable {
 		// Gone before its driver answered: nothing was reported.
-		f.logger.V(4).Info("CSI driver socket removed", "path", f.cfg.Address.Path)
+		f.logger.V(4).Info(why, "path", f.cfg.Address.Path)
 		return
 	}
-	f.logger.Info("CSI driver socket removed", "driverName", f.name, "path", f.cfg.Address.Path)
+	f.logger.Info(why, "driverName", f.name, "path", f.cfg.Address.Path)
 	f.reachable = false
 	f.report(Event{})
 }
 
-// silent reports a driver that no longer answers on its socket.
-func (f *follower) silent() {
-	f.logger.Info("The CSI driver no longer answers: its connection was closed, and a new one cannot be made", "driverName", f.name, "path", f.cfg.Address.Path)
-	f.reachable = false
-	f.report(Event{})
-}
-
-// watchOutcome is how watchSocket ended.
-type watchOutcome int
-
-const (
-	socketReplaced watchOutcome = iota // a new socket is at the path
-	socketGone                         // the socket was removed
-	driverSilent                       // the socket stays, the driver does not answer
-)
-
-// settleTime is how long a lost connection to the driver waits for the
-// file system to report its socket removed or replaced, before the driver
-// is asked again whether it answers.
-const settleTime = 100 * time.Millisecond
-
-// errConnectionLost ends a watch: the connection held to the driver ended.
-var errConnectionLost = errors.New("the connection to the CSI driver ended")
-
-// watchSocket waits while the driver keeps its socket and answers on it.
-// It holds a connection to the driver: a driver that dies leaves its
-// socket file behind, and only that connection tells. A connection that
-// ends while the driver still answers (the driver closed an idle one) is
-// made again.
-func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (watchOutcome, error) {
+// watchSocket waits while the driver keeps its socket and answers on it,
+// and returns what ended that: socketRemoved, socketCreated (another
+// socket took its place) or noChange (the socket stays, the driver no
+// longer answers). It holds a connection to the driver: a driver that dies
+// leaves its socket file behind, and only that connection tells. A
+// connection that ends while the driver still answers (the driver closed
+// an idle one) is made again.
+func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketChange, error) {
 	for {
-		outcome, err := f.watchConnected(ctx, socket)
-		if !errors.Is(err, errConnectionLost) {
-			return outcome, err
+		held, cancel := context.WithCancelCause(ctx)
+		var connected atomic.Bool
+		go func() {
+			cancel(unixgrpc.Hold(held, f.cfg.Address.Path, f.cfg.Timeout, func() error {
+				connected.Store(true)
+				return nil
+			}))
+		}()
+		var change socketChange
+		var err error
+		for change == noChange && err == nil {
+			change, err = f.watcher.next(held, f.idleDeadline(), socket)
 		}
-		f.logger.V(4).Info("The connection held to the CSI driver ended; connecting again", "path", f.cfg.Address.Path)
+		cancel(nil)
+		if change != noChange || ctx.Err() != nil {
+			return change, ctx.Err()
+		}
+
+		// The connection ended. A driver that stops closes its connections,
+		// then its socket goes: give the file system a moment to say so.
+		deadline := time.Now().Add(settleTime)
+		for {
+			change, err = f.watcher.next(ctx, deadline, socket)
+			if err != nil || change != noChange {
+				return change, err
+			}
+			if f.watcher.look(socket) == noChange {
+				break
+			}
+			// The socket changed too: its events, not delivered yet, say how.
+			deadline = f.idleDeadline()
+		}
+		if !connected.Load() {
+			return noChange, nil
+		}
+		f.logger.V(4).Info("The connection held to the CSI driver ended; connecting again",
+			"path", f.cfg.Address.Path, "reason", context.Cause(held))
 	}
 }
 
-// watchConnected is watchSocket with one connection; it ends with
-// errConnectionLost when that connection ends while the driver answers.
-func (f *follower) watchConnected(ctx context.Context, socket os.FileInfo) (watchOutcome, error) {
-	held, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	connected := make(chan struct{})
-	go func() {
-		err := unixgrpc.Hold(held, f.cfg.Address.Path, f.cfg.Timeout, func() error {
-			close(connected)
-			return nil
-		})
-		if err != nil {
-			cancel(err)
-		}
-	}()
-	waiting := held // while the connection holds
-	for {
-		change, err := f.watcher.next(waiting, f.connectedDeadline())
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			if f.look(socket) == noChange {
-				// A driver that stops closes its connections, then its
-				// socket goes: give the file system a moment to say so.
-				change, err := f.watcher.next(ctx, time.Now().Add(settleTime))
-				if err != nil {
-					return 0, err
-				}
-				if outcome, ended := f.ended(change, socket); ended {
-					return outcome, nil
-				}
-			}
-			if f.look(socket) != noChange {
-				// The socket was removed or replaced too: its events,
-				// perhaps not delivered yet, say how. Without the
-				// connection from now on.
-				waiting = ctx
-				continue
-			}
-			select {
-			case <-connected:
-				return 0, errConnectionLost
-			default:
-				return driverSilent, nil
-			}
-		}
-		if outcome, ended := f.ended(change, socket); ended {
-			return outcome, nil
-		}
-	}
-}
-
-// ended tells whether a change ends the watch of socket, and how; a change
-// the watch could not tell is looked at on the file system.
-func (f *follower) ended(change socketChange, socket os.FileInfo) (watchOutcome, bool) {
-	if change == socketUnknown || change == noChange && !f.watcher.watching() {
-		change = f.look(socket)
-	}
-	switch change {
-	case socketCreated:
-		return socketReplaced, true
-	case socketRemoved:
-		return socketGone, true
-	}
-	return 0, false
-}
-
-// waitForSocket waits, without attempts, until a socket is created.
-func (f *follower) waitForSocket(ctx context.Context) error {
-	for {
-		change, err := f.watcher.next(ctx, time.Now().Add(f.cfg.MaxBackoff))
-		if err != nil {
-			return err
-		}
-		if change == socketUnknown || change == noChange && !f.watcher.watching() {
-			change = f.look(nil)
-		}
-		if change == socketCreated {
-			return nil
-		}
-	}
-}
-
-// connectedDeadline is when a wait for a change of the socket, while a
-// connection to the driver is held, looks at the file system anyway:
-// never while the directory is watched. The connection ends when the
-// driver does, and the watch reports a new socket; a watch lost without an
-// event (its file system unmounted) is put back at the next look, when the
-// connection ends. Without a watch, after MaxBackoff.
-func (f *follower) connectedDeadline() time.Time {
+// idleDeadline is when a wait for the socket's events looks at the file
+// system anyway: never while the directory is watched, so that nothing
+// wakes the registrar while its driver runs; after MaxBackoff otherwise.
+func (f *follower) idleDeadline() time.Time {
 	if f.watcher.watching() {
 		return time.Time{}
 	}
 	return time.Now().Add(f.cfg.MaxBackoff)
 }
 
-// look tells from the file system what may have happened to the socket
-// while events could not say: compared to known (nil for none), it is gone,
-// another file, or unchanged as far as can be told.
-func (f *follower) look(known os.FileInfo) socketChange {
-	info, err := os.Lstat(f.cfg.Address.Path)
-	switch {
-	case err != nil:
-		return socketRemoved
-	case known == nil || !os.SameFile(known, info) || !known.ModTime().Equal(info.ModTime()):
-		return socketCreated
-	default:
-		return noChange
+// waitForSocket waits, without attempts, until a socket is created. Its
+// look every MaxBackoff also puts back a watch lost without an event.
+func (f *follower) waitForSocket(ctx context.Context) error {
+	for {
+		change, err := f.watcher.next(ctx, time.Now().Add(f.cfg.MaxBackoff), nil)
+		if err != nil || change == socketCreated {
+			return err
+		}
 	}
 }

@@ -27,18 +27,23 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 	}
 	socket := filepath.Join(dir, "csi.sock")
 	w := newSocketWatcher(klog.Background(), socket)
-	defer w.Close()
-	w.start()
-	if w.watched != dir {
-		t.Fatalf("watching %q; want %q", w.watched, dir)
+	defer w.close()
+	if w.dir != dir {
+		t.Fatalf("watching %q; want %q", w.dir, dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	look := func(when string) {
 		t.Helper()
-		change, err := w.next(ctx, time.Now().Add(10*time.Millisecond))
-		if err != nil || change != socketUnknown {
-			t.Fatalf("%s: next = %v, %v; want the watch moved (socketUnknown)", when, change, err)
+		if watched(w, dir) {
+			t.Fatalf("%s: the watch is on the directory at %s before the look", when, dir)
+		}
+		change, err := w.next(ctx, time.Now().Add(10*time.Millisecond), nil)
+		if err != nil || change != noChange {
+			t.Fatalf("%s: next = %v, %v; want noChange at the deadline", when, change, err)
+		}
+		if !watched(w, dir) {
+			t.Fatalf("%s: the look at the deadline did not move the watch to the directory at %s", when, dir)
 		}
 	}
 	created := func(when string) {
@@ -47,12 +52,12 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		change, err := w.next(ctx, time.Time{})
+		change, err := w.next(ctx, time.Time{}, nil)
 		if err != nil || change != socketCreated {
 			t.Fatalf("a socket created %s: next = %v, %v; want socketCreated", when, change, err)
 		}
 		_ = l.Close() // removes the socket
-		if change, err := w.next(ctx, time.Time{}); err != nil || change != socketRemoved {
+		if change, err := w.next(ctx, time.Time{}, nil); err != nil || change != socketRemoved {
 			t.Fatalf("the socket removed %s: next = %v, %v; want socketRemoved", when, change, err)
 		}
 	}
@@ -75,4 +80,10 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 	mounted = false
 	look("after the unmount")
 	created("after the unmount")
+}
+
+// watched tells whether w watches the directory now at dir.
+func watched(w *socketWatcher, dir string) bool {
+	info, err := os.Stat(dir)
+	return w.dir == dir && err == nil && os.SameFile(info, w.dirInfo)
 }
