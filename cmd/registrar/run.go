@@ -187,7 +187,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			observeAttempt(d, err)
 		}
 	}
-	g.Go(func() error { return driver.Follow(ctx, driverConfig, tellAll(followers)) })
+	g.Go(func() error { return withFlag("--csi-address", driver.Follow(ctx, driverConfig, tellAll(followers))) })
 	if err := g.Wait(); err != nil {
 		return err
 	}

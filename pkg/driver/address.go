@@ -58,8 +58,8 @@ func ParseAddress(addr string) (Address, error) {
 
 func unsupportedAddress(addr, what string) error {
 	return fmt.Errorf("the CSI driver address %q %s, which is not supported: the registrar reaches the CSI driver only through "+
-		"its Unix domain socket, the one kubelet dials (--kubelet-registration-path); mount the driver's socket directory "+
-		"in this container and give the socket's path here, for example --csi-address=/csi/csi.sock or unix:///csi/csi.sock",
+		"its Unix domain socket, the one kubelet dials; mount the driver's socket directory "+
+		"in this container and give the socket's path, for example /csi/csi.sock or unix:///csi/csi.sock",
 		addr, what)
 }
 

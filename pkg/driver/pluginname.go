@@ -61,7 +61,7 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 
 		switch code, message := status.Code(err), status.Convert(err).Message(); code {
 		case codes.Unimplemented:
-			return "", nil, fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that --csi-address is the CSI driver's socket", path, err)
+			return "", nil, fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that it is the CSI driver's socket", path, err)
 		case codes.Unavailable, codes.DeadlineExceeded:
 			// Not there yet, not ready yet or too slow: the usual start-up.
 			f.logger.V(4).Info("CSI driver not ready", "path", path, "attempt", attempt, "err", err)

@@ -116,7 +116,7 @@ func TestRefusesATCPDriverAddress(t *testing.T) {
 			}
 			// klog quotes the error, escaping its quotes.
 			stderr := strings.ReplaceAll(registrar.stderr.String(), `\"`, `"`)
-			for _, want := range []string{tc.want, "only through its Unix domain socket", "--csi-address=/csi/csi.sock"} {
+			for _, want := range []string{tc.want, "--csi-address: ", "only through its Unix domain socket", "/csi/csi.sock"} {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("the error does not say %q:\n%s", want, stderr)
 				}
