@@ -38,7 +38,7 @@ const (
 	narrowUser  = "system:serviceaccount:default:narrow"
 )
 
-func startAPIServer(t *testing.T) *apiserverFixture {
+func startAPIServer(t testing.TB) *apiserverFixture {
 	t.Helper()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
@@ -50,7 +50,7 @@ func startAPIServer(t *testing.T) *apiserverFixture {
 	return &apiserverFixture{Server: s, dir: t.TempDir()}
 }
 
-func (f *apiserverFixture) mustCall(t *testing.T, method, path, contentType string, body []byte) []byte {
+func (f *apiserverFixture) mustCall(t testing.TB, method, path, contentType string, body []byte) []byte {
 	t.Helper()
 	answer, err := f.Do(method, path, contentType, body)
 	if err != nil {
@@ -61,7 +61,7 @@ func (f *apiserverFixture) mustCall(t *testing.T, method, path, contentType stri
 
 // client is a gate client that authenticates with token, and trusts the
 // API server's own self-signed CA.
-func (f *apiserverFixture) client(t *testing.T, token string) *Client {
+func (f *apiserverFixture) client(t testing.TB, token string) *Client {
 	t.Helper()
 	file, err := os.CreateTemp(f.dir, "token")
 	if err != nil {
@@ -83,7 +83,7 @@ func (f *apiserverFixture) client(t *testing.T, token string) *Client {
 
 // applyRBAC creates the objects of deploy/node-gate/rbac.yaml as they are,
 // in the namespace default, and a narrower role for narrowUser.
-func (f *apiserverFixture) applyRBAC(t *testing.T) {
+func (f *apiserverFixture) applyRBAC(t testing.TB) {
 	t.Helper()
 	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ type node struct {
 	} `json:"status"`
 }
 
-func (f *apiserverFixture) node(t *testing.T, name string) node {
+func (f *apiserverFixture) node(t testing.TB, name string) node {
 	t.Helper()
 	var n node
 	if err := json.Unmarshal(f.mustCall(t, http.MethodGet, "/api/v1/nodes/"+name, "", nil), &n); err != nil {
@@ -132,7 +132,7 @@ func runGate(g *Gate) (stop func()) {
 }
 
 // createNode creates a Node with taints and kubelet's Ready condition.
-func (f *apiserverFixture) createNode(t *testing.T, name string, taints ...string) {
+func (f *apiserverFixture) createNode(t testing.TB, name string, taints ...string) {
 	t.Helper()
 	if _, err := f.CreateNode(name, taints...); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ const (
 // the service account csi-node: bound to pod, which runs on a node, as the
 // token kubelet mounts in the registrar's pod; bound to nothing when pod
 // is "".
-func (f *apiserverFixture) tokenClient(t *testing.T, pod string) *Client {
+func (f *apiserverFixture) tokenClient(t testing.TB, pod string) *Client {
 	t.Helper()
 	token, err := f.Token("csi-node", pod)
 	if err != nil {
@@ -297,10 +297,11 @@ func patchQuery(c *Client, node, subresource, query, contentType, body string) e
 	return err
 }
 
-// testPolicy runs the gate, and other requests, as the service account of
-// deploy/node-gate with tokens bound to pods on nodes, under the policy of
-// deploy/node-gate.
-func testPolicy(t *testing.T, f *apiserverFixture) {
+// setUpPolicy creates deploy/node-gate's policy, the nodes own and other,
+// each with a pod of the service account csi-node, and returns the client
+// of the pod on own once the API server enforces the policy.
+func (f *apiserverFixture) setUpPolicy(t testing.TB) *Client {
+	t.Helper()
 	if err := f.ApplyPolicy("../../deploy/node-gate/policy.yaml"); err != nil {
 		t.Fatal(err)
 	}
@@ -318,6 +319,14 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 		var apiErr *APIError
 		return errors.As(err, &apiErr) && apiErr.Policy == policyName
 	})
+	return own
+}
+
+// testPolicy runs the gate, and other requests, as the service account of
+// deploy/node-gate with tokens bound to pods on nodes, under the policy of
+// deploy/node-gate.
+func testPolicy(t *testing.T, f *apiserverFixture) {
+	own := f.setUpPolicy(t)
 
 	t.Run("the own node's taint and condition pass", func(t *testing.T) {
 		g := New(Config{NodeName: "own", TaintKeys: []string{policyStartup}, Condition: true, Client: own,
@@ -463,4 +472,61 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 			}
 		}
 	})
+}
+
+// What the policy costs the API server: one patch of nodes/status that
+// sets the gate's condition (True and False in turn, so that each is a
+// change), over a kept connection, by three requesters. A user that is no
+// service account (kubelets, people) skips the policy at its first test;
+// a service account with the same rules but not the mark costs the
+// policy two authorizer checks; the registrar's, with a token bound to a
+// pod on the node, runs every check.
+func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &apiserverFixture{Server: apiserver.StartForTest(b, repo), dir: b.TempDir()}
+	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
+		b.Fatal(err)
+	}
+	own := f.setUpPolicy(b)
+	// The same rules as deploy/node-gate's ClusterRole, without the mark.
+	f.mustCall(b, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", "application/json", []byte(`{"metadata":{"name":"unmarked"}}`))
+	f.mustCall(b, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles", "application/json",
+		[]byte(`{"metadata":{"name":"unmarked"},"rules":[{"apiGroups":[""],"resources":["nodes"],"verbs":["get","patch"]},{"apiGroups":[""],"resources":["nodes/status"],"verbs":["patch"]}]}`))
+	f.mustCall(b, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "application/json",
+		[]byte(`{"metadata":{"name":"unmarked"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"unmarked"},"subjects":[{"kind":"ServiceAccount","name":"unmarked","namespace":"default"}]}`))
+	if err := f.CreatePod("unmarked-own", "own", "unmarked"); err != nil {
+		b.Fatal(err)
+	}
+	unmarkedToken, err := f.Token("unmarked", "unmarked-own")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range []struct {
+		name   string
+		client *Client
+	}{
+		{"user", f.client(b, apiserver.AdminToken)},
+		{"unmarked-service-account", f.client(b, unmarkedToken)},
+		{"registrar", own},
+	} {
+		b.Run(r.name, func(b *testing.B) {
+			patches := make([][]byte, 2)
+			for i, status := range []string{"True", "False"} {
+				patches[i], _ = conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: status, Reason: ReasonRegistered}, time.Now(), time.Now())
+			}
+			// One outside the timing: the connection's TLS handshake.
+			if err := r.client.setCondition(context.Background(), "own", patches[1]); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if err := r.client.setCondition(context.Background(), "own", patches[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
