@@ -194,7 +194,10 @@ handover-compat:
 e2e: build
 	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-# The example manifests in deploy/: strict decoding and wiring checks.
+# The example manifests in deploy/: strict decoding and wiring checks, and
+# a server-side dry run of every rendering against a real kube-apiserver
+# (test/apiserver: etcd from PATH, kube-apiserver built from test/node when
+# missing; skipped without them, failing under CI).
 deploy-test:
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 )
 
@@ -37,56 +38,19 @@ const (
 	narrowUser  = "system:serviceaccount:default:narrow"
 )
 
-// skipOrFail skips, or fails under CI, where the test cannot run.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
-		t.Fatalf("cannot run against a real kube-apiserver (CI is set, so this fails): "+format, args...)
-	}
-	t.Skipf("cannot run against a real kube-apiserver: "+format, args...)
-}
-
-func startAPIServer(t *testing.T) *apiserverFixture {
+func startAPIServer(t testing.TB) *apiserverFixture {
 	t.Helper()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("etcd"); err != nil {
-		skipOrFail(t, "no etcd on PATH (apt-get install etcd-server)")
-	}
-	if bin := apiserver.BinaryPath(repo); os.Getenv("KUBE_APISERVER") == "" {
-		if _, err := os.Stat(bin); err != nil {
-			if testing.Short() {
-				skipOrFail(t, "no %s, and -short: not building it (make e2e-node builds it, or set KUBE_APISERVER)", bin)
-			}
-			t.Logf("building %s from test/node/go.mod (k8s.io/kubernetes v1.37.1): a few minutes the first time", bin)
-			if err := apiserver.Build(repo); err != nil {
-				skipOrFail(t, "%v", err)
-			}
-		}
-	}
-	etcd, kubeAPIServer, err := apiserver.Binaries(repo)
-	if err != nil {
-		skipOrFail(t, "%v", err)
-	}
-	dir := t.TempDir()
-	s, err := apiserver.Start(context.Background(), dir, etcd, kubeAPIServer,
+	s := apiserver.StartForTest(t, repo,
 		apiserver.User{Token: gateToken, Name: gateUser, Groups: []string{"system:serviceaccounts"}},
 		apiserver.User{Token: narrowToken, Name: narrowUser, Groups: []string{"system:serviceaccounts"}})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(s.Logs())
-		}
-		s.Stop()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &apiserverFixture{Server: s, dir: dir}
+	return &apiserverFixture{Server: s, dir: t.TempDir()}
 }
 
-func (f *apiserverFixture) mustCall(t *testing.T, method, path, contentType string, body []byte) []byte {
+func (f *apiserverFixture) mustCall(t testing.TB, method, path, contentType string, body []byte) []byte {
 	t.Helper()
 	answer, err := f.Do(method, path, contentType, body)
 	if err != nil {
@@ -97,13 +61,20 @@ func (f *apiserverFixture) mustCall(t *testing.T, method, path, contentType stri
 
 // client is a gate client that authenticates with token, and trusts the
 // API server's own self-signed CA.
-func (f *apiserverFixture) client(t *testing.T, token string) *Client {
+func (f *apiserverFixture) client(t testing.TB, token string) *Client {
 	t.Helper()
-	tokenFile := filepath.Join(f.dir, token)
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+	file, err := os.CreateTemp(f.dir, "token")
+	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ClientConfig{Host: f.URL, TokenFile: tokenFile, CAFile: f.CAFile, UserAgent: "nodegate-test"})
+	_, err = file.WriteString(token)
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ClientConfig{Host: f.URL, TokenFile: file.Name(), CAFile: f.CAFile, UserAgent: "nodegate-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +83,7 @@ func (f *apiserverFixture) client(t *testing.T, token string) *Client {
 
 // applyRBAC creates the objects of deploy/node-gate/rbac.yaml as they are,
 // in the namespace default, and a narrower role for narrowUser.
-func (f *apiserverFixture) applyRBAC(t *testing.T) {
+func (f *apiserverFixture) applyRBAC(t testing.TB) {
 	t.Helper()
 	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
 		t.Fatal(err)
@@ -133,7 +104,7 @@ type node struct {
 	} `json:"status"`
 }
 
-func (f *apiserverFixture) node(t *testing.T, name string) node {
+func (f *apiserverFixture) node(t testing.TB, name string) node {
 	t.Helper()
 	var n node
 	if err := json.Unmarshal(f.mustCall(t, http.MethodGet, "/api/v1/nodes/"+name, "", nil), &n); err != nil {
@@ -151,8 +122,17 @@ func (n node) condition(typ string) map[string]string {
 	return nil
 }
 
+// runGate runs g until stop, which waits for Run to return; stop may be
+// called again.
+func runGate(g *Gate) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
 // createNode creates a Node with taints and kubelet's Ready condition.
-func (f *apiserverFixture) createNode(t *testing.T, name string, taints ...string) {
+func (f *apiserverFixture) createNode(t testing.TB, name string, taints ...string) {
 	t.Helper()
 	if _, err := f.CreateNode(name, taints...); err != nil {
 		t.Fatal(err)
@@ -170,10 +150,8 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		f.createNode(t, "n1", "node.kubernetes.io/not-ready:NoSchedule", startup+":NoSchedule", "other:NoExecute", startup+":NoExecute")
 		g := New(Config{NodeName: "n1", TaintKeys: []string{startup}, Condition: true, Client: f.client(t, gateToken),
 			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); g.Run(ctx) }()
-		defer func() { cancel(); <-done }()
+		stop := runGate(g)
+		defer stop()
 
 		g.Registered(driver)
 		waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition != nil && st.TaintsChecked != nil })
@@ -206,8 +184,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		trueSince := f.node(t, "n1").condition(typ)["lastTransitionTime"]
 		g.Registered(driver) // kubelet confirming again: no transition
 		g.Withdrawn(driver)
-		cancel()
-		<-done
+		stop()
 		c = f.node(t, "n1").condition(typ)
 		if c["status"] != "False" || c["reason"] != ReasonUnregistered {
 			t.Errorf("condition after the stop: %v", c)
@@ -250,10 +227,8 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	t.Run("a missing rule is named", func(t *testing.T) {
 		f.createNode(t, "n3")
 		g := New(Config{NodeName: "n3", Condition: true, Client: f.client(t, narrowToken), RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); g.Run(ctx) }()
-		defer func() { cancel(); <-done }()
+		stop := runGate(g)
+		defer stop()
 		g.Registered(driver)
 		waitStatus(t, g, func(st Status) bool { return st.LastError != "" })
 		st := g.Status()
@@ -262,4 +237,296 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 			t.Errorf("status:\n got %+v\nwant lastError %s", st, want)
 		}
 	})
+
+	// Last: the policy applies to the static user of gateToken too, which
+	// has the service account's name but no node.
+	t.Run("deploy/node-gate's policy", func(t *testing.T) { testPolicy(t, f) })
+}
+
+// The policy's own names: deploy/node-gate/policy.yaml as it is, with its
+// example driver and taint key.
+const (
+	policyName    = "csi-node-gate"
+	policyDriver  = "my-driver.csi.example.com"
+	policyStartup = "my-driver.csi.example.com/agent-not-ready"
+	// otherTaint is on the registrar's node too, with a key the policy
+	// does not name.
+	otherTaint = "example.com/maintenance"
+)
+
+// tokenClient is a gate client with a token from the TokenRequest API for
+// the service account csi-node: bound to pod, which runs on a node, as the
+// token kubelet mounts in the registrar's pod; bound to nothing when pod
+// is "".
+func (f *apiserverFixture) tokenClient(t testing.TB, pod string) *Client {
+	t.Helper()
+	token, err := f.Token("csi-node", pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.client(t, token)
+}
+
+// refusal is the policy's refusal of a request, or a failure.
+func policyRefusal(t *testing.T, err error) *APIError {
+	t.Helper()
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusForbidden || apiErr.Policy != policyName {
+		t.Fatalf("got %v, want a 403 from the ValidatingAdmissionPolicy %s", err, policyName)
+	}
+	return apiErr
+}
+
+// patch sends a patch of the node, or of its subresource, as the gate's
+// client sends its own.
+func patch(c *Client, node, subresource, contentType, body string) error {
+	return patchQuery(c, node, subresource, "", contentType, body)
+}
+
+// patchQuery is patch with a query, such as dryRun=All.
+func patchQuery(c *Client, node, subresource, query, contentType, body string) error {
+	path, resource := nodePath(node), "nodes"
+	if subresource != "" {
+		path, resource = path+"/"+subresource, resource+"/"+subresource
+	}
+	if query != "" {
+		path += "?" + query
+	}
+	_, err := c.do(context.Background(), request{method: http.MethodPatch, path: path, contentType: contentType,
+		body: []byte(body), verb: "patch", resource: resource, node: node})
+	return err
+}
+
+// setUpPolicy creates deploy/node-gate's policy, the nodes own and other,
+// each with a pod of the service account csi-node, and returns the client
+// of the pod on own once the API server enforces the policy.
+func (f *apiserverFixture) setUpPolicy(t testing.TB) *Client {
+	t.Helper()
+	if err := f.ApplyPolicy("../../deploy/node-gate/policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct{ node, pod string }{{"own", "registrar-own"}, {"other", "registrar-other"}} {
+		f.createNode(t, n.node, policyStartup+":NoSchedule", otherTaint+":NoSchedule")
+		if err := f.CreatePod(n.pod, n.node, "csi-node"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := f.tokenClient(t, "registrar-own")
+	// The API server enforces the policy once its informer has it: until a
+	// dry run that it refuses is refused.
+	poll.Until(t, "the policy refuses another node's label (dry run)", func() bool {
+		err := patchQuery(own, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"probe":"x"}}}`)
+		var apiErr *APIError
+		return errors.As(err, &apiErr) && apiErr.Policy == policyName
+	})
+	return own
+}
+
+// testPolicy runs the gate, and other requests, as the service account of
+// deploy/node-gate with tokens bound to pods on nodes, under the policy of
+// deploy/node-gate.
+func testPolicy(t *testing.T, f *apiserverFixture) {
+	own := f.setUpPolicy(t)
+
+	t.Run("the own node's taint and condition pass", func(t *testing.T) {
+		g := New(Config{NodeName: "own", TaintKeys: []string{policyStartup}, Condition: true, Client: own,
+			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		stop := runGate(g)
+		defer stop()
+		typ := policyDriver + ConditionSuffix
+
+		// The condition's first set, and the taint's removal with its test
+		// operations.
+		g.Registered(policyDriver)
+		waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition != nil && st.TaintsChecked != nil })
+		n := f.node(t, "own")
+		var taints []string
+		for _, tt := range n.Spec.Taints {
+			taints = append(taints, tt.Key)
+		}
+		slices.Sort(taints)
+		if !slices.Equal(taints, []string{otherTaint, "node.kubernetes.io/not-ready"}) {
+			t.Errorf("taints after registration: %v", taints)
+		}
+		if c := n.condition(typ); c["status"] != "True" {
+			t.Errorf("condition after registration: %v", c)
+		}
+		// An update.
+		g.Rejected(policyDriver, "validation failed")
+		waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition.Status == "False" })
+		// False on the way out.
+		g.Registered(policyDriver)
+		waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition.Status == "True" })
+		g.Withdrawn(policyDriver)
+		stop()
+		if c := f.node(t, "own").condition(typ); c["status"] != "False" || c["reason"] != ReasonUnregistered {
+			t.Errorf("condition after the stop: %v", c)
+		}
+		// No refusal ("error" is a request that the stop cut short, made
+		// again before the exit).
+		st := g.Status()
+		for request, codes := range st.Requests {
+			for code := range codes {
+				if code != "200" && code != "error" {
+					t.Errorf("%s answered %s: %+v", request, code, st)
+				}
+			}
+		}
+	})
+
+	t.Run("everything else is refused", func(t *testing.T) {
+		ownTaints, err := own.getTaints(context.Background(), "own")
+		if err != nil {
+			t.Fatal(err)
+		}
+		removeOther, _ := taintRemovalPatch(ownTaints, []string{otherTaint})
+		unbound := f.tokenClient(t, "")
+		for _, tc := range []struct {
+			name string
+			send func() error
+			want string
+		}{
+			{"another node's taint", func() error {
+				_, err := own.removeTaints(context.Background(), "other", []string{policyStartup}, func(string, error) {})
+				return err
+			}, "a registrar on node own may change only that Node, not node other"},
+			{"another node's condition", func() error {
+				p, _ := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
+				return own.setCondition(context.Background(), "other", p)
+			}, "a registrar on node own may change only that Node, not node other"},
+			{"a label", func() error {
+				return patch(own, "own", "", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`)
+			}, "the node gate may not change the labels, annotations, finalizers or owner references of node own"},
+			{"a label through nodes/status", func() error {
+				return patch(own, "own", "status", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`)
+			}, "the node gate may not change the labels, annotations, finalizers or owner references of node own"},
+			{"another taint of the own node", func() error {
+				return patch(own, "own", "", "application/json-patch+json", string(removeOther))
+			}, "the node gate may remove only the taints " + policyStartup + " from node own, not " + otherTaint + ":NoSchedule"},
+			{"a new taint", func() error {
+				return patch(own, "own", "", "application/json-patch+json", `[{"op":"add","path":"/spec/taints/-","value":{"key":"example.com/new","effect":"NoSchedule"}}]`)
+			}, "the node gate may only remove taints from node own, not add or change example.com/new:NoSchedule"},
+			{"a cordon", func() error {
+				return patch(own, "own", "", "application/merge-patch+json", `{"spec":{"unschedulable":true}}`)
+			}, "the node gate may change only the taints in the spec of node own, not unschedulable (cordon), podCIDR(s), providerID or another field"},
+			{"another condition", func() error {
+				p, _ := conditionPatch(Condition{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, time.Now(), time.Now())
+				return own.setCondition(context.Background(), "own", p)
+			}, "the node gate may set only the condition " + policyDriver + ConditionSuffix + " of node own, not Ready"},
+			{"another field of the status", func() error {
+				return patch(own, "own", "status", "application/merge-patch+json", `{"status":{"capacity":{"example.com/device":"1"}}}`)
+			}, "the node gate may change only the condition " + policyDriver + ConditionSuffix + " in the status of node own"},
+			{"a token bound to no pod", func() error {
+				p, _ := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
+				return unbound.setCondition(context.Background(), "own", p)
+			}, "the node gate changes a Node only with a token bound to a pod on that node, as kubelet mounts it in the pod; this token (of system:serviceaccount:default:csi-node) names no node: a token from kubectl create token or from a Secret may change no Node"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				apiErr := policyRefusal(t, tc.send())
+				if apiErr.PolicyMessage != tc.want {
+					t.Errorf("the policy said:\n%s\nwant:\n%s", apiErr.PolicyMessage, tc.want)
+				}
+				if msg := apiErr.Error(); !strings.Contains(msg, "refused by the ValidatingAdmissionPolicy "+policyName+": "+tc.want) {
+					t.Errorf("the error does not name the policy and its reason: %s", msg)
+				}
+			})
+		}
+		// None of it changed the node.
+		n := f.node(t, "own")
+		if !slices.ContainsFunc(n.Spec.Taints, func(tt taint) bool { return tt.Key == otherTaint }) || slices.ContainsFunc(n.Spec.Taints, func(tt taint) bool { return tt.Key == "example.com/new" }) {
+			t.Errorf("the own node's taints changed: %v", n.Spec.Taints)
+		}
+		if r := n.condition("Ready"); r["status"] != "True" {
+			t.Errorf("kubelet's Ready condition changed: %v", r)
+		}
+	})
+
+	t.Run("the gate's status and log name the policy", func(t *testing.T) {
+		// The gate of node own, with the token of a pod on node other.
+		g := New(Config{NodeName: "own", Condition: true, Client: f.tokenClient(t, "registrar-other"),
+			RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		stop := runGate(g)
+		defer stop()
+		g.Registered(policyDriver)
+		waitStatus(t, g, func(st Status) bool { return st.LastError != "" })
+		want := `patch nodes/status of node "own" refused by the ValidatingAdmissionPolicy csi-node-gate: a registrar on node other may change only that Node, not node own (`
+		if st := g.Status(); !strings.HasPrefix(st.LastError, want) || st.Requests[RequestSetCondition]["403"] == 0 {
+			t.Errorf("status:\n got %+v\nwant lastError starting %s", st, want)
+		}
+	})
+
+	t.Run("other service accounts are left alone", func(t *testing.T) {
+		// One with the rule of deploy/node-gate but not its mark (the
+		// static user of narrowToken), one bound to cluster-admin, whose
+		// wildcard also grants the mark.
+		f.mustCall(t, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", "application/json", []byte(`{"metadata":{"name":"admin"}}`))
+		f.mustCall(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "application/json",
+			[]byte(`{"metadata":{"name":"admin-sa"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"ServiceAccount","name":"admin","namespace":"default"}]}`))
+		adminToken, err := f.Token("admin", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]*Client{"narrow": f.client(t, narrowToken), "admin": f.client(t, adminToken)} {
+			if err := patchQuery(c, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	})
+}
+
+// What the policy costs the API server: one patch of nodes/status that
+// sets the gate's condition (True and False in turn, so that each is a
+// change), over a kept connection, by three requesters. A user that is no
+// service account (kubelets, people) skips the policy at its first test;
+// a service account with the same rules but not the mark costs the
+// policy two authorizer checks; the registrar's, with a token bound to a
+// pod on the node, runs every check.
+func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &apiserverFixture{Server: apiserver.StartForTest(b, repo), dir: b.TempDir()}
+	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
+		b.Fatal(err)
+	}
+	own := f.setUpPolicy(b)
+	// The same rules as deploy/node-gate's ClusterRole, without the mark.
+	f.mustCall(b, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", "application/json", []byte(`{"metadata":{"name":"unmarked"}}`))
+	f.mustCall(b, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles", "application/json",
+		[]byte(`{"metadata":{"name":"unmarked"},"rules":[{"apiGroups":[""],"resources":["nodes"],"verbs":["get","patch"]},{"apiGroups":[""],"resources":["nodes/status"],"verbs":["patch"]}]}`))
+	f.mustCall(b, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "application/json",
+		[]byte(`{"metadata":{"name":"unmarked"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"unmarked"},"subjects":[{"kind":"ServiceAccount","name":"unmarked","namespace":"default"}]}`))
+	if err := f.CreatePod("unmarked-own", "own", "unmarked"); err != nil {
+		b.Fatal(err)
+	}
+	unmarkedToken, err := f.Token("unmarked", "unmarked-own")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range []struct {
+		name   string
+		client *Client
+	}{
+		{"user", f.client(b, apiserver.AdminToken)},
+		{"unmarked-service-account", f.client(b, unmarkedToken)},
+		{"registrar", own},
+	} {
+		b.Run(r.name, func(b *testing.B) {
+			patches := make([][]byte, 2)
+			for i, status := range []string{"True", "False"} {
+				patches[i], _ = conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: status, Reason: ReasonRegistered}, time.Now(), time.Now())
+			}
+			// One outside the timing: the connection's TLS handshake.
+			if err := r.client.setCondition(context.Background(), "own", patches[1]); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if err := r.client.setCondition(context.Background(), "own", patches[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -147,16 +147,23 @@ type APIError struct {
 	Message string
 	// Reason is the Status object's reason, such as Forbidden or Invalid.
 	Reason string
+	// Policy names the ValidatingAdmissionPolicy that refused the request
+	// (deploy/node-gate's csi-node-gate), and PolicyMessage is what it
+	// said; both empty for other answers.
+	Policy, PolicyMessage string
 }
 
 func (e *APIError) Error() string {
-	switch e.Code {
-	case http.StatusForbidden:
+	switch {
+	case e.Policy != "":
+		return fmt.Sprintf("%s %s of node %q refused by the ValidatingAdmissionPolicy %s: %s (the policy allows the registrar's service account to remove only its own Node's startup taints and to set only its driver's condition; see docs/node-gate-policy.md for its driver name and taint keys)",
+			e.Verb, e.Resource, e.Node, e.Policy, e.PolicyMessage)
+	case e.Code == http.StatusForbidden:
 		return fmt.Sprintf("forbidden: the registrar's service account may not %s %s: its ClusterRole needs the rule {apiGroups: [\"\"], resources: [\"%s\"], verbs: [\"%s\"]} (deploy/node-gate has it); the API server said: %s",
 			e.Verb, e.Resource, e.Resource, e.Verb, e.Message)
-	case http.StatusUnauthorized:
+	case e.Code == http.StatusUnauthorized:
 		return fmt.Sprintf("unauthorized: the API server did not accept the service account's token to %s %s: %s", e.Verb, e.Resource, e.Message)
-	case http.StatusNotFound:
+	case e.Code == http.StatusNotFound:
 		return fmt.Sprintf("node %q not found: --node-name (or NODE_NAME) must be the node's name, from the downward API's spec.nodeName; the API server said: %s", e.Node, e.Message)
 	default:
 		return fmt.Sprintf("%s %s of node %q: %d %s: %s", e.Verb, e.Resource, e.Node, e.Code, http.StatusText(e.Code), e.Message)
@@ -217,8 +224,29 @@ func (c *Client) send(ctx context.Context, r request, freshToken bool) ([]byte, 
 	}
 	if json.Unmarshal(answer, &status) == nil && status.Message != "" {
 		apiErr.Message, apiErr.Reason = status.Message, status.Reason
+		apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(status.Message)
 	} else {
 		apiErr.Message = strings.TrimSpace(string(answer[:min(len(answer), 200)]))
 	}
 	return nil, apiErr
+}
+
+// refusingPolicy finds, in the message of the API server's refusal, the
+// ValidatingAdmissionPolicy that refused the request and what it said:
+// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>'
+// with binding '<binding>' denied request: <message>".
+func refusingPolicy(message string) (policy, said string) {
+	const prefix, denied = "ValidatingAdmissionPolicy '", " denied request: "
+	_, rest, ok := strings.Cut(message, prefix)
+	if !ok {
+		return "", ""
+	}
+	policy, rest, ok = strings.Cut(rest, "'")
+	if !ok {
+		return "", ""
+	}
+	if _, said, ok = strings.Cut(rest, denied); !ok {
+		said = message
+	}
+	return policy, said
 }

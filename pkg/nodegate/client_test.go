@@ -83,3 +83,32 @@ func TestNodeNotFound(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// A refusal by a ValidatingAdmissionPolicy names the policy and says what
+// it said, rather than asking for an RBAC rule that is there.
+func TestPolicyRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name, message      string
+		policy, policySaid string
+	}{
+		{"with a binding", `nodes "b" is forbidden: ValidatingAdmissionPolicy 'csi-node-gate' with binding 'csi-node-gate' denied request: a registrar on node a may change only that Node, not node b`,
+			"csi-node-gate", "a registrar on node a may change only that Node, not node b"},
+		{"without a binding", `nodes "b" is forbidden: ValidatingAdmissionPolicy 'p' denied request: no`, "p", "no"},
+		{"RBAC", `nodes "b" is forbidden: User "u" cannot patch resource "nodes" in API group "" at the cluster scope`, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			policy, said := refusingPolicy(tc.message)
+			if policy != tc.policy || said != tc.policySaid {
+				t.Errorf("refusingPolicy = %q, %q; want %q, %q", policy, said, tc.policy, tc.policySaid)
+			}
+			err := &APIError{Code: http.StatusForbidden, Verb: "patch", Resource: "nodes", Node: "b", Message: tc.message, Policy: policy, PolicyMessage: said}
+			want := `patch nodes of node "b" refused by the ValidatingAdmissionPolicy ` + tc.policy + ": " + tc.policySaid + " ("
+			if tc.policy == "" {
+				want = "forbidden: the registrar's service account may not patch nodes: its ClusterRole needs the rule"
+			}
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("error %q, want it to start with %q", err.Error(), want)
+			}
+		})
+	}
+}

@@ -236,7 +236,7 @@ func (g *Gate) Run(ctx context.Context) {
 			if g.pending(done) {
 				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
 				if err := g.sync(final, logger, &done); err != nil {
-					logger.Error(err, "Cannot update the node before exiting", "node", g.cfg.NodeName)
+					logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
 				}
 				cancel()
 			}
@@ -325,7 +325,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	if err != nil {
 		now := time.Now()
 		if g.st.LastError != err.Error() {
-			logger.Error(err, "Cannot update the node", "node", g.cfg.NodeName)
+			logger.Error(err, "Cannot update the node", g.errorKeys(err)...)
 		}
 		g.st.LastError, g.st.LastErrorTime = err.Error(), &now
 	} else {
@@ -333,6 +333,17 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	}
 	g.st.NextRetry = nil
 	return err
+}
+
+// errorKeys are the key/values of a failed update's log line: the node,
+// and the admission policy that refused it, if one did.
+func (g *Gate) errorKeys(err error) []any {
+	kv := []any{"node", g.cfg.NodeName}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.Policy != "" {
+		kv = append(kv, "policy", apiErr.Policy)
+	}
+	return kv
 }
 
 func (g *Gate) count(name string, err error) {

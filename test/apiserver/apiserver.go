@@ -1,7 +1,8 @@
 // Package apiserver runs a real kube-apiserver (v1.37.1, built from
 // test/node's go.mod as make e2e-node builds it) on a real etcd (Debian's
-// etcd-server), both on loopback, with RBAC and users authenticated by
-// static bearer tokens: for pkg/nodegate's test and test/bench's node gate
+// etcd-server), both on loopback, with RBAC, users authenticated by static
+// bearer tokens and service-account tokens from its TokenRequest API: for
+// pkg/nodegate's and test/deploy's tests and test/bench's node gate
 // figures.
 package apiserver
 
@@ -191,6 +192,8 @@ func Start(ctx context.Context, dir, etcd, kubeAPIServer string, users ...User) 
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", securePort),
 		"--cert-dir="+certDir, "--token-auth-file="+tokenFile,
 		"--authorization-mode=RBAC",
+		// as in clusters that run CSI node plugins: deploy/ asks for it
+		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
 		"--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none", "--v=1")
@@ -281,16 +284,32 @@ func (s *Server) Do(method, path, contentType string, body []byte) ([]byte, erro
 // ApplyRBAC creates the objects of deploy/node-gate/rbac.yaml, read from
 // file as they are, in the namespace default.
 func (s *Server) ApplyRBAC(file string) error {
+	return s.apply(file, "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+}
+
+// ApplyPolicy creates the ValidatingAdmissionPolicy and its binding of
+// deploy/node-gate/policy.yaml, read from file as they are. The API server
+// enforces a policy a moment after its creation, once its informer has
+// seen it.
+func (s *Server) ApplyPolicy(file string) error {
+	return s.apply(file, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+}
+
+// apply creates the documents of a YAML file, which must be of these
+// kinds, in this order; namespaced ones in the namespace default.
+func (s *Server) apply(file string, kinds ...string) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
 	}
 	paths := map[string]string{
-		"ServiceAccount":     "/api/v1/namespaces/default/serviceaccounts",
-		"ClusterRole":        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-		"ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+		"ServiceAccount":                   "/api/v1/namespaces/default/serviceaccounts",
+		"ClusterRole":                      "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+		"ClusterRoleBinding":               "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+		"ValidatingAdmissionPolicy":        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+		"ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 	}
-	created := 0
+	var found []string
 	for _, doc := range strings.Split(string(data), "\n---\n") {
 		var kind string
 		for _, line := range strings.Split(doc, "\n") {
@@ -299,6 +318,7 @@ func (s *Server) ApplyRBAC(file string) error {
 				break
 			}
 		}
+		found = append(found, kind)
 		path, ok := paths[kind]
 		if !ok {
 			return fmt.Errorf("%s: a document of kind %q", file, kind)
@@ -306,12 +326,53 @@ func (s *Server) ApplyRBAC(file string) error {
 		if _, err := s.Do(http.MethodPost, path, "application/yaml", []byte(doc)); err != nil {
 			return err
 		}
-		created++
 	}
-	if created != 3 {
-		return fmt.Errorf("%s holds %d objects, want 3", file, created)
+	if strings.Join(found, ",") != strings.Join(kinds, ",") {
+		return fmt.Errorf("%s holds %v, want %v", file, found, kinds)
 	}
 	return nil
+}
+
+// CreatePod creates, in the namespace default, a pod bound to node that
+// runs as serviceAccount: what a token can be bound to. Nothing runs it.
+func (s *Server) CreatePod(name, node, serviceAccount string) error {
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"nodeName": node, "serviceAccountName": serviceAccount, "automountServiceAccountToken": false,
+			"containers": []map[string]any{{"name": "registrar", "image": "registrar"}},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.Do(http.MethodPost, "/api/v1/namespaces/default/pods", "application/json", body)
+	return err
+}
+
+// Token asks the TokenRequest API for a token of the service account of
+// the namespace default, bound to the pod (as kubelet asks for the token
+// it mounts in the pod), or to nothing when pod is "".
+func (s *Server) Token(serviceAccount, pod string) (string, error) {
+	spec := map[string]any{}
+	if pod != "" {
+		spec["boundObjectRef"] = map[string]any{"apiVersion": "v1", "kind": "Pod", "name": pod}
+	}
+	body, err := json.Marshal(map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+	if err != nil {
+		return "", err
+	}
+	answer, err := s.Do(http.MethodPost, "/api/v1/namespaces/default/serviceaccounts/"+serviceAccount+"/token", "application/json", body)
+	if err != nil {
+		return "", err
+	}
+	var request struct {
+		Status struct{ Token string } `json:"status"`
+	}
+	if err := json.Unmarshal(answer, &request); err != nil || request.Status.Token == "" {
+		return "", fmt.Errorf("no token in the TokenRequest's answer %s (%v)", answer, err)
+	}
+	return request.Status.Token, nil
 }
 
 // CreateNode creates a Node with taints ("key:Effect") and kubelet's Ready

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,6 +26,7 @@ import (
 // them fails to decode: add its group here rather than skip the check.
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
+	utilruntime.Must(admissionregistrationv1.AddToScheme(s))
 	utilruntime.Must(appsv1.AddToScheme(s))
 	utilruntime.Must(corev1.AddToScheme(s))
 	utilruntime.Must(policyv1.AddToScheme(s))

@@ -1,9 +1,12 @@
 package deploy
 
 import (
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +27,7 @@ func TestNodeGateComponent(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{policyMarkGroup}, Resources: []string{"nodes"}, Verbs: []string{"restricted"}},
 	}
 	if len(role.Rules) != len(want) {
 		t.Fatalf("ClusterRole %s rules %+v, want %+v", role.Name, role.Rules, want)
@@ -67,6 +71,7 @@ func TestNodeGateComponent(t *testing.T) {
 			t.Errorf("the registrar's args %q lack %s", reg.Args, arg)
 		}
 	}
+	checkPolicy(t, objs, reg.Args)
 	// The base's arguments are kept: the component appends.
 	base := registrarContainer(t, onlyDaemonSet(t, render(t, deployDir)))
 	if !slices.Equal(reg.Args[:len(base.Args)], base.Args) {
@@ -99,4 +104,46 @@ func only[T runtime.Object](t *testing.T, objs []runtime.Object) T {
 		t.Fatalf("the rendering holds %d objects of type %T, want 1", len(found), zero)
 	}
 	return found[0]
+}
+
+// policyMarkGroup is the API group of the mark in deploy/node-gate's
+// ClusterRole: the policy applies to the subjects granted it.
+const policyMarkGroup = "node-gate.csi-registrar.github.io"
+
+// checkPolicy checks the ValidatingAdmissionPolicy of deploy/node-gate: it
+// is bound, fails closed, applies to the subjects of the mark, and lets the
+// registrar remove the taints of its --remove-node-taint flags.
+func checkPolicy(t *testing.T, objs []runtime.Object, args []string) {
+	t.Helper()
+	policy := only[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs)
+	binding := only[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs)
+	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("ValidatingAdmissionPolicyBinding %s: policy %q, actions %v; want policy %q, actions [Deny]", binding.Name, binding.Spec.PolicyName, binding.Spec.ValidationActions, policy.Name)
+	}
+	if policy.Spec.FailurePolicy == nil || *policy.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("ValidatingAdmissionPolicy %s does not fail closed (failurePolicy: Fail)", policy.Name)
+	}
+	mark := "authorizer.group('" + policyMarkGroup + "').resource('nodes').check('restricted').allowed()"
+	if len(policy.Spec.MatchConditions) != 1 || !strings.Contains(policy.Spec.MatchConditions[0].Expression, mark) {
+		t.Errorf("ValidatingAdmissionPolicy %s's match condition does not ask for the ClusterRole's mark %s: %+v", policy.Name, mark, policy.Spec.MatchConditions)
+	}
+	var flagKeys []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--remove-node-taint="); ok {
+			flagKeys = append(flagKeys, strings.Split(v, ",")...)
+		}
+	}
+	var policyKeys []string
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "taintKeys" {
+			for _, m := range regexp.MustCompile(`'([^']*)'`).FindAllStringSubmatch(v.Expression, -1) {
+				policyKeys = append(policyKeys, m[1])
+			}
+		}
+	}
+	slices.Sort(flagKeys)
+	slices.Sort(policyKeys)
+	if !slices.Equal(flagKeys, policyKeys) {
+		t.Errorf("the policy's taintKeys %q are not the registrar's --remove-node-taint keys %q: set the same keys in both", policyKeys, flagKeys)
+	}
 }

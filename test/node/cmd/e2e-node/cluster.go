@@ -203,7 +203,7 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	}
 
 	if _, err := c.start("kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
-		"--kubeconfig", admin, "--leader-elect=false", "--controllers=daemonset,garbagecollector",
+		"--kubeconfig", admin, "--leader-elect=false", "--controllers=daemonset,garbagecollector,validatingadmissionpolicy-status-controller",
 		"--secure-port=0", "--v=2"); err != nil {
 		return err
 	}

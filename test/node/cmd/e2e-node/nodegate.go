@@ -6,23 +6,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
 
-// Check 9 (issue 18): the node starts with a startup taint (kubelet's
+// Check 9 (issues 18, 28): the node starts with a startup taint (kubelet's
 // registerWithTaints); the registrar, with deploy/node-gate's service
-// account, rules and flags, removes it once kubelet has registered the
-// driver, and sets the node condition <driver>/NodePluginRegistered True,
+// account, rules, ValidatingAdmissionPolicy and flags, removes it once
+// kubelet has registered the driver, and sets the node condition <driver>/NodePluginRegistered True,
 // then False when its DaemonSet is deleted. Every DaemonSet tolerates every
 // taint (deploy/daemonset.yaml), so the taint does not concern checks 1-5;
 // only this check's revision removes it, and it runs last.
@@ -40,6 +45,8 @@ const (
 	// maxUntaintDelay is the longest the taint may outlive the
 	// registration.
 	maxUntaintDelay = time.Second
+	// gatePolicy is deploy/node-gate's ValidatingAdmissionPolicy.
+	gatePolicy = "csi-node-gate"
 )
 
 var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
@@ -135,57 +142,134 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 }
 
 // setUpNodeGate creates, in the namespace, deploy/node-gate's objects as
-// kustomize would (the binding's subject in this namespace), and the
-// kube-root-ca.crt ConfigMap that kubelet's projected token volume reads
-// (no controller-manager publishes it here).
-func (s *suite) setUpNodeGate(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(s.repo, "deploy", "node-gate", "rbac.yaml"))
-	if err != nil {
-		return err
+// kustomize would (the binding's subject in this namespace), its policy
+// with this check's taint key, and the kube-root-ca.crt ConfigMap that
+// kubelet's projected token volume reads (no controller-manager publishes
+// it here). It returns once the API server enforces the policy, with what
+// the policy said to a token of the service account bound to no pod.
+func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
+	var docs [][]byte
+	for _, file := range []string{"rbac.yaml", "policy.yaml"} {
+		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", "node-gate", file))
+		if err != nil {
+			return "", err
+		}
+		docs = append(docs, bytes.Split(data, []byte("\n---\n"))...)
 	}
-	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+	for _, doc := range docs {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return fmt.Errorf("deploy/node-gate/rbac.yaml: %w", err)
+			return "", fmt.Errorf("deploy/node-gate: %w", err)
 		}
+		var err error
 		switch meta.Kind {
 		case "ServiceAccount":
 			var sa corev1.ServiceAccount
 			if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
-				return err
+				return "", err
 			}
 			_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
 		case "ClusterRole":
 			var role rbacv1.ClusterRole
 			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-				return err
+				return "", err
 			}
 			_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
 		case "ClusterRoleBinding":
 			var binding rbacv1.ClusterRoleBinding
 			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-				return err
+				return "", err
 			}
 			for i := range binding.Subjects {
 				binding.Subjects[i].Namespace = namespace
 			}
 			_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
+		case "ValidatingAdmissionPolicy":
+			var policy admissionregistrationv1.ValidatingAdmissionPolicy
+			if err := yaml.UnmarshalStrict(doc, &policy); err != nil {
+				return "", err
+			}
+			// The driver is deploy/'s placeholder, as the policy's; the
+			// taint is this check's.
+			for i, v := range policy.Spec.Variables {
+				if v.Name == "taintKeys" {
+					policy.Spec.Variables[i].Expression = "['" + startupTaint + "']"
+				}
+			}
+			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
+		case "ValidatingAdmissionPolicyBinding":
+			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
+				return "", err
+			}
+			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
 		default:
-			return fmt.Errorf("deploy/node-gate/rbac.yaml: unexpected kind %q; adapt test/node", meta.Kind)
+			return "", fmt.Errorf("deploy/node-gate: unexpected kind %q; adapt test/node", meta.Kind)
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("deploy/node-gate/rbac.yaml: create %s: %w", meta.Kind, err)
+			return "", fmt.Errorf("deploy/node-gate: create %s: %w", meta.Kind, err)
 		}
 	}
 	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
 	if err != nil {
-		return fmt.Errorf("the API server's self-signed certificate: %w", err)
+		return "", fmt.Errorf("the API server's self-signed certificate: %w", err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
 	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	if err := s.typeCheckGatePolicy(ctx); err != nil {
+		return "", err
+	}
+	return s.waitForGatePolicy(ctx)
+}
+
+// typeCheckGatePolicy waits for kube-controller-manager's type check of the
+// policy's expressions against the Node schema, and fails on any warning
+// (a field that Node does not have, a type mismatch, ...).
+func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
+	var warnings []admissionregistrationv1.ExpressionWarning
+	err := waitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		policy, err := s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, gatePolicy, getOpts)
+		if err != nil || policy.Status.TypeChecking == nil {
+			return false, err
+		}
+		warnings = policy.Status.TypeChecking.ExpressionWarnings
+		return true, nil
+	})
+	if err != nil {
 		return err
 	}
+	if len(warnings) > 0 {
+		return fmt.Errorf("the ValidatingAdmissionPolicy %s does not type-check against the Node schema: %+v", gatePolicy, warnings)
+	}
 	return nil
+}
+
+// waitForGatePolicy returns once the API server enforces deploy/node-gate's
+// policy (a moment after its creation): when a dry-run label on the node,
+// with a token of the service account bound to no pod, is refused by it.
+func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
+	token, err := s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token of the service account %s: %w", gateAccount, err)
+	}
+	unbound, err := kubernetes.NewForConfig(&rest.Config{Host: apiServer, BearerToken: token.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.path("apiserver", "apiserver.crt")}})
+	if err != nil {
+		return "", err
+	}
+	var refusal string
+	err = waitFor(ctx, "the API server enforcing the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		_, err := unbound.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-node.example.com/probe":"x"}}}`),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+gatePolicy+"'") {
+			refusal = err.Error()
+			return true, nil
+		}
+		return false, err
+	})
+	return refusal, err
 }
 
 // removeDaemonSet deletes the DaemonSet and its pods, and waits until the
@@ -219,7 +303,8 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if !tainted {
 		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
 	}
-	if err := s.setUpNodeGate(ctx); err != nil {
+	refusal, err := s.setUpNodeGate(ctx)
+	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 
@@ -333,6 +418,6 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 
 	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
 		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
-	return s.report(name, ok, "node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
-		startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
+		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
 }
