@@ -116,6 +116,9 @@ func TestLastingFailuresFailHealthz(t *testing.T) {
 		e.startDriver(false)
 		r := e.startRegistrar("registrar", func(c *harness.RegistrarConfig) { c.ExtraArgs = append(c.ExtraArgs, "--unhealthy-after=1s") })
 		e.waitRegistered(k)
+		if _, err := r.WaitForReadyz(waitTimeout, http.StatusOK, "registered"); err != nil {
+			t.Fatal(err)
+		}
 		// The registrar started failing (waiting for the driver) before it
 		// registered; registered, nothing of that counts.
 		st, err := r.Status()
