@@ -212,8 +212,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	families := s.metrics.families(s.registrationStatus())
 	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
-	families = append(families, processFamilies()...)
-	families = append(families, goFamilies()...)
+	families = append(families, s.runtimeFamilies(r.Context())...)
 	if s.more != nil {
 		families = append(families, s.more()...)
 	}
