@@ -14,9 +14,7 @@ cd "$(dirname "$0")/.."
 
 . hack/lib.sh
 
-# Without prometheus-node-exporter, which the package recommends.
-install_missing promtool prometheus --no-install-recommends
-promtool --version 2>&1 | head -1
+install_promtool
 
 scratch_dir check-metrics
 mkdir -p "$work/registry"

@@ -22,6 +22,8 @@ const (
 	livenessOverlayDir = "testdata/driver-liveness-overlay"
 	// nodeGateOverlayDir is the base with the deploy/node-gate component.
 	nodeGateOverlayDir = "testdata/node-gate-overlay"
+	// monitoringOverlayDir is the base with the deploy/monitoring component.
+	monitoringOverlayDir = "testdata/monitoring-overlay"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -29,7 +31,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -225,9 +225,14 @@ func probePort(ctr *corev1.Container, probe *corev1.Probe) (int32, error) {
 }
 
 func (c *checker) findContainer(name string) *corev1.Container {
-	for i := range c.spec.Containers {
-		if c.spec.Containers[i].Name == name {
-			return &c.spec.Containers[i]
+	return findContainer(c.spec, name)
+}
+
+// findContainer returns the pod's container of that name, or nil.
+func findContainer(spec *corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
 		}
 	}
 	return nil
@@ -251,11 +256,7 @@ func (c *checker) checkRegistrar() {
 		}
 	}
 
-	args := append([]string(nil), reg.Args...)
-	if len(reg.Command) > 1 {
-		args = append(append([]string(nil), reg.Command[1:]...), args...)
-	}
-	flags, err := parseFlags(expandAll(args, reg.Env))
+	flags, err := registrarFlags(reg)
 	if err != nil {
 		c.fail("the registrar's arguments: %v", err)
 		return
@@ -263,6 +264,16 @@ func (c *checker) checkRegistrar() {
 	c.checkRegistrarSockets(reg, flags)
 	c.checkRegistrarHTTP(reg, flags)
 	c.checkDriverHealth(reg, flags)
+}
+
+// registrarFlags are the registrar's flags, from its command and
+// arguments, with the container's variables expanded as kubelet does.
+func registrarFlags(reg *corev1.Container) (map[string]string, error) {
+	args := append([]string(nil), reg.Args...)
+	if len(reg.Command) > 1 {
+		args = append(append([]string(nil), reg.Command[1:]...), args...)
+	}
+	return parseFlags(expandAll(args, reg.Env))
 }
 
 // checkDriverHealth checks the driver's liveness probe served by the
