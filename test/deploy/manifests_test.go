@@ -24,6 +24,8 @@ const (
 	nodeGateOverlayDir = "testdata/node-gate-overlay"
 	// monitoringOverlayDir is the base with the deploy/monitoring component.
 	monitoringOverlayDir = "testdata/monitoring-overlay"
+	// hostNetworkOverlayDir is the base with the deploy/host-network component.
+	hostNetworkOverlayDir = "testdata/host-network-overlay"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -31,7 +33,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

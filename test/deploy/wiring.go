@@ -111,8 +111,17 @@ func (c *checker) checkUpdateStrategy() {
 	if !surge && !isNonZero(ru.MaxUnavailable) {
 		c.fail("rollingUpdate has maxSurge and maxUnavailable both 0: the update could never proceed")
 	}
+	// With hostNetwork every declared container port is a host port, and
+	// the scheduler places no second pod with the same host port on a node.
+	// Undeclared ports are not its concern: the registrar hands its HTTP
+	// port over to the new pod itself.
 	if surge && c.spec.HostNetwork {
-		c.fail("rollingUpdate.maxSurge with hostNetwork: the old and the new pod on a node would listen on the same host ports")
+		for _, ctr := range c.allContainers() {
+			if len(ctr.Ports) > 0 {
+				c.fail("rollingUpdate.maxSurge with hostNetwork: container %q declares ports, which are host ports, so the old and the new pod on a node would need the same host ports and the new one is never scheduled; declare no ports, or use maxSurge 0", ctr.Name)
+				break
+			}
+		}
 	}
 }
 
@@ -403,7 +412,8 @@ func (c *checker) checkRegistrarHTTP(reg *corev1.Container, flags map[string]str
 	}
 
 	declared := slices.ContainsFunc(reg.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == port })
-	if port != 0 && !declared {
+	// On hostNetwork the port may go undeclared (see checkUpdateStrategy).
+	if port != 0 && !declared && !c.spec.HostNetwork {
 		c.fail("the registrar listens on port %d (--%s), which is not among its container ports", port, httpEndpointFlag)
 	}
 	wantPath := map[string]string{"liveness": registrarLivenessPath, "readiness": registrarReadinessPath}
