@@ -24,7 +24,7 @@ LABEL org.opencontainers.image.source="https://github.com/csi-registrar/node-dri
 COPY bin/csi-node-driver-registrar-${TARGETOS}-${TARGETARCH} /csi-node-driver-registrar
 
 # One P: the registrar serves one request at a time, and with one P each
-# costs less CPU and the process less memory (README, "Performance"). A pod's
+# costs less CPU and the process less memory (docs/performance.md). A pod's
 # own GOMAXPROCS or --automaxprocs takes precedence. make bench runs the
 # binary with this line's environment.
 ENV GOMAXPROCS=1

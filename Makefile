@@ -1,10 +1,9 @@
-# The registrar's build, test and demo entry points. See README.md.
+# The registrar's build, test, demo and release entry points. See CONTRIBUTING.md.
 
 GO        ?= go
 # The version stamped into the binaries (--version) and the images' labels:
-# the latest release tag v<x.y.z>, with git describe's suffix after it, or
-# v0.0.0-<time>-<hash> before the first (hack/version.sh). Computed once;
-# make VERSION=... overrides it.
+# the file VERSION (hack/version.sh), the same for every clone and build of a
+# commit. Read once; make VERSION=... overrides it.
 ifeq ($(origin VERSION),undefined)
 VERSION   := $(shell hack/version.sh)
 endif
@@ -63,7 +62,7 @@ WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy test/node test/logconformance test/metricsconformance test/selinuxvm
+MODULES := . test/e2e test/deploy test/docs test/node test/logconformance test/metricsconformance test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -74,8 +73,8 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit fuzz e2e demo vet clean version release-notes
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
 
@@ -86,11 +85,23 @@ build:
 version:
 	@echo $(VERSION)
 
-# The notes of a release from CHANGELOG.md: the Unreleased section, or
-# RELEASE's (make release-notes RELEASE=v0.1.0). See README.md, "Releasing".
+# The notes of a release from CHANGELOG.md: the section of VERSION's version,
+# or RELEASE's (make release-notes RELEASE=v0.1.0). See CONTRIBUTING.md.
 RELEASE ?=
 release-notes:
 	@hack/release-notes.sh $(RELEASE)
+
+# A release of the tree, offline, in RELEASE_DIR: one OCI image index of the
+# Linux image for RELEASE_PLATFORMS (buildah), the binaries with their SBOMs,
+# the release notes and SHA256SUMS; then hack/check-release.sh checks it.
+# The base is RELEASE_BASE_IMAGE (scratch: nothing can be pulled offline).
+# See hack/release.sh and CONTRIBUTING.md, "Releasing".
+RELEASE_DIR        ?= _output/release
+RELEASE_PLATFORMS  ?= linux/amd64 linux/arm64 linux/arm/v7 linux/ppc64le linux/s390x
+RELEASE_BASE_IMAGE ?= scratch
+release:
+	VERSION=$(VERSION) RELEASE_DIR=$(RELEASE_DIR) RELEASE_PLATFORMS='$(RELEASE_PLATFORMS)' \
+		RELEASE_BASE_IMAGE=$(RELEASE_BASE_IMAGE) hack/release.sh
 
 # Static binaries for every platform of the images, each with its SBOM
 # beside it: $(BIN)-<os>-<arch>.cdx.json, CycloneDX JSON of the Go modules
@@ -188,6 +199,14 @@ deploy-test:
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
+# The Markdown documents as GitHub renders them: every relative link and
+# #anchor resolves, the README's flags table is the binary's flags, and
+# CONTRIBUTING.md's table of make targets is the Makefile's. A
+# module of its own (the goldmark parser). See CONTRIBUTING.md.
+docs-test:
+	cd test/docs && $(GO) vet ./...
+	cd test/docs && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
 # k8s.io/component-base's JSON logger and internal/logging on the same
 # calls: their lines must be the same bytes. A module of its own, so that the
 # product module never depends on component-base.
@@ -203,7 +222,7 @@ metrics-conformance:
 	cd test/metricsconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The last line says that everything passed; make stops at the first failure.
-test: vet unit fuzz e2e deploy-test log-conformance metrics-conformance bench-smoke
+test: vet unit fuzz e2e deploy-test docs-test log-conformance metrics-conformance bench-smoke
 	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
@@ -254,7 +273,7 @@ demo:
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
-# printed, never asserted. See README.md, "Performance".
+# printed, never asserted. See docs/performance.md.
 bench: build mockdriver
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/... ./internal/...
 	$(BENCH_PROCESS) $(BENCH_FLAGS)

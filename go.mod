@@ -29,4 +29,5 @@ require (
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 )

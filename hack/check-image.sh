@@ -11,7 +11,10 @@
 #    and in the Linux binary's --version;
 #  - the SBOM make build-all writes beside each binary in bin/: present,
 #    CycloneDX JSON, of that binary, naming the main module and its version,
-#    and listing the modules linked into it. It is not put in the images.
+#    and listing the modules linked into it. It is not put in the images;
+#  - the release: hack/release.sh writes the OCI image index of every Linux
+#    platform, with the binaries, SBOMs and SHA256SUMS, into a temporary
+#    directory, and hack/check-release.sh inspects it.
 # Base images cannot be pulled here, so the bases are replaced: `scratch`
 # for the Linux image, local stand-ins for Nano Server and Server Core. The
 # rest of each Dockerfile is built as it is.
@@ -88,15 +91,7 @@ for bin in bin/csi-node-driver-registrar-*-*; do
 	esac
 done
 
-work=$(mktemp -d /tmp/check-image.XXXXXX)
-bah() {
-	buildah --storage-driver vfs --root "$work/root" --runroot "$work/run" "$@"
-}
-cleanup() {
-	bah rm --all >/dev/null 2>&1 || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+buildah_storage check-image
 
 image=localhost/csi-node-driver-registrar:check
 step "building Dockerfile for linux/$arch on scratch"
@@ -181,4 +176,10 @@ cmp -s "$root/csi-node-driver-registrar.exe" bin/csi-node-driver-registrar-windo
 step "ok: /csi-node-driver-registrar.exe is the Windows build"
 bah umount "$container" >/dev/null
 
-step "PASS: both images build and hold what the manifests expect"
+# The release's image index of every Linux platform, written by make
+# release's script into a temporary directory and checked by it
+# (hack/check-release.sh).
+step "make release into $work/release"
+VERSION=$version RELEASE_DIR=$work/release hack/release.sh
+
+step "PASS: both images build and hold what the manifests expect; the release's image index holds every Linux platform"

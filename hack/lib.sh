@@ -36,3 +36,14 @@ scratch_dir() {
 	work=$(mktemp -d "/tmp/$1.XXXXXX")
 	trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 }
+
+# buildah_storage PREFIX: a new directory $work under /tmp for buildah's
+# storage (vfs), used by bah; at exit, its containers and the directory are
+# removed.
+buildah_storage() {
+	work=$(mktemp -d "/tmp/$1.XXXXXX")
+	trap 'bah rm --all >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+}
+bah() {
+	buildah --storage-driver vfs --root "$work/root" --runroot "$work/run" "$@"
+}

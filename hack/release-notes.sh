@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Prints the notes of a release: the body of its section of CHANGELOG.md,
-# whose heading is `## v<x.y.z> - <date>`, or of `## Unreleased` when no
-# version is given. Fails when the section is missing or empty. Headings
-# inside fenced code blocks do not count.
+# whose heading is `## v<x.y.z> - <date>` once released and
+# `## v<x.y.z> - Unreleased` before. Without an argument, the release is
+# the tree's version (hack/version.sh, the file VERSION). Fails when the
+# section is missing or empty. Headings inside fenced code blocks do not
+# count.
 #
 #   hack/release-notes.sh [v<x.y.z>]     (make release-notes [RELEASE=v<x.y.z>])
 #
-# CHANGELOG names another file (the tests' changelogs).
+# CHANGELOG names another file (the tests' changelogs); VERSION_FILE is
+# passed on to hack/version.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 changelog=${CHANGELOG:-CHANGELOG.md}
-release=${1:-Unreleased}
+release=${1:-$(hack/version.sh)}
 [[ -r $changelog ]] || {
 	echo "release-notes: cannot read $changelog" >&2
 	exit 1

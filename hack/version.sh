@@ -1,55 +1,33 @@
 #!/usr/bin/env bash
-# Prints the version of the git work tree in the current directory, the one
-# `make` stamps into the binaries (--version) and the images' labels. It is a
-# semantic version with a leading v:
+# Prints the version make stamps into the binaries (--version) and the
+# images' labels: the one line of the file VERSION at the top of the
+# repository, a semantic version with a leading v (v0.1.0, v0.2.0-rc.1).
 #
-#   on a release tag         v0.1.0
-#   after it                 v0.1.0-3-g0123456789ab   (git describe: 3 commits after v0.1.0)
-#   before any release tag   v0.0.0-20250102150405-0123456789ab   (Go's pseudo-version
-#                            shape: the commit's time in UTC and its hash)
-#   not in a git work tree   v0.0.0-unknown, with a warning on stderr
-#
-# and -dirty at the end when tracked files have uncommitted changes. -dirty is
-# a prerelease part rather than semver's +dirty build metadata because the
-# version is also the image tag, where "+" is not allowed.
-#
-# Release tags are v<major>.<minor>.<patch>, with an optional prerelease
-# (v0.2.0-rc.1); other tags are ignored. A tag that looks like one but is not
-# a semantic version (v1.2.3.4) is an error, so that a mistaken tag does not
-# give a release binary a version no tool can compare.
+# The version comes from the tree, not from git: every clone and every build
+# of a commit says the same, with or without tags, history or uncommitted
+# changes. Between two releases VERSION holds the version being prepared,
+# whose CHANGELOG.md section is dated when it is released. Which commit a
+# binary was built from, and whether the tree had uncommitted changes, is not
+# in the version: Go records them in the binary's build information when it
+# builds in a git checkout without -buildvcs=false (go version -m:
+# vcs.revision, vcs.modified).
 #
 #   hack/version.sh          (make's VERSION; override with make VERSION=...)
+#
+# VERSION_FILE names another file (the tests').
 set -euo pipefail
 
+file=${VERSION_FILE:-$(dirname "$0")/../VERSION}
 semver='^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$'
 
-if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-	echo "hack/version.sh: not in a git work tree: version v0.0.0-unknown (set VERSION=v<x.y.z> to name it)" >&2
-	echo v0.0.0-unknown
-	exit 0
-fi
-if ! git rev-parse --verify --quiet HEAD >/dev/null; then
-	echo "hack/version.sh: the repository has no commit yet: version v0.0.0-unknown" >&2
-	echo v0.0.0-unknown
-	exit 0
-fi
-
-# git describe refreshes the index before it looks for changes, so that a
-# file touched but not changed is not counted as dirty.
-dirty=
-if [[ $(git describe --always --dirty=-dirty) == *-dirty ]]; then
-	dirty=-dirty
-fi
-
-if tag=$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null); then
-	[[ $tag =~ $semver ]] || {
-		echo "hack/version.sh: tag $tag is not a semantic version v<major>.<minor>.<patch>[-<prerelease>]: delete it, or set VERSION" >&2
-		exit 1
-	}
-	echo "$(git describe --tags --abbrev=12 --match "$tag")$dirty"
-	exit 0
-fi
-
-# No release tag yet: Go's pseudo-version for a module with no tag.
-when=$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S HEAD)
-echo "v0.0.0-$when-$(git rev-parse --short=12 HEAD)$dirty"
+[[ -r $file ]] || {
+	echo "hack/version.sh: cannot read $file: it holds the version, one line such as v0.1.0 (or set VERSION=v<x.y.z>)" >&2
+	exit 1
+}
+lines=$(grep -c . "$file" || true)
+version=$(tr -d '[:space:]' <"$file")
+[[ $lines == 1 && $version =~ $semver ]] || {
+	echo "hack/version.sh: $file must hold one line, a semantic version v<major>.<minor>.<patch>[-<prerelease>] such as v0.1.0; it holds: $(head -c 200 "$file" | tr '\n' ' ')" >&2
+	exit 1
+}
+echo "$version"

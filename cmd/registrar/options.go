@@ -24,6 +24,13 @@ const probeMode = "kubelet-registration-probe"
 // defaultTimeout is --timeout's default, upstream's.
 const defaultTimeout = time.Second
 
+// defaultUnhealthyAfter is --unhealthy-after's default: kubelet's own
+// retries after a rejection (1 s doubling) have had seven tries by then, a
+// restarting kubelet or a slow driver start are over, and a liveness probe
+// with the usual failureThreshold restarts the container within a minute
+// more.
+const defaultUnhealthyAfter = 3 * time.Minute
+
 // description is the first line of the usage.
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
 
@@ -52,6 +59,7 @@ type options struct {
 	nodeName                string
 	removeNodeTaints        taintKeys
 	nodeCondition           bool
+	unhealthyAfter          time.Duration
 
 	logging *logging.Options
 	flags   *flag.FlagSet
@@ -66,7 +74,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver's socket in this container (a bare path, unix:///path or unix:path).")
 	fs.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver's socket on the host, as kubelet must dial it. Required.")
 	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
-	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "Timeout of each GetPluginInfo call to the CSI driver, and of the check of a registration socket published by another process. Zero or less means the default.")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "Timeout of each GetPluginInfo call to the CSI driver. Zero or less means the default.")
 	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz (liveness), /readyz (readiness), /status (JSON), /metrics (Prometheus) and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
 	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 or less disables it.")
@@ -82,6 +90,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint and --node-condition. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
 	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
 	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
+	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. 0: /healthz never fails for this.")
 	o.logging.AddFlags(fs)
 	o.flags = fs
 	fs.Usage = o.usage
@@ -127,7 +136,7 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 // validate checks what a registrar run needs; --version and the probe mode
 // need none of it.
 func (o *options) validate() error {
-	errs := []error{o.registrationConfig().Validate()}
+	errs := []error{flagError(o.registrationConfig().Validate())}
 	if o.httpEndpoint != "" && o.healthPort > 0 {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
@@ -137,6 +146,9 @@ func (o *options) validate() error {
 		} else if httpAddr := o.httpAddress(); httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint) {
 			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, httpAddr))
 		}
+	}
+	if o.unhealthyAfter < 0 {
+		errs = append(errs, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter))
 	}
 	if o.probeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout))
@@ -156,10 +168,9 @@ func (o *options) validate() error {
 // register adds what reaches outside the registration.
 func (o *options) registrationConfig() registration.Config {
 	return registration.Config{
-		Endpoint:     o.kubeletRegistrationPath,
-		Dir:          o.pluginRegistrationPath,
-		OnRejection:  registration.Policy(o.rejectionPolicy),
-		CheckTimeout: o.operationTimeout(),
+		Endpoint:    o.kubeletRegistrationPath,
+		Dir:         o.pluginRegistrationPath,
+		OnRejection: registration.Policy(o.rejectionPolicy),
 	}
 }
 
@@ -268,4 +279,40 @@ func (o *options) wasSet(name string) bool {
 		}
 	})
 	return set
+}
+
+// registrationFlags names the flag behind each field of
+// registration.Config that the command line sets.
+var registrationFlags = map[string]string{
+	"Endpoint":    "--kubelet-registration-path",
+	"Dir":         "--plugin-registration-path",
+	"OnRejection": "--rejection-policy",
+}
+
+// flagError says which flag to change for each registration.ConfigError
+// in err (one error, or several joined).
+func flagError(err error) error {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := joined.Unwrap()
+		named := make([]error, len(errs))
+		for i, e := range errs {
+			named[i] = flagError(e)
+		}
+		return errors.Join(named...)
+	}
+	var cfgErr *registration.ConfigError
+	if errors.As(err, &cfgErr) {
+		if flag, ok := registrationFlags[cfgErr.Field]; ok {
+			return withFlag(flag, err)
+		}
+	}
+	return err
+}
+
+// withFlag says which flag err is about; nil stays nil.
+func withFlag(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", flag, err)
 }

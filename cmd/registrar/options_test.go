@@ -86,14 +86,15 @@ func TestValidate(t *testing.T) {
 		args    []string
 		wantErr []string
 	}{
-		{"registration path missing", nil, []string{"--kubelet-registration-path is required"}},
+		{"registration path missing", nil, []string{"--kubelet-registration-path: the endpoint is required"}},
 		{"both HTTP flags", []string{"--kubelet-registration-path=/k", "--http-endpoint=:8080", "--health-port=9809"}, []string{"--health-port=9809", "--http-endpoint", "mutually exclusive"}},
-		{"unknown rejection policy", []string{"--kubelet-registration-path=/k", "--rejection-policy=never"}, []string{`--rejection-policy="never" is not supported`}},
+		{"unknown rejection policy", []string{"--kubelet-registration-path=/k", "--rejection-policy=never"}, []string{`--rejection-policy: rejection policy "never" is not supported`}},
 		{"all at once", []string{"--rejection-policy=never", "--health-port=9809", "--http-endpoint=:8080"}, []string{"--kubelet-registration-path", "--rejection-policy", "mutually exclusive"}},
 		{"driver health endpoint without a port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=9808"}, []string{`--driver-health-endpoint="9808": not host:port`, ":9808"}},
 		{"driver health endpoint with a bad port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=:http"}, []string{`port "http" is not a number`}},
 		{"driver health endpoint on the HTTP endpoint's port", []string{"--kubelet-registration-path=/k", "--http-endpoint=:9809", "--driver-health-endpoint=127.0.0.1:9809"}, []string{"use the same port"}},
 		{"driver health endpoint on the health port", []string{"--kubelet-registration-path=/k", "--health-port=9808", "--driver-health-endpoint=:9808"}, []string{"use the same port"}},
+		{"negative unhealthy-after", []string{"--kubelet-registration-path=/k", "--unhealthy-after=-1s"}, []string{"--unhealthy-after=-1s is negative"}},
 		{"zero probe timeout", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=:9808", "--probe-timeout=0"}, []string{"--probe-timeout=0s is not positive"}},
 	}
 	for _, tc := range cases {

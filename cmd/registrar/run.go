@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -95,6 +96,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &rejected):
 		// The termination message was written when kubelet rejected it.
 		return exitError
+	case errors.As(err, new(*failedTooLong)):
+		logger.Info("Stopped while the registration fails", "reason", err.Error())
+		return exitError
 	case err != nil:
 		logger.Error(err, "Registrar failed")
 		termination.write(logger, err.Error())
@@ -121,18 +125,31 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	port := newPort(o)
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	cfg := withVerdicts(o.registrationConfig(), logger, termination, gate)
-	cfg.HTTPPort = portSharing(port)
-	cfg.InspectSELinux = func(socket string) *selinuxcheck.Report {
-		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})
-	}
-	srv, err := registration.New(cfg)
+	srv, err := registration.New(o.registrationConfig())
 	if err != nil {
-		return err
+		return flagError(err)
 	}
+	srv.Observe(reportTermination(logger, termination))
+	// The registration as it was before it stopped, for stoppedFailing.
+	var lastRunning atomic.Pointer[registration.Status]
+	srv.Observe(func(_, now registration.Status) {
+		if now.State != registration.Stopped {
+			lastRunning.Store(&now)
+		}
+	})
+	srv.Observe(tightenOnceRegistered(logger))
 	if gate != nil {
+		srv.Observe(tellGate(gate))
 		defer runUntilStopped(ctx, gate.Run)()
 	}
+	if port != nil {
+		srv.SharePort(ctx, port)
+	}
+	selinux := &selinuxWatch{logger: logger, inspect: func(socket string) *selinuxcheck.Report {
+		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})
+	}}
+	srv.Observe(selinux.observe)
+	defer selinux.inflight.Wait()
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
 	// endpoint listens alongside, as it only has to answer the first probe.
@@ -149,17 +166,58 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// make it dial again.
 		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
-		g.Go(func() error { return driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout) })
+		g.Go(func() error {
+			return withFlag("--driver-health-endpoint", driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout))
+		})
 	}
 	if port != nil {
-		probes := healthz.New(srv, probeOptions(o, driverHealth, gate))
+		opts := probeOptions(o, driverHealth, gate)
+		opts.SELinux = selinux.report
+		probes := healthz.New(srv, opts)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error { return port.Run(ctx) })
+		g.Go(func() error { return withFlag("--http-endpoint", port.Run(ctx)) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
-	g.Go(func() error { return srv.Run(ctx) })
+	g.Go(func() error { return explainDenial(flagError(srv.Run(ctx)), o.pluginRegistrationPath) })
+	var driverError atomic.Pointer[error]
+	observeAttempt := driverConfig.OnAttempt
+	driverConfig.OnAttempt = func(d time.Duration, err error) {
+		driverError.Store(&err)
+		if observeAttempt != nil {
+			observeAttempt(d, err)
+		}
+	}
 	g.Go(func() error { return driver.Follow(ctx, driverConfig, tellAll(followers)) })
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return stoppedFailing(lastRunning.Load(), o.unhealthyAfter, driverError.Load(), termination, logger)
+}
+
+// failedTooLong: the registrar was stopped, most likely by a liveness
+// probe, after the registration had failed for longer than
+// --unhealthy-after.
+type failedTooLong struct{ reason string }
+
+func (e *failedTooLong) Error() string { return e.reason }
+
+// stoppedFailing tells, when the registrar stops, whether the registration
+// had been failing for longer than unhealthyAfter, and leaves why in the
+// termination message: kubelet's rejection and silence are there already,
+// the driver's last error is written now.
+func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, driverErr *error, termination *terminationMessage, logger klog.Logger) error {
+	if st == nil || unhealthyAfter <= 0 || st.FailingSince == nil || time.Since(*st.FailingSince) < unhealthyAfter {
+		return nil
+	}
+	reason := st.Reason
+	if st.State == registration.WaitingForDriver {
+		reason = "the CSI driver did not answer GetPluginInfo"
+		if driverErr != nil && *driverErr != nil {
+			reason += ": " + (*driverErr).Error()
+		}
+		termination.write(logger, reason)
+	}
+	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", time.Since(*st.FailingSince).Round(time.Second), reason)}
 }
 
 // newPort is the HTTP endpoint's port, nil without one. No TCP keep-alive:
@@ -195,7 +253,7 @@ func runUntilStopped(ctx context.Context, run func(context.Context)) (stop func(
 // probeOptions configures the HTTP endpoint: the driver's probe metrics and
 // the node gate's state, where they run.
 func probeOptions(o *options, driverHealth *driverhealth.Prober, gate *nodegate.Gate) healthz.Options {
-	opts := healthz.Options{EnablePprof: o.enablePprof, Version: version}
+	opts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter}
 	if driverHealth != nil {
 		opts.MoreMetrics = driverHealth.Families
 	}
@@ -246,15 +304,6 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	}), nil
 }
 
-// portSharing is port as the registration uses it: none without an HTTP
-// endpoint (a nil *httpport.Port in the interface would not be nil).
-func portSharing(port *httpport.Port) registration.PortSharing {
-	if port == nil {
-		return nil
-	}
-	return port
-}
-
 // terminationMessage leaves the reason of a fatal error or of a rejection
 // where kubectl describe pod shows it.
 type terminationMessage struct {
@@ -283,29 +332,4 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 	case err != nil:
 		logger.Info("Warning: cannot write the termination message", "path", t.path, "err", err)
 	}
-}
-
-// withVerdicts acts on kubelet's verdicts beyond the registration: the
-// termination message of a rejection, the garbage collector's setting once
-// registered (once), and the node gate, if any.
-func withVerdicts(c registration.Config, logger klog.Logger, termination *terminationMessage, gate *nodegate.Gate) registration.Config {
-	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
-	c.Rejected = func(driverName, reason string) {
-		termination.write(logger, "kubelet rejected the plugin: "+reason)
-		if gate != nil {
-			gate.Rejected(driverName, reason)
-		}
-	}
-	c.Registered = func(driverName string) {
-		if gate != nil {
-			gate.Registered(driverName)
-		}
-		tighten()
-	}
-	c.Withdrawn = func(driverName string) {
-		if gate != nil {
-			gate.Withdrawn(driverName)
-		}
-	}
-	return c
 }

@@ -50,13 +50,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 	}
 	d.dirExists = true
 
-	// Writability is tested by doing what the registrar does, creating a
-	// file there, rather than with access(2): access only looks at mode
-	// bits and read-only mounts, not at SELinux or AppArmor denials, and
-	// does not exist on Windows. The file is a dot-file and not a socket,
-	// so kubelet's plugin watcher ignores it on both counts, and it is
-	// removed at once.
-	f, err := os.CreateTemp(dir, ".diagnose-*")
+	how, err := checkWritable(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
 			d.registryDenied = true
@@ -66,12 +60,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 		}
 		return fail(c, "present, not writable ("+pathErrorCause(err)+"): mount it read-write and run the registrar as root")
 	}
-	name := f.Name()
-	_ = f.Close()
-	if err := os.Remove(name); err != nil {
-		return warn(c, fmt.Sprintf("present, writable, but the test file %s could not be removed (%s): delete it", filepath.Base(name), pathErrorCause(err)))
-	}
-	detail := "present, writable (created and removed a test dot-file)"
+	detail := "present, writable (" + how + ")"
 	if seen, mount, ok := hostPathOf(dir); ok {
 		// kubelet watches <its --root-dir>/plugins_registry.
 		if filepath.Base(seen) != "plugins_registry" {
@@ -325,7 +314,9 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 		if st.LastVerdict != nil {
 			reason = st.LastVerdict.Reason
 		}
-		return fail(c, fmt.Sprintf("kubelet rejected the driver%s: %q%s", verdictTime(st.LastVerdict, since), reason, rejectionHint(reason)))
+		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%d times in a row): %q%s", verdictTime(st.LastVerdict, since), st.Attempts, reason, rejectionHint(reason)))
+	case registration.KubeletSilent:
+		return fail(c, fmt.Sprintf("kubelet has not called GetInfo on the socket published %s: kubelet does not watch %s (its --root-dir is elsewhere? this must be the host's <root-dir>/plugins_registry), or kubelet is not running", since(st.LastPublished), dir))
 	case registration.WaitingForKubelet:
 		switch {
 		case st.LastGetInfo != nil && (st.LastPublished == nil || !st.LastGetInfo.Before(*st.LastPublished)):

@@ -87,8 +87,8 @@ type Check struct {
 // failed check does not stop the others; a check that needs what an earlier
 // one could not establish returns Skip with a Detail saying why.
 //
-// Run only reads, except for a uniquely named dot-file it creates in the
-// registry directory and removes at once to test that it is writable. Each
+// Run only reads: that the registry directory is writable is tested
+// without a name appearing there (checkWritable), except on Windows. Each
 // RPC gets a new connection, closed afterwards, and is bounded by
 // cfg.Timeout; the RPCs run in at most four rounds (the driver, the
 // registration socket, then up to 20 other sockets at once), so Run takes

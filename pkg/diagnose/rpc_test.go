@@ -70,7 +70,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 // The diagnosis reads kubelet's verdict from the running registrar, and
 // fails with kubelet's own reason after a rejection.
 func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
-	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{RetryInitial: time.Hour})
+	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Retry: registration.Backoff{Initial: time.Hour}})
 	ctx := context.Background()
 	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, registrationSocket: path}
 
@@ -110,7 +110,8 @@ func TestJudgeRegistration(t *testing.T) {
 		detail string
 	}{
 		{"registered", registration.Status{State: registration.Registered, LastVerdict: &registration.Verdict{Registered: true, Time: *at(time.Minute)}}, OK, "registered the driver through this socket 1m0s ago"},
-		{"rejected", registration.Status{State: registration.Rejected, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago: "boom"`},
+		{"rejected", registration.Status{State: registration.Rejected, Attempts: 3, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago (3 times in a row): "boom"`},
+		{"kubelet silent", registration.Status{State: registration.KubeletSilent, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago"},
 		{"just published", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Second)}, Warn, "run --diagnose again"},
 		{"never called", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago: kubelet does not watch /registration"},
 		{"called, no verdict", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute), LastGetInfo: at(50 * time.Second)}, Fail, "called GetInfo 50s ago but has sent no verdict"},

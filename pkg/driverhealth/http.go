@@ -88,7 +88,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 	go func() { served <- srv.Serve(l) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("serving --driver-health-endpoint %q: %w", address, err)
+		return fmt.Errorf("serving %q: %w", address, err)
 	case <-ctx.Done():
 	}
 	err = healthz.Shutdown(ctx, srv, shutdownTimeout)
@@ -111,7 +111,7 @@ func listen(ctx context.Context, address string) (net.Listener, error) {
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("cannot listen on --driver-health-endpoint %q: %w", address, err)
+			return nil, fmt.Errorf("cannot listen on %q: %w", address, err)
 		}
 		if !logged {
 			klog.FromContext(ctx).Info("The --driver-health-endpoint address is in use: waiting for it; the registration goes on meanwhile", "address", address, "interval", listenRetry)

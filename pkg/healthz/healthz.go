@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -44,6 +46,17 @@ type Options struct {
 	Version string
 	// MoreMetrics, when set, adds families to /metrics at each scrape.
 	MoreMetrics func() []*dto.MetricFamily
+	// SELinux, when set, is what SELinux says of the registration socket,
+	// for /status; nil where it is off.
+	SELinux func() *selinuxcheck.Report
+	// UnhealthyAfter, when positive, fails /healthz once the registration
+	// has failed for that long (Status.FailingSince): kubelet rejects the
+	// driver, kubelet never calls, or the driver never answers. Kubelet
+	// then restarts the container, and the failure shows in kubectl get
+	// pods, as upstream's exit shows it.
+	UnhealthyAfter time.Duration
+	// Clock tells the time; the real one when nil.
+	Clock clock.PassiveClock
 }
 
 // Server answers probes and scrapes for the registrar.
@@ -54,8 +67,11 @@ type Server struct {
 	more    func() []*dto.MetricFamily
 	runtime func() *prometheus.Registry
 
-	registration Registration
-	nodeGate     NodeGate
+	registration   Registration
+	nodeGate       NodeGate
+	selinux        func() *selinuxcheck.Report
+	unhealthyAfter time.Duration
+	clock          clock.PassiveClock
 
 	mu       sync.Mutex
 	lastCode int
@@ -64,14 +80,20 @@ type Server struct {
 // New builds the HTTP handlers, reporting on reg.
 func New(reg Registration, opts Options) *Server {
 	s := &Server{
-		mux:          http.NewServeMux(),
-		version:      opts.Version,
-		metrics:      newMetricSet(opts.Version),
-		runtime:      sync.OnceValue(newRuntimeRegistry),
-		more:         opts.MoreMetrics,
-		registration: reg,
-		nodeGate:     opts.NodeGate,
-		lastCode:     http.StatusOK,
+		mux:            http.NewServeMux(),
+		version:        opts.Version,
+		metrics:        newMetricSet(opts.Version),
+		runtime:        sync.OnceValue(newRuntimeRegistry),
+		more:           opts.MoreMetrics,
+		registration:   reg,
+		nodeGate:       opts.NodeGate,
+		selinux:        opts.SELinux,
+		unhealthyAfter: opts.UnhealthyAfter,
+		clock:          opts.Clock,
+		lastCode:       http.StatusOK,
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
 	}
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
@@ -102,14 +124,39 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	s.metrics.observePluginInfo(d, err)
 }
 
-// registrationStatus is the registration's status.
-func (s *Server) registrationStatus() registration.Status {
-	return s.registration.Status()
+// registrationStatus is the registration's status, with what SELinux
+// says of it as a cause where kubelet stays silent or rejects the driver.
+func (s *Server) registrationStatus() (registration.Status, *selinuxcheck.Report) {
+	st := s.registration.Status()
+	if s.selinux == nil {
+		return st, nil
+	}
+	report := s.selinux()
+	switch {
+	case st.State != registration.KubeletSilent && st.State != registration.Rejected:
+	case report.Problem() && st.State == registration.KubeletSilent:
+		st.Reason += "; or SELinux does not let it: " + report.Summary()
+	case report.Problem():
+		st.Reason += "; SELinux may be why: " + report.Summary()
+	case report != nil && report.Unchecked != "" && st.State == registration.KubeletSilent:
+		st.Reason += "; or SELinux does not let it, which this registrar cannot tell (see selinux)"
+	}
+	return st, report
 }
 
+// serveHealthz answers as the registration path asks (see statusCode),
+// and fails once the registration has failed for UnhealthyAfter.
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	h := s.registration.Health(r.Context())
 	code, reason := statusCode(h), h.Reason
+	if code == http.StatusOK && s.unhealthyAfter > 0 {
+		if st := s.registration.Status(); st.FailingSince != nil {
+			if failing := s.clock.Since(*st.FailingSince); failing >= s.unhealthyAfter {
+				code = http.StatusServiceUnavailable
+				reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", failing.Round(time.Second), s.unhealthyAfter, st.Reason)
+			}
+		}
+	}
 	s.logChange(r.Context(), code, reason)
 	writeText(w, code, reason)
 }
@@ -119,7 +166,7 @@ func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 // ready is not restarted: readiness only tells operators (and rollouts)
 // whether the driver is registered on the node.
 func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
-	st := s.registrationStatus()
+	st, _ := s.registrationStatus()
 	code := http.StatusOK
 	if !st.Ready {
 		code = http.StatusServiceUnavailable
@@ -132,7 +179,11 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
-	// NodeGate is there with --remove-node-taint or --node-condition.
+	// SELinux is what SELinux says of the registration socket: its
+	// labels, and whether the policy lets kubelet reach it. Absent where
+	// SELinux is off.
+	SELinux *selinuxcheck.Report `json:"selinux,omitempty"`
+	// NodeGate is there when the node gate runs.
 	NodeGate *nodegate.Status `json:"nodeGate,omitempty"`
 }
 
@@ -140,7 +191,8 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(statusDocument{Version: s.version, Status: s.registrationStatus(), NodeGate: s.nodeGateStatus()})
+	st, report := s.registrationStatus()
+	_ = enc.Encode(statusDocument{Version: s.version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
 }
 
 func writeText(w http.ResponseWriter, code int, body string) {

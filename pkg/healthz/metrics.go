@@ -210,7 +210,7 @@ func labelPairs(kv []string) []*dto.LabelPair {
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	families := s.metrics.families(s.registrationStatus())
+	families := s.metrics.families(s.registration.Status())
 	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
 	families = append(families, s.runtimeFamilies(r.Context())...)
 	if s.more != nil {

@@ -99,14 +99,14 @@ func (p *Port) Run(ctx context.Context) error {
 			p.mu.Unlock()
 			switch {
 			case !inUse && first:
-				return fmt.Errorf("cannot listen on --http-endpoint %q: %w", p.address, err)
+				return fmt.Errorf("cannot listen on %q: %w", p.address, err)
 			case !inUse:
 				logger.Error(err, "Cannot listen on --http-endpoint again; trying again", "address", p.address, "interval", retryInterval)
 			case !wasWaiting:
 				waitingSince = time.Now()
 				logger.Info("The --http-endpoint address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has found the driver", "address", p.address, "maxWait", p.MaxWait)
 			case time.Since(waitingSince) > p.MaxWait:
-				return fmt.Errorf("cannot listen on --http-endpoint %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
+				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
 			retry.Reset(p.retryInterval())
 		} else if l != nil {

@@ -74,7 +74,7 @@ func (l *loop) handOver(call *handoverCall) error {
 	if err := call.ctx.Err(); err != nil {
 		return err
 	}
-	pub, state := l.pub, l.st.state
+	pub, state := l.pub, l.m.state
 	switch {
 	case pub == nil || pub.gen != call.gen:
 		return errors.New("this instance no longer serves the registration socket")
@@ -87,31 +87,24 @@ func (l *loop) handOver(call *handoverCall) error {
 		Path:     pub.path,
 		File:     pub.sock.own,
 		Hidden:   pub.sock.hidden,
-		Driver:   l.st.driverName,
-		Endpoint: l.cfg.Endpoint,
+		Driver:   l.m.name,
+		Endpoint: l.s.cfg.Endpoint,
 		IsHiddenName: func(name string) bool {
 			return isHiddenName(pub.path, name)
 		},
-		Timeout: l.cfg.CheckTimeout,
-	}
-	if v := l.st.lastVerdict; v != nil {
-		owner.Verdict = &handover.Verdict{Registered: v.Registered, Reason: v.Reason, Time: v.Time}
+		Timeout: l.s.cfg.CheckTimeout,
+		Verdict: l.m.log.lastVerdict,
 	}
 	if err := handover.Offer(call.ctx, owner, call.req); err != nil {
 		return err
 	}
-
 	// The socket is the new instance's: its file at the path must never be
-	// removed from here.
-	l.stopRetry()
+	// removed from here. The HandOver call itself is in flight on this
+	// server.
 	l.pub = nil
-	l.st.handedOverTo()
-	// The HandOver call itself is in flight on this server.
 	l.stopInBackground(pub)
-	l.watchOwner(pub.path, pub.sock.own)
 	l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", pub.path)
-	l.releasePortTo(pub.path)
-	return nil
+	return l.apply(handedOff{pub.sock.own})
 }
 
 // takeOver is B's side: it asks the instance serving path for its socket
@@ -143,27 +136,18 @@ func (l *loop) takeOver(name, path string) (*handover.Taken, error) {
 		}
 	}()
 	taken, err = handover.Take(handover.Newcomer{
-		Path: path, Found: before, Driver: name, Endpoint: l.cfg.Endpoint,
-		Receiver: recv, Address: address, Timeout: l.cfg.CheckTimeout,
+		Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
+		Receiver: recv, Address: address, Timeout: l.s.cfg.CheckTimeout,
 	})
 	return taken, err
 }
 
 // adopt serves kubelet on a socket taken over, with the previous
 // instance's registration.
-func (l *loop) adopt(taken *handover.Taken) {
-	l.st.generation++
-	gen, name := l.st.generation, l.st.driverName
-	sock := &publishedSocket{Listener: taken.Listener, path: l.st.socketPath, hidden: taken.Hidden, own: taken.File}
-	var verdict *Verdict
-	if v := taken.Verdict; v != nil {
-		verdict = &Verdict{Registered: v.Registered, Reason: v.Reason, Time: v.Time}
-	}
-	l.install(&publication{gen: gen, name: name, path: sock.path, sock: sock}, func(st *status) { st.adopted(verdict) })
+func (l *loop) adopt(taken *handover.Taken) error {
+	sock := &publishedSocket{Listener: taken.Listener, path: l.m.path, hidden: taken.Hidden, own: taken.File}
+	gen := l.install(sock)
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-		"driver", name, "path", sock.path, "endpoint", l.cfg.Endpoint, "registered", verdict != nil, "reason", ReasonHandover)
-	if verdict != nil && verdict.Registered && l.cfg.Registered != nil {
-		// kubelet will not confirm again: its verdict came with the socket.
-		l.cfg.Registered(name)
-	}
+		"driver", l.m.name, "path", sock.path, "endpoint", l.s.cfg.Endpoint, "registered", taken.Verdict != nil, "reason", ReasonHandover)
+	return l.apply(adopted{gen, taken.Verdict})
 }

@@ -199,7 +199,7 @@ func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
 		}},
 		{"not registered by kubelet", func(t *testing.T, dir string) *running { return start(t, dir) }},
 		{"rejected by kubelet", func(t *testing.T, dir string) *running {
-			r := start(t, dir, func(c *Config) { c.RetryInitial = DefaultRetryMax })
+			r := start(t, dir, func(c *Config) { c.Retry.Initial = DefaultRetryMax })
 			notify(t, r.srv.SocketPathForTest(), false)
 			poll.Until(t, "the rejection is recorded", func() bool { return r.srv.Status().State == Rejected })
 			return r

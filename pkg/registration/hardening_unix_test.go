@@ -85,7 +85,11 @@ func TestStopDoesNotWaitForSilentClients(t *testing.T) {
 	dir := shortTempDir(t)
 	// A graceful stop that could wait for long: only the clients' silence
 	// may not hold the exit.
-	r := start(t, dir, func(c *Config) { c.ShutdownTimeout = time.Hour })
+	srv := newServer(t, dir)
+	srv.shutdownTimeout = time.Hour
+	r := runServer(t, srv)
+	srv.DriverFound(testDriver)
+	r.waitServing(t)
 	path := r.srv.SocketPathForTest()
 
 	silent, err := net.Dial("unix", path)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,82 +16,85 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/clock"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
-// loop is Run's goroutine and the registration it alone owns.
+// loop is Run's goroutine: it feeds the machine its events and carries out
+// the effects it returns. It owns the machine, the current publication
+// and the goroutines that serve it.
 type loop struct {
-	*Server
+	s      *Server
 	ctx    context.Context
 	logger logr.Logger
-	// st and pub are the registration; share gives readers a copy.
-	st  status
-	pub *publication // nil while waiting for the driver or superseded
+	m      machine
+	pub    *publication // nil while none is served
 	// retired counts the graceful stops of old publications.
 	retired sync.WaitGroup
-
-	retry   *time.Timer
-	backoff time.Duration
-	// watch is the connection to the instance that owns the socket while
-	// this one is superseded; watches counts them, for their ids.
+	// watch is the connection to the instance followed while standing
+	// aside; watches counts them, for their ids.
 	watch   *ownerWatch
 	watches uint64
-	// pending is a publication to try again, after publishBackoff.
-	pending        *pendingPublication
-	publishBackoff time.Duration
-	// silence runs from a publication until kubelet's first GetInfo is
-	// due.
-	silence *time.Timer
-	// vacancy runs while the path is empty, or holds a socket that did not
-	// answer (suspect), before publishing again.
-	vacancy *time.Timer
-	suspect suspicion
+	// gens counts the publications, for their generation.
+	gens uint64
+	// timer wakes the loop at the machine's next deadline, timerAt.
+	timer   clock.Timer
+	timerAt time.Time
 }
 
-func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
+func (l *loop) run(watcher *fsnotify.Watcher) error {
 	for {
 		l.share()
-		if err := l.next(ctx, watcher); err != nil || ctx.Err() != nil {
+		if err := l.next(watcher); err != nil || l.ctx.Err() != nil {
+			// Observers see what ended the loop.
+			l.share()
 			return err
 		}
 	}
 }
 
-// share gives readers a snapshot of the registration.
-func (l *loop) share() {
-	st := l.st
-	st.publications = maps.Clone(l.st.publications)
-	l.shared.Store(&snapshot{st: st, pub: l.pub})
-}
-
 // next waits for one event and acts on it.
-func (l *loop) next(ctx context.Context, watcher *fsnotify.Watcher) error {
+func (l *loop) next(watcher *fsnotify.Watcher) error {
 	select {
-	case <-ctx.Done():
+	case <-l.ctx.Done():
 		return nil
 
-	case news := <-l.driver:
-		l.st.driverReachable = news.reachable
+	case news := <-l.s.driver:
+		l.s.reachable.Store(news.reachable)
 		if news.name != "" {
-			return l.driverNamed(news.name)
+			return l.apply(named{news.name})
 		}
 
-	case ev := <-l.events:
-		return l.handle(ev)
+	case ev := <-l.s.events:
+		if call, ok := ev.(*handoverCall); ok {
+			err := l.handOver(call)
+			// The caller, and tests, see the outcome in the snapshot as
+			// soon as the reply is out.
+			l.share()
+			call.reply <- err
+			return nil
+		}
+		if lost, ok := ev.(ownerLostID); ok {
+			if l.watch == nil || l.watch.id != lost.id {
+				return nil // a watch replaced meanwhile
+			}
+			l.watch = nil
+			// The cached check of the owner's socket no longer holds.
+			l.s.identity.forget()
+			return l.apply(ownerLost{})
+		}
+		return l.apply(ev)
 
 	case event, ok := <-watcher.Events:
 		if !ok {
 			return errors.New("the watch of the registration directory ended")
 		}
-		if event.Name == filepath.Clean(l.cfg.Dir) && event.Has(fsnotify.Remove|fsnotify.Rename) {
-			return fmt.Errorf("the registration directory %q was removed", l.cfg.Dir)
+		if event.Name == filepath.Clean(l.s.cfg.Dir) && event.Has(fsnotify.Remove|fsnotify.Rename) {
+			return fmt.Errorf("the registration directory %q was removed", l.s.cfg.Dir)
 		}
-		if path := l.st.socketPath; path != "" && event.Name == path {
-			if err := l.reconcile(); err != nil {
-				return err
-			}
+		if event.Name == l.m.path {
+			return l.apply(pathChanged{})
 		}
 
 	case err, ok := <-watcher.Errors:
@@ -101,194 +103,275 @@ func (l *loop) next(ctx context.Context, watcher *fsnotify.Watcher) error {
 		}
 		// An overflow may have hidden a deletion: look at the path.
 		l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
-		return l.reconcile()
+		return l.apply(pathChanged{})
 
-	case <-l.silenceChannel():
-		l.silence = nil
-		l.checkKubeletCalled()
-
-	case <-l.vacancyChannel():
-		return l.vacancyConfirmed()
-
-	case <-l.pendingChannel():
-		return l.publishPending()
-
-	case <-l.retryChannel():
-		return l.retryAfterRejection()
+	case <-l.timerChannel():
+		l.timer, l.timerAt = nil, time.Time{}
+		now := l.s.cfg.Clock.Now()
+		for t := range timers {
+			if due := l.m.due[t]; !due.IsZero() && !due.After(now) {
+				if err := l.apply(fired{t}); err != nil {
+					return err
+				}
+			}
+		}
+		l.arm()
 	}
 	return nil
 }
 
-// handle acts on an event sent by another goroutine.
-func (l *loop) handle(ev event) error {
+// apply steps the machine through ev and carries out its effects, whose
+// outcomes are events in turn.
+func (l *loop) apply(ev any) error {
+	before := l.m.state
+	effects := l.m.step(l.s.cfg.Clock.Now(), ev)
+	l.told(ev, before)
+	for _, e := range effects {
+		if err := l.do(e); err != nil {
+			return err
+		}
+	}
+	l.arm()
+	return nil
+}
+
+// do carries out one effect.
+func (l *loop) do(e effect) error {
+	switch e := e.(type) {
+	case claim:
+		return l.claim(e.reason)
+	case publish:
+		return l.publish(e.reason)
+	case look:
+		if l.ctx.Err() != nil {
+			return nil // stopping: nothing to publish again
+		}
+		at := lookAt(l.ctx, l.m.path, l.ours(), l.m.owner, func(ctx context.Context, _ fs.FileInfo) (string, error) {
+			return askName(ctx, l.m.path, l.s.cfg.CheckTimeout)
+		}, l.s.cfg.CheckTimeout)
+		if at.kind == atRefused || at.kind == atSilent {
+			l.logger.V(2).Info("The socket at the path does not answer", "path", l.m.path, "err", at.Err)
+		}
+		return l.apply(looked{at.ofDriver(l.m.name), e.purpose})
+	case stepAside:
+		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", l.m.path)
+		if pub := l.pub; pub != nil {
+			l.pub = nil
+			l.retire(pub)
+		}
+		l.follow(e.owner)
+	case follow:
+		if l.watch == nil || !os.SameFile(l.watch.file, e.owner) {
+			l.follow(e.owner)
+		}
+	case warn:
+		if e.at.kind == atUnknown {
+			l.logger.Error(e.at.Err, e.msg, "path", l.m.path)
+		} else {
+			l.logger.Error(nil, e.msg, "path", l.m.path, "found", found(e.at, l.m.name))
+		}
+	case fail:
+		return e.err
+	default:
+		panic(fmt.Sprintf("registration: unknown effect %T", e))
+	}
+	return nil
+}
+
+func found(at At, driver string) string {
+	_, reason := at.Found(driver)
+	return reason
+}
+
+// told logs what an event changed, once: each line at the default level
+// is a change an operator should know of.
+func (l *loop) told(ev any, before State) {
+	m := &l.m
 	switch ev := ev.(type) {
 	case kubeletCall:
-		if !ev.notify {
-			l.st.calledGetInfo()
-			if l.pub != nil && l.pub.gen == ev.gen {
-				// kubelet saw the current socket: nothing to wait for.
-				l.stopSilence()
+		switch {
+		case ev.gen != m.gen:
+			if ev.notify {
+				l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", ev.registered, "reason", ev.reason)
 			}
-			return nil
+		case !ev.notify:
+		case ev.registered && before != Registered:
+			l.logger.Info("kubelet registered the driver", "endpoint", l.s.cfg.Endpoint)
+		case ev.registered:
+			// kubelet confirms again after each of its restarts.
+			l.logger.V(2).Info("kubelet confirmed the registration again")
+		case before != Rejected:
+			l.logger.Error(nil, "kubelet rejected the plugin", "reason", ev.reason, "policy", l.s.cfg.OnRejection)
+			if l.s.cfg.OnRejection == Retry {
+				l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again", "backoff", m.due[retryTimer].Sub(m.log.lastNotify))
+			}
+		default:
+			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", ev.reason, "attempts", m.attempts)
 		}
-		l.st.calledNotify(ev.registered)
-		return l.verdict(ev)
-	case *handoverCall:
-		err := l.handOver(ev)
-		// The caller, and tests, see the outcome in the snapshot as soon
-		// as the reply is out.
-		l.share()
-		ev.reply <- err
-	case ownerLost:
-		return l.ownerGone(ev.id)
+	case fired:
+		if ev.timer == silenceTimer && m.state == KubeletSilent && before != KubeletSilent {
+			l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs",
+				"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
+		}
 	case serveEnded:
-		return l.serveEnded(ev)
-	case selinuxInspected:
-		l.selinuxInspected(ev)
-	default:
-		panic(fmt.Sprintf("registration: unknown event %T", ev))
-	}
-	return nil
-}
-
-// stopTimers stops what would wake the loop, once it has returned.
-func (l *loop) stopTimers() {
-	l.stopRetry()
-	l.cancelPendingPublication()
-	l.stopAwaitingVacancy()
-	l.unwatchOwner()
-	l.stopSilence()
-}
-
-func (l *loop) stopSilence() {
-	if l.silence != nil {
-		l.silence.Stop()
-		l.silence = nil
+		if ev.gen == m.gen {
+			l.logger.Error(ev.err, "The registration socket stopped accepting connections: publishing it again", "path", m.path)
+		}
 	}
 }
 
-// driverNamed publishes the socket for the first name, and re-registers
-// when the driver came back under another one.
-func (l *loop) driverNamed(name string) error {
-	old := l.st.driverName
-	if name == old {
+// timerChannel is the channel of the timer at the machine's next
+// deadline, nil when none runs.
+func (l *loop) timerChannel() <-chan time.Time {
+	if l.timer == nil {
 		return nil
 	}
-	path := SocketPath(l.cfg.Dir, name)
+	return l.timer.C()
+}
+
+// arm sets the loop's one timer to the machine's next deadline.
+func (l *loop) arm() {
+	next := l.m.next()
+	if next.Equal(l.timerAt) {
+		return
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.timerAt = next
+	if !next.IsZero() {
+		l.timer = l.s.cfg.Clock.NewTimer(next.Sub(l.s.cfg.Clock.Now()))
+	}
+}
+
+// ours is the current publication's socket file, nil when none.
+func (l *loop) ours() fs.FileInfo {
+	if l.pub == nil {
+		return nil
+	}
+	return l.pub.sock.own
+}
+
+// share gives readers a snapshot of the registration, and tells the
+// observers.
+func (l *loop) share() {
+	l.s.share(l.m, l.pub)
+}
+
+// claim puts the driver's socket in place for the first time, or under a
+// new name: it takes over the socket of an older instance at the path,
+// defers to a live registrar that cannot hand it over, or publishes.
+func (l *loop) claim(reason string) error {
+	name, path := l.m.name, l.m.path
+	if reason == ReasonRenamed {
+		l.logger.Info("The CSI driver changed its name: registering under the new one", "newName", name)
+	}
 	exists, err := checkSocketPath(path)
 	if err != nil {
 		return err
 	}
-	reason := ReasonStart
-	if old != "" {
-		reason = ReasonRenamed
-		l.logger.Info("The CSI driver changed its name: registering under the new one", "oldName", old, "newName", name)
-	}
-	for _, leftover := range removeLeftovers(path, l.cfg.CheckTimeout) {
+	for _, leftover := range removeLeftovers(path, l.s.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
-
-	l.st.driverName = name
-	l.st.socketPath = path
 	if exists && handover.Supported {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
 		taken, err := l.takeOver(name, path)
 		if err == nil {
-			l.adopt(taken)
-			return nil
+			return l.adopt(taken)
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
-		if grpcstatus.Code(err) == codes.Unimplemented && l.deferTo(name, path) {
-			return nil
+		if grpcstatus.Code(err) == codes.Unimplemented {
+			if owner := l.deferTo(name, path); owner != nil {
+				l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
+					"driver", name, "path", path, "endpoint", l.s.cfg.Endpoint)
+				return l.apply(deferred{owner})
+			}
 		}
 	}
 	if exists {
-		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.cfg.CheckTimeout))
+		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.s.cfg.CheckTimeout))
 	}
 	return l.publish(reason)
 }
 
-// deferTo leaves the path to a live registrar for the same driver and
-// endpoint that cannot hand its socket over (upstream's, or an older build):
-// replacing its socket would make kubelet deregister the driver, and the
-// old registrar's exit would then do it a second time, as upstream's
-// removes the path when it stops. Waiting for it to leave costs one
-// deregistration only. It tells whether it deferred.
-func (l *loop) deferTo(name, path string) bool {
+// deferTo returns the socket at path when a live registrar for the same
+// driver and endpoint that cannot hand it over (upstream's, or an older
+// build) serves it: replacing its socket would make kubelet deregister the
+// driver, and the old registrar's exit would then do it a second time, as
+// upstream's removes the path when it stops. Waiting for it to leave costs
+// one deregistration only.
+func (l *loop) deferTo(name, path string) fs.FileInfo {
 	file, err := os.Lstat(path)
 	if err != nil {
-		return false
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
-	defer cancel()
-	info, err := askInfo(ctx, path, l.cfg.CheckTimeout)
-	if err != nil || info.Name != name || info.Endpoint != l.cfg.Endpoint {
-		return false
+	info, err := askInfo(l.ctx, path, l.s.cfg.CheckTimeout)
+	if err != nil || info.Name != name || info.Endpoint != l.s.cfg.Endpoint {
+		return nil
 	}
-	l.st.deferring()
-	l.watchOwner(path, file)
-	l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
-		"driver", name, "path", path, "endpoint", l.cfg.Endpoint)
-	return true
+	return file
 }
 
-// publishNow puts a new socket with its own gRPC server in place at the
-// current path, then retires the previous publication: its socket, when
-// still at a path of ours, is replaced atomically or removed (after a
-// change of name).
-func (l *loop) publishNow(reason string) error {
-	name, path := l.st.driverName, l.st.socketPath
-	l.st.generation++
-	gen := l.st.generation
-
-	sock, err := publish(path)
-	if err != nil {
+// publish puts a new socket with its own gRPC server in place at the
+// path, then retires the previous publication. When the node or the
+// process is short of a resource, the machine tries again after a backoff.
+func (l *loop) publish(reason string) error {
+	var replace fs.FileInfo
+	if at := l.m.path; at != "" {
+		// What the machine decided to replace: our own socket, or a dead
+		// one; anything else at the path is never removed.
+		if fi, err := os.Lstat(at); err == nil && fi.Mode().Type() == fs.ModeSocket {
+			replace = fi
+		}
+	}
+	sock, err := publishSocket(l.m.path, replace)
+	switch {
+	case err != nil && isShortage(err):
+		if l.m.publishError != err.Error() {
+			l.logger.Error(err, "Cannot publish the registration socket: trying again after a backoff", "reason", reason, "backoff", l.m.shortBackoff)
+		} else {
+			l.logger.V(2).Info("Cannot publish the registration socket yet", "reason", reason, "backoff", l.m.shortBackoff, "err", err)
+		}
+		return l.apply(publishFailed{reason, err})
+	case err != nil:
 		return err
 	}
-	l.install(&publication{gen: gen, name: name, path: path, sock: sock}, func(st *status) { st.published(reason) })
-	l.logger.Info("Registration socket published, waiting for kubelet", "driver", name, "path", path, "endpoint", l.cfg.Endpoint, "reason", reason)
-	return nil
+	gen := l.install(sock)
+	l.logger.Info("Registration socket published, waiting for kubelet", "driver", l.m.name, "path", l.m.path, "endpoint", l.s.cfg.Endpoint, "reason", reason)
+	return l.apply(published{gen, reason})
 }
 
-// install serves kubelet on a new publication, makes it the current one
-// (update records it in the status), and retires the previous one.
-func (l *loop) install(pub *publication, update func(*status)) {
+// install serves kubelet on a new socket, makes it the current
+// publication and retires the previous one.
+func (l *loop) install(sock *publishedSocket) uint64 {
+	l.gens++
+	pub := &publication{gen: l.gens, name: l.m.name, path: l.m.path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
-	rpc := &rpcServer{s: l.Server, gen: pub.gen, name: pub.name, logger: l.logger}
+	rpc := &rpcServer{s: l.s, gen: pub.gen, name: pub.name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handover.Supported {
 		srv.RegisterService(&ownServiceDesc, rpc)
 	}
 	pub.grpc = srv
 	pub.conns = trackConns(pub.sock)
-	l.unwatchOwner()
-	l.cancelPendingPublication()
-	l.stopAwaitingVacancy()
-	l.suspect = suspicion{}
-	l.publishBackoff = publishRetryInitial
-	l.stopSilence()
-	l.silence = time.NewTimer(l.cfg.KubeletSilence)
-	if l.cfg.HTTPPort != nil {
-		l.cfg.HTTPPort.Claim()
-	}
+	l.unfollow()
 	go func() {
 		// Serve returns nil once the server is stopped; an error when
 		// accepting fails otherwise, or the listener was closed for a
 		// handover.
 		if err := srv.Serve(pub.conns); err != nil {
-			l.send(serveEnded{gen: pub.gen, err: err})
+			l.s.send(serveEnded{gen: pub.gen, err: err})
 		}
 	}()
-
 	previous := l.pub
 	l.pub = pub
-	update(&l.st)
-	l.inspectSELinux(false)
 	if previous != nil {
 		l.retire(previous)
 	}
+	return pub.gen
 }
 
 // retire stops a publication in the background: its socket is removed if
@@ -312,17 +395,6 @@ func (l *loop) stopInBackground(pub *publication) {
 	}()
 }
 
-// serveEnded publishes the socket again when the gRPC server of the
-// current publication stopped serving: the socket at the path no longer
-// answers, as a dead one left there.
-func (l *loop) serveEnded(ev serveEnded) error {
-	if l.pub == nil || l.pub.gen != ev.gen {
-		return nil // a publication retired or handed over
-	}
-	l.logger.Error(ev.err, "The registration socket stopped accepting connections: publishing it again", "path", l.pub.path)
-	return l.publish(ReasonStale)
-}
-
 // stopGRPC lets in-flight replies go out, within the shutdown timeout;
 // then every connection is closed, as gRPC itself would wait for clients
 // that have not finished their handshake.
@@ -333,370 +405,63 @@ func (l *loop) stopGRPC(pub *publication) {
 		srv.GracefulStop()
 		close(done)
 	}()
-	timer := time.NewTimer(l.cfg.ShutdownTimeout)
-	defer timer.Stop()
 	select {
 	case <-done:
-	case <-timer.C:
-		l.logger.Info("Graceful stop timed out, closing open kubelet connections", "timeout", l.cfg.ShutdownTimeout)
+	case <-l.s.cfg.Clock.After(l.s.shutdownTimeout):
+		l.logger.Info("Graceful stop timed out, closing open kubelet connections", "timeout", l.s.shutdownTimeout)
 		pub.conns.closeAll()
 		srv.Stop()
 		<-done
 	}
 }
 
-// reconcile looks at the path after a change and restores the
-// registration when the node would otherwise be left without one.
-func (l *loop) reconcile() error {
-	pub, state, path := l.pub, l.st.state, l.st.socketPath
-	if path == "" {
-		return nil
-	}
-	found := inspect(path)
-	switch {
-	case found.missing:
-		if state.standsAside() || pub != nil {
-			l.awaitVacancy()
-		}
-	case found.err != nil:
-		l.logger.Error(found.err, "Cannot inspect the registration socket", "path", path)
-	case pub != nil && pub.sock.isOurs(found.info):
-		// Our own publication.
-	case !found.socket:
-		l.logger.Error(nil, "Something that is not a socket replaced the registration socket; leaving it alone", "path", path, "type", DescribeFileType(found.info.Mode()))
-	case l.watch != nil && os.SameFile(l.watch.file, found.info):
-		// The owner this instance follows: the connection it holds says
-		// whether it lives, without another call.
-	default:
-		return l.foreignSocket(pub, path, found.info)
-	}
-	return nil
-}
-
-func (l *loop) silenceChannel() <-chan time.Time {
-	if l.silence == nil {
-		return nil
-	}
-	return l.silence.C
-}
-
-// checkKubeletCalled says, once per publication, that kubelet has not
-// called GetInfo on the socket it should have seen long ago: kubelet does
-// not watch this directory, or is not running.
-func (l *loop) checkKubeletCalled() {
-	silent := l.st.state == WaitingForKubelet && (l.st.lastGetInfo.IsZero() || l.st.lastGetInfo.Before(l.st.lastPublish))
-	if !silent {
-		return
-	}
-	l.st.kubeletSilent = true
-	if l.cfg.InspectSELinux != nil {
-		// Said once SELinux has been asked, which can take a connection
-		// to the driver.
-		l.inspectSELinux(true)
-		return
-	}
-	l.reportSilence(nil)
-}
-
-func (l *loop) reportSilence(selinux *selinuxcheck.Report) {
-	msg := "kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs"
-	kv := []any{"path", l.st.socketPath, "directory", l.cfg.Dir, "publishedFor", l.cfg.KubeletSilence}
-	if selinux.Problem() {
-		msg = "kubelet has not called GetInfo on the registration socket, and SELinux does not let it: see the selinux value. Otherwise kubelet does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
-	}
-	if selinux != nil {
-		kv = append(kv, "selinux", selinux.Summary())
-	}
-	l.logger.Info(msg, kv...)
-}
-
-// inspectSELinux asks what SELinux says of the current publication's
-// socket, on a goroutine: the answer comes back as an event.
-func (l *loop) inspectSELinux(afterSilence bool) {
-	inspect := l.cfg.InspectSELinux
-	if inspect == nil || l.pub == nil {
-		return
-	}
-	gen, path := l.pub.gen, l.pub.path
-	go func() {
-		l.send(selinuxInspected{gen: gen, report: inspect(path), afterSilence: afterSilence})
-	}()
-}
-
-func (l *loop) selinuxInspected(ev selinuxInspected) {
-	if l.pub == nil || l.pub.gen != ev.gen {
-		return // about a publication since replaced
-	}
-	l.st.selinux = ev.report
-	if ev.afterSilence && l.st.kubeletSilent {
-		l.reportSilence(ev.report)
-	}
-}
-
-// vacancyGrace is how long an empty path, or a socket there that does not
-// answer, is left alone before this instance publishes its socket there
-// again. Another registrar that takes the path over may remove the socket
-// there first and bind its own next (upstream's does, at start), and its
-// new socket refuses connections between its bind and its listen: a
-// socket published in between would either make its bind fail or replace
-// its socket with ours while it serves an unlinked one. The wait is far
-// shorter than kubelet's reconcile period (1 s), so kubelet sees the same
-// events.
-const vacancyGrace = 100 * time.Millisecond
-
-// maxStrikes is how many looks, vacancyGrace apart, a socket at the path
-// that accepts connections and does not answer GetInfo within the check
-// timeout gets before it is replaced as dead.
-const maxStrikes = 4
-
-// suspicion counts the looks at a socket at the path that did not answer,
-// vacancyGrace apart at least: two events in quick succession (the
-// removal of a socket and the creation of the next, between its bind and
-// its listen) are one look, or a registrar that binds and then listens
-// would have its new socket replaced as dead.
-type suspicion struct {
-	file    fs.FileInfo
-	strikes int
-	last    time.Time // of the last look counted
-}
-
-// look records a look at file that found it not answering, at now, and
-// returns how many looks count against it.
-func (s *suspicion) look(file fs.FileInfo, now time.Time) int {
-	if s.file == nil || !os.SameFile(s.file, file) {
-		*s = suspicion{file: file}
-	}
-	if s.strikes == 0 || now.Sub(s.last) >= vacancyGrace {
-		s.strikes++
-		s.last = now
-	}
-	return s.strikes
-}
-
-// awaitVacancy publishes the socket again once the path has stayed empty
-// for vacancyGrace, unless another instance published one meanwhile.
-func (l *loop) awaitVacancy() {
-	if l.vacancy == nil {
-		l.vacancy = time.NewTimer(vacancyGrace)
-	}
-}
-
-func (l *loop) vacancyChannel() <-chan time.Time {
-	if l.vacancy == nil {
-		return nil
-	}
-	return l.vacancy.C
-}
-
-func (l *loop) stopAwaitingVacancy() {
-	if l.vacancy != nil {
-		l.vacancy.Stop()
-		l.vacancy = nil
-	}
-}
-
-// vacancyConfirmed publishes the socket again if the path is still empty;
-// otherwise what is there now is dealt with as any change.
-func (l *loop) vacancyConfirmed() error {
-	l.vacancy = nil
-	pub, state, path := l.pub, l.st.state, l.st.socketPath
-	if !inspect(path).missing {
-		return l.reconcile()
-	}
-	switch {
-	case state.standsAside():
-		l.logger.Info("The instance that served the registration socket is gone: publishing ours again", "path", path)
-		return l.publish(ReasonVacated)
-	case pub != nil:
-		l.logger.Info("Registration socket deleted: publishing it again", "path", path)
-		return l.publish(ReasonDeleted)
-	}
-	return nil
-}
-
-// foreignSocket decides what to do about a socket another process put at
-// the path: step aside for a live instance of the same driver, replace a
-// dead socket, leave anything else alone.
-func (l *loop) foreignSocket(pub *publication, path string, file fs.FileInfo) error {
-	name, state := l.st.driverName, l.st.state
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout)
-	defer cancel()
-	other, err := askName(ctx, path, l.cfg.CheckTimeout)
-	if err != nil {
-		strikes := l.suspect.look(file, time.Now())
-		// A socket that refuses connections is dead, or was bound a
-		// moment ago and is not listening yet (another registrar between
-		// its bind and its listen): one more look after the grace. One
-		// that accepts and does not answer in time is slow, perhaps only
-		// on a loaded node: it is replaced only after maxStrikes looks.
-		if strikes < 2 || strikes < maxStrikes && socketAnswers(path, l.cfg.CheckTimeout) {
-			l.logger.V(2).Info("The socket at the path does not answer: looking again shortly", "path", path, "err", err, "looks", strikes)
-			l.awaitVacancy()
-			return nil
-		}
-	}
-	l.suspect = suspicion{}
-	switch {
-	case err != nil && state.standsAside():
-		l.logger.Info("The instance that served the registration socket no longer answers: publishing ours again", "path", path, "err", err)
-		return l.publish(ReasonVacated)
-	case err != nil:
-		l.logger.Info("A dead socket replaced the registration socket: publishing ours again", "path", path, "err", err)
-		return l.publish(ReasonStale)
-	case other != name:
-		l.logger.Error(nil, "Another driver's registration socket is at our path; leaving it alone", "path", path, "otherDriver", other)
-	case state.standsAside():
-		// Another instance again, e.g. after a handover between two newer
-		// ones: follow the current owner.
-		if l.watch == nil || !os.SameFile(l.watch.file, file) {
-			l.watchOwner(path, file)
-		}
-	default:
-		// Never fight back: a newer instance (a rolling update with
-		// maxSurge) owns the registration now.
-		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", path)
-		l.stopRetry()
-		l.cancelPendingPublication()
-		l.stopAwaitingVacancy()
-		l.pub = nil
-		l.st.superseded()
-		if pub != nil {
-			l.retire(pub)
-		}
-		l.watchOwner(path, file)
-		l.releasePortTo(path)
-	}
-	return nil
-}
-
-// watchOwner holds a connection to the instance that serves the socket
-// file at path in this one's place, so that its death is noticed at once:
-// a killed process leaves its socket file behind, and the directory does
-// not change.
-func (l *loop) watchOwner(path string, file fs.FileInfo) {
-	l.unwatchOwner()
+// follow holds a connection to the instance that serves the socket file
+// owner at the path in this one's place, so that its death is noticed at
+// once: a killed process leaves its socket file behind, and the directory
+// does not change.
+func (l *loop) follow(owner fs.FileInfo) {
+	l.unfollow()
 	l.watches++
 	ctx, cancel := context.WithCancel(l.ctx)
-	l.watch = &ownerWatch{id: l.watches, file: file, cancel: cancel}
-	lost := func(id uint64) {
-		select {
-		case l.events <- ownerLost{id}:
-		case <-ctx.Done():
-		case <-l.done:
-		}
-	}
-	go watchOwner(ctx, l.watches, path, file, l.cfg.CheckTimeout, lost)
+	l.watch = &ownerWatch{id: l.watches, file: owner, cancel: cancel}
+	id := l.watches
+	go watchOwner(ctx, id, l.m.path, owner, l.s.cfg.CheckTimeout, func(id uint64) { l.s.send(ownerLostID{id}) })
 }
 
-func (l *loop) unwatchOwner() {
+func (l *loop) unfollow() {
 	if l.watch != nil {
 		l.watch.cancel()
 		l.watch = nil
 	}
 }
 
-// ownerGone looks at the path again after the connection of watch id to
-// the socket's owner failed.
-func (l *loop) ownerGone(id uint64) error {
-	if l.watch == nil || l.watch.id != id {
-		return nil // a watch that was replaced meanwhile
-	}
-	l.watch = nil
-	// The cached check of the owner's socket no longer holds.
-	l.identity.forget()
-	l.logger.V(2).Info("The connection to the instance that owns the registration socket ended: checking the socket")
-	return l.reconcile()
-}
-
-// verdict records kubelet's NotifyRegistrationStatus on a publication.
-func (l *loop) verdict(v kubeletCall) error {
-	if l.pub == nil || l.pub.gen != v.gen {
-		l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", v.registered, "reason", v.reason)
-		return nil
-	}
-	changed := l.st.verdict(v.registered, v.reason)
-	if v.registered {
-		l.stopRetry()
-		l.backoff = l.cfg.RetryInitial
-		if changed {
-			l.logger.Info("kubelet registered the driver", "endpoint", l.cfg.Endpoint)
-		} else {
-			// kubelet confirms again after each of its restarts.
-			l.logger.V(2).Info("kubelet confirmed the registration again")
-		}
-		if l.cfg.Registered != nil {
-			l.cfg.Registered(l.st.driverName)
-		}
-		return nil
-	}
-
-	if changed {
-		l.logger.Error(nil, "kubelet rejected the plugin", "reason", v.reason, "policy", l.cfg.OnRejection)
-	} else {
-		l.logger.V(2).Info("kubelet rejected the plugin again", "reason", v.reason)
-	}
-	if l.cfg.Rejected != nil {
-		l.cfg.Rejected(l.st.driverName, v.reason)
-	}
-	if l.cfg.OnRejection == Exit {
-		return &RejectedError{Reason: v.reason}
-	}
-	if l.retry == nil {
-		l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again", "backoff", l.backoff)
-		l.retry = time.NewTimer(l.backoff)
-		l.st.nextRetry = time.Now().Add(l.backoff)
-		l.backoff = min(2*l.backoff, l.cfg.RetryMax)
-	}
-	return nil
-}
-
-func (l *loop) retryChannel() <-chan time.Time {
-	if l.retry == nil {
-		return nil
-	}
-	return l.retry.C
-}
-
-func (l *loop) stopRetry() {
-	if l.retry != nil {
-		l.retry.Stop()
-		l.retry = nil
-	}
-	l.st.nextRetry = time.Time{}
-}
-
-func (l *loop) retryAfterRejection() error {
-	l.retry = nil
-	pub, state := l.pub, l.st.state
-	l.st.nextRetry = time.Time{}
-	if state != Rejected || pub == nil {
-		return nil
-	}
-	l.logger.V(2).Info("Publishing the registration socket again after kubelet's rejection")
-	return l.publish(ReasonRetry)
-}
+// ownerLostID: the connection of owner watch id failed.
+type ownerLostID struct{ id uint64 }
 
 // shutdown withdraws the registration before it stops answering, so that
 // kubelet deregisters the driver rather than failing to reach it.
 func (l *loop) shutdown() {
-	logger := l.logger
+	l.unfollow()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 	pub := l.pub
 	l.pub = nil
-	l.st.stopped()
-	l.share()
+	l.m.step(l.s.cfg.Clock.Now(), stopping{})
 	if pub != nil {
 		removed, err := pub.sock.removeIfOurs()
 		switch {
 		case err != nil:
-			logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
+			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
 		case removed:
-			logger.Info("Registration socket removed", "path", pub.path)
-			if l.cfg.Withdrawn != nil {
-				l.cfg.Withdrawn(pub.name)
-			}
+			l.logger.Info("Registration socket removed", "path", pub.path)
+			l.m.withdrawn = true
 		default:
-			logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
+			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
 		}
+	}
+	l.share()
+	if pub != nil {
 		// Clients that have not said anything yet have nothing in flight,
 		// and nothing to gain from a socket that is gone: a client that
 		// never speaks must not hold the exit.

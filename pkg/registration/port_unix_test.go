@@ -3,13 +3,14 @@
 package registration
 
 import (
+	"context"
 	"sync"
 	"testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 )
 
-// fakePort is a PortSharing that records what the registration asks of it.
+// fakePort is an HTTPPort that records what the registration asks of it.
 type fakePort struct {
 	mu            sync.Mutex
 	wanted, netns string // what this instance waits for, if anything
@@ -75,15 +76,21 @@ func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shortTempDir(t)
 			olderPort := &fakePort{listening: addr, netns: netns}
-			withPort := func(p PortSharing) func(*Config) { return func(c *Config) { c.HTTPPort = p } }
-			var older *running
+			run := func(p *fakePort) *running {
+				srv := newServer(t, dir)
+				srv.SharePort(context.Background(), p)
+				r := runServer(t, srv)
+				srv.DriverFound(testDriver)
+				r.waitServing(t)
+				return r
+			}
+			older := run(olderPort)
 			if tc.registered {
-				older = startRegistered(t, dir, withPort(olderPort))
-			} else {
-				older = start(t, dir, withPort(olderPort))
+				notify(t, older.srv.SocketPathForTest(), true)
+				poll.Until(t, "the older instance is registered", func() bool { return older.srv.Status().State == Registered })
 			}
 			newerPort := &fakePort{wanted: addr, netns: tc.newerNetNS}
-			start(t, dir, withPort(newerPort))
+			run(newerPort)
 			poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
 			// The older one asks the newer one what it waits for, once.
 			poll.Until(t, "the older instance asks", func() bool { return newerPort.timesAsked() == 1 })

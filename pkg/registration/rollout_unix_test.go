@@ -108,14 +108,14 @@ func TestStepsAsideForARemoveThenBindTakeover(t *testing.T) {
 	bound := lstat(t, path)
 
 	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
-	// Longer than the grace an empty path gets: nothing publishes over
-	// the new socket.
-	deadline := time.Now().Add(3 * vacancyGrace)
-	for time.Now().Before(deadline) {
-		if !os.SameFile(bound, lstat(t, path)) {
-			t.Fatal("the older instance published over the new registrar's socket")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Nothing can publish over the new socket: the older instance has no
+	// timer left that would, and follows the new socket, so that a change
+	// at the path leaves it where it is.
+	poll.Until(t, "the older instance settles", func() bool {
+		return older.srv.timersForTest() == "" && older.srv.followsForTest()
+	})
+	if !os.SameFile(bound, lstat(t, path)) {
+		t.Fatal("the older instance published over the new registrar's socket")
 	}
 	if st := older.srv.Status(); st.State != Superseded || st.Publications[ReasonDeleted] != 0 {
 		t.Errorf("older Status = %+v, want superseded without a publication after the removal", st)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
-	"github.com/go-logr/logr"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestPublishesADeletedSocketAgain(t *testing.T) {
@@ -53,13 +53,17 @@ func TestStepsAsideForANewerInstanceAndReturnsWhenItLeaves(t *testing.T) {
 	if st.Ready || !strings.Contains(st.Reason, "superseded") {
 		t.Errorf("older Status = ready %v %q, want not ready, superseded", st.Ready, st.Reason)
 	}
-	// Give a ping-pong a chance to show: neither instance may publish again.
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if o, n := older.srv.Status().Publications, newer.srv.Status().Publications; o[ReasonStart] != 1 || n[ReasonStart] != 1 || len(o) != 1 || len(n) != 1 {
-			t.Fatalf("publications: older %v, newer %v; want one each", o, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Nothing can start a ping-pong: neither instance has a timer that
+	// would make it publish, and the older one follows the newer one's
+	// socket, so that a change at the path leaves it where it is.
+	poll.Until(t, "both instances settle", func() bool {
+		return older.srv.timersForTest() == "" && newer.srv.timersForTest() == "silence"
+	})
+	if o, n := older.srv.Status().Publications, newer.srv.Status().Publications; o[ReasonStart] != 1 || n[ReasonStart] != 1 || len(o) != 1 || len(n) != 1 {
+		t.Fatalf("publications: older %v, newer %v; want one each", o, n)
+	}
+	if !older.srv.followsForTest() {
+		t.Fatal("the older instance does not follow the socket at the path")
 	}
 
 	// The newer instance goes away (its pod failed): the node must not be
@@ -92,17 +96,23 @@ func TestReplacesADeadSocketAtThePath(t *testing.T) {
 }
 
 func TestRetriesAfterRejection(t *testing.T) {
+	fake := testingclock.NewFakeClock(time.Now())
+	srv := newServer(t, shortTempDir(t), func(c *Config) {
+		c.Retry, c.Clock = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond}, fake
+	})
 	var mu sync.Mutex
-	var reasons []string
-	r := start(t, shortTempDir(t), func(c *Config) {
-		c.RetryInitial, c.RetryMax = 20*time.Millisecond, 40*time.Millisecond
-		c.Rejected = func(_, reason string) {
+	var observed []string
+	srv.Observe(func(old, now Status) {
+		if now.Attempts > old.Attempts {
 			mu.Lock()
-			reasons = append(reasons, reason)
+			observed = append(observed, now.LastVerdict.Reason)
 			mu.Unlock()
 		}
 	})
-	path := r.srv.SocketPathForTest()
+	r := runServer(t, srv)
+	srv.DriverFound(testDriver)
+	r.waitServing(t)
+	path := srv.SocketPathForTest()
 	ctx := context.Background()
 
 	for i := 0; i < 3; i++ {
@@ -111,14 +121,20 @@ func TestRetriesAfterRejection(t *testing.T) {
 		if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{Error: reason}); err != nil {
 			t.Fatalf("NotifyRegistrationStatus(false) got no reply: %v", err)
 		}
-		poll.Until(t, "the rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == uint64(i+1) })
+		var st Status
+		poll.Until(t, "the rejection is recorded", func() bool { st = srv.Status(); return st.RegistrationFailures == uint64(i+1) })
+		if st.State != Rejected || st.NextRetry == nil || st.Attempts != uint64(i+1) {
+			t.Fatalf("after rejection %d: %+v", i+1, st)
+		}
+		fake.SetTime(*st.NextRetry)
 		poll.Until(t, "the socket is published again", func() bool {
 			now, err := os.Lstat(path)
-			return err == nil && !os.SameFile(before, now) && r.srv.Status().State == WaitingForKubelet
+			return err == nil && !os.SameFile(before, now) && srv.Status().Publications[ReasonRetry] == uint64(i+1)
 		})
-		st := r.srv.Status()
-		if st.Publications[ReasonRetry] != uint64(i+1) {
-			t.Errorf("retry publications = %d, want %d", st.Publications[ReasonRetry], i+1)
+		// kubelet's verdict stands until it gives another.
+		st = srv.Status()
+		if st.State != Rejected || st.Ready || !strings.Contains(st.Reason, reason) {
+			t.Errorf("after the retry's publication: %s %q, want still rejected with kubelet's reason", st.State, st.Reason)
 		}
 		if st.LastVerdict == nil || st.LastVerdict.Registered || st.LastVerdict.Reason != reason {
 			t.Errorf("last verdict = %+v, want the rejection %q", st.LastVerdict, reason)
@@ -129,17 +145,20 @@ func TestRetriesAfterRejection(t *testing.T) {
 	if _, err := client(t, path).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the registration is confirmed", func() bool { ready := r.srv.Status().Ready; return ready })
+	poll.Until(t, "the registration is confirmed", func() bool { ready := srv.Status().Ready; return ready })
+	if st := srv.Status(); st.Attempts != 0 || st.FailingSince != nil {
+		t.Errorf("once registered: attempts %d, failing since %v; want neither", st.Attempts, st.FailingSince)
+	}
 	mu.Lock()
-	if len(reasons) != 3 {
-		t.Errorf("Rejected callback called %d times, want 3", len(reasons))
+	if len(observed) != 3 {
+		t.Errorf("observers saw %d rejections (%q), want 3", len(observed), observed)
 	}
 	mu.Unlock()
 }
 
 func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 	// Long enough that the retry does not happen during the test.
-	r := start(t, shortTempDir(t), func(c *Config) { c.RetryInitial, c.RetryMax = time.Hour, 4*time.Hour })
+	r := start(t, shortTempDir(t), func(c *Config) { c.Retry = Backoff{Initial: time.Hour, Max: 4 * time.Hour} })
 	path := r.srv.SocketPathForTest()
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
 		t.Fatal(err)
@@ -159,32 +178,6 @@ func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
 	poll.Until(t, "the second rejection is recorded", func() bool { return r.srv.Status().RegistrationFailures == 2 })
 	if again := r.srv.Status(); !again.NextRetry.Equal(*st.NextRetry) {
 		t.Errorf("the pending retry moved from %v to %v", st.NextRetry, again.NextRetry)
-	}
-}
-
-func TestIgnoresAVerdictOnAnEarlierSocket(t *testing.T) {
-	// kubelet may answer through a socket that was replaced meanwhile; the
-	// loop is driven by hand to make that race deterministic.
-	srv, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &loop{Server: srv, logger: logr.Discard(), st: newStatus(testEndpoint), backoff: time.Second}
-	l.st.driverName, l.st.state = testDriver, WaitingForKubelet
-	l.pub = &publication{gen: 2}
-	if err := l.verdict(kubeletCall{gen: 1, notify: true, registered: true}); err != nil {
-		t.Fatal(err)
-	}
-	l.share()
-	if st := srv.Status(); st.State != WaitingForKubelet || st.LastVerdict != nil {
-		t.Errorf("after a verdict on socket 1: state %v, last verdict %+v; want both unchanged", st.State, st.LastVerdict)
-	}
-	if err := l.verdict(kubeletCall{gen: 2, notify: true, registered: true}); err != nil {
-		t.Fatal(err)
-	}
-	l.share()
-	if st := srv.Status(); st.State != Registered {
-		t.Errorf("after a verdict on socket 2: state %v, want registered", st.State)
 	}
 }
 
@@ -271,18 +264,24 @@ func TestRemovesHiddenSocketsLeftByAKilledRegistrar(t *testing.T) {
 }
 
 // kubelet that never calls GetInfo (it does not watch the directory, a
-// relocated --root-dir) is said once, in the log and the status, and the
-// status forgets it at kubelet's first call.
+// relocated --root-dir) makes the registration kubelet-silent once the
+// silence has lasted, until kubelet's first call.
 func TestSaysWhenKubeletNeverCalls(t *testing.T) {
-	r := start(t, shortTempDir(t), func(c *Config) { c.KubeletSilence = 20 * time.Millisecond })
+	fake := testingclock.NewFakeClock(time.Now())
+	r := start(t, shortTempDir(t), func(c *Config) { c.KubeletSilence, c.Clock = 10*time.Second, fake })
+	if st := r.srv.Status(); st.State != WaitingForKubelet {
+		t.Fatalf("before the silence: %s", st.State)
+	}
+	fake.Step(10 * time.Second)
 	poll.Until(t, "the status says kubelet did not call", func() bool { return r.srv.Status().KubeletSilent })
-	if st := r.srv.Status(); st.State != WaitingForKubelet || !strings.Contains(st.Reason, "plugins_registry") {
-		t.Errorf("Status = %+v, want waiting for kubelet, naming the registry directory as a cause", st)
+	if st := r.srv.Status(); st.State != KubeletSilent || st.Ready || !strings.Contains(st.Reason, "plugins_registry") || st.FailingSince == nil {
+		t.Errorf("Status = %+v, want kubelet-silent, naming the registry directory as a cause", st)
 	}
 	if _, err := client(t, r.srv.SocketPathForTest()).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	if st := r.srv.Status(); st.KubeletSilent || strings.Contains(st.Reason, "plugins_registry") {
-		t.Errorf("Status after kubelet's GetInfo = %+v, want the silence forgotten", st)
-	}
+	poll.Until(t, "the silence is forgotten at kubelet's call", func() bool {
+		st := r.srv.Status()
+		return st.State == WaitingForKubelet && !st.KubeletSilent && !strings.Contains(st.Reason, "plugins_registry") && st.FailingSince == nil
+	})
 }

@@ -12,16 +12,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/clock"
 )
 
 // SupportedVersions is what the registrar tells kubelet about the CSI
@@ -30,7 +32,7 @@ var SupportedVersions = []string{"1.0.0"}
 
 // Defaults for Config.
 const (
-	DefaultShutdownTimeout = 3 * time.Second
+	DefaultShutdownTimeout = 3 * time.Second // of a gRPC server
 	DefaultCheckTimeout    = time.Second
 	DefaultRetryInitial    = time.Second
 	DefaultRetryMax        = 5 * time.Minute
@@ -63,51 +65,31 @@ const (
 
 // Config says where to register and how to behave.
 type Config struct {
-	// Endpoint is the driver's socket as kubelet sees it on the host
-	// (--kubelet-registration-path); it is returned to kubelet verbatim.
+	// Endpoint is the driver's socket as kubelet sees it on the host; it
+	// is returned to kubelet verbatim.
 	Endpoint string
-	// Dir is kubelet's plugin registry directory as mounted here
-	// (--plugin-registration-path).
+	// Dir is kubelet's plugin registry directory as mounted here.
 	Dir string
 	// OnRejection is the policy when kubelet rejects the plugin; Retry
 	// when empty.
 	OnRejection Policy
-	// RetryInitial and RetryMax bound the backoff of the Retry policy: it
-	// doubles from RetryInitial up to RetryMax, and starts over after
-	// kubelet accepted the plugin.
-	RetryInitial, RetryMax time.Duration
+	// Retry is the backoff of the Retry policy: it doubles from Initial up
+	// to Max, and starts over after kubelet accepted the plugin.
+	Retry Backoff
 	// KubeletSilence is how long after a publication kubelet may not have
-	// called GetInfo before the registrar says so (DefaultKubeletSilence):
-	// kubelet's plugin watcher reacts at once, its reconciler within a
-	// second.
+	// called GetInfo before the registration is kubelet-silent
+	// (DefaultKubeletSilence): kubelet's plugin watcher reacts at once,
+	// its reconciler within a second.
 	KubeletSilence time.Duration
-	// Rejected, when set, is called with the driver's name and kubelet's
-	// reason each time kubelet rejects the plugin. Rejected, Registered
-	// and Withdrawn are called on Run's goroutine: they must not block.
-	Rejected func(driverName, reason string)
-	// Registered, when set, is called with the driver's name each time
-	// kubelet confirms the current registration socket, and when this
-	// instance takes over a socket that kubelet had registered.
-	Registered func(driverName string)
-	// Withdrawn, when set, is called with the driver's name when Run
-	// removed the registration socket on its way out: kubelet unregisters
-	// the plugin.
-	Withdrawn func(driverName string)
-	// CheckTimeout bounds the GetInfo call that identifies a socket at the
-	// path that this process did not create.
+	// CheckTimeout bounds each call that identifies a socket at the path
+	// that this process did not create.
 	CheckTimeout time.Duration
-	// ShutdownTimeout bounds the graceful stop of a gRPC server.
-	ShutdownTimeout time.Duration
-	// InspectSELinux, when set, tells what SELinux says of the registration
-	// socket at socketPath (nil where SELinux is off). It is called on a
-	// goroutine of its own after each publication and when kubelet stays
-	// silent; /status shows its report.
-	InspectSELinux func(socketPath string) *selinuxcheck.Report
-	// HTTPPort, when set, is the HTTP endpoint's port: released to a newer
-	// instance on the same network that waits for it, claimed back when
-	// this instance publishes again (see port.go).
-	HTTPPort PortSharing
+	// Clock runs every timer of the registration; the real one when nil.
+	Clock clock.WithTicker
 }
+
+// Backoff is a wait that doubles from Initial up to Max.
+type Backoff struct{ Initial, Max time.Duration }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
 // and the policy is Exit.
@@ -127,33 +109,50 @@ func (e *RejectedError) Error() string {
 // else talks to it through channels (DriverFound, DriverGone, the RPC
 // handlers, the watch of the socket's owner, each gRPC server's Serve),
 // and reads what it shares after each event: an immutable snapshot
-// (Status, Health).
+// (Status, Health), which observers are also given.
 type Server struct {
 	cfg Config
+	// shutdownTimeout bounds the graceful stop of a gRPC server.
+	shutdownTimeout time.Duration
 
 	// The loop's inputs. driver holds what DriverFound and DriverGone
 	// said since the loop last looked.
 	driver      chan driverNews
 	driverMutex sync.Mutex
-	events      chan event
+	events      chan any
 	// done is closed once the loop no longer reads events: senders stop
 	// waiting.
 	done      chan struct{}
 	closeDone func()
 	ran       atomic.Bool
+	reachable atomic.Bool
 
-	// shared is the loop's latest snapshot.
-	shared atomic.Pointer[snapshot]
+	// shared is the loop's latest snapshot; observers are told of each.
+	shared    atomic.Pointer[snapshot]
+	observers []Observer
+	port      HTTPPort
 	// identity caches the check of a socket that another process put at
 	// the path, for readers (Health).
 	identity foreignCache
 }
 
+// An Observer is told of each change of the registration, in order, on
+// the registration's goroutine: it must not block.
+type Observer func(old, new Status)
+
 // snapshot is what the loop shares after each event. Neither it nor
 // anything it points to is written again.
 type snapshot struct {
-	st  status
-	pub *publication // nil while waiting for the driver or superseded
+	m   machine
+	pub *publication // nil while none is served
+}
+
+// ours is the snapshot's publication's socket file, nil when none.
+func (s *snapshot) ours() fs.FileInfo {
+	if s.pub == nil {
+		return nil
+	}
+	return s.pub.sock.own
 }
 
 // driverNews is what the driver's side said: its name, when it named
@@ -161,37 +160,6 @@ type snapshot struct {
 type driverNews struct {
 	name      string
 	reachable bool
-}
-
-// event is an input of the loop: kubeletCall, *handoverCall, ownerLost,
-// serveEnded.
-type event any
-
-// kubeletCall is one of kubelet's calls on a publication's socket.
-type kubeletCall struct {
-	gen uint64
-	// notify: NotifyRegistrationStatus with registered and reason;
-	// otherwise GetInfo.
-	notify     bool
-	registered bool
-	reason     string
-}
-
-// ownerLost: the connection of owner watch id failed.
-type ownerLost struct{ id uint64 }
-
-// serveEnded: the gRPC server of publication gen stopped serving with err.
-type serveEnded struct {
-	gen uint64
-	err error
-}
-
-// selinuxInspected: what SELinux says of publication gen's socket;
-// afterSilence when asked because kubelet stayed silent.
-type selinuxInspected struct {
-	gen          uint64
-	report       *selinuxcheck.Report
-	afterSilence bool
 }
 
 // publication is one socket put in place, with its own gRPC server.
@@ -208,17 +176,17 @@ type publication struct {
 	conns *trackedListener
 }
 
-// Validate says what is wrong with the values of cfg that come from the
-// command line, naming the flags; the registry directory is checked by New.
+// Validate says what is wrong with cfg's values; the registry directory
+// is checked by New.
 func (cfg Config) Validate() error {
 	var errs []error
 	if cfg.Endpoint == "" {
-		errs = append(errs, errors.New("--kubelet-registration-path is required: set it to the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock"))
+		errs = append(errs, &ConfigError{"Endpoint", errors.New("the endpoint is required: the CSI driver's socket path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")})
 	}
 	switch cfg.OnRejection {
 	case "", Retry, Exit:
 	default:
-		errs = append(errs, fmt.Errorf("--rejection-policy=%q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit))
+		errs = append(errs, &ConfigError{"OnRejection", fmt.Errorf("rejection policy %q is not supported: use %q or %q", cfg.OnRejection, Retry, Exit)})
 	}
 	return errors.Join(errs...)
 }
@@ -235,29 +203,30 @@ func New(cfg Config) (*Server, error) {
 	if cfg.OnRejection == "" {
 		cfg.OnRejection = Retry
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.CheckTimeout <= 0 {
 		cfg.CheckTimeout = DefaultCheckTimeout
 	}
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = DefaultRetryInitial
+	if cfg.Retry.Initial <= 0 {
+		cfg.Retry.Initial = DefaultRetryInitial
 	}
 	if cfg.KubeletSilence <= 0 {
 		cfg.KubeletSilence = DefaultKubeletSilence
 	}
-	if cfg.RetryMax < cfg.RetryInitial {
-		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
+	if cfg.Retry.Max < cfg.Retry.Initial {
+		cfg.Retry.Max = max(DefaultRetryMax, cfg.Retry.Initial)
 	}
 	s := &Server{
-		cfg:    cfg,
-		driver: make(chan driverNews, 1),
-		events: make(chan event, 16),
-		done:   make(chan struct{}),
+		cfg:             cfg,
+		shutdownTimeout: DefaultShutdownTimeout,
+		driver:          make(chan driverNews, 1),
+		events:          make(chan any, 16),
+		done:            make(chan struct{}),
 	}
 	s.closeDone = sync.OnceFunc(func() { close(s.done) })
-	s.shared.Store(&snapshot{st: newStatus(cfg.Endpoint)})
+	s.shared.Store(&snapshot{m: newMachine(cfg, cfg.Clock.Now())})
 	return s, nil
 }
 
@@ -289,8 +258,24 @@ func (s *Server) tell(news driverNews) {
 	s.driver <- news
 }
 
+// Observe adds an observer of the registration; call it before Run.
+func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
+
+// share stores the loop's state for readers and tells the observers.
+func (s *Server) share(m machine, pub *publication) {
+	m.log.publications = maps.Clone(m.log.publications)
+	old := s.shared.Swap(&snapshot{m: m, pub: pub})
+	if len(s.observers) == 0 {
+		return
+	}
+	before, now := old.status(s.reachable.Load()), s.Status()
+	for _, o := range s.observers {
+		o(before, now)
+	}
+}
+
 // send passes an event to the loop; false when the loop has returned.
-func (s *Server) send(ev event) bool {
+func (s *Server) send(ev any) bool {
 	select {
 	case s.events <- ev:
 		return true
@@ -321,13 +306,8 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
 
-	l := &loop{
-		Server: s, ctx: ctx, logger: logger,
-		st:      newStatus(s.cfg.Endpoint),
-		backoff: s.cfg.RetryInitial, publishBackoff: publishRetryInitial,
-	}
-	err = l.run(ctx, watcher)
-	l.stopTimers()
+	l := &loop{s: s, ctx: ctx, logger: logger, m: newMachine(s.cfg, s.cfg.Clock.Now())}
+	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the
 	// gRPC servers would wait for them.

@@ -52,6 +52,12 @@ func start(t *testing.T, dir string, configure ...func(*Config)) *running {
 // startWaiting runs a Server that has not been told the driver's name.
 func startWaiting(t *testing.T, dir string, configure ...func(*Config)) *running {
 	t.Helper()
+	return runServer(t, newServer(t, dir, configure...))
+}
+
+// newServer is a Server for dir, not running yet.
+func newServer(t *testing.T, dir string, configure ...func(*Config)) *Server {
+	t.Helper()
 	cfg := Config{Endpoint: testEndpoint, Dir: dir}
 	for _, c := range configure {
 		c(&cfg)
@@ -60,6 +66,12 @@ func startWaiting(t *testing.T, dir string, configure ...func(*Config)) *running
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// runServer runs srv in the background until the test ends.
+func runServer(t *testing.T, srv *Server) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- srv.Run(ctx) }()
@@ -296,8 +308,9 @@ func TestNewRejectsUnusableDirectory(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path") {
-		t.Errorf("New() without an endpoint = %v, want an error naming --kubelet-registration-path", err)
+	var cfgErr *ConfigError
+	if _, err := New(Config{Dir: dir}); !errors.As(err, &cfgErr) || cfgErr.Field != "Endpoint" || !strings.Contains(err.Error(), "endpoint is required") {
+		t.Errorf("New() without an endpoint = %v, want an error about the Endpoint", err)
 	}
 	if _, err := New(Config{Endpoint: "/csi.sock", Dir: dir, OnRejection: "ignore"}); err == nil || !strings.Contains(err.Error(), `"ignore"`) {
 		t.Errorf("New() with an unknown policy = %v, want an error quoting it", err)
@@ -349,11 +362,16 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 
 func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 	dir := shortTempDir(t)
-	var reasons []string
-	r := start(t, dir, func(c *Config) {
-		c.OnRejection = Exit
-		c.Rejected = func(_, reason string) { reasons = append(reasons, reason) }
+	srv := newServer(t, dir, func(c *Config) { c.OnRejection = Exit })
+	var reasons []string // written on Run's goroutine, read once it returned
+	srv.Observe(func(old, now Status) {
+		if now.State == Rejected && old.State != Rejected {
+			reasons = append(reasons, now.LastVerdict.Reason)
+		}
 	})
+	r := runServer(t, srv)
+	srv.DriverFound(testDriver)
+	r.waitServing(t)
 	path := r.srv.SocketPathForTest()
 	const reason = "RegisterPlugin error -- plugin registration failed with err: boom"
 	_, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: false, Error: reason})
@@ -375,7 +393,7 @@ func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 		t.Errorf("socket still at %s after the rejection (err %v)", path, err)
 	}
 	if len(reasons) != 1 || reasons[0] != reason {
-		t.Errorf("Rejected callback got %q, want kubelet's reason once", reasons)
+		t.Errorf("observers saw rejections %q, want kubelet's reason once", reasons)
 	}
 }
 
@@ -469,9 +487,9 @@ func TestHealthOfAMissingSocket(t *testing.T) {
 	if h := srv.Health(context.Background()); h.State != WaitingForDriver || h.Found != NotLooked {
 		t.Errorf("Health() before the driver is known = %+v, want waiting for the driver", h)
 	}
-	st := newStatus(testEndpoint)
-	st.driverName, st.socketPath, st.state = testDriver, SocketPath(dir, testDriver), Registered
-	srv.shared.Store(&snapshot{st: st})
+	m := newMachine(srv.cfg, t0)
+	m.name, m.path, m.state = testDriver, SocketPath(dir, testDriver), Registered
+	srv.shared.Store(&snapshot{m: m})
 	if h := srv.Health(context.Background()); h.Found != FoundNothing || !strings.Contains(h.Reason, "does not exist") {
 		t.Errorf("Health() = %v %q, want nothing at the path", h.Found, h.Reason)
 	}
@@ -500,6 +518,25 @@ func TestHealthAsksAForeignSocketOncePerFile(t *testing.T) {
 // SocketPathForTest is the current socket path.
 func (s *Server) SocketPathForTest() string { return s.Status().SocketPath }
 
+// timersForTest names the registration's running timers.
+func (s *Server) timersForTest() string {
+	var names []string
+	for t, due := range s.shared.Load().m.due {
+		if !due.IsZero() {
+			names = append(names, [...]string{"silence", "retry", "vacancy", "shortage"}[t])
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// followsForTest tells whether the registration follows the owner of the
+// socket at its path.
+func (s *Server) followsForTest() bool {
+	m := s.shared.Load().m
+	fi, err := os.Lstat(m.path)
+	return err == nil && m.owner != nil && os.SameFile(fi, m.owner)
+}
+
 // Only kubelet's calls count as kubelet's: another instance checking the
 // socket at the path (askInfo) and --diagnose set UserAgent.
 func TestCountsOnlyKubeletsGetInfo(t *testing.T) {
@@ -522,10 +559,17 @@ func TestCountsOnlyKubeletsGetInfo(t *testing.T) {
 	}
 }
 
-func TestValidateNamesEachWrongFlag(t *testing.T) {
+func TestValidateNamesEachWrongField(t *testing.T) {
 	err := Config{OnRejection: "ignore"}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "--kubelet-registration-path is required") || !strings.Contains(err.Error(), `--rejection-policy="ignore" is not supported`) {
-		t.Errorf("Validate() = %v, want both flags named", err)
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var cfgErr *ConfigError
+		if errors.As(e, &cfgErr) {
+			fields = append(fields, cfgErr.Field)
+		}
+	}
+	if strings.Join(fields, ",") != "Endpoint,OnRejection" || !strings.Contains(err.Error(), `rejection policy "ignore" is not supported`) {
+		t.Errorf("Validate() = %v (fields %v), want both fields named", err, fields)
 	}
 	if err := (Config{Endpoint: testEndpoint, OnRejection: Exit}).Validate(); err != nil {
 		t.Errorf("Validate() of a good configuration = %v", err)

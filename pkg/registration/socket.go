@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -27,21 +28,32 @@ func CheckDir(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("registration directory %q does not exist: mount the host's kubelet plugin registry (usually /var/lib/kubelet/plugins_registry) there, or point --plugin-registration-path at it", dir)
+		return dirError(fmt.Errorf("registration directory %q does not exist: mount the host's kubelet plugin registry (usually /var/lib/kubelet/plugins_registry) there", dir))
 	case err != nil:
-		return fmt.Errorf("registration directory %q cannot be read: %w", dir, err)
+		return dirError(fmt.Errorf("registration directory %q cannot be read: %w", dir, err))
 	case !fi.IsDir():
-		return fmt.Errorf("registration directory %q is not a directory (%s): point --plugin-registration-path at kubelet's plugin registry directory", dir, DescribeFileType(fi.Mode()))
+		return dirError(fmt.Errorf("registration directory %q is not a directory (%s): it must be kubelet's plugin registry directory", dir, DescribeFileType(fi.Mode())))
 	}
 	return nil
 }
+
+// ConfigError is a value of Config that cannot be used; Field names it.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func dirError(err error) error { return &ConfigError{Field: "Dir", Err: err} }
 
 // checkSocketPath refuses a path that cannot be bound or that holds
 // something the registrar must not replace. It reports whether a socket
 // is already there.
 func checkSocketPath(path string) (socketExists bool, err error) {
 	if len(path) > MaxSocketPathLength {
-		return false, fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter --plugin-registration-path", path, len(path), MaxSocketPathLength)
+		return false, dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))
 	}
 	fi, err := os.Lstat(path)
 	switch {
@@ -99,18 +111,21 @@ type publishedSocket struct {
 	own    fs.FileInfo
 }
 
-// publish listens at path without kubelet ever seeing a socket that is not
-// ready. It binds under a hidden (dot-prefixed) name in the same directory,
-// restricts the mode, and then gives the socket its final name: a hard link
-// when the path is free, a rename over the path when a socket is there,
-// which replaces it atomically. Either way kubelet sees a newly created
-// plugin socket.
+// publishSocket listens at path without kubelet ever seeing a socket that
+// is not ready, nor a name that is gone before kubelet looks at it: it
+// binds under a hidden (dot-prefixed) name in the same directory,
+// restricts the mode, and gives the socket its final name as a hard link.
+// Kubelet sees a newly created plugin socket.
 //
 // The hidden name is kept while the socket is published: kubelet's plugin
 // watcher stats every created file before it checks for the leading dot,
-// and logs an error when the file is already gone. The rename path cannot
-// avoid that once.
-func publish(path string) (*publishedSocket, error) {
+// and logs an error when the file is already gone. So a socket at the
+// path, replace (this instance's own, or a dead one), is removed first,
+// and only while it is still that file, rather than renamed over: a rename
+// would take the hidden name away. Where the path is taken by another
+// socket meanwhile, or the file system has no hard links for sockets, the
+// socket is renamed into place, which replaces a socket atomically.
+func publishSocket(path string, replace fs.FileInfo) (*publishedSocket, error) {
 	l, hidden, own, err := listenHidden(path)
 	if err != nil {
 		return nil, err
@@ -122,10 +137,15 @@ func publish(path string) (*publishedSocket, error) {
 	}
 	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
 	err = os.Link(hidden, path)
+	if errors.Is(err, fs.ErrExist) && replace != nil {
+		if err := removeIfSame(path, replace); err != nil {
+			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))
+		}
+		err = os.Link(hidden, path)
+	}
 	if err != nil {
-		// The path is taken, or the file system has no hard links for
-		// sockets: replace atomically, but only a socket. There is no way
-		// to rename only over a socket; this check narrows the gap.
+		// There is no way to rename only over a socket; this check
+		// narrows the gap.
 		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 			return fail(fmt.Errorf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", path, DescribeFileType(fi.Mode())))
 		}
@@ -135,6 +155,19 @@ func publish(path string) (*publishedSocket, error) {
 		sock.hidden = ""
 	}
 	return sock, nil
+}
+
+// isShortage tells whether err comes from a resource of the node or the
+// process that runs out for a while: file descriptors, inodes, disk quota,
+// memory or socket buffers. Publishing again later may well work; exiting
+// would leave the node without a registration until a restart.
+func isShortage(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.ENOBUFS} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // listenHidden listens on a new hidden (dot-prefixed) sibling of path,

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
 // State is where the registration stands.
@@ -17,10 +17,14 @@ const (
 	// WaitingForKubelet: the socket is published, kubelet has not given
 	// its verdict on it yet.
 	WaitingForKubelet State = "waiting-for-kubelet"
+	// KubeletSilent: kubelet has not called GetInfo on the socket in the
+	// time it takes to (Config.KubeletSilence), until it calls.
+	KubeletSilent State = "kubelet-silent"
 	// Registered: kubelet accepted the plugin through the current socket.
 	Registered State = "registered"
 	// Rejected: kubelet did not accept the plugin; with the Retry policy
-	// the socket is published again after a backoff.
+	// the socket is published again after a backoff, and the registration
+	// stays rejected until kubelet accepts it.
 	Rejected State = "rejected"
 	// Superseded: another instance of the driver published the socket and
 	// owns the registration; this one steps aside.
@@ -34,18 +38,11 @@ const (
 )
 
 // States lists every State, for metrics.
-var States = []State{WaitingForDriver, WaitingForKubelet, Registered, Rejected, Superseded, Deferring, Stopped}
+var States = []State{WaitingForDriver, WaitingForKubelet, KubeletSilent, Registered, Rejected, Superseded, Deferring, Stopped}
 
-// standsAside tells whether another instance serves the path in this
-// one's place, and this one publishes when the path is left empty.
-func (s State) standsAside() bool { return s == Superseded || s == Deferring }
-
-// Verdict is kubelet's last NotifyRegistrationStatus.
-type Verdict struct {
-	Registered bool      `json:"registered"`
-	Reason     string    `json:"reason,omitempty"`
-	Time       time.Time `json:"time"`
-}
+// Verdict is kubelet's last NotifyRegistrationStatus; it travels with a
+// socket handed over.
+type Verdict = handover.Verdict
 
 // KubeletCalls counts kubelet's calls on the registration sockets.
 type KubeletCalls struct {
@@ -74,6 +71,13 @@ type Status struct {
 	RegistrationFailures uint64            `json:"registrationFailures"`
 	Publications         map[string]uint64 `json:"socketPublications"`
 	KubeletCalls         KubeletCalls      `json:"kubeletCalls"`
+	// Attempts counts kubelet's rejections since it last accepted the
+	// plugin.
+	Attempts uint64 `json:"attempts,omitempty"`
+	// FailingSince is when the registration started to fail, while it
+	// does: the start, while the driver has not named itself; kubelet's
+	// first rejection; or the moment kubelet was due to call and did not.
+	FailingSince *time.Time `json:"failingSince,omitempty"`
 	// PublishError: publishing the registration socket failed for want of
 	// a resource (file descriptors, inodes, memory); it is tried again at
 	// NextPublishRetry.
@@ -82,177 +86,67 @@ type Status struct {
 	// LastPublished is when the current socket was published (or taken
 	// over): kubelet calls GetInfo within a second or two of that.
 	LastPublished *time.Time `json:"lastPublishTime,omitempty"`
-	// KubeletSilent: kubelet has not called GetInfo on the current socket
-	// in the time it takes to (10 s).
+	// KubeletSilent: State is KubeletSilent.
 	KubeletSilent bool `json:"kubeletSilent,omitempty"`
-	// SELinux is what SELinux says of the current socket: its labels, and
-	// whether the policy lets kubelet reach it. Absent where SELinux is
-	// off.
-	SELinux *selinuxcheck.Report `json:"selinux,omitempty"`
-}
-
-// status is the registration behind Status, owned by the loop; readers get
-// copies (snapshot).
-type status struct {
-	driverName      string
-	driverReachable bool
-	endpoint        string
-	socketPath      string
-	generation      uint64
-	state           State
-	lastVerdict     *Verdict
-	lastGetInfo     time.Time
-	lastNotify      time.Time
-	lastPublish     time.Time
-	lastFailure     time.Time
-	nextRetry       time.Time
-	failures        uint64
-	publications    map[string]uint64
-	calls           KubeletCalls
-	// handedOver: superseded because this instance handed its socket over.
-	handedOver bool
-	// publishError: the last publication failed for want of a resource
-	// and is tried again at nextPublish.
-	publishError string
-	nextPublish  time.Time
-	// kubeletSilent: kubelet has not called GetInfo on the current socket
-	// in Config.KubeletSilence.
-	kubeletSilent bool
-	// selinux is what SELinux said of the current publication; nil where
-	// it is off, or not asked yet.
-	selinux *selinuxcheck.Report
-}
-
-func newStatus(endpoint string) status {
-	return status{endpoint: endpoint, state: WaitingForDriver, publications: map[string]uint64{}}
-}
-
-func (st *status) published(reason string) {
-	st.selinux = nil
-	st.publications[reason]++
-	st.lastPublish = time.Now()
-	st.kubeletSilent = false
-	st.state = WaitingForKubelet
-	st.handedOver = false
-	st.clearPublishError()
-}
-
-func (st *status) superseded() {
-	st.state, st.handedOver = Superseded, false
-	st.clearPublishError()
-}
-
-func (st *status) deferring() {
-	st.state, st.handedOver = Deferring, false
-	st.clearPublishError()
-}
-
-// handedOverTo records that a newer instance took this one's socket over.
-func (st *status) handedOverTo() { st.state, st.handedOver = Superseded, true }
-
-func (st *status) clearPublishError() { st.publishError, st.nextPublish = "", time.Time{} }
-
-// adopted records a socket taken over from the previous instance, with
-// kubelet's verdict on it when kubelet had registered it.
-func (st *status) adopted(registered *Verdict) {
-	st.published(ReasonHandover)
-	if registered != nil {
-		v := *registered
-		st.lastVerdict = &v
-		st.state = Registered
-	}
-}
-
-func (st *status) stopped() { st.state = Stopped }
-
-func (st *status) calledGetInfo() {
-	st.calls.GetInfo++
-	st.lastGetInfo = time.Now()
-	st.kubeletSilent = false
-}
-
-func (st *status) calledNotify(registered bool) {
-	if registered {
-		st.calls.NotifyRegistered++
-	} else {
-		st.calls.NotifyRejected++
-	}
-	st.lastNotify = time.Now()
-}
-
-// verdict records kubelet's verdict on the current socket and tells
-// whether it changes what an operator should know.
-func (st *status) verdict(registered bool, reason string) (changed bool) {
-	now := time.Now()
-	previous := st.lastVerdict
-	st.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
-	if registered {
-		changed = st.state != Registered
-		st.state = Registered
-		return changed
-	}
-	st.failures++
-	st.lastFailure = now
-	changed = st.state != Rejected || previous == nil || previous.Reason != reason
-	st.state = Rejected
-	return changed
+	// Withdrawn: Run removed the registration socket on its way out, so
+	// kubelet unregisters the driver.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 }
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	shared := s.shared.Load()
-	st, pub := shared.st, shared.pub
+	return s.shared.Load().status(s.reachable.Load())
+}
+
+func (sn *snapshot) status(reachable bool) Status {
+	m := &sn.m
 	out := Status{
-		DriverName:           st.driverName,
-		DriverReachable:      st.driverReachable,
-		Endpoint:             st.endpoint,
-		SocketPath:           st.socketPath,
-		State:                st.state,
-		RegistrationFailures: st.failures,
-		Publications:         make(map[string]uint64, len(st.publications)),
-		KubeletCalls:         st.calls,
-		LastGetInfo:          timeOrNil(st.lastGetInfo),
-		LastNotify:           timeOrNil(st.lastNotify),
-		LastFailure:          timeOrNil(st.lastFailure),
-		NextRetry:            timeOrNil(st.nextRetry),
-		PublishError:         st.publishError,
-		NextPublishRetry:     timeOrNil(st.nextPublish),
-		LastPublished:        timeOrNil(st.lastPublish),
-		SELinux:              st.selinux,
+		DriverName:           m.name,
+		DriverReachable:      reachable,
+		Endpoint:             m.cfg.Endpoint,
+		SocketPath:           m.path,
+		State:                m.state,
+		RegistrationFailures: m.log.failures,
+		Publications:         make(map[string]uint64, len(m.log.publications)),
+		KubeletCalls:         m.log.calls,
+		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
+		LastNotify:           timeOrNil(m.log.lastNotify),
+		LastFailure:          timeOrNil(m.log.lastFailure),
+		NextRetry:            timeOrNil(m.due[retryTimer]),
+		Attempts:             m.attempts,
+		FailingSince:         timeOrNil(m.failingSince),
+		PublishError:         m.publishError,
+		NextPublishRetry:     timeOrNil(m.due[shortageTimer]),
+		LastPublished:        timeOrNil(m.log.lastPublish),
+		KubeletSilent:        m.state == KubeletSilent,
+		Withdrawn:            m.withdrawn,
 	}
-	for reason, n := range st.publications {
+	for reason, n := range m.log.publications {
 		out.Publications[reason] = n
 	}
-	if st.lastVerdict != nil {
-		v := *st.lastVerdict
+	if m.log.lastVerdict != nil {
+		v := *m.log.lastVerdict
 		out.LastVerdict = &v
 	}
 
-	switch st.state {
+	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
-		if st.kubeletSilent {
-			out.KubeletSilent = true
-			out.Reason += ": kubelet has not called GetInfo on the socket; it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
-			switch {
-			case st.selinux.Problem():
-				out.Reason += "; or SELinux does not let it: " + st.selinux.Summary()
-			case st.selinux != nil && st.selinux.Unchecked != "":
-				out.Reason += "; or SELinux does not let it, which this registrar cannot tell (see selinux)"
-			}
-		}
+	case KubeletSilent:
+		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
 	case Registered:
-		out.Ready, out.Reason = socketStillOurs(pub)
+		out.Ready, out.Reason = socketStillOurs(sn.pub)
 	case Rejected:
-		out.Reason = "rejected by kubelet: " + st.lastVerdict.Reason
-		if st.selinux.Problem() {
-			out.Reason += "; SELinux may be why: " + st.selinux.Summary()
+		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%d times since %s", m.log.lastVerdict.Reason, m.attempts, m.failingSince.UTC().Format(time.RFC3339))
+		if retry := m.due[retryTimer]; !retry.IsZero() {
+			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339)
 		}
+		out.Reason += ")"
 	case Superseded:
 		out.Reason = "superseded: another instance of the driver owns the registration socket"
-		if st.handedOver {
+		if m.handedOver {
 			out.Reason += " (this instance handed it over)"
 		}
 	case Deferring:
@@ -264,9 +158,9 @@ func (s *Server) Status() Status {
 	case Stopped:
 		out.Reason = "stopped"
 	}
-	if st.publishError != "" {
+	if m.publishError != "" {
 		out.Ready = false
-		out.Reason = "cannot publish the registration socket, trying again: " + st.publishError
+		out.Reason = "cannot publish the registration socket, trying again: " + m.publishError
 	}
 	return out
 }

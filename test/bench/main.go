@@ -12,7 +12,7 @@
 //
 //	go run ./test/bench -registrar bin/csi-node-driver-registrar -driver bin/mockdriver
 //
-// The method is described in README.md, "Performance".
+// The method is described in docs/performance.md.
 package main
 
 import (

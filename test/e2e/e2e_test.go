@@ -150,6 +150,14 @@ func (e *env) startKubelet() *harness.Kubelet {
 		e.t.Fatalf("starting the kubelet: %v", err)
 	}
 	e.track(k.Process, func() string { return "kubelet reports:\n" + k.Summary() })
+	// Nothing the registrar does to publish its socket, or --diagnose to
+	// check the directory, may show in kubelet's log as an error: a name
+	// created and gone before kubelet's plugin watcher stats it does.
+	e.t.Cleanup(func() {
+		for _, line := range k.WatcherErrors() {
+			e.t.Errorf("kubelet's plugin watcher logged an error: %s", line)
+		}
+	})
 	return k
 }
 

@@ -26,7 +26,7 @@ const (
 
 const (
 	// ourGrace bounds our registrar's exit after SIGTERM, whatever clients
-	// are connected (README, Behaviour): well within a pod's default
+	// are connected (docs/architecture.md, "Behaviour"): well within a pod's default
 	// terminationGracePeriodSeconds of 30.
 	ourGrace = 5 * time.Second
 	// settlePeriods is how many reconcile periods without a report about

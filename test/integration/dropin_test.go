@@ -24,7 +24,7 @@ func TestExitCodesAsUpstream(t *testing.T) {
 		code int
 		want string
 	}{
-		{"--kubelet-registration-path missing", nil, 1, "--kubelet-registration-path is required"},
+		{"--kubelet-registration-path missing", nil, 1, "--kubelet-registration-path: the endpoint is required"},
 		{"unknown flag", []string{"--kubelet-registration-path=/k/csi.sock", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{"value that does not parse", []string{"--kubelet-registration-path=/k/csi.sock", "--timeout=abc"}, 2, `invalid value "abc" for flag -timeout`},
 	}

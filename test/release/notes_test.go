@@ -4,12 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// releaseNotes runs hack/release-notes.sh on the changelog file.
-func releaseNotes(t *testing.T, changelog string, args ...string) (stdout, stderr string, err error) {
+// releaseNotes runs hack/release-notes.sh on the changelog file, with the
+// version file versionFile ("": the repository's).
+func releaseNotes(t *testing.T, changelog, versionFile string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	script, err := filepath.Abs("../../hack/release-notes.sh")
 	if err != nil {
@@ -18,6 +20,9 @@ func releaseNotes(t *testing.T, changelog string, args ...string) (stdout, stder
 	var out, errOut strings.Builder
 	cmd := exec.Command(script, args...)
 	cmd.Env = append(os.Environ(), "CHANGELOG="+changelog)
+	if versionFile != "" {
+		cmd.Env = append(cmd.Env, "VERSION_FILE="+versionFile)
+	}
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
@@ -31,7 +36,7 @@ const testChangelog = "# Changelog\n" +
 	"## v0.1.0 - 2025-01-31\n" +
 	"```\n" +
 	"\n" +
-	"## Unreleased\n" +
+	"## v0.11.0 - Unreleased\n" +
 	"\n" +
 	"### Fixed\n" +
 	"- the third change\n" +
@@ -56,16 +61,22 @@ const testChangelog = "# Changelog\n" +
 	"- the oldest change\n"
 
 func TestReleaseNotes(t *testing.T) {
-	changelog := filepath.Join(t.TempDir(), "CHANGELOG.md")
+	dir := t.TempDir()
+	changelog := filepath.Join(dir, "CHANGELOG.md")
 	if err := os.WriteFile(changelog, []byte(testChangelog), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	versionFile := filepath.Join(dir, "VERSION")
 	cases := []struct {
 		name, release string // release "": no argument
+		version       string // the VERSION file's line
 		want          string
 		wantErr       string
 	}{
-		{name: "Unreleased", want: "### Fixed\n- the third change\n"},
+		{name: "no argument: VERSION's, unreleased", version: "v0.11.0", want: "### Fixed\n- the third change\n"},
+		{name: "no argument: VERSION's, released", version: "v0.10.0", want: "### Added\n- the second change\n"},
+		{name: "no argument: VERSION has no section", version: "v0.12.0", wantErr: `no section "## v0.12.0"`},
+		{name: "the unreleased one by name", release: "v0.11.0", want: "### Fixed\n- the third change\n"},
 		{name: "a release", release: "v0.10.0", want: "### Added\n- the second change\n"},
 		{name: "a release whose version prefixes another's", release: "v0.1.0",
 			want: "### Added\n- the first change\n\n```sh\n## not a heading\n```\n"},
@@ -76,11 +87,14 @@ func TestReleaseNotes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(versionFile, []byte(tc.version+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			var args []string
 			if tc.release != "" {
 				args = []string{tc.release}
 			}
-			got, stderr, err := releaseNotes(t, changelog, args...)
+			got, stderr, err := releaseNotes(t, changelog, versionFile, args...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(stderr, tc.wantErr) {
 					t.Fatalf("err %v, stderr %q, stdout %q; want a failure saying %q", err, stderr, got, tc.wantErr)
@@ -97,17 +111,36 @@ func TestReleaseNotes(t *testing.T) {
 	}
 }
 
-// The repository's own CHANGELOG has the section make release-notes prints.
+// The repository's own CHANGELOG has a section for the version in VERSION,
+// the one make release-notes prints, and every section's heading is a
+// version and a date, or Unreleased.
 func TestReleaseNotesOfThisChangelog(t *testing.T) {
 	changelog, err := filepath.Abs("../../CHANGELOG.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, stderr, err := releaseNotes(t, changelog)
+	got, stderr, err := releaseNotes(t, changelog, "")
 	if err != nil {
 		t.Fatalf("hack/release-notes.sh: %v\n%s", err, stderr)
 	}
-	if !strings.HasPrefix(got, "### ") {
-		t.Errorf("the Unreleased section starts with %q, want a group heading such as ### Added", strings.SplitN(got, "\n", 2)[0])
+	if !strings.HasPrefix(got, "### ") && !strings.Contains(got, "\n### ") {
+		t.Errorf("the section of VERSION's version has no group heading such as ### Added:\n%s", got)
+	}
+	text, err := os.ReadFile(changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heading := regexp.MustCompile(`^## (v\S+) - (Unreleased|\d{4}-\d{2}-\d{2})$`)
+	fenced := false
+	for _, line := range strings.Split(string(text), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "## ") {
+			continue
+		}
+		if m := heading.FindStringSubmatch(line); m == nil || !semver.MatchString(m[1]) {
+			t.Errorf("CHANGELOG.md heading %q is not \"## v<x.y.z> - <yyyy-mm-dd>\" or \"## v<x.y.z> - Unreleased\"", line)
+		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package release tests the release tooling in hack/: the version that make
-// stamps into the binaries and images (hack/version.sh), run in temporary git
-// repositories where the tests create the tags, and the release notes taken
-// from the CHANGELOG (hack/release-notes.sh).
+// stamps into the binaries and images (hack/version.sh, which reads the
+// file VERSION), and the release notes taken from the CHANGELOG
+// (hack/release-notes.sh).
 package release
 
 import (
@@ -16,217 +16,162 @@ import (
 // The regular expression of semver.org, with the leading v of Go and git tags.
 var semver = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// repo is a git repository in a temporary directory, with fixed identities
-// and dates, and without the user's or the system's git configuration.
-type repo struct {
-	t   *testing.T
-	dir string
-}
+// An image tag: [A-Za-z0-9_.-], at most 128 characters. The version is
+// also the image's tag.
+var imageTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
-func newRepo(t *testing.T) *repo {
-	r := &repo{t: t, dir: t.TempDir()}
-	r.git("init", "-q")
-	return r
-}
-
-func (r *repo) git(args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(),
-		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
-		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com",
-		// A zone east of UTC: the pseudo-version's time is in UTC.
-		"GIT_AUTHOR_DATE=2025-01-02T15:04:05+02:00", "GIT_COMMITTER_DATE=2025-01-02T15:04:05+02:00",
-	)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// commit commits a change of the tracked file f and returns the commit's hash.
-func (r *repo) commit() string {
-	r.t.Helper()
-	f := filepath.Join(r.dir, "f")
-	old, _ := os.ReadFile(f)
-	if err := os.WriteFile(f, append(old, 'x'), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-	r.git("add", "f")
-	r.git("commit", "-q", "-m", "change")
-	return r.git("rev-parse", "HEAD")
-}
-
-// modify changes the tracked file without committing it.
-func (r *repo) modify() {
-	r.t.Helper()
-	if err := os.WriteFile(filepath.Join(r.dir, "f"), []byte("uncommitted"), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *repo) untracked() {
-	r.t.Helper()
-	if err := os.WriteFile(filepath.Join(r.dir, "new"), []byte("new"), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// version runs hack/version.sh in dir.
-func version(t *testing.T, dir string) (stdout, stderr string, err error) {
+// tree is a copy of hack/version.sh at hack/ in a temporary directory, with
+// VERSION beside hack/ as in the repository.
+func tree(t *testing.T, version string) string {
 	t.Helper()
-	script, err := filepath.Abs("../../hack/version.sh")
+	dir := t.TempDir()
+	script, err := os.ReadFile("../../hack/version.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "hack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hack", "version.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "VERSION"), []byte(version), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// version runs the tree's hack/version.sh from the directory cwd, without
+// the environment's VERSION_FILE.
+func version(t *testing.T, dir, cwd string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errOut strings.Builder
-	cmd := exec.Command(script)
-	cmd.Dir = dir
-	// The ceiling keeps git from finding a repository above dir.
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CEILING_DIRECTORIES="+filepath.Dir(dir))
+	cmd := exec.Command(filepath.Join(dir, "hack", "version.sh"))
+	cmd.Dir = cwd
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "VERSION_FILE=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
-	return strings.TrimSpace(out.String()), errOut.String(), err
+	return out.String(), errOut.String(), err
+}
+
+// git runs git in dir with fixed identities and without the user's or the
+// system's configuration.
+func git(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "GIT_CEILING_DIRECTORIES="+filepath.Dir(dir),
+		"GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
+		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 func TestVersion(t *testing.T) {
-	// Each case builds a repository and returns the version it must give.
 	cases := []struct {
-		name  string
-		setup func(r *repo) string
+		name, file, want string
 	}{
-		{"no tag", func(r *repo) string {
-			h := r.commit()
-			return "v0.0.0-20250102130405-" + h[:12]
-		}},
-		{"no tag, dirty", func(r *repo) string {
-			h := r.commit()
-			r.modify()
-			return "v0.0.0-20250102130405-" + h[:12] + "-dirty"
-		}},
-		{"an untracked file is not a change", func(r *repo) string {
-			h := r.commit()
-			r.untracked()
-			return "v0.0.0-20250102130405-" + h[:12]
-		}},
-		{"on a tag", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			return "v0.1.0"
-		}},
-		{"on an annotated tag", func(r *repo) string {
-			r.commit()
-			r.git("tag", "-a", "-m", "v0.1.0", "v0.1.0")
-			return "v0.1.0"
-		}},
-		{"on a tag, dirty", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			r.modify()
-			return "v0.1.0-dirty"
-		}},
-		{"between tags", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			r.commit()
-			r.commit()
-			h := r.commit()
-			return "v0.1.0-3-g" + h[:12]
-		}},
-		{"between tags, dirty", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			h := r.commit()
-			r.modify()
-			return "v0.1.0-1-g" + h[:12] + "-dirty"
-		}},
-		{"the latest tag", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			r.commit()
-			r.git("tag", "v0.2.0")
-			h := r.commit()
-			return "v0.2.0-1-g" + h[:12]
-		}},
-		{"a prerelease tag", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			r.commit()
-			r.git("tag", "v0.2.0-rc.1")
-			return "v0.2.0-rc.1"
-		}},
-		{"tags that are not release tags are ignored", func(r *repo) string {
-			r.commit()
-			r.git("tag", "v0.1.0")
-			h := r.commit()
-			for _, tag := range []string{"latest", "release-0.2", "0.2.0", "v0.2", "vnext"} {
-				r.git("tag", tag)
-			}
-			return "v0.1.0-1-g" + h[:12]
-		}},
-		{"no release tag among other tags", func(r *repo) string {
-			h := r.commit()
-			r.git("tag", "latest")
-			return "v0.0.0-20250102130405-" + h[:12]
-		}},
+		{"a release", "v0.1.0\n", "v0.1.0"},
+		{"without a newline", "v0.1.0", "v0.1.0"},
+		{"with a carriage return and spaces", " v1.2.3 \r\n", "v1.2.3"},
+		{"blank lines around it", "\nv0.2.0\n\n", "v0.2.0"},
+		{"a prerelease", "v0.2.0-rc.1\n", "v0.2.0-rc.1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRepo(t)
-			want := tc.setup(r)
-			got, stderr, err := version(t, r.dir)
+			dir := tree(t, tc.file)
+			got, stderr, err := version(t, dir, t.TempDir())
 			if err != nil {
 				t.Fatalf("hack/version.sh: %v\n%s", err, stderr)
 			}
-			if got != want {
-				t.Errorf("hack/version.sh printed %q, want %q", got, want)
+			if got != tc.want+"\n" {
+				t.Errorf("printed %q, want %q", got, tc.want+"\n")
 			}
-			if !semver.MatchString(got) {
-				t.Errorf("%q is not a semantic version", got)
-			}
-			// The version is also the image's tag: [A-Za-z0-9_.-], at most 128.
-			if !regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`).MatchString(got) {
-				t.Errorf("%q is not a valid image tag", got)
+			if !semver.MatchString(tc.want) || !imageTag.MatchString(tc.want) {
+				t.Errorf("%q is not a semantic version and an image tag", tc.want)
 			}
 		})
 	}
 }
 
-// A tag that looks like a release but is not a semantic version stops the
-// build rather than giving the binary a version no tool can compare.
-func TestVersionRefusesATagThatIsNotSemver(t *testing.T) {
-	r := newRepo(t)
-	r.commit()
-	r.git("tag", "v1.2.3.4")
-	got, stderr, err := version(t, r.dir)
-	if err == nil {
-		t.Fatalf("hack/version.sh printed %q and exited 0, want a failure", got)
+// What git says of the tree changes nothing: a tag that disagrees, a commit
+// after it, uncommitted changes. A clone and a tarball say the same.
+func TestVersionIgnoresGit(t *testing.T) {
+	dir := tree(t, "v0.3.0\n")
+	git(t, dir, "init", "-q")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "first")
+	git(t, dir, "tag", "v9.9.9")
+	if err := os.WriteFile(filepath.Join(dir, "hack", "new"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(stderr, "v1.2.3.4") || !strings.Contains(stderr, "not a semantic version") {
-		t.Errorf("the error does not name the tag and the problem: %q", stderr)
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "second")
+	if err := os.WriteFile(filepath.Join(dir, "hack", "new"), []byte("uncommitted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cwd := range []string{dir, filepath.Join(dir, "hack"), t.TempDir()} {
+		got, stderr, err := version(t, dir, cwd)
+		if err != nil || got != "v0.3.0\n" {
+			t.Errorf("run from %s: printed %q (%v, %s), want v0.3.0", cwd, got, err, stderr)
+		}
 	}
 }
 
-func TestVersionWithoutACommit(t *testing.T) {
-	for name, dir := range map[string]func(t *testing.T) string{
-		"not a git work tree": func(t *testing.T) string { return t.TempDir() },
-		"a repository, empty": func(t *testing.T) string { return newRepo(t).dir },
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, stderr, err := version(t, dir(t))
-			if err != nil {
-				t.Fatalf("hack/version.sh: %v\n%s", err, stderr)
+// A file that does not hold one semantic version stops the build with an
+// error that names the file and shows what it holds.
+func TestVersionRefusesABadFile(t *testing.T) {
+	cases := []struct{ name, file string }{
+		{"empty", ""},
+		{"blank", "\n \n"},
+		{"without the v", "0.1.0\n"},
+		{"four numbers", "v1.2.3.4\n"},
+		{"two numbers", "v1.2\n"},
+		{"a leading zero", "v01.2.3\n"},
+		{"build metadata, which an image tag cannot carry", "v0.1.0+abc\n"},
+		{"two lines", "v0.1.0\nv0.2.0\n"},
+		{"a sentence", "version 0.1.0\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tree(t, tc.file)
+			got, stderr, err := version(t, dir, dir)
+			if err == nil {
+				t.Fatalf("printed %q and exited 0, want a failure", got)
 			}
-			if got != "v0.0.0-unknown" {
-				t.Errorf("hack/version.sh printed %q, want v0.0.0-unknown", got)
-			}
-			if stderr == "" {
-				t.Error("no warning on stderr")
+			if !strings.Contains(stderr, "VERSION") || !strings.Contains(stderr, "semantic version") {
+				t.Errorf("the error does not name the file and say what it must hold: %q", stderr)
 			}
 		})
+	}
+	t.Run("missing", func(t *testing.T) {
+		dir := tree(t, "")
+		if err := os.Remove(filepath.Join(dir, "VERSION")); err != nil {
+			t.Fatal(err)
+		}
+		got, stderr, err := version(t, dir, dir)
+		if err == nil || !strings.Contains(stderr, "cannot read") {
+			t.Errorf("printed %q, err %v, stderr %q; want a failure saying the file cannot be read", got, err, stderr)
+		}
+	})
+}
+
+// The repository's own VERSION is what make stamps, and it is valid.
+func TestThisRepositorysVersion(t *testing.T) {
+	var out, errOut strings.Builder
+	cmd := exec.Command("../../hack/version.sh")
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hack/version.sh: %v\n%s", err, errOut.String())
+	}
+	got := strings.TrimSuffix(out.String(), "\n")
+	if !semver.MatchString(got) || !imageTag.MatchString(got) {
+		t.Errorf("VERSION holds %q: not a semantic version usable as an image tag", got)
 	}
 }

@@ -43,7 +43,7 @@ type binarySource struct {
 // module). The working directory must be inside the e2e module.
 //
 // The registrar's --version is REGISTRAR_VERSION, as make passes it, or else
-// what git describe says of the repository, as make computes it.
+// the repository's hack/version.sh (the file VERSION), as make computes it.
 //
 // progress, unless nil, gets one line as each build starts and one as it
 // ends, never two calls at once. The first build of kubelet's code takes
@@ -130,16 +130,17 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 }
 
 // registrarVersion is the version the registrar is built with:
-// REGISTRAR_VERSION, or git describe's, as the Makefile computes it.
+// REGISTRAR_VERSION, or hack/version.sh's, as the Makefile computes it.
 func registrarVersion(ctx context.Context, repoRoot string) (string, error) {
 	version := os.Getenv("REGISTRAR_VERSION")
 	if version == "" {
-		cmd := exec.CommandContext(ctx, "git", "describe", "--tags", "--always", "--dirty")
+		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "version.sh"))
 		cmd.Dir = repoRoot
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			// As the Makefile: a tree without git history still builds.
-			return "unknown", nil
+			return "", fmt.Errorf("hack/version.sh: %w: %s", err, strings.TrimSpace(stderr.String()))
 		}
 		version = strings.TrimSpace(string(out))
 	}

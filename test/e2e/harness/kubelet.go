@@ -21,6 +21,9 @@ type Kubelet struct {
 	received []time.Time // when each of events was read
 	failures []report.OperationFailure
 	badLines []string
+	// watcherErrors are the lines of kubelet's plugin watcher that say it
+	// could not handle a file created in the registry directory.
+	watcherErrors []string
 }
 
 // ReceivedEvent is a report with the time the harness read it: within a
@@ -84,7 +87,20 @@ func (k *Kubelet) parse(stream Stream, line string) {
 		if f, ok := report.ParseOperationFailure(line); ok {
 			k.failures = append(k.failures, f)
 		}
+		// plugin_watcher.go logs these at error level: a file it was told
+		// of is gone when it stats it ("Error when handling create event"),
+		// or its walk at start failed ("Error when handling create").
+		if strings.Contains(line, "Error when handling create") {
+			k.watcherErrors = append(k.watcherErrors, line)
+		}
 	}
+}
+
+// WatcherErrors are the errors kubelet's plugin watcher logged so far.
+func (k *Kubelet) WatcherErrors() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.watcherErrors)
 }
 
 // Events are the kubelet's reports so far.

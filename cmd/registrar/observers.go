@@ -1,0 +1,115 @@
+package main
+
+// What reacts to the registration without being part of it: each observer
+// is told of every change of its status (registration.Observer), on the
+// registration's goroutine, and does one thing.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
+	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+)
+
+// newlyRegistered tells whether kubelet accepted the driver, or confirmed
+// it again (after each of its restarts), or this instance took over a
+// socket kubelet had registered.
+func newlyRegistered(old, now registration.Status) bool {
+	return now.State == registration.Registered && (old.State != registration.Registered || verdictTime(now) != verdictTime(old))
+}
+
+// newlyRejected tells whether kubelet rejected the driver once more.
+func newlyRejected(old, now registration.Status) bool {
+	return now.State == registration.Rejected && now.RegistrationFailures > old.RegistrationFailures
+}
+
+func verdictTime(st registration.Status) time.Time {
+	if st.LastVerdict == nil {
+		return time.Time{}
+	}
+	return st.LastVerdict.Time
+}
+
+// reportTermination leaves kubelet's rejection, or its silence, where
+// kubectl describe pod shows it once the container stops.
+func reportTermination(logger klog.Logger, t *terminationMessage) registration.Observer {
+	return func(old, now registration.Status) {
+		switch {
+		case newlyRejected(old, now):
+			t.write(logger, "kubelet rejected the plugin: "+now.LastVerdict.Reason)
+		case now.State == registration.KubeletSilent && old.State != registration.KubeletSilent:
+			t.write(logger, now.Reason)
+		}
+	}
+}
+
+// tellGate passes kubelet's verdicts, and the withdrawal of the socket, to
+// the node gate.
+func tellGate(gate *nodegate.Gate) registration.Observer {
+	return func(old, now registration.Status) {
+		switch {
+		case newlyRegistered(old, now):
+			gate.Registered(now.DriverName)
+		case newlyRejected(old, now):
+			gate.Rejected(now.DriverName, now.LastVerdict.Reason)
+		case now.Withdrawn && !old.Withdrawn:
+			gate.Withdrawn(now.DriverName)
+		}
+	}
+}
+
+// tightenOnceRegistered sets the garbage collector's steady-state target
+// (tuning.go) once kubelet first accepted the driver.
+func tightenOnceRegistered(logger klog.Logger) registration.Observer {
+	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
+	return func(old, now registration.Status) {
+		if newlyRegistered(old, now) {
+			tighten()
+		}
+	}
+}
+
+// selinuxWatch asks what SELinux says of the registration socket after
+// each publication and when kubelet stays silent, each time on a goroutine
+// of its own, and keeps the latest answer for /status.
+type selinuxWatch struct {
+	logger  klog.Logger
+	inspect func(socket string) *selinuxcheck.Report
+	// latest is the answer about the latest publication asked of.
+	mu       sync.Mutex
+	asked    time.Time // the publication the latest answer is about
+	latest   atomic.Pointer[selinuxcheck.Report]
+	inflight sync.WaitGroup
+}
+
+func (w *selinuxWatch) observe(old, now registration.Status) {
+	published := now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished))
+	silent := now.State == registration.KubeletSilent && old.State != registration.KubeletSilent
+	if !published && !silent {
+		return
+	}
+	publication, socket := *now.LastPublished, now.SocketPath
+	w.inflight.Add(1)
+	go func() {
+		defer w.inflight.Done()
+		report := w.inspect(socket)
+		w.mu.Lock()
+		stale := publication.Before(w.asked)
+		if !stale {
+			w.asked = publication
+			w.latest.Store(report)
+		}
+		w.mu.Unlock()
+		if silent && !stale && report != nil {
+			w.logger.Info("kubelet has not called GetInfo on the registration socket; what SELinux says of it", "path", socket, "selinux", report.Summary())
+		}
+	}()
+}
+
+// report is the latest answer, nil where SELinux is off or not asked yet.
+func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }

@@ -1,0 +1,285 @@
+package registration
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// t0 is when every table case starts.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// testFile is a file identity for the table: os.SameFile compares what
+// os.Lstat returned, so each case lstats files it made.
+func testFiles(t *testing.T) (a, b fs.FileInfo) {
+	t.Helper()
+	dir := t.TempDir()
+	var infos [2]fs.FileInfo
+	for i, name := range []string{"a", "b"} {
+		path := dir + "/" + name
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos[i] = fi
+	}
+	return infos[0], infos[1]
+}
+
+func testMachine() machine {
+	m := newMachine(Config{Dir: "/reg", Retry: Backoff{Initial: time.Second, Max: 4 * time.Second}, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
+	return m
+}
+
+// publishedIn is a machine serving publication 1 for testDriver, brought
+// to state by the events that lead there.
+func publishedIn(state State) machine {
+	m := testMachine()
+	m.step(t0, named{testDriver})
+	m.step(t0, published{1, ReasonStart})
+	switch state {
+	case Registered:
+		m.step(t0, kubeletCall{gen: 1, notify: true, registered: true})
+	case KubeletSilent:
+		m.step(t0.Add(10*time.Second), fired{silenceTimer})
+	}
+	return m
+}
+
+// then steps m through events at, and returns it.
+func then(m machine, at time.Time, events ...any) machine {
+	for _, ev := range events {
+		m.step(at, ev)
+	}
+	return m
+}
+
+func TestTransitions(t *testing.T) {
+	fileA, fileB := testFiles(t)
+	later := t0.Add(time.Minute)
+	rejected := func() machine {
+		m := publishedIn(WaitingForKubelet)
+		m.step(t0, kubeletCall{gen: 1, notify: true, reason: "no"})
+		return m
+	}
+	aside := func(state State) machine {
+		m := publishedIn(WaitingForKubelet)
+		m.standAside(state, fileA)
+		return m
+	}
+	type want struct {
+		state   State
+		effects []effect
+		// due: the timers running after the step, and when they fire.
+		due map[timer]time.Time
+	}
+	cases := []struct {
+		name string
+		m    machine
+		at   time.Time
+		ev   any
+		want want
+	}{
+		{"the driver names itself: claim its path", testMachine(), t0, named{testDriver},
+			want{WaitingForDriver, []effect{claim{ReasonStart}}, nil}},
+		{"the same name again: nothing", publishedIn(Registered), t0, named{testDriver},
+			want{Registered, nil, nil}},
+		{"another name: claim the new path", publishedIn(Registered), t0, named{"other.example.com"},
+			want{Registered, []effect{claim{ReasonRenamed}}, nil}},
+		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart},
+			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
+		{"kubelet's GetInfo: the silence timer stops", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1},
+			want{WaitingForKubelet, nil, nil}},
+		{"kubelet does not call in time: kubelet-silent", publishedIn(WaitingForKubelet), t0.Add(10 * time.Second), fired{silenceTimer},
+			want{KubeletSilent, nil, nil}},
+		{"kubelet-silent until kubelet calls", publishedIn(KubeletSilent), later, kubeletCall{gen: 1},
+			want{WaitingForKubelet, nil, nil}},
+		{"accepted: registered", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1, notify: true, registered: true},
+			want{Registered, nil, nil}},
+		{"accepted while silent: registered", publishedIn(KubeletSilent), t0, kubeletCall{gen: 1, notify: true, registered: true},
+			want{Registered, nil, nil}},
+		{"a verdict on an earlier socket: ignored", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 0, notify: true, registered: true},
+			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
+		{"rejected: retry after the backoff", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1, notify: true, reason: "no"},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(time.Second)}}},
+		{"rejected with the Exit policy: fail", func() machine { m := publishedIn(WaitingForKubelet); m.cfg.OnRejection = Exit; return m }(), t0,
+			kubeletCall{gen: 1, notify: true, reason: "no"},
+			want{Rejected, []effect{fail{&RejectedError{Reason: "no"}}}, nil}},
+		{"rejected, backoff elapsed: publish again", rejected(), t0.Add(time.Second), fired{retryTimer},
+			want{Rejected, []effect{publish{ReasonRetry}}, nil}},
+		{"rejected, published again: still rejected", then(rejected(), t0.Add(time.Second), fired{retryTimer}), t0.Add(time.Second), published{2, ReasonRetry},
+			want{Rejected, nil, map[timer]time.Time{silenceTimer: t0.Add(11 * time.Second)}}},
+		{"rejected, kubelet silent after the retry: still rejected", rejected(), later, fired{silenceTimer},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(time.Second)}}},
+		{"rejected, then accepted: registered", rejected(), later, kubeletCall{gen: 1, notify: true, registered: true},
+			want{Registered, nil, nil}},
+		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
+			m := rejected()
+			m.step(later, named{"other.example.com"})
+			return m
+		}(), later, published{2, ReasonRenamed},
+			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: later.Add(10 * time.Second)}}},
+		{"our socket deleted: look again after the grace", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange},
+			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
+		{"still empty after the grace: publish", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookVacancy},
+			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
+		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: atOurs}, lookChange},
+			want{Registered, nil, nil}},
+		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA}, lookChange},
+			want{Superseded, []effect{stepAside{fileA}}, nil}},
+		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atOtherDriver, File: fileA}, lookChange},
+			want{Registered, []effect{warn{"Another driver's registration socket is at our path; leaving it alone", At{kind: atOtherDriver, File: fileA}}}, nil}},
+		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: atNotSocket, File: fileA}, lookChange},
+			want{Registered, []effect{warn{"Something that is not a socket replaced the registration socket; leaving it alone", At{kind: atNotSocket, File: fileA}}}, nil}},
+		{"a socket that refuses: one more look", publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange},
+			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
+		{"a socket that still refuses a grace later: replace it",
+			then(then(publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
+			t0.Add(vacancyGrace), looked{At{kind: atRefused, File: fileA}, lookVacancy},
+			want{Registered, []effect{publish{ReasonStale}}, nil}},
+		{"a slow socket at its second look: one more",
+			then(then(publishedIn(Registered), t0, looked{At{kind: atSilent, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
+			t0.Add(vacancyGrace), looked{At{kind: atSilent, File: fileA}, lookVacancy},
+			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(2 * vacancyGrace)}}},
+		{"superseded, the owner followed: nothing", aside(Superseded), t0, looked{At{kind: atOwner, File: fileA}, lookChange},
+			want{Superseded, nil, nil}},
+		{"superseded, another owner: follow it", aside(Superseded), t0, looked{At{kind: atLive, File: fileB}, lookChange},
+			want{Superseded, []effect{follow{fileB}}, nil}},
+		{"superseded, the path left empty: look again after the grace", aside(Superseded), t0, looked{At{kind: atNothing}, lookChange},
+			want{Superseded, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
+		{"deferring, the path still empty: publish", aside(Deferring), t0, looked{At{kind: atNothing}, lookVacancy},
+			want{Deferring, []effect{publish{ReasonVacated}}, nil}},
+		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated},
+			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
+		{"the owner's connection ended: look", aside(Superseded), t0, ownerLost{},
+			want{Superseded, []effect{look{lookChange}}, nil}},
+		{"a publication short of file descriptors: try again", publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE},
+			want{Registered, nil, map[timer]time.Time{shortageTimer: t0.Add(publishRetryInitial)}}},
+		{"the shortage's retry finds the path empty: publish",
+			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{shortageTimer}),
+			t0.Add(publishRetryInitial), looked{At{kind: atNothing}, lookPending},
+			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
+		{"handed off: superseded, following the new owner", publishedIn(Registered), t0, handedOff{fileA},
+			want{Superseded, []effect{follow{fileA}}, nil}},
+		{"adopted with kubelet's acceptance: registered", testMachine(), t0, adopted{1, &Verdict{Registered: true}},
+			want{Registered, nil, nil}},
+		{"the serving socket stopped accepting: publish", publishedIn(Registered), t0, serveEnded{gen: 1, err: errors.New("closed")},
+			want{Registered, []effect{publish{ReasonStale}}, nil}},
+		{"stopping: stopped, no timer", rejected(), t0, stopping{},
+			want{Stopped, nil, nil}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.m
+			effects := m.step(tc.at, tc.ev)
+			if m.state != tc.want.state {
+				t.Errorf("state = %s, want %s", m.state, tc.want.state)
+			}
+			if !reflect.DeepEqual(effects, tc.want.effects) {
+				t.Errorf("effects = %#v, want %#v", effects, tc.want.effects)
+			}
+			due := map[timer]time.Time{}
+			for tm, at := range m.due {
+				if !at.IsZero() {
+					due[timer(tm)] = at
+				}
+			}
+			if len(due) != len(tc.want.due) || len(due) > 0 && !reflect.DeepEqual(due, tc.want.due) {
+				t.Errorf("timers = %v, want %v", due, tc.want.due)
+			}
+		})
+	}
+}
+
+// The rejection's backoff doubles up to its cap, and starts over once
+// kubelet accepts; a second rejection while a retry is pending does not
+// move it.
+func TestRejectionBackoff(t *testing.T) {
+	m := publishedIn(WaitingForKubelet)
+	now := t0
+	var waits []time.Duration
+	for gen := uint64(1); gen <= 4; gen++ {
+		m.step(now, kubeletCall{gen: gen, notify: true, reason: "no"})
+		due := m.due[retryTimer]
+		m.step(now, kubeletCall{gen: gen, notify: true, reason: "again"})
+		if m.due[retryTimer] != due {
+			t.Fatalf("a second rejection moved the retry from %v to %v", due, m.due[retryTimer])
+		}
+		waits = append(waits, due.Sub(now))
+		now = due
+		if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+			t.Fatalf("retry %d: effects %v", gen, effects)
+		}
+		m.step(now, published{gen + 1, ReasonRetry})
+	}
+	if want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}; !reflect.DeepEqual(waits, want) {
+		t.Errorf("backoffs = %v, want %v", waits, want)
+	}
+	if m.attempts != 8 || !m.failingSince.Equal(t0) {
+		t.Errorf("attempts %d since %v, want 8 since the first rejection at %v", m.attempts, m.failingSince, t0)
+	}
+	m.step(now, kubeletCall{gen: 5, notify: true, registered: true})
+	m.step(now, kubeletCall{gen: 5, notify: true, reason: "no"})
+	if wait := m.due[retryTimer].Sub(now); wait != time.Second {
+		t.Errorf("after an acceptance the backoff is %v, want it back at 1s", wait)
+	}
+}
+
+// The state a reader sees, at every moment of a rejection loop: rejected
+// with kubelet's reason, the attempts and the next retry, whether or not
+// a socket was published again since.
+func TestStatusThroughARejectionLoop(t *testing.T) {
+	m := publishedIn(WaitingForKubelet)
+	now := t0
+	for gen := uint64(1); gen <= 3; gen++ {
+		m.step(now, kubeletCall{gen: gen, notify: true, reason: "dial unix /typo/csi.sock: no such file"})
+		for _, moment := range []string{"after the rejection", "after the retry's publication", "after kubelet's GetInfo"} {
+			st := (&snapshot{m: m}).status(true)
+			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
+				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
+				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
+			}
+			switch moment {
+			case "after the rejection":
+				if st.NextRetry == nil || !strings.Contains(st.Reason, "published again at") {
+					t.Errorf("attempt %d: no next retry in %+v", gen, st)
+				}
+				now = m.due[retryTimer]
+				m.step(now, fired{retryTimer})
+				m.step(now, published{gen + 1, ReasonRetry})
+			case "after the retry's publication":
+				m.step(now, kubeletCall{gen: gen + 1})
+			}
+		}
+	}
+}
+
+// A failure that goes on under another name keeps its start: kubelet
+// silent, then rejecting, has been failing since the silence; a
+// registration clears it.
+func TestFailingSince(t *testing.T) {
+	m := publishedIn(KubeletSilent)
+	silentAt := t0.Add(10 * time.Second)
+	if !m.failingSince.Equal(silentAt) {
+		t.Fatalf("silent: failing since %v, want %v", m.failingSince, silentAt)
+	}
+	m.step(silentAt.Add(time.Minute), kubeletCall{gen: 1, notify: true, reason: "no"})
+	if m.state != Rejected || !m.failingSince.Equal(silentAt) {
+		t.Errorf("rejected after the silence: %s failing since %v, want since %v", m.state, m.failingSince, silentAt)
+	}
+	m.step(silentAt.Add(2*time.Minute), kubeletCall{gen: 1, notify: true, registered: true})
+	if !m.failingSince.IsZero() {
+		t.Errorf("registered: failing since %v", m.failingSince)
+	}
+	if w := testMachine(); !w.failingSince.Equal(t0) || w.state != WaitingForDriver {
+		t.Errorf("a new registration: %s failing since %v, want waiting for the driver since the start", w.state, w.failingSince)
+	}
+}
