@@ -15,6 +15,8 @@ const (
 	monitoringDoc = "../../docs/monitoring.md"
 	// metricsSource names every family the registrar serves.
 	metricsSource = "../../pkg/healthz/metrics.go"
+	// statesSource names every value of the state label.
+	statesSource = "../../pkg/registration/status.go"
 )
 
 // The alerts the monitoring component must have, one per way a driver
@@ -29,7 +31,7 @@ func TestMonitoringPodMonitorScrapesTheRegistrar(t *testing.T) {
 	for _, err := range CheckPodMonitor(ds, monitor) {
 		t.Error(err)
 	}
-	// The alerts group by node: the PodMonitor must set it.
+	// Every alert names the node: the PodMonitor must set it.
 	hasNode := false
 	for _, e := range monitor.Spec.PodMetricsEndpoints {
 		for _, r := range e.RelabelConfigs {
@@ -39,7 +41,7 @@ func TestMonitoringPodMonitorScrapesTheRegistrar(t *testing.T) {
 		}
 	}
 	if !hasNode {
-		t.Errorf("PodMonitor %s does not set the label node from __meta_kubernetes_pod_node_name, which the alerts group by", monitor.Name)
+		t.Errorf("PodMonitor %s does not set the label node from __meta_kubernetes_pod_node_name, which every alert names", monitor.Name)
 	}
 }
 
@@ -68,8 +70,8 @@ func TestCheckPodMonitorFindsMistakes(t *testing.T) {
 	}
 }
 
-// Every alert of the PrometheusRule reads families the registrar serves,
-// and links to its runbook in docs/monitoring.md.
+// Every alert of the PrometheusRule reads families and states the
+// registrar has, and links to its runbook in docs/monitoring.md.
 func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 	rule := only[*monitoringv1.PrometheusRule](t, render(t, monitoringOverlayDir))
 	doc, err := os.ReadFile(monitoringDoc)
@@ -87,6 +89,18 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 	if len(served) == 0 {
 		t.Fatalf("no csi_node_driver_registrar_* family named in %s", metricsSource)
 	}
+	states := map[string]bool{}
+	stateSource, err := os.ReadFile(statesSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`State = "([a-z-]+)"`).FindAllStringSubmatch(string(stateSource), -1) {
+		states[m[1]] = true
+	}
+	if len(states) == 0 {
+		t.Fatalf("no State constant in %s", statesSource)
+	}
+	stateMatcher := regexp.MustCompile(`state=~?"([^"]*)"`)
 	headings := map[string]bool{}
 	for line := range strings.Lines(string(doc)) {
 		if title, ok := strings.CutPrefix(strings.TrimSpace(line), "### "); ok {
@@ -104,6 +118,13 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 			for _, family := range regexp.MustCompile(`csi_node_driver_registrar_[a-z_]+`).FindAllString(r.Expr.String(), -1) {
 				if !served[family] {
 					t.Errorf("alert %s reads %s, which the registrar does not serve (%s)", r.Alert, family, metricsSource)
+				}
+			}
+			for _, m := range stateMatcher.FindAllStringSubmatch(r.Expr.String(), -1) {
+				for _, state := range strings.Split(m[1], "|") {
+					if !states[state] {
+						t.Errorf("alert %s reads the state %q, which the registrar does not have (%s)", r.Alert, state, statesSource)
+					}
 				}
 			}
 			url := r.Annotations["runbook_url"]
