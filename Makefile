@@ -74,7 +74,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
 
@@ -293,6 +293,13 @@ bench-smoke: build mockdriver
 # apt-get when promtool is missing. See hack/check-metrics.sh.
 metrics-check: build mockdriver
 	hack/check-metrics.sh
+
+# The alerts of deploy/monitoring through `promtool test rules`: each fires
+# and clears when docs/monitoring.md says. Installs Debian's prometheus
+# package (promtool) with apt-get when promtool is missing. See
+# hack/monitoring-test.sh.
+monitoring-test:
+	hack/monitoring-test.sh
 
 # The test CSI driver that make bench starts next to the registrar.
 mockdriver:

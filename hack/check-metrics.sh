@@ -14,9 +14,7 @@ cd "$(dirname "$0")/.."
 
 . hack/lib.sh
 
-# Without prometheus-node-exporter, which the package recommends.
-install_missing promtool prometheus --no-install-recommends
-promtool --version 2>&1 | head -1
+install_promtool
 
 scratch_dir check-metrics
 mkdir -p "$work/registry"
@@ -62,6 +60,14 @@ sed '1,/^\r$/d' "$work/response" >"$work/metrics"
 step "GET http://$address/metrics: $(grep -c '^# TYPE' "$work/metrics") families"
 grep -q '^csi_sidecar_operations_seconds_count{driver_name="' "$work/metrics" ||
 	fail "/metrics lacks csi_sidecar_operations_seconds after a probe of --driver-health-endpoint"
+
+# Every family is the registrar's (csi_node_driver_registrar_*), the CSI
+# sidecars' (csi_sidecar_*), or one any Go exporter serves (go_*, process_*):
+# nothing in another exporter's namespace, such as node_exporter's node_*.
+others=$(sed -n 's/^# TYPE \([^ ]*\) .*/\1/p' "$work/metrics" | grep -Ev '^(csi_node_driver_registrar|csi_sidecar|go|process)_' || true)
+[[ -z $others ]] || fail "/metrics has families outside the registrar's namespaces: $others"
+grep -Eq '^csi_node_driver_registrar_build_info\{.*revision="[^"]+".*\} 1$' "$work/metrics" ||
+	fail "/metrics lacks csi_node_driver_registrar_build_info with a revision label"
 
 # promtool prints each problem and exits non-zero on any.
 if ! promtool check metrics <"$work/metrics"; then

@@ -20,6 +20,14 @@ install_missing() {
 		fail "apt-get install $2 failed"
 }
 
+# install_promtool: Prometheus' promtool, from Debian's prometheus package
+# (without prometheus-node-exporter, which the package recommends), when
+# missing; says which version runs.
+install_promtool() {
+	install_missing promtool prometheus --no-install-recommends
+	promtool --version 2>&1 | head -1
+}
+
 # scratch_dir PREFIX: a new directory under /tmp (Unix socket paths are
 # short: it stays near the root), in $work. At exit, the processes whose
 # PIDs are added to pids are killed, and $work is removed.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -64,6 +65,7 @@ type Server struct {
 	version string
 	metrics *metricSet
 	more    func() []*dto.MetricFamily
+	runtime func() *prometheus.Registry
 
 	registration   Registration
 	nodeGate       NodeGate
@@ -81,6 +83,7 @@ func New(reg Registration, opts Options) *Server {
 		mux:            http.NewServeMux(),
 		version:        opts.Version,
 		metrics:        newMetricSet(opts.Version),
+		runtime:        sync.OnceValue(newRuntimeRegistry),
 		more:           opts.MoreMetrics,
 		registration:   reg,
 		nodeGate:       opts.NodeGate,

@@ -2,6 +2,8 @@ package healthz
 
 import (
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -19,18 +21,18 @@ import (
 
 // Metric names, listed in the README.
 const (
-	metricRegistered         = "node_driver_registrar_registered"
-	metricState              = "node_driver_registrar_state"
-	metricKubeletRPCs        = "node_driver_registrar_kubelet_rpcs_total"
-	metricPublications       = "node_driver_registrar_socket_publications_total"
-	metricFailures           = "node_driver_registrar_registration_failures_total"
-	metricLastFailure        = "node_driver_registrar_last_registration_failure_timestamp_seconds"
-	metricDriverReachable    = "node_driver_registrar_driver_reachable"
-	metricPluginInfoDuration = "node_driver_registrar_driver_get_plugin_info_duration_seconds"
-	metricPluginInfoErrors   = "node_driver_registrar_driver_get_plugin_info_errors_total"
-	metricBuildInfo          = "node_driver_registrar_build_info"
-	metricNodeAPIRequests    = "node_driver_registrar_node_api_requests_total"
-	metricNodeUpdatePending  = "node_driver_registrar_node_update_pending"
+	metricRegistered         = "csi_node_driver_registrar_registered"
+	metricState              = "csi_node_driver_registrar_state"
+	metricKubeletRPCs        = "csi_node_driver_registrar_kubelet_rpcs_total"
+	metricPublications       = "csi_node_driver_registrar_socket_publications_total"
+	metricFailures           = "csi_node_driver_registrar_registration_failures_total"
+	metricLastFailure        = "csi_node_driver_registrar_last_registration_failure_timestamp_seconds"
+	metricDriverReachable    = "csi_node_driver_registrar_driver_reachable"
+	metricPluginInfoDuration = "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds"
+	metricPluginInfoErrors   = "csi_node_driver_registrar_driver_get_plugin_info_errors_total"
+	metricBuildInfo          = "csi_node_driver_registrar_build_info"
+	metricNodeAPIRequests    = "csi_node_driver_registrar_node_api_requests_total"
+	metricNodeUpdatePending  = "csi_node_driver_registrar_node_update_pending"
 )
 
 // publicationReasons are exported before they first happen, so that
@@ -49,7 +51,8 @@ var pluginInfoBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 // Everything else is taken from a status snapshot when scraped, and
 // written with Prometheus' own text encoder.
 type metricSet struct {
-	version string
+	version  string
+	revision string
 
 	mu         sync.Mutex
 	pluginInfo *histogram.Histogram
@@ -59,9 +62,24 @@ type metricSet struct {
 func newMetricSet(version string) *metricSet {
 	return &metricSet{
 		version:    version,
+		revision:   vcsRevision(),
 		pluginInfo: histogram.New(pluginInfoBuckets),
 		errByCode:  map[string]uint64{},
 	}
+}
+
+// vcsRevision is the commit the binary was built from, as the go command
+// stamps it when it builds in a git checkout; "unknown" where it did not
+// (go test, a build from a source archive, -buildvcs=false).
+func vcsRevision() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, setting := range info.Settings {
+			if setting.Key == "vcs.revision" && setting.Value != "" {
+				return setting.Value
+			}
+		}
+	}
+	return "unknown"
 }
 
 // observePluginInfo records one GetPluginInfo call to the driver.
@@ -135,8 +153,8 @@ func (m *metricSet) families(st registration.Status) []*dto.MetricFamily {
 		add(metricPluginInfoErrors, "Failed GetPluginInfo calls to the CSI driver, by gRPC code.", dto.MetricType_COUNTER, errors...)
 	}
 
-	add(metricBuildInfo, "Always 1: the registrar's version and the driver it registers.", dto.MetricType_GAUGE,
-		gauge(1, "version", m.version, "driver_name", st.DriverName))
+	add(metricBuildInfo, "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.", dto.MetricType_GAUGE,
+		gauge(1, "version", m.version, "revision", m.revision, "goversion", runtime.Version(), "driver_name", st.DriverName))
 
 	return out
 }
@@ -194,8 +212,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	families := s.metrics.families(s.registration.Status())
 	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
-	families = append(families, processFamilies()...)
-	families = append(families, goFamilies()...)
+	families = append(families, s.runtimeFamilies(r.Context())...)
 	if s.more != nil {
 		families = append(families, s.more()...)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -177,7 +178,8 @@ func TestMetrics(t *testing.T) {
 		{metricDriverReachable, nil, 1},
 		{metricPluginInfoDuration, nil, 2},
 		{metricPluginInfoErrors, map[string]string{"code": "Unavailable"}, 1},
-		{metricBuildInfo, map[string]string{"version": "v9.9.9", "driver_name": testDriver}, 1},
+		// go test stamps no VCS information into a test binary.
+		{metricBuildInfo, map[string]string{"version": "v9.9.9", "revision": "unknown", "goversion": runtime.Version(), "driver_name": testDriver}, 1},
 	}
 	for _, c := range checks {
 		if got := value(t, families, c.name, c.labels); got != c.want {
@@ -190,7 +192,7 @@ func TestMetrics(t *testing.T) {
 	for name, family := range families {
 		// go_* and process_* are the conventional families that any Go
 		// exporter serves: conventions_test.go checks them.
-		if !strings.HasPrefix(name, "node_driver_registrar_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+		if !strings.HasPrefix(name, "csi_node_driver_registrar_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
 			t.Errorf("metric %s is outside the registrar's namespace", name)
 		}
 		if family.GetType() == dto.MetricType_COUNTER && !strings.HasSuffix(name, "_total") {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,9 @@ var scheme = func() *runtime.Scheme {
 	utilruntime.Must(rbacv1.AddToScheme(s))
 	utilruntime.Must(schedulingv1.AddToScheme(s))
 	utilruntime.Must(storagev1.AddToScheme(s))
+	// The Prometheus Operator's PodMonitor and PrometheusRule
+	// (deploy/monitoring).
+	utilruntime.Must(monitoringv1.AddToScheme(s))
 	return s
 }()
 

@@ -22,6 +22,13 @@ const (
 	livenessOverlayDir = "testdata/driver-liveness-overlay"
 	// nodeGateOverlayDir is the base with the deploy/node-gate component.
 	nodeGateOverlayDir = "testdata/node-gate-overlay"
+	// monitoringOverlayDir is the base with the deploy/monitoring component.
+	monitoringOverlayDir = "testdata/monitoring-overlay"
+	// hostNetworkOverlayDir is the base with the deploy/host-network component.
+	hostNetworkOverlayDir = "testdata/host-network-overlay"
+	// recipesDir holds, per chart, a manifest of the chart's node
+	// DaemonSet with its recipe from deploy/recipes.
+	recipesDir = "testdata/recipes"
 )
 
 // manifestFiles lists the YAML files under deploy/ and of the example
@@ -29,7 +36,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir, recipesDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

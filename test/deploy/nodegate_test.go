@@ -52,8 +52,9 @@ func TestNodeGateComponent(t *testing.T) {
 	if spec.ServiceAccountName != account.Name {
 		t.Errorf("the pods run as %q, not as %q", spec.ServiceAccountName, account.Name)
 	}
-	if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
-		t.Error("the pods do not mount the service account's token")
+	// The base turns the token off; the component must turn it on again.
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Errorf("the pods do not mount the service account's token (automountServiceAccountToken %v)", ptrValue(spec.AutomountServiceAccountToken))
 	}
 	// The node plugin itself must run on a node that still has the startup
 	// taint: it is what takes the taint away.

@@ -111,8 +111,17 @@ func (c *checker) checkUpdateStrategy() {
 	if !surge && !isNonZero(ru.MaxUnavailable) {
 		c.fail("rollingUpdate has maxSurge and maxUnavailable both 0: the update could never proceed")
 	}
+	// With hostNetwork every declared container port is a host port, and
+	// the scheduler places no second pod with the same host port on a node.
+	// Undeclared ports are not its concern: the registrar hands its HTTP
+	// port over to the new pod itself.
 	if surge && c.spec.HostNetwork {
-		c.fail("rollingUpdate.maxSurge with hostNetwork: the old and the new pod on a node would listen on the same host ports")
+		for _, ctr := range c.allContainers() {
+			if len(ctr.Ports) > 0 {
+				c.fail("rollingUpdate.maxSurge with hostNetwork: container %q declares ports, which are host ports, so the old and the new pod on a node would need the same host ports and the new one is never scheduled; declare no ports, or use maxSurge 0", ctr.Name)
+				break
+			}
+		}
 	}
 }
 
@@ -225,9 +234,14 @@ func probePort(ctr *corev1.Container, probe *corev1.Probe) (int32, error) {
 }
 
 func (c *checker) findContainer(name string) *corev1.Container {
-	for i := range c.spec.Containers {
-		if c.spec.Containers[i].Name == name {
-			return &c.spec.Containers[i]
+	return findContainer(c.spec, name)
+}
+
+// findContainer returns the pod's container of that name, or nil.
+func findContainer(spec *corev1.PodSpec, name string) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
 		}
 	}
 	return nil
@@ -251,11 +265,7 @@ func (c *checker) checkRegistrar() {
 		}
 	}
 
-	args := append([]string(nil), reg.Args...)
-	if len(reg.Command) > 1 {
-		args = append(append([]string(nil), reg.Command[1:]...), args...)
-	}
-	flags, err := parseFlags(expandAll(args, reg.Env))
+	flags, err := registrarFlags(reg)
 	if err != nil {
 		c.fail("the registrar's arguments: %v", err)
 		return
@@ -263,6 +273,16 @@ func (c *checker) checkRegistrar() {
 	c.checkRegistrarSockets(reg, flags)
 	c.checkRegistrarHTTP(reg, flags)
 	c.checkDriverHealth(reg, flags)
+}
+
+// registrarFlags are the registrar's flags, from its command and
+// arguments, with the container's variables expanded as kubelet does.
+func registrarFlags(reg *corev1.Container) (map[string]string, error) {
+	args := append([]string(nil), reg.Args...)
+	if len(reg.Command) > 1 {
+		args = append(append([]string(nil), reg.Command[1:]...), args...)
+	}
+	return parseFlags(expandAll(args, reg.Env))
 }
 
 // checkDriverHealth checks the driver's liveness probe served by the
@@ -392,7 +412,8 @@ func (c *checker) checkRegistrarHTTP(reg *corev1.Container, flags map[string]str
 	}
 
 	declared := slices.ContainsFunc(reg.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == port })
-	if port != 0 && !declared {
+	// On hostNetwork the port may go undeclared (see checkUpdateStrategy).
+	if port != 0 && !declared && !c.spec.HostNetwork {
 		c.fail("the registrar listens on port %d (--%s), which is not among its container ports", port, httpEndpointFlag)
 	}
 	wantPath := map[string]string{"liveness": registrarLivenessPath, "readiness": registrarReadinessPath}

@@ -216,7 +216,7 @@ func TestCheckNodePluginFindsMistakes(t *testing.T) {
 		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
 			ds.Spec.Template.Spec.HostNetwork = true
 		},
-		want: "same host ports",
+		want: "need the same host ports",
 	}, {
 		name: "update that cannot proceed",
 		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {

@@ -16,12 +16,12 @@ import (
 // (pkg/registration/status.go), as an operator's dashboards and alerts
 // name them.
 const (
-	metricRegistered      = "node_driver_registrar_registered"
-	metricState           = "node_driver_registrar_state"
-	metricKubeletRPCs     = "node_driver_registrar_kubelet_rpcs_total"
-	metricPublications    = "node_driver_registrar_socket_publications_total"
-	metricFailures        = "node_driver_registrar_registration_failures_total"
-	metricDriverReachable = "node_driver_registrar_driver_reachable"
+	metricRegistered      = "csi_node_driver_registrar_registered"
+	metricState           = "csi_node_driver_registrar_state"
+	metricKubeletRPCs     = "csi_node_driver_registrar_kubelet_rpcs_total"
+	metricPublications    = "csi_node_driver_registrar_socket_publications_total"
+	metricFailures        = "csi_node_driver_registrar_registration_failures_total"
+	metricDriverReachable = "csi_node_driver_registrar_driver_reachable"
 
 	stateWaitingForDriver  = "waiting-for-driver"
 	stateWaitingForKubelet = "waiting-for-kubelet"
@@ -73,8 +73,8 @@ func (s sample) check(m harness.Metrics) error {
 	return nil
 }
 
-// registeredSamples expects node_driver_registrar_state to be 1 for state
-// and 0 for the others, node_driver_registrar_registered to agree, and the
+// registeredSamples expects csi_node_driver_registrar_state to be 1 for state
+// and 0 for the others, csi_node_driver_registrar_registered to agree, and the
 // extra samples.
 func registeredSamples(state string, extra ...sample) []sample {
 	out := []sample{is(boolValue(state == stateRegistered), metricRegistered)}

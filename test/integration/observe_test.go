@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"maps"
 	"net/http"
@@ -57,20 +58,21 @@ func checkRegisteredStatus(t *testing.T, st map[string]any, name, socketPath str
 // process figures it reads from /proc.
 func checkRegisteredMetrics(t *testing.T, families map[string]*dto.MetricFamily, name string, started time.Time) {
 	t.Helper()
+	revision, goVersion := binaryBuildInfo(t, registrarBin)
 	samples := []struct {
 		family string
 		labels map[string]string
 		want   float64
 	}{
-		{"node_driver_registrar_registered", nil, 1},
-		{"node_driver_registrar_state", map[string]string{"state": "registered"}, 1},
-		{"node_driver_registrar_state", map[string]string{"state": "waiting-for-kubelet"}, 0},
-		{"node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "GetInfo", "result": "ok"}, 1},
-		{"node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "NotifyRegistrationStatus", "result": "registered"}, 1},
-		{"node_driver_registrar_socket_publications_total", map[string]string{"reason": "start"}, 1},
-		{"node_driver_registrar_registration_failures_total", nil, 0},
-		{"node_driver_registrar_driver_reachable", nil, 1},
-		{"node_driver_registrar_build_info", map[string]string{"version": registrarVersion, "driver_name": name}, 1},
+		{"csi_node_driver_registrar_registered", nil, 1},
+		{"csi_node_driver_registrar_state", map[string]string{"state": "registered"}, 1},
+		{"csi_node_driver_registrar_state", map[string]string{"state": "waiting-for-kubelet"}, 0},
+		{"csi_node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "GetInfo", "result": "ok"}, 1},
+		{"csi_node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "NotifyRegistrationStatus", "result": "registered"}, 1},
+		{"csi_node_driver_registrar_socket_publications_total", map[string]string{"reason": "start"}, 1},
+		{"csi_node_driver_registrar_registration_failures_total", nil, 0},
+		{"csi_node_driver_registrar_driver_reachable", nil, 1},
+		{"csi_node_driver_registrar_build_info", map[string]string{"version": registrarVersion, "revision": revision, "goversion": goVersion, "driver_name": name}, 1},
 	}
 	for _, s := range samples {
 		got, err := sampleValue(families, s.family, s.labels)
@@ -80,8 +82,8 @@ func checkRegisteredMetrics(t *testing.T, families map[string]*dto.MetricFamily,
 			t.Errorf("%s%v = %v, want %v", s.family, s.labels, got, s.want)
 		}
 	}
-	if h := families["node_driver_registrar_driver_get_plugin_info_duration_seconds"]; h == nil || len(h.Metric) != 1 || h.Metric[0].GetHistogram().GetSampleCount() != 1 {
-		t.Errorf("node_driver_registrar_driver_get_plugin_info_duration_seconds: want one GetPluginInfo call, got %v", h)
+	if h := families["csi_node_driver_registrar_driver_get_plugin_info_duration_seconds"]; h == nil || len(h.Metric) != 1 || h.Metric[0].GetHistogram().GetSampleCount() != 1 {
+		t.Errorf("csi_node_driver_registrar_driver_get_plugin_info_duration_seconds: want one GetPluginInfo call, got %v", h)
 	}
 	// From /proc/stat and /proc/self/stat: whole seconds of boot time plus
 	// ticks since boot, so allow a few seconds either side.
@@ -96,6 +98,23 @@ func checkRegisteredMetrics(t *testing.T, families map[string]*dto.MetricFamily,
 }
 
 // sampleValue returns the value of the sample of family with labels.
+// binaryBuildInfo reads from a Go binary the commit it was built from
+// ("unknown" where the go command stamped none) and the Go release.
+func binaryBuildInfo(t *testing.T, bin string) (revision, goVersion string) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	revision = "unknown"
+	for _, setting := range info.Settings {
+		if setting.Key == "vcs.revision" && setting.Value != "" {
+			revision = setting.Value
+		}
+	}
+	return revision, info.GoVersion
+}
+
 func sampleValue(families map[string]*dto.MetricFamily, family string, labels map[string]string) (float64, error) {
 	f := families[family]
 	if f == nil {

@@ -273,7 +273,7 @@ func (d *demo) showReadiness(ctx context.Context, opts options) error {
 	say("the registrar reports (http://%s):", d.registrar.Config.HTTPEndpoint)
 	fmt.Printf("    GET /readyz:  %d %s\n", code, reason)
 	fmt.Printf("    GET /metrics (excerpt):\n")
-	for _, line := range metrics.Lines("node_driver_registrar_registered", "node_driver_registrar_state") {
+	for _, line := range metrics.Lines("csi_node_driver_registrar_registered", "csi_node_driver_registrar_state") {
 		fmt.Printf("        %s\n", line)
 	}
 	fmt.Printf("    GET /status:\n")

@@ -320,7 +320,7 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 	if len(changes) == 0 {
 		changes = []string{"none (kubelet re-registered without an intermediate CSINode write)"}
 	}
-	published := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revision(1).port()), `node_driver_registrar_socket_publications_total{reason="deleted"}`)
+	published := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revision(1).port()), `csi_node_driver_registrar_socket_publications_total{reason="deleted"}`)
 	ok := stAfter.RestartCount == 0 && stAfter.ContainerID == stBefore.ContainerID
 	return s.report(name, ok, "socket re-created +%s, /readyz 200 and CSINode listing the driver +%s; CSINode changes seen: %s; restartCount %d, same container %v; registrar metric %s",
 		ms(tSocket), ms(took), strings.Join(changes, ", "), stAfter.RestartCount, stAfter.ContainerID == stBefore.ContainerID, published)

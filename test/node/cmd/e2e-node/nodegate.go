@@ -390,7 +390,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	// the driver was not registered (the scheduler places it only once the
 	// taint is gone, which is after the registration).
 	untaintDelay := untainted.Sub(reg.at)
-	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "node_driver_registrar_node_update_pending")
+	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "csi_node_driver_registrar_node_update_pending")
 
 	// Deleting the DaemonSet: the registrar removes its socket, kubelet
 	// unregisters the driver, and the condition goes False.

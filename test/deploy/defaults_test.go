@@ -1,0 +1,33 @@
+package deploy
+
+import (
+	"fmt"
+	"testing"
+)
+
+// ptrValue prints a pointer's value, or nil.
+func ptrValue[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
+
+// The base gives the pods no service-account token (nothing in it talks to
+// the API server) and the priority of a node's own services; every
+// component and overlay keeps the priority, and only deploy/node-gate
+// mounts the token.
+func TestBaseDefaults(t *testing.T) {
+	for _, dir := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir} {
+		t.Run(dir, func(t *testing.T) {
+			spec := onlyDaemonSet(t, render(t, dir)).Spec.Template.Spec
+			if spec.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName %q, want system-node-critical", spec.PriorityClassName)
+			}
+			wantToken := dir == nodeGateOverlayDir
+			if got := spec.AutomountServiceAccountToken; got == nil || *got != wantToken {
+				t.Errorf("automountServiceAccountToken %s, want %v", ptrValue(got), wantToken)
+			}
+		})
+	}
+}

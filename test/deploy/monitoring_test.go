@@ -1,0 +1,155 @@
+package deploy
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+)
+
+const (
+	// monitoringDoc holds a runbook section per alert.
+	monitoringDoc = "../../docs/monitoring.md"
+	// metricsSource names every family the registrar serves.
+	metricsSource = "../../pkg/healthz/metrics.go"
+	// statesSource names every value of the state label.
+	statesSource = "../../pkg/registration/status.go"
+)
+
+// The alerts the monitoring component must have, one per way a driver
+// fails to be usable on a node.
+var wantAlerts = []string{"CSIDriverNotRegistered", "CSIDriverRegistrationRejected", "CSIDriverUnreachable", "CSINodeGatePending", "CSIKubeletSilent"}
+
+// The PodMonitor scrapes the registrar's /metrics in the DaemonSet's pods.
+func TestMonitoringPodMonitorScrapesTheRegistrar(t *testing.T) {
+	objs := render(t, monitoringOverlayDir)
+	ds := onlyDaemonSet(t, objs)
+	monitor := only[*monitoringv1.PodMonitor](t, objs)
+	for _, err := range CheckPodMonitor(ds, monitor) {
+		t.Error(err)
+	}
+	// Every alert names the node: the PodMonitor must set it.
+	hasNode := false
+	for _, e := range monitor.Spec.PodMetricsEndpoints {
+		for _, r := range e.RelabelConfigs {
+			if r.TargetLabel == "node" && slices.Equal(r.SourceLabels, []monitoringv1.LabelName{"__meta_kubernetes_pod_node_name"}) {
+				hasNode = true
+			}
+		}
+	}
+	if !hasNode {
+		t.Errorf("PodMonitor %s does not set the label node from __meta_kubernetes_pod_node_name, which every alert names", monitor.Name)
+	}
+}
+
+// CheckPodMonitor finds a PodMonitor that would scrape nothing.
+func TestCheckPodMonitorFindsMistakes(t *testing.T) {
+	objs := render(t, monitoringOverlayDir)
+	ds := onlyDaemonSet(t, objs)
+	good := only[*monitoringv1.PodMonitor](t, objs)
+	otherPort := "liveness"
+	for name, mutate := range map[string]func(m *monitoringv1.PodMonitor){
+		"selector of another app": func(m *monitoringv1.PodMonitor) {
+			m.Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "other"}
+		},
+		"empty selector":    func(m *monitoringv1.PodMonitor) { m.Spec.Selector.MatchLabels = nil },
+		"another namespace": func(m *monitoringv1.PodMonitor) { m.Namespace = "monitoring" },
+		"port not declared": func(m *monitoringv1.PodMonitor) { m.Spec.PodMetricsEndpoints[0].Port = &otherPort },
+		"another path":      func(m *monitoringv1.PodMonitor) { m.Spec.PodMetricsEndpoints[0].Path = "/healthz" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := good.DeepCopy()
+			mutate(m)
+			if errs := CheckPodMonitor(ds, m); len(errs) == 0 {
+				t.Errorf("no mistake found in %+v", m.Spec)
+			}
+		})
+	}
+}
+
+// Every alert of the PrometheusRule reads families and states the
+// registrar has, and links to its runbook in docs/monitoring.md.
+func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
+	rule := only[*monitoringv1.PrometheusRule](t, render(t, monitoringOverlayDir))
+	doc, err := os.ReadFile(monitoringDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source, err := os.ReadFile(metricsSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, m := range regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1) {
+		served[m[1]] = true
+	}
+	if len(served) == 0 {
+		t.Fatalf("no csi_node_driver_registrar_* family named in %s", metricsSource)
+	}
+	states := map[string]bool{}
+	stateSource, err := os.ReadFile(statesSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`State = "([a-z-]+)"`).FindAllStringSubmatch(string(stateSource), -1) {
+		states[m[1]] = true
+	}
+	if len(states) == 0 {
+		t.Fatalf("no State constant in %s", statesSource)
+	}
+	stateMatcher := regexp.MustCompile(`state=~?"([^"]*)"`)
+	headings := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if title, ok := strings.CutPrefix(strings.TrimSpace(line), "### "); ok {
+			headings[strings.ToLower(title)] = true
+		}
+	}
+
+	var alerts []string
+	for _, group := range rule.Spec.Groups {
+		for _, r := range group.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts = append(alerts, r.Alert)
+			for _, family := range regexp.MustCompile(`csi_node_driver_registrar_[a-z_]+`).FindAllString(r.Expr.String(), -1) {
+				if !served[family] {
+					t.Errorf("alert %s reads %s, which the registrar does not serve (%s)", r.Alert, family, metricsSource)
+				}
+			}
+			for _, m := range stateMatcher.FindAllStringSubmatch(r.Expr.String(), -1) {
+				for _, state := range strings.Split(m[1], "|") {
+					if !states[state] {
+						t.Errorf("alert %s reads the state %q, which the registrar does not have (%s)", r.Alert, state, statesSource)
+					}
+				}
+			}
+			url := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, "https://runbooks.example.com/csi-node-driver-registrar/monitoring.md#")
+			switch {
+			case !ok:
+				t.Errorf("alert %s: runbook_url %q is not a section of monitoring.md under the documented placeholder", r.Alert, url)
+			case anchor != strings.ToLower(r.Alert):
+				t.Errorf("alert %s: runbook_url %q leads to another alert's section", r.Alert, url)
+			case !headings[anchor]:
+				t.Errorf("alert %s: %s has no section %q for runbook_url %q", r.Alert, monitoringDoc, "### "+r.Alert, url)
+			}
+			for _, key := range []string{"summary", "description"} {
+				if r.Annotations[key] == "" {
+					t.Errorf("alert %s has no %s", r.Alert, key)
+				}
+			}
+			if r.Labels["severity"] == "" {
+				t.Errorf("alert %s has no severity label", r.Alert)
+			}
+		}
+	}
+	slices.Sort(alerts)
+	want := slices.Sorted(slices.Values(wantAlerts))
+	if !slices.Equal(alerts, want) {
+		t.Errorf("alerts %v, want %v", alerts, want)
+	}
+}
