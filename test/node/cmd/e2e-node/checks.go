@@ -616,6 +616,10 @@ type registrarState struct {
 	State        string            `json:"state"`
 	Reason       string            `json:"reason"`
 	Publications map[string]uint64 `json:"socketPublications"`
+	// Attempts and FailingSince: kubelet's rejections since it last
+	// accepted the driver, and when the registration started to fail.
+	Attempts     uint64     `json:"attempts"`
+	FailingSince *time.Time `json:"failingSince"`
 }
 
 func registrarStatus(port int32) (*registrarState, error) {
