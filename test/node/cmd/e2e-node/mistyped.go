@@ -234,7 +234,8 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	}
 	st := containerStatus(restarted, registrarName)
 	term := st.LastTerminationState.Terminated
-	unhealthy := s.lastEvent(ctx, restarted.Name, "Unhealthy")
+	unhealthy := s.lastEvent(ctx, restarted.Name, "Unhealthy", "Liveness")
+	s.saveMistypedLogs() // the pod is deleted by the rolling update, and its logs with it
 	var problems []string
 	if failingSince.IsZero() {
 		problems = append(problems, "never saw failingSince in the first registrar's /status")
@@ -259,7 +260,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
 		}
 	}
-	failed := fmt.Sprintf("DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q) → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's last Unhealthy event: %q",
+	failed := fmt.Sprintf("DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q) → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
 		ms(failingSince.Sub(began)), ms(healthz503At.Sub(failingSince)), healthz503, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
 		restarted.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, unhealthy)
 	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
@@ -314,26 +315,40 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 		return "", nil, fmt.Errorf("update DaemonSet: %w", err)
 	}
-	reg, ok := typoWatch.waitUntil(ctx, 2*time.Minute, func(r registration) bool { return r.registered })
-	if !ok {
-		return "", nil, fmt.Errorf("CSINode does not list %s 2m after the update", mistypedDriver)
-	}
-	tRegistered := reg.at.Sub(began)
+	// kubelet retries a socket path that failed after a backoff that
+	// doubles up to 2m2s (its operation executor's), also for the new
+	// socket at that path: the new registrar may wait for kubelet that
+	// long. Its states are recorded meanwhile.
 	var newPod string
 	var status *registrarState
-	err = waitFor(ctx, "new pod Ready and registered, old pod gone", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	var states []string
+	err = waitFor(ctx, "driver in CSINode, new pod Ready and registered, old pod gone", 3*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if st, err := registrarStatus(revMistypedFixed.port()); err == nil {
+			status = st
+			if n := len(states); n == 0 || !strings.HasPrefix(states[n-1], st.State+" ") {
+				states = append(states, fmt.Sprintf("%s +%s", st.State, ms(time.Since(began))))
+			}
+		}
 		pods, err := s.mistypedPods(ctx)
 		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(revMistypedFixed)) || !podReady(&pods[0]) {
 			return false, err
 		}
 		newPod = pods[0].Name
-		status, err = registrarStatus(revMistypedFixed.port())
-		return err == nil && status.State == "registered", err
+		reg, _ := typoWatch.now()
+		return reg.registered && status != nil && status.State == "registered", nil
 	})
 	tDone := time.Since(began)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("%v (the new registrar's states: %v)", err, states)
 	}
+	var reg registration
+	for _, r := range typoWatch.between(began, time.Now()) {
+		if r.registered {
+			reg = r
+			break
+		}
+	}
+	tRegistered := reg.at.Sub(began)
 	// Settle as the rollouts do: the old pod's exit must not take the
 	// registration away.
 	time.Sleep(rolloutSettle)
@@ -365,8 +380,8 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
 	}
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
-	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready, its %s, old pod gone +%s; deregistrations after that within %s: %d",
-		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), rolloutSettle, len(deregistered)), problems, nil
+	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
+		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), states, rolloutSettle, len(deregistered)), problems, nil
 }
 
 func (s *suite) mistypedPods(ctx context.Context) ([]corev1.Pod, error) {
@@ -377,17 +392,21 @@ func (s *suite) mistypedPods(ctx context.Context) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
-// lastEvent returns the message of the pod's latest event with reason,
-// such as kubelet's failed liveness probe.
-func (s *suite) lastEvent(ctx context.Context, pod, reason string) string {
+// lastEvent returns the message of the pod's latest event with reason and
+// a message starting with prefix, such as kubelet's failed liveness probe,
+// with its count.
+func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
 	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
 	if err != nil {
 		return err.Error()
 	}
-	if len(events.Items) == 0 {
-		return "none"
+	found := "none"
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Message, prefix) {
+			found = fmt.Sprintf("%s (%d times)", e.Message, e.Count)
+		}
 	}
-	return events.Items[len(events.Items)-1].Message
+	return found
 }
 
 // saveMistypedLogs copies the check's pods' container logs (the restarted
