@@ -82,8 +82,11 @@ func get(url string) (int, string) {
 	return resp.StatusCode, line
 }
 
-func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=csi-node"})
+func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) { return s.podsOf(ctx, "csi-node") }
+
+// podsOf lists the pods labelled app.kubernetes.io/name=app.
+func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
+	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 	if err != nil {
 		return nil, err
 	}

@@ -202,7 +202,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	var restarted *corev1.Pod
 	port := revMistyped.port()
 	err = waitFor(ctx, "kubelet restarted the registrar", 2*bound+time.Minute, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.mistypedPods(ctx)
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
 		if err != nil || len(pods) != 1 {
 			return false, err
 		}
@@ -329,7 +329,7 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 				states = append(states, fmt.Sprintf("%s +%s", st.State, ms(time.Since(began))))
 			}
 		}
-		pods, err := s.mistypedPods(ctx)
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
 		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(revMistypedFixed)) || !podReady(&pods[0]) {
 			return false, err
 		}
@@ -384,14 +384,6 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), states, rolloutSettle, len(deregistered)), problems, nil
 }
 
-func (s *suite) mistypedPods(ctx context.Context) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + mistypedDaemonSet})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
-}
-
 // lastEvent returns the message of the pod's latest event with reason and
 // a message starting with prefix, such as kubelet's failed liveness probe,
 // with its count.
@@ -437,7 +429,7 @@ func (s *suite) removeMistyped(ctx context.Context) error {
 		return fmt.Errorf("delete DaemonSet: %w", err)
 	}
 	return waitFor(ctx, "check 10's pods gone and "+mistypedDriver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.mistypedPods(ctx)
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
 		if err != nil || len(pods) > 0 {
 			return false, err
 		}
