@@ -82,8 +82,11 @@ func get(url string) (int, string) {
 	return resp.StatusCode, line
 }
 
-func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=csi-node"})
+func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) { return s.podsOf(ctx, "csi-node") }
+
+// podsOf lists the pods labelled app.kubernetes.io/name=app.
+func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
+	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 	if err != nil {
 		return nil, err
 	}
@@ -616,6 +619,10 @@ type registrarState struct {
 	State        string            `json:"state"`
 	Reason       string            `json:"reason"`
 	Publications map[string]uint64 `json:"socketPublications"`
+	// Attempts and FailingSince: kubelet's rejections since it last
+	// accepted the driver, and when the registration started to fail.
+	Attempts     uint64     `json:"attempts"`
+	FailingSince *time.Time `json:"failingSince"`
 }
 
 func registrarStatus(port int32) (*registrarState, error) {

@@ -78,6 +78,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 			s.checkSharedPortRollout,
 			s.checkDriverLiveness,
 			s.checkVolume,
+			s.checkMistypedPath,
 			s.checkNodeGate, // last: it removes the startup taint
 		} {
 			if ctx.Err() != nil {
@@ -109,7 +110,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 14 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 9
+	const want = 15 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 9
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}

@@ -345,11 +345,7 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 
 // hostpathPods lists the hostpath DaemonSet's pods.
 func (s *suite) hostpathPods(ctx context.Context) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + hostpathDaemonSet})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
+	return s.podsOf(ctx, hostpathDaemonSet)
 }
 
 // hostpathReady waits for the one pod of rev Ready and the driver in

@@ -1,0 +1,442 @@
+package main
+
+// Check 10 (issue 25): the commonest mistake in a driver's manifest, a
+// mistyped --kubelet-registration-path, must show where a user of
+// upstream's image looks: kubelet restarts the registrar (its /healthz
+// fails once the registration has failed for --unhealthy-after, and
+// deploy/'s liveness probe acts on it) and the pod's status carries
+// kubelet's reason. The DaemonSet is deploy/'s with its probes unchanged,
+// for a driver of its own (own name, socket directory and ports), so the
+// node is left as the checks after it expect; the healthy drivers' pods
+// on the node meanwhile must not restart nor lose their registration.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	mistypedDriver    = "mistyped.csi.example.com"
+	mistypedDaemonSet = "csi-mistyped"
+	// mistypedSocket is the manifest's typo; the driver listens on
+	// rev.socket() (csi.sock).
+	mistypedSocket = "csi-typo.sock"
+	// mistypedUnhealthyAfter is --unhealthy-after for this check only,
+	// shorter than the default (3m) so that the run stays short.
+	mistypedUnhealthyAfter = 20 * time.Second
+	// mistypedSlack is added to the bound: kubelet's container timestamps
+	// are whole seconds, and the container takes a moment to stop.
+	mistypedSlack = 5 * time.Second
+	// The check's revisions (HTTP ports 9848, 9849): the typo, and the
+	// rolling update that fixes it.
+	revMistyped      revision = 40
+	revMistypedFixed revision = 41
+)
+
+// mistypedDaemonSetFor is deploy/daemonset.yaml adapted as for the test
+// driver, for a driver named mistypedDriver, with --unhealthy-after set to
+// mistypedUnhealthyAfter, and for revMistyped the typo in the registration
+// path. It keeps deploy/'s probes as they are: no startup probe.
+func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
+	ds, err := s.daemonSet(s.repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"app.kubernetes.io/name": mistypedDaemonSet}
+	ds.Name, ds.Labels = mistypedDaemonSet, labels
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	ds.Spec.Template.Labels = labels
+	pod := &ds.Spec.Template.Spec
+	socketDir := s.path("kubelet", "plugins", mistypedDriver)
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "socket-dir" {
+			pod.Volumes[i].HostPath.Path = socketDir
+		}
+	}
+	registrationPath := filepath.Join(socketDir, rev.socket())
+	if rev == revMistyped {
+		registrationPath = filepath.Join(socketDir, mistypedSocket)
+	}
+	for i := range pod.Containers {
+		ctr := &pod.Containers[i]
+		switch ctr.Name {
+		case registrarName:
+			ctr.StartupProbe = nil
+			ctr.Args = append(ctr.Args, "--unhealthy-after="+mistypedUnhealthyAfter.String())
+			for j := range ctr.Env {
+				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
+					ctr.Env[j].Value = registrationPath
+				}
+			}
+		case driverContainer:
+			for j, arg := range ctr.Args {
+				if strings.HasPrefix(arg, "--name=") {
+					ctr.Args[j] = "--name=" + mistypedDriver
+				}
+			}
+		}
+	}
+	return ds, nil
+}
+
+// healthyPods is what the check compares before and after: every
+// container of the pods on the node, but the check's own.
+type healthyPods map[string]corev1.ContainerStatus // namespace/pod/container
+
+func (s *suite) healthyPods(ctx context.Context) (healthyPods, error) {
+	list, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := healthyPods{}
+	for _, pod := range list.Items {
+		if pod.Labels["app.kubernetes.io/name"] == mistypedDaemonSet {
+			continue
+		}
+		for _, st := range pod.Status.ContainerStatuses {
+			out[pod.Namespace+"/"+pod.Name+"/"+st.Name] = st
+		}
+	}
+	return out, nil
+}
+
+// changedSince lists the containers of before that restarted, were
+// replaced or are gone.
+func (before healthyPods) changedSince(after healthyPods) []string {
+	var out []string
+	for key, was := range before {
+		now, ok := after[key]
+		switch {
+		case !ok:
+			out = append(out, key+": gone")
+		case now.RestartCount != was.RestartCount || now.ContainerID != was.ContainerID:
+			out = append(out, fmt.Sprintf("%s: restartCount %d -> %d", key, was.RestartCount, now.RestartCount))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkMistypedPath runs check 10.
+func (s *suite) checkMistypedPath(ctx context.Context) bool {
+	name := fmt.Sprintf("10. mistyped --kubelet-registration-path (.../%s) with deploy/'s probes: kubelet restarts the registrar within --unhealthy-after (%s here; the default is 3m) plus the liveness probe's period x failureThreshold, with kubelet's reason in the pod's status; a rolling update fixing the path registers the driver; no healthy driver's pod restarts",
+		mistypedSocket, mistypedUnhealthyAfter)
+	ds, err := s.mistypedDaemonSetFor(revMistyped)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	var liveness *corev1.Probe
+	for _, ctr := range ds.Spec.Template.Spec.Containers {
+		if ctr.Name == registrarName {
+			liveness = ctr.LivenessProbe
+		}
+	}
+	if liveness == nil || liveness.HTTPGet == nil || liveness.HTTPGet.Path != "/healthz" {
+		return s.report(name, false, "deploy/daemonset.yaml: the registrar's liveness probe is no longer httpGet /healthz; adapt test/node")
+	}
+	probeWindow := time.Duration(liveness.PeriodSeconds*liveness.FailureThreshold) * time.Second
+	bound := mistypedUnhealthyAfter + probeWindow + mistypedSlack
+
+	// The healthy drivers: their pods, and their registrations as a watch
+	// of CSINode records them from now on.
+	before, err := s.healthyPods(ctx)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	if len(before) == 0 {
+		return s.report(name, false, "no healthy driver's pod on the node to compare with (did the earlier checks leave none?)")
+	}
+	csiNode, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	healthyWatches := map[string]*csiNodeWatch{}
+	for _, d := range csiNode.Spec.Drivers {
+		w := newCSINodeWatch(d.Name)
+		go w.run(watchCtx, s.client)
+		healthyWatches[d.Name] = w
+		if _, ok := w.waitUntil(ctx, 30*time.Second, func(r registration) bool { return r.registered }); !ok {
+			return s.report(name, false, "the watch of CSINode does not see %s registered", d.Name)
+		}
+	}
+	typoWatch := newCSINodeWatch(mistypedDriver)
+	go typoWatch.run(watchCtx, s.client)
+
+	began := time.Now()
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return s.report(name, false, "create DaemonSet: %v", err)
+	}
+	cleaned := false
+	cleanUp := func() error {
+		cleaned = true
+		s.saveMistypedLogs()
+		return s.removeMistyped(ctx)
+	}
+	defer func() {
+		if !cleaned {
+			if err := cleanUp(); err != nil {
+				fmt.Println("e2e-node: check 10:", err)
+			}
+		}
+	}()
+
+	// Until kubelet restarts the registrar: the first container's /status
+	// (when the registration started to fail, kubelet's reason) and its
+	// first /healthz 503.
+	var failingSince, healthz503At time.Time
+	var healthz503, lastState string
+	var attempts uint64
+	var restarted *corev1.Pod
+	port := revMistyped.port()
+	err = waitFor(ctx, "kubelet restarted the registrar", 2*bound+time.Minute, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
+		if err != nil || len(pods) != 1 {
+			return false, err
+		}
+		st := containerStatus(&pods[0], registrarName)
+		if st == nil {
+			return false, nil
+		}
+		if st.RestartCount >= 1 && st.LastTerminationState.Terminated != nil {
+			restarted = &pods[0]
+			return true, nil
+		}
+		if st.RestartCount > 0 || st.State.Running == nil {
+			return false, nil
+		}
+		if status, err := registrarStatus(port); err == nil {
+			lastState = status.String()
+			attempts = max(attempts, status.Attempts)
+			if failingSince.IsZero() && status.FailingSince != nil {
+				failingSince = *status.FailingSince
+			}
+		}
+		if code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)); code == http.StatusServiceUnavailable && healthz503At.IsZero() {
+			healthz503At, healthz503 = time.Now(), body
+		}
+		return false, nil
+	})
+	if err != nil {
+		return s.report(name, false, "%v; the registrar's last /status: %s (%d rejections)", err, lastState, attempts)
+	}
+	st := containerStatus(restarted, registrarName)
+	term := st.LastTerminationState.Terminated
+	unhealthy := s.lastEvent(ctx, restarted.Name, "Unhealthy", "Liveness")
+	s.saveMistypedLogs() // the pod is deleted by the rolling update, and its logs with it
+	var problems []string
+	if failingSince.IsZero() {
+		problems = append(problems, "never saw failingSince in the first registrar's /status")
+	}
+	toRestart := term.FinishedAt.Sub(failingSince)
+	if toRestart > bound {
+		problems = append(problems, fmt.Sprintf("restarted %s after the first rejection, beyond the bound %s", ms(toRestart), bound))
+	}
+	if healthz503At.IsZero() {
+		problems = append(problems, "never saw /healthz 503 before the restart")
+	} else if healthz503At.Sub(failingSince) < mistypedUnhealthyAfter {
+		problems = append(problems, fmt.Sprintf("/healthz failed %s after the first rejection, before --unhealthy-after", ms(healthz503At.Sub(failingSince))))
+	}
+	if term.ExitCode != 1 {
+		problems = append(problems, fmt.Sprintf("exit code %d, want 1", term.ExitCode))
+	}
+	if !strings.Contains(term.Message, "kubelet rejected the plugin") || !strings.Contains(term.Message, mistypedSocket) {
+		problems = append(problems, "the termination message lacks kubelet's rejection of "+mistypedSocket)
+	}
+	for _, r := range typoWatch.between(began, time.Now()) {
+		if r.registered {
+			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
+		}
+	}
+	failed := fmt.Sprintf("DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q) → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
+		ms(failingSince.Sub(began)), ms(healthz503At.Sub(failingSince)), healthz503, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
+		restarted.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, unhealthy)
+	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
+
+	// The fix: a rolling update to the right path.
+	fixed, fixProblems, err := s.fixMistyped(ctx, typoWatch)
+	if err != nil {
+		return s.report(name, false, "%s; the fix: %v", failed, err)
+	}
+	problems = append(problems, fixProblems...)
+
+	after, err := s.healthyPods(ctx)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	changed := before.changedSince(after)
+	if len(changed) > 0 {
+		problems = append(problems, "healthy pods changed: "+strings.Join(changed, ", "))
+	}
+	end := time.Now()
+	var healthy []string
+	for driver, w := range healthyWatches {
+		for _, r := range w.between(began, end) {
+			if !r.registered {
+				problems = append(problems, fmt.Sprintf("%s left CSINode at +%s", driver, ms(r.at.Sub(began))))
+			}
+		}
+		healthy = append(healthy, driver)
+	}
+	slices.Sort(healthy)
+	if err := cleanUp(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	return s.report(name, len(problems) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; problems: %d %v (logs: _logs/pod-logs-10/)",
+		failed, fixed, len(before)-len(changed), len(before), healthy, len(problems), problems)
+}
+
+// fixMistyped rolls the DaemonSet to the right path and waits until
+// CSINode lists the driver, the new pod is Ready with its registrar's
+// /status registered, and the old pod is gone.
+func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (string, []string, error) {
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, mistypedDaemonSet, getOpts)
+	if err != nil {
+		return "", nil, err
+	}
+	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
+	if err != nil {
+		return "", nil, err
+	}
+	ds.Spec.Template = want.Spec.Template
+	began := time.Now()
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		return "", nil, fmt.Errorf("update DaemonSet: %w", err)
+	}
+	// kubelet retries a socket path that failed after a backoff that
+	// doubles up to 2m2s (its operation executor's), also for the new
+	// socket at that path: the new registrar may wait for kubelet that
+	// long. Its states are recorded meanwhile.
+	var newPod string
+	var status *registrarState
+	var states []string
+	err = waitFor(ctx, "driver in CSINode, new pod Ready and registered, old pod gone", 3*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if st, err := registrarStatus(revMistypedFixed.port()); err == nil {
+			status = st
+			if n := len(states); n == 0 || !strings.HasPrefix(states[n-1], st.State+" ") {
+				states = append(states, fmt.Sprintf("%s +%s", st.State, ms(time.Since(began))))
+			}
+		}
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
+		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(revMistypedFixed)) || !podReady(&pods[0]) {
+			return false, err
+		}
+		newPod = pods[0].Name
+		reg, _ := typoWatch.now()
+		return reg.registered && status != nil && status.State == "registered", nil
+	})
+	tDone := time.Since(began)
+	if err != nil {
+		return "", nil, fmt.Errorf("%v (the new registrar's states: %v)", err, states)
+	}
+	var reg registration
+	for _, r := range typoWatch.between(began, time.Now()) {
+		if r.registered {
+			reg = r
+			break
+		}
+	}
+	tRegistered := reg.at.Sub(began)
+	// Settle as the rollouts do: the old pod's exit must not take the
+	// registration away.
+	time.Sleep(rolloutSettle)
+	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, newPod, getOpts)
+	if err != nil {
+		return "", nil, err
+	}
+	var problems []string
+	var deregistered []string
+	for _, r := range typoWatch.between(reg.at, time.Now()) {
+		if !r.registered {
+			deregistered = append(deregistered, "+"+ms(r.at.Sub(began)))
+		}
+	}
+	if len(deregistered) > 0 {
+		problems = append(problems, fmt.Sprintf("%s left CSINode after the fix at %v", mistypedDriver, deregistered))
+	}
+	final, _ := typoWatch.now()
+	if !final.registered || final.nodeID != expectedNodeID {
+		problems = append(problems, fmt.Sprintf("at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.registered, final.nodeID))
+	}
+	var restarts []string
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.RestartCount > 0 {
+			restarts = append(restarts, fmt.Sprintf("%s: %d", st.Name, st.RestartCount))
+		}
+	}
+	if len(restarts) > 0 {
+		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
+	}
+	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
+	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
+		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), states, rolloutSettle, len(deregistered)), problems, nil
+}
+
+// lastEvent returns the message of the pod's latest event with reason and
+// a message starting with prefix, such as kubelet's failed liveness probe,
+// with its count.
+func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
+	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	if err != nil {
+		return err.Error()
+	}
+	found := "none"
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Message, prefix) {
+			found = fmt.Sprintf("%s (%d times)", e.Message, e.Count)
+		}
+	}
+	return found
+}
+
+// saveMistypedLogs copies the check's pods' container logs (the restarted
+// registrar's included) to the run's logs before the pods are deleted.
+func (s *suite) saveMistypedLogs() {
+	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+mistypedDaemonSet+"-*"))
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+		for _, file := range files {
+			rel, _ := filepath.Rel(s.path("pod-logs"), file)
+			dest := filepath.Join(s.logs, "pod-logs-10", rel)
+			data, err := os.ReadFile(file)
+			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
+				err = os.WriteFile(dest, data, 0o644)
+			}
+			if err != nil {
+				fmt.Println("e2e-node: check 10: cannot keep", file, ":", err)
+			}
+		}
+	}
+}
+
+// removeMistyped deletes the check's DaemonSet and waits until its pods
+// are gone and CSINode no longer lists its driver, as the node was before.
+func (s *suite) removeMistyped(ctx context.Context) error {
+	background := metav1.DeletePropagationBackground
+	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, mistypedDaemonSet, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+		return fmt.Errorf("delete DaemonSet: %w", err)
+	}
+	return waitFor(ctx, "check 10's pods gone and "+mistypedDriver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.podsOf(ctx, mistypedDaemonSet)
+		if err != nil || len(pods) > 0 {
+			return false, err
+		}
+		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+		if err != nil {
+			return false, err
+		}
+		return !slices.ContainsFunc(node.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == mistypedDriver }), nil
+	})
+}
