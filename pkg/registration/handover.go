@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
@@ -107,39 +109,63 @@ func (l *loop) handOver(call *handoverCall) error {
 	return l.apply(handedOff{pub.sock.own})
 }
 
+// canHandOver asks the socket at path whether it serves the registrar's
+// own service, with a request no owner accepts (it names no receiving
+// socket): a registrar that can hand its socket over refuses it, any other
+// answers Unimplemented (upstream's registrar, ok false) or nothing (a
+// dead socket, err). No socket is bound for the question: a name created
+// and removed at once in the registry directory makes kubelet's plugin
+// watcher log an error.
+func (l *loop) canHandOver(path string) (ok bool, err error) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.s.cfg.CheckTimeout)
+	defer cancel()
+	err = unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/HandOver", struct{}{}, nil)
+	switch grpcstatus.Code(err) {
+	case codes.Unimplemented:
+		return false, nil
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false, err
+	}
+	return true, nil
+}
+
 // takeOver is B's side: it asks the instance serving path for its socket
-// (handover.Take), through a hidden socket of its own that it removes
-// after.
-func (l *loop) takeOver(name, path string) (*handover.Taken, error) {
+// (handover.Take), through a hidden socket of its own. When the owner does
+// not hand it over, that socket is returned, still listening, to be
+// published instead (its name stays); nil when it cannot be.
+func (l *loop) takeOver(name, path string) (*handover.Taken, *publishedSocket, error) {
 	before, err := os.Lstat(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	recv, address, recvOwn, err := listenHidden(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var taken *handover.Taken
-	defer func() {
+	taken, err := handover.Take(handover.Newcomer{
+		Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
+		Receiver: recv, Address: address, Timeout: l.s.cfg.CheckTimeout,
+	})
+	if err == nil {
 		_ = recv.Close()
 		// Still our receiving socket when the owner did not move its
 		// hidden name here.
 		_ = removeIfSame(address, recvOwn)
-		if taken == nil {
-			// The owner moved its hidden name of the socket here and let
-			// go, but the handover was not finished: nobody serves that
-			// socket any more, and its name must not be left behind. The
-			// owner renames before it confirms, and this runs after the
-			// connection was closed, so a later rename is not possible: the
-			// owner removes the name itself when its confirmation fails.
-			_ = removeIfSame(address, before)
-		}
-	}()
-	taken, err = handover.Take(handover.Newcomer{
-		Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
-		Receiver: recv, Address: address, Timeout: l.s.cfg.CheckTimeout,
-	})
-	return taken, err
+		return taken, nil, nil
+	}
+	if fi, lerr := os.Lstat(address); lerr == nil && os.SameFile(fi, recvOwn) && recv.SetDeadline(time.Time{}) == nil {
+		return nil, &publishedSocket{Listener: recv, hidden: address, own: recvOwn}, err
+	}
+	_ = recv.Close()
+	_ = removeIfSame(address, recvOwn)
+	// The owner moved its hidden name of the socket here and let go, but
+	// the handover was not finished: nobody serves that socket any more,
+	// and its name must not be left behind. The owner renames before it
+	// confirms, and this runs after the connection was closed, so a later
+	// rename is not possible: the owner removes the name itself when its
+	// confirmation fails.
+	_ = removeIfSame(address, before)
+	return nil, nil, err
 }
 
 // adopt serves kubelet on a socket taken over, with the previous

@@ -13,8 +13,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
@@ -274,16 +272,22 @@ func (l *loop) claim(reason string) error {
 	for _, leftover := range removeLeftovers(path, l.s.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
+	var spare *publishedSocket // a receiving socket to publish instead
 	if exists && handover.Supported {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
-		taken, err := l.takeOver(name, path)
-		if err == nil {
-			return l.adopt(taken)
-		}
-		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
-		if grpcstatus.Code(err) == codes.Unimplemented {
+		switch can, err := l.canHandOver(path); {
+		case err != nil:
+			l.logger.V(2).Info("The socket at the path does not answer", "path", path, "err", err)
+		case can:
+			taken, sock, err := l.takeOver(name, path)
+			if err == nil {
+				return l.adopt(taken)
+			}
+			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
+			spare = sock
+		default:
 			if owner := l.deferTo(name, path); owner != nil {
 				l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
 					"driver", name, "path", path, "endpoint", l.s.cfg.Endpoint)
@@ -294,7 +298,7 @@ func (l *loop) claim(reason string) error {
 	if exists {
 		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.s.cfg.CheckTimeout))
 	}
-	return l.publish(reason)
+	return l.publishOn(spare, reason)
 }
 
 // deferTo returns the socket at path when a live registrar for the same
@@ -318,16 +322,24 @@ func (l *loop) deferTo(name, path string) fs.FileInfo {
 // publish puts a new socket with its own gRPC server in place at the
 // path, then retires the previous publication. When the node or the
 // process is short of a resource, the machine tries again after a backoff.
-func (l *loop) publish(reason string) error {
+func (l *loop) publish(reason string) error { return l.publishOn(nil, reason) }
+
+// publishOn publishes, as publish does, spare, a hidden socket already
+// listening, when there is one.
+func (l *loop) publishOn(spare *publishedSocket, reason string) error {
+	// What the machine decided to replace: our own socket, or a dead one;
+	// anything else at the path is never removed.
 	var replace fs.FileInfo
-	if at := l.m.path; at != "" {
-		// What the machine decided to replace: our own socket, or a dead
-		// one; anything else at the path is never removed.
-		if fi, err := os.Lstat(at); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			replace = fi
-		}
+	if fi, err := os.Lstat(l.m.path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		replace = fi
 	}
-	sock, err := publishSocket(l.m.path, replace)
+	var sock *publishedSocket
+	var err error
+	if spare != nil {
+		sock, err = placeSocket(spare.Listener, spare.hidden, spare.own, l.m.path, replace)
+	} else {
+		sock, err = publishSocket(l.m.path, replace)
+	}
 	switch {
 	case err != nil && isShortage(err):
 		if l.m.publishError != err.Error() {

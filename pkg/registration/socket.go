@@ -130,13 +130,20 @@ func publishSocket(path string, replace fs.FileInfo) (*publishedSocket, error) {
 	if err != nil {
 		return nil, err
 	}
+	return placeSocket(l, hidden, own, path, replace)
+}
+
+// placeSocket gives the socket l, listening on hidden (the file own), its
+// final name path (see publishSocket); on failure l is closed and hidden
+// removed.
+func placeSocket(l net.Listener, hidden string, own fs.FileInfo, path string, replace fs.FileInfo) (*publishedSocket, error) {
 	fail := func(err error) (*publishedSocket, error) {
 		_ = l.Close()
 		_ = removeIfSame(hidden, own)
 		return nil, err
 	}
 	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
-	err = os.Link(hidden, path)
+	err := os.Link(hidden, path)
 	if errors.Is(err, fs.ErrExist) && replace != nil {
 		if err := removeIfSame(path, replace); err != nil {
 			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))

@@ -331,6 +331,12 @@ func Take(n Newcomer) (*Taken, error) {
 		if errors.Is(err, errNotAHandover) {
 			continue
 		}
+		if err != nil {
+			cancel()
+		}
+		// The request is over before Take returns: nothing touches
+		// n.Receiver afterwards, so that the caller may serve on it.
+		<-rpcDone
 		return taken, err
 	}
 }
