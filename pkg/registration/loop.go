@@ -208,7 +208,7 @@ func (l *loop) told(ev any, before State) {
 		}
 	case fired:
 		if ev.timer == silenceTimer && m.state == KubeletSilent && before != KubeletSilent {
-			l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs",
+			l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs; after failures at this path kubelet also waits out a backoff of up to 2m2s",
 				"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
 		}
 	case serveEnded:

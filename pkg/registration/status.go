@@ -135,7 +135,7 @@ func (sn *snapshot) status(reachable bool) Status {
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
 	case KubeletSilent:
-		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running"
+		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running, or waits out its backoff (up to 2m2s) after failures at this path"
 	case Registered:
 		out.Ready, out.Reason = socketStillOurs(sn.pub)
 	case Rejected:
