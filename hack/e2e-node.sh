@@ -378,11 +378,14 @@ if [[ $mode == storage ]]; then
 	mapfile -t agnhost_images < <(suite_image promoterE2eRegistry agnhost)
 	agnhost_image=${agnhost_images[0]}
 	pause_image=$(suite_image gcRegistry pause | head -n1)
+	mapfile -t nginx_images < <(suite_image promoterE2eRegistry nginx)
 	# busybox: Debian's busybox-static with every applet, as the suite's
 	# image has them. agnhost: built from k8s.io/kubernetes, on that busybox
 	# rather than the real image's Alpine (its extra tools are for network
-	# tests). pause: test/node's, the sandbox image already.
-	say "building the suite's images: $busybox_image, ${agnhost_images[*]}, $pause_image"
+	# tests). pause: test/node's, the sandbox image already. nginx: a
+	# stand-in, the busybox image under nginx's name; the volumes suite's
+	# exec test runs only a shell script in it.
+	say "building the suite's images: $busybox_image, ${agnhost_images[*]}, $pause_image, and busybox as ${nginx_images[*]}"
 	mkdir -p "$work/build/suite-busybox/bin" "$work/build/suite-agnhost/bin"
 	for tree in suite-busybox suite-agnhost; do
 		cp /bin/busybox "$work/build/$tree/bin/busybox"
@@ -392,10 +395,11 @@ if [[ $mode == storage ]]; then
 	done
 	cp "$bin/agnhost" "$work/build/suite-agnhost/agnhost"
 	tree_image "$busybox_image" "$work/build/suite-busybox" /bin/sh
+	for name in "${nginx_images[@]}"; do bah tag "$busybox_image" "$name"; done
 	tree_image "$agnhost_image" "$work/build/suite-agnhost" /agnhost --cmd pause
 	for name in "${agnhost_images[@]:1}"; do bah tag "$agnhost_image" "$name"; done
 	from_scratch "$pause_image" "$bin/pause"
-	image_names+=("$busybox_image" "${agnhost_images[@]}" "$pause_image")
+	image_names+=("$busybox_image" "${nginx_images[@]}" "${agnhost_images[@]}" "$pause_image")
 	storage_args=(-storage -storage-repo-list "$repo_list" -storage-tiers "$(
 		IFS=,
 		echo "${tiers[*]}"
