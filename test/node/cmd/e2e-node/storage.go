@@ -98,8 +98,9 @@ type storageResult struct {
 	passed, failed, skipped int
 	took                    time.Duration
 	junit                   string
-	passedTests             []string
-	err                     error // the run could not be judged
+	// outcomes are the tier's tests that ran: "passed" or "failed".
+	outcomes map[string]string
+	err      error // the run could not be judged
 }
 
 func (r storageResult) String() string {
@@ -202,8 +203,8 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 	return 0
 }
 
-// compareImages says, per tier, whether the same tests passed with both
-// images, or names the difference.
+// compareImages says, per tier, whether the tests that ran with both
+// images had the same outcome, or names those that differ.
 func compareImages(results []storageResult) []string {
 	var lines []string
 	for _, t := range storageTiers {
@@ -222,30 +223,30 @@ func compareImages(results []storageResult) []string {
 		if ours == nil || theirs == nil {
 			continue
 		}
-		onlyOurs := difference(ours.passedTests, theirs.passedTests)
-		onlyTheirs := difference(theirs.passedTests, ours.passedTests)
-		if len(onlyOurs) == 0 && len(onlyTheirs) == 0 {
-			lines = append(lines, fmt.Sprintf("tier %d: the same %d tests pass with both images", t.number, len(ours.passedTests)))
-			continue
+		var both, oneOnly int
+		var differ []string
+		for name, outcome := range ours.outcomes {
+			other, ran := theirs.outcomes[name]
+			switch {
+			case !ran:
+				oneOnly++
+			case other != outcome:
+				differ = append(differ, fmt.Sprintf("tier %d: %s with this registrar, %s with upstream's: %s", t.number, outcome, other, name))
+			default:
+				both++
+			}
 		}
-		for _, name := range onlyOurs {
-			lines = append(lines, fmt.Sprintf("tier %d: passes with this registrar only: %s", t.number, name))
+		for name := range theirs.outcomes {
+			if _, ran := ours.outcomes[name]; !ran {
+				oneOnly++
+			}
 		}
-		for _, name := range onlyTheirs {
-			lines = append(lines, fmt.Sprintf("tier %d: passes with upstream's registrar only: %s", t.number, name))
-		}
+		slices.Sort(differ)
+		lines = append(lines, fmt.Sprintf("tier %d: %d tests ran with both images, %d with the same outcome; %d ran with one image only",
+			t.number, both+len(differ), both, oneOnly))
+		lines = append(lines, differ...)
 	}
 	return lines
-}
-
-func difference(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // deployHostpath creates the CSIDriver object and the hostpath DaemonSet of
@@ -371,7 +372,7 @@ func (s *suite) removeHostpath(ctx context.Context) error {
 
 // runSuite runs e2e.test on one tier and reads its JUnit file.
 func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage, opts storageOptions) storageResult {
-	r := storageResult{tier: t, image: image}
+	r := storageResult{tier: t, image: image, outcomes: map[string]string{}}
 	name := fmt.Sprintf("%s-tier%d", image.key, t.number)
 	reportDir := filepath.Join(s.logs, "storage", name)
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
@@ -422,11 +423,12 @@ func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage,
 		switch {
 		case c.Status == "passed":
 			r.passed++
-			r.passedTests = append(r.passedTests, c.Name)
+			r.outcomes[c.Name] = "passed"
 		case c.Status == "skipped" || c.Status == "pending":
 			r.skipped++
 		default: // failed, panicked, interrupted, timedout, aborted
 			r.failed++
+			r.outcomes[c.Name] = "failed"
 		}
 	}
 	var exit *exec.ExitError
