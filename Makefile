@@ -74,7 +74,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
 
@@ -312,6 +312,15 @@ mockdriver:
 # hack/e2e-node.sh and test/node/README.md.
 e2e-node:
 	VERSION=$(VERSION) hack/e2e-node.sh
+
+# Kubernetes' own storage e2e suite (e2e.test, built unmodified from
+# k8s.io/kubernetes at test/node's version) on make e2e-node's node: the
+# tests of csi-driver-host-path's plugin with this registrar's image as its
+# node sidecar, then with upstream's. E2E_STORAGE_TIERS picks the tiers
+# (default "1 2"). Needs root; the same packages as e2e-node, and Debian's
+# containernetworking-plugins. See docs/storage-e2e.md.
+e2e-storage:
+	VERSION=$(VERSION) hack/e2e-node.sh storage
 
 clean:
 	rm -rf bin

@@ -42,12 +42,32 @@
 # from the repository's root): csi-driver-host-path's plugin, for checks
 # 8a-8c (a CSI inline volume through it, and rolling updates of its
 # DaemonSet with a volume pod running). Missing, they are SKIPPED as 4b/4c.
+#
+#   hack/e2e-node.sh storage        (make e2e-storage; needs root)
+#
+# runs Kubernetes' storage e2e suite on the same node instead of the checks
+# (test/node/cmd/e2e-node/storage.go, docs/storage-e2e.md): it also installs
+# Debian's containernetworking-plugins (the test pods' network), builds
+# kubectl, agnhost and e2e.test (go test -c k8s.io/kubernetes/test/e2e) from
+# test/node's go.mod and, for tier 2, csi-provisioner and csi-attacher from
+# their modules, and imports the suite's images under the local names that
+# KUBE_TEST_REPO_LIST gives them. E2E_STORAGE_TIERS (default "1 2"): the
+# tiers to run. Logs, with each run's JUnit file, go to
+# test/node/_logs-storage.
 # E2E_NODE_KEEP=1 keeps the scratch directory (its path is printed) until
 # the next run. A run killed with SIGKILL leaves its cgroups, scratch
 # directory and kubelet's sysctls: the next run restores and removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+case ${1:-} in
+"") mode=node logs_dir=test/node/_logs ;;
+storage) mode=storage logs_dir=test/node/_logs-storage ;;
+*)
+	echo "usage: hack/e2e-node.sh [storage]" >&2
+	exit 2
+	;;
+esac
 
 say() { echo "e2e-node: $*"; }
 fail() {
@@ -67,8 +87,13 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # Checks 8a-8c: hostpathplugin's image needs a static mount.
 hostpath_bin=${E2E_NODE_HOSTPATHPLUGIN:-$repo/../shared/realdrivers/hostpathplugin}
-if [[ -f $hostpath_bin ]] && { [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; }; then
+if [[ -f $hostpath_bin || $mode == storage ]] && { [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; }; then
 	missing+=(busybox-static)
+fi
+# The storage suite's pods are not on the host's network: a CNI plugin.
+cni_plugins=/usr/lib/cni
+if [[ $mode == storage && ! -x $cni_plugins/ptp ]]; then
+	missing+=(containernetworking-plugins)
 fi
 if ((${#missing[@]})); then
 	say "installing ${missing[*]} with apt-get"
@@ -156,6 +181,33 @@ started=$SECONDS
 	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
 	./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"
 say "built in $((SECONDS - started))s"
+if [[ $mode == storage ]]; then
+	say "building kubectl, agnhost (the suite's test image) and e2e.test (go test -c k8s.io/kubernetes/test/e2e, unmodified) into test/node/_bin"
+	started=$SECONDS
+	(cd test/node && go build -trimpath -o "$bin/" k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/test/images/agnhost &&
+		go test -c -trimpath -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e) || fail "building kubectl, agnhost or e2e.test failed"
+	say "built in $((SECONDS - started))s"
+	# Tier 2's controller sidecars, at the versions csi-driver-host-path
+	# deploys. Their go.mod has replace lines, which go install refuses:
+	# built in their module's directory, with its go.mod and go.sum.
+	read -ra tiers <<<"${E2E_STORAGE_TIERS:-1 2}"
+	sidecars_missing=
+	if [[ " ${tiers[*]} " == *" 2 "* ]]; then
+		say "building csi-provisioner and csi-attacher from the Go module proxy"
+		started=$SECONDS
+		for sidecar in github.com/kubernetes-csi/external-provisioner/v6@v6.3.0:csi-provisioner \
+			github.com/kubernetes-csi/external-attacher/v4@v4.12.0:csi-attacher; do
+			module=${sidecar%:*} command=${sidecar##*:}
+			dir=$(go mod download -json "$module" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+			if [[ -z $dir ]] || ! (cd "$dir" && go build -trimpath -o "$bin/$command" "./cmd/$command"); then
+				sidecars_missing="$command could not be built from $module (see the output above)"
+				say "$sidecars_missing: tier 2 will be SKIPPED"
+				break
+			fi
+		done
+		say "built in $((SECONDS - started))s"
+	fi
+fi
 make build-all PLATFORMS="linux/$arch" VERSION="$version" >/dev/null || fail "make build-all failed"
 
 work=$(mktemp -d /tmp/e2e-node.XXXXXX)
@@ -200,13 +252,13 @@ cleanup() {
 		}
 	done
 	if [[ -d $work/logs ]]; then
-		rm -rf test/node/_logs
-		cp -r "$work/logs" test/node/_logs
-		cp "$work"/*.yaml "$work"/*.toml test/node/_logs/ 2>/dev/null || true
+		rm -rf "$logs_dir"
+		cp -r "$work/logs" "$logs_dir"
+		cp "$work"/*.yaml "$work"/*.toml "$logs_dir/" 2>/dev/null || true
 		# The containers' logs of the pods still there at the end (kubelet
 		# removes a deleted pod's): the last registrar's among them.
-		cp -r "$work/pod-logs" test/node/_logs/ 2>/dev/null || true
-		say "logs: test/node/_logs"
+		cp -r "$work/pod-logs" "$logs_dir/" 2>/dev/null || true
+		say "logs: $logs_dir"
 	fi
 	if grep -q " $work" /proc/self/mountinfo; then
 		echo "e2e-node: mounts left under $work:" >&2
@@ -267,6 +319,7 @@ from_scratch localhost/e2e-node/mockdriver:1 "$work/build/mockdriver"
 from_scratch localhost/e2e-node/pause:1 "$bin/pause"
 image_names=(localhost/csi-node-driver-registrar:e2e-node localhost/e2e-node/mockdriver:1 localhost/e2e-node/pause:1)
 upstream_bin=${E2E_NODE_UPSTREAM_REGISTRAR:-$repo/../shared/interop/upstream-csi-node-driver-registrar}
+storage_args=()
 upstream_missing=
 if [[ -f $upstream_bin && -x $upstream_bin ]]; then
 	say "building an image of upstream's registrar ($upstream_bin) FROM scratch"
@@ -278,19 +331,19 @@ else
 	upstream_missing="no executable file at $upstream_bin, upstream's registrar (../shared/interop/README.md)"
 	say "$upstream_missing: checks 4b and 4c will be SKIPPED"
 fi
+tree_image() { # IMAGE DIRECTORY ENTRYPOINT [CONFIG-FLAG...]: DIRECTORY's tree at /, PATH=/bin
+	local ctr
+	ctr=$(bah from scratch)
+	bah copy "$ctr" "$2" / >/dev/null
+	bah config --entrypoint "[\"$3\"]" --env PATH=/bin --os linux --arch "$arch" "${@:4}" "$ctr"
+	bah commit --quiet "$ctr" "$1" >/dev/null
+	bah rm "$ctr" >/dev/null
+}
 hostpath_missing=
 if [[ -f $hostpath_bin && -x $hostpath_bin ]]; then
 	# Checks 8a-8c: csi-driver-host-path's plugin, with busybox-static's
 	# mount and umount, which it runs, and busybox as the volume pods' shell.
 	say "building images of hostpathplugin ($hostpath_bin) and of busybox FROM scratch"
-	tree_image() { # IMAGE DIRECTORY ENTRYPOINT [CONFIG-FLAG...]: DIRECTORY's tree at /, PATH=/bin
-		local ctr
-		ctr=$(bah from scratch)
-		bah copy "$ctr" "$2" / >/dev/null
-		bah config --entrypoint "[\"$3\"]" --env PATH=/bin --os linux --arch "$arch" "${@:4}" "$ctr"
-		bah commit --quiet "$ctr" "$1" >/dev/null
-		bah rm "$ctr" >/dev/null
-	}
 	mkdir -p "$work/build/hostpath/bin" "$work/build/busybox/bin"
 	cp "$hostpath_bin" "$work/build/hostpath/hostpathplugin"
 	cp /bin/busybox "$work/build/hostpath/bin/busybox"
@@ -307,6 +360,56 @@ else
 	hostpath_missing="no executable file at $hostpath_bin, csi-driver-host-path's plugin (../shared/realdrivers/README.md)"
 	say "$hostpath_missing: checks 8a-8c will be SKIPPED"
 fi
+if [[ $mode == storage ]]; then
+	# The suite's images under local names: KUBE_TEST_REPO_LIST maps every
+	# registry e2e.test knows to localhost (nothing is pulled), keeping the
+	# images' names and tags, which e2e.test --list-images then prints.
+	repo_list=$work/e2e-repo-list.yaml
+	for key in promoterE2eRegistry buildImageRegistry invalidRegistry gcEtcdRegistry gcRegistry \
+		sigStorageRegistry privateRegistry dockerLibraryRegistry cloudProviderGcpRegistry; do
+		echo "$key: localhost/e2e-storage/${key,,}"
+	done >"$repo_list"
+	suite_images=$(KUBE_TEST_REPO_LIST=$repo_list "$bin/e2e.test" --list-images) || fail "e2e.test --list-images failed"
+	suite_image() { # REGISTRY NAME: the suite's images of that name (tags differ), remapped
+		grep "^localhost/e2e-storage/${1,,}/$2:" <<<"$suite_images" || fail "e2e.test --list-images names no $2 image in $1"
+	}
+	busybox_image=$(suite_image promoterE2eRegistry busybox | head -n1)
+	# Tests ask for agnhost at several tags; the one binary answers them all.
+	mapfile -t agnhost_images < <(suite_image promoterE2eRegistry agnhost)
+	agnhost_image=${agnhost_images[0]}
+	pause_image=$(suite_image gcRegistry pause | head -n1)
+	mapfile -t nginx_images < <(suite_image promoterE2eRegistry nginx)
+	# busybox: Debian's busybox-static with every applet, as the suite's
+	# image has them. agnhost: built from k8s.io/kubernetes, on that busybox
+	# rather than the real image's Alpine (its extra tools are for network
+	# tests). pause: test/node's, the sandbox image already. nginx: a
+	# stand-in, the busybox image under nginx's name; the volumes suite's
+	# exec test runs only a shell script in it.
+	say "building the suite's images: $busybox_image, ${agnhost_images[*]}, $pause_image, and busybox as ${nginx_images[*]}"
+	mkdir -p "$work/build/suite-busybox/bin" "$work/build/suite-agnhost/bin"
+	for tree in suite-busybox suite-agnhost; do
+		cp /bin/busybox "$work/build/$tree/bin/busybox"
+		for applet in $(/bin/busybox --list); do
+			[[ $applet == busybox ]] || ln -s busybox "$work/build/$tree/bin/$applet"
+		done
+	done
+	cp "$bin/agnhost" "$work/build/suite-agnhost/agnhost"
+	tree_image "$busybox_image" "$work/build/suite-busybox" /bin/sh
+	for name in "${nginx_images[@]}"; do bah tag "$busybox_image" "$name"; done
+	tree_image "$agnhost_image" "$work/build/suite-agnhost" /agnhost --cmd pause
+	for name in "${agnhost_images[@]:1}"; do bah tag "$agnhost_image" "$name"; done
+	from_scratch "$pause_image" "$bin/pause"
+	image_names+=("$busybox_image" "${nginx_images[@]}" "${agnhost_images[@]}" "$pause_image")
+	storage_args=(-storage -storage-repo-list "$repo_list" -storage-tiers "$(
+		IFS=,
+		echo "${tiers[*]}"
+	)" -sidecars-missing "$sidecars_missing")
+	if [[ " ${tiers[*]} " == *" 2 "* && -z $sidecars_missing ]]; then
+		from_scratch localhost/e2e-node/csi-provisioner:1 "$bin/csi-provisioner"
+		from_scratch localhost/e2e-node/csi-attacher:1 "$bin/csi-attacher"
+		image_names+=(localhost/e2e-node/csi-provisioner:1 localhost/e2e-node/csi-attacher:1)
+	fi
+fi
 fail_on_skip=false
 case ${CI:-} in
 "" | false | 0) ;;
@@ -314,7 +417,7 @@ case ${CI:-} in
 esac
 archives=()
 for image in "${image_names[@]}"; do
-	archive=$work/images/$(basename "${image%%:*}").tar
+	archive=$work/images/$(tr /: __ <<<"$image").tar
 	bah push --quiet "$image" "docker-archive:$archive:$image" >/dev/null || fail "buildah push $image failed"
 	archives+=("$archive")
 done
@@ -339,7 +442,8 @@ unshare --net --mount --pid --fork --mount-proc --propagation private -- \
 	bash -c 'mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /var/lib && exec "$@"' e2e-node-ns \
 	"$bin/e2e-node" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
 	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" \
-	-hostpath-missing "$hostpath_missing" &
+	-hostpath-missing "$hostpath_missing" \
+	"${storage_args[@]}" &
 node_pid=$!
 # The namespaces' identities, to check at the end that nothing runs in them.
 for _ in $(seq 1 100); do

@@ -51,6 +51,10 @@ type cluster struct {
 	procs   []*process
 	client  *kubernetes.Clientset
 	timings []timing
+	// storage sets the node up for Kubernetes' storage e2e suite (make
+	// e2e-storage): a pod network, the controllers the suite relies on,
+	// no startup taint.
+	storage bool
 }
 
 type timing struct {
@@ -167,6 +171,11 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 		return err
 	}
 
+	if c.storage {
+		if err := c.writePodNetwork(); err != nil {
+			return err
+		}
+	}
 	containerd, err := c.startContainerd()
 	if err != nil {
 		return err
@@ -202,9 +211,17 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 		return err
 	}
 
-	if _, err := c.start("kube-controller-manager", filepath.Join(c.bin, "kube-controller-manager"),
-		"--kubeconfig", admin, "--leader-elect=false", "--controllers=daemonset,garbagecollector,validatingadmissionpolicy-status-controller",
-		"--secure-port=0", "--v=2"); err != nil {
+	controllers := []string{"daemonset", "garbagecollector", "validatingadmissionpolicy-status-controller"}
+	var rootCA []string
+	if c.storage {
+		controllers = append(controllers, storageControllers...)
+		// the API server's self-signed certificate, published in every
+		// namespace for the pods' service account volumes
+		rootCA = []string{"--root-ca-file=" + c.path("apiserver", "apiserver.crt")}
+	}
+	if _, err := c.start("kube-controller-manager", append([]string{filepath.Join(c.bin, "kube-controller-manager"),
+		"--kubeconfig", admin, "--leader-elect=false", "--controllers=" + strings.Join(controllers, ","),
+		"--secure-port=0", "--v=2"}, rootCA...)...); err != nil {
 		return err
 	}
 	if _, err := c.start("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"),
@@ -314,6 +331,9 @@ func (c *cluster) startAPIServer() (*process, error) {
 		"--service-cluster-ip-range=10.96.0.0/24",
 		// on loopback: no Endpoints for the kubernetes Service
 		"--endpoint-reconciler-type=none",
+		// the node's name resolves nowhere here: reach kubelet (exec, logs)
+		// at its IP
+		"--kubelet-preferred-address-types=InternalIP",
 		"--v=1")
 }
 
@@ -321,6 +341,11 @@ func (c *cluster) startKubelet() (*process, error) {
 	kubeconfig := c.path("kubelet.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, nodeToken); err != nil {
 		return nil, err
+	}
+	// check 9: the node starts with a CSI driver's startup taint
+	taints := fmt.Sprintf("registerWithTaints:\n- key: %s\n  effect: NoSchedule\n", startupTaint)
+	if c.storage {
+		taints = ""
 	}
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -356,13 +381,9 @@ evictionHard:
   imagefs.available: "1%%"
   nodefs.inodesFree: "1%%"
 syncFrequency: 10s
-# check 7: the node starts with a CSI driver's startup taint
-registerWithTaints:
-- key: %[5]s
-  effect: NoSchedule
-nodeStatusUpdateFrequency: 5s
+%[5]snodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
-`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP, startupTaint)
+`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP, taints)
 	file := c.path("kubelet.yaml")
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return nil, err

@@ -63,7 +63,7 @@ const (
 )
 
 // upstream reports whether the revision runs upstream's registrar.
-func (r revision) upstream() bool { return r == revUpstream }
+func (r revision) upstream() bool { return r == revUpstream || r == revStorageUpstream }
 
 // upstreamFlags are the flags upstream's registrar (v2.17) accepts; it exits
 // on any other.

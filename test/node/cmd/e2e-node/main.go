@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,21 +28,37 @@ func main() {
 	flag.DurationVar(&opts.maxRolloutGap, "max-rollout-gap", 0, "the longest time without the driver in CSINode that the rolling update check (4a) accepts; 0: none")
 	flag.StringVar(&opts.upstreamMissing, "upstream-missing", "", "why there is no image of upstream's registrar ("+upstreamImage+"); set, checks 4b and 4c are skipped with this reason")
 	flag.BoolVar(&opts.failOnSkip, "fail-on-skip", false, "a skipped check fails the run (CI)")
+	storage := flag.Bool("storage", false, "instead of the checks, run Kubernetes' storage e2e suite (e2e.test and kubectl in -bin) against hostpathplugin with each registrar image (make e2e-storage)")
+	var storageOpts storageOptions
+	tiers := flag.String("storage-tiers", "1", "with -storage: the suite's tiers to run, comma-separated (1, 2)")
+	flag.StringVar(&storageOpts.repoList, "storage-repo-list", "", "with -storage: the KUBE_TEST_REPO_LIST file mapping the suite's images to local names (required)")
+	flag.StringVar(&storageOpts.sidecarsMissing, "sidecars-missing", "", "with -storage: why there are no images of csi-provisioner and csi-attacher; set, tier 2 is skipped with this reason")
+	flag.DurationVar(&storageOpts.timeout, "storage-timeout", time.Hour, "with -storage: the longest run of e2e.test (--ginkgo.timeout)")
 	flag.Parse()
-	if *work == "" || *bin == "" || *repo == "" || *images == "" {
+	if *work == "" || *bin == "" || *repo == "" || *images == "" || (*storage && storageOpts.repoList == "") {
 		flag.Usage()
 		os.Exit(2)
 	}
-	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts))
+	if *storage {
+		for _, t := range strings.Split(*tiers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(t))
+			if err != nil || n < 1 || n > len(storageTiers) {
+				fmt.Fprintf(os.Stderr, "e2e-node: -storage-tiers %q: each tier is 1 or 2\n", *tiers)
+				os.Exit(2)
+			}
+			storageOpts.tiers = append(storageOpts.tiers, n)
+		}
+	}
+	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts, *storage, storageOpts))
 }
 
-func run(work, bin, repo string, images []string, opts options) int {
+func run(work, bin, repo string, images []string, opts options, storage bool, storageOpts storageOptions) int {
 	// As PID 1 of its namespace this process gets no default signal
 	// handling: SIGINT and SIGTERM must be caught to stop cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	c := &cluster{work: work, bin: bin, logs: filepath.Join(work, "logs")}
+	c := &cluster{work: work, bin: bin, logs: filepath.Join(work, "logs"), storage: storage}
 	if err := os.MkdirAll(c.logs, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-node:", err)
 		return 1
@@ -60,6 +77,9 @@ func run(work, bin, repo string, images []string, opts options) int {
 	fmt.Printf("e2e-node: node %s up after %s\n", nodeName, ms(time.Since(began)))
 
 	s := &suite{cluster: c, options: opts, repo: repo, watch: newCSINodeWatch(driverName)}
+	if storage {
+		return s.runStorage(ctx, storageOpts)
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go s.watch.run(watchCtx, c.client)

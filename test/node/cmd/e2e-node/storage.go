@@ -1,0 +1,509 @@
+package main
+
+// make e2e-storage: Kubernetes' own storage e2e suite, e2e.test built
+// unmodified from k8s.io/kubernetes at this module's version, against
+// csi-driver-host-path's plugin with this registrar as its node sidecar,
+// then the same run with upstream's registrar. The suite reaches the driver
+// only through what the registrar registered: kubelet's NodePublish calls on
+// the announced endpoint, and CSINode's node ID and topology keys, which the
+// provisioner reads.
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The hostpath DaemonSet's revisions in make e2e-storage (HTTP ports 9832
+// and 9833): this registrar, and upstream's.
+const (
+	revStorage         revision = 24
+	revStorageUpstream revision = 25
+)
+
+// Images of the controller sidecars, built by hack/e2e-node.sh from their
+// modules for tier 2.
+const (
+	provisionerImage = "localhost/e2e-node/csi-provisioner:1"
+	attacherImage    = "localhost/e2e-node/csi-attacher:1"
+)
+
+// storageLogs is where hack/e2e-node.sh copies the logs directory at the
+// end of make e2e-storage, relative to the repository's root.
+const storageLogs = "test/node/_logs-storage"
+
+// storageOptions are make e2e-storage's choices, from hack/e2e-node.sh.
+type storageOptions struct {
+	tiers []int
+	// repoList is the KUBE_TEST_REPO_LIST file that maps the suite's
+	// images to the local names they were imported under.
+	repoList string
+	// sidecarsMissing, when set, is why csi-provisioner and csi-attacher
+	// are not deployed: tier 2 cannot run.
+	sidecarsMissing string
+	// timeout bounds one run of e2e.test (--ginkgo.timeout).
+	timeout time.Duration
+}
+
+// storageTier is a part of the suite, chosen by its test pattern.
+type storageTier struct {
+	number int
+	what   string
+	focus  string
+}
+
+// The driver's tests, as the suite names them: "External Storage [Driver:
+// hostpath.csi.k8s.io] [Testpattern: ...] <suite> <test>".
+const driverTests = `External Storage \[Driver: hostpath\.csi\.k8s\.io\] `
+
+var storageTiers = []storageTier{
+	{1, "CSI Ephemeral-volume (default fs)", driverTests + `\[Testpattern: CSI Ephemeral-volume \(default fs\)\] `},
+	{2, "Generic Ephemeral-volume and Dynamic PV (default fs): volumes, volumeIO, subPath, provisioning, ephemeral",
+		driverTests + `\[Testpattern: (Generic Ephemeral-volume \(default fs\) \((immediate|late)-binding\)|Dynamic PV \(default fs\))\] (volumes|volumeIO|subPath|provisioning|ephemeral) `},
+}
+
+// storageSkip leaves out what upstream's CI leaves out of its runs:
+// disruptive tests (they restart kubelet or the node) and tests of
+// features behind a feature gate. What the deployment lacks (block
+// volumes, snapshots, expansion) the test-driver YAML's capabilities leave
+// out, and the suite reports those as skipped.
+const storageSkip = `\[Disruptive\]|\[Feature:`
+
+// storageImage is one registrar image under test.
+type storageImage struct {
+	key   string // file names: logs/storage/<key>-tier<n>/
+	what  string
+	rev   revision
+	image string
+}
+
+// storageResult is what one run of e2e.test reported for one tier.
+type storageResult struct {
+	tier                    storageTier
+	image                   storageImage
+	passed, failed, skipped int
+	took                    time.Duration
+	junit                   string
+	// outcomes are the tier's tests that ran: "passed" or "failed".
+	outcomes map[string]string
+	err      error // the run could not be judged
+}
+
+func (r storageResult) String() string {
+	s := fmt.Sprintf("tier %d, %s: passed %d, failed %d, skipped %d, %s; JUnit %s",
+		r.tier.number, r.image.what, r.passed, r.failed, r.skipped, r.took.Round(time.Second), r.junit)
+	if r.err != nil {
+		s += "; " + r.err.Error()
+	}
+	return s
+}
+
+func (r storageResult) ok() bool { return r.err == nil && r.failed == 0 && r.passed > 0 }
+
+// runStorage deploys the hostpath driver with each registrar image in turn
+// and runs the suite's tiers against it. It returns the process's exit code.
+func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
+	images := []storageImage{
+		{"this-registrar", "this registrar (" + registrarImage + ")", revStorage, registrarImage},
+		{"upstream", "upstream's registrar (" + upstreamImage + ")", revStorageUpstream, upstreamImage},
+	}
+	var tiers []storageTier
+	for _, t := range storageTiers {
+		if slices.Contains(opts.tiers, t.number) {
+			tiers = append(tiers, t)
+		}
+	}
+	if len(tiers) == 0 {
+		fmt.Fprintf(os.Stderr, "e2e-storage: no tier chosen among %v: set E2E_STORAGE_TIERS to 1, 2 or \"1 2\"\n", opts.tiers)
+		return 2
+	}
+	if *hostpathMissing != "" {
+		fmt.Println("e2e-storage: SKIPPED: the suite needs csi-driver-host-path's plugin:", *hostpathMissing)
+		if s.failOnSkip {
+			fmt.Println("e2e-storage: FAIL: skipped in CI: a skip there is a failure to look at")
+			return 1
+		}
+		return 0
+	}
+	var results []storageResult
+	var problems []string
+	for _, image := range images {
+		if image.rev.upstream() && s.upstreamMissing != "" {
+			problems = append(problems, "SKIPPED "+image.what+": "+s.upstreamMissing)
+			continue
+		}
+		if err := s.deployHostpath(ctx, image.rev, opts); err != nil {
+			problems = append(problems, fmt.Sprintf("FAIL deploying hostpathplugin with %s: %v", image.what, err))
+			continue
+		}
+		for _, t := range tiers {
+			if t.number == 2 && opts.sidecarsMissing != "" {
+				problems = append(problems, fmt.Sprintf("SKIPPED tier 2 with %s: %s", image.what, opts.sidecarsMissing))
+				continue
+			}
+			r := s.runSuite(ctx, t, image, opts)
+			fmt.Println("e2e-storage:", r)
+			results = append(results, r)
+		}
+		if err := s.removeHostpath(ctx); err != nil {
+			problems = append(problems, fmt.Sprintf("FAIL removing hostpathplugin with %s: %v", image.what, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+
+	fmt.Println()
+	fmt.Println("e2e-storage report")
+	for _, t := range s.timings {
+		fmt.Printf("  %s: %s\n", t.what, ms(t.took))
+	}
+	failed := false
+	for _, r := range results {
+		status := "PASS"
+		if !r.ok() {
+			status, failed = "FAIL", true
+		}
+		fmt.Printf("  %-7s %s\n", status, r)
+	}
+	skipped := false
+	for _, p := range problems {
+		fmt.Println("  " + p)
+		skipped = skipped || strings.HasPrefix(p, "SKIPPED")
+		failed = failed || strings.HasPrefix(p, "FAIL")
+	}
+	for _, d := range compareImages(results) {
+		fmt.Println("  " + d)
+	}
+	if skipped && s.failOnSkip {
+		fmt.Println("  FAIL: a part was skipped in CI: a skip there is a failure to look at")
+		failed = true
+	}
+	if ctx.Err() != nil {
+		fmt.Println("  interrupted")
+		failed = true
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// compareImages says, per tier, whether the tests that ran with both
+// images had the same outcome, or names those that differ.
+func compareImages(results []storageResult) []string {
+	var lines []string
+	for _, t := range storageTiers {
+		var ours, theirs *storageResult
+		for i := range results {
+			r := &results[i]
+			if r.tier.number != t.number {
+				continue
+			}
+			if r.image.rev.upstream() {
+				theirs = r
+			} else {
+				ours = r
+			}
+		}
+		if ours == nil || theirs == nil {
+			continue
+		}
+		var both, oneOnly int
+		var differ []string
+		for name, outcome := range ours.outcomes {
+			other, ran := theirs.outcomes[name]
+			switch {
+			case !ran:
+				oneOnly++
+			case other != outcome:
+				differ = append(differ, fmt.Sprintf("tier %d: %s with this registrar, %s with upstream's: %s", t.number, outcome, other, name))
+			default:
+				both++
+			}
+		}
+		for name := range theirs.outcomes {
+			if _, ran := ours.outcomes[name]; !ran {
+				oneOnly++
+			}
+		}
+		slices.Sort(differ)
+		lines = append(lines, fmt.Sprintf("tier %d: %d tests ran with both images, %d with the same outcome; %d ran with one image only",
+			t.number, both+len(differ), both, oneOnly))
+		lines = append(lines, differ...)
+	}
+	return lines
+}
+
+// deployHostpath creates the CSIDriver object and the hostpath DaemonSet of
+// revision rev (this registrar's image or upstream's as the node sidecar),
+// with csi-provisioner and csi-attacher beside the driver when tier 2 can
+// run, and waits for the driver in CSINode.
+func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOptions) error {
+	began := time.Now()
+	if _, err := s.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", namespace, err)
+	}
+	sidecars := opts.sidecarsMissing == "" && slices.Contains(opts.tiers, 2)
+	// As csi-driver-host-path deploys it: persistent and inline volumes,
+	// attached through csi-attacher where it runs.
+	podInfo, fsGroup := true, storagev1.FileFSGroupPolicy
+	attach := sidecars
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
+		Spec: storagev1.CSIDriverSpec{
+			AttachRequired: &attach,
+			PodInfoOnMount: &podInfo,
+			FSGroupPolicy:  &fsGroup,
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
+				storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral,
+			},
+		},
+	}
+	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create CSIDriver %s: %w", hostpathDriver, err)
+	}
+	ds, err := s.hostpathDaemonSetFor(rev)
+	if err != nil {
+		return err
+	}
+	if sidecars {
+		if err := s.addControllerSidecars(&ds.Spec.Template.Spec); err != nil {
+			return err
+		}
+	}
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create DaemonSet %s: %w", hostpathDaemonSet, err)
+	}
+	watch := newCSINodeWatch(hostpathDriver)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go watch.run(watchCtx, s.client)
+	if _, err := s.hostpathReady(ctx, watch, rev, false); err != nil {
+		return err
+	}
+	s.timing(fmt.Sprintf("hostpath DaemonSet (revision %d) created → Ready, driver in CSINode", rev), time.Since(began))
+	return nil
+}
+
+// addControllerSidecars puts csi-provisioner and csi-attacher beside the
+// driver, as csi-driver-host-path's single-node deployment does. They reach
+// the API server with the admin's kubeconfig, mounted from the scratch
+// directory: the pod has the host's network, where the API server listens
+// on loopback.
+func (s *suite) addControllerSidecars(pod *corev1.PodSpec) error {
+	kubeconfigDir := s.path("controller-sidecars")
+	if err := os.MkdirAll(kubeconfigDir, 0o700); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(s.path("admin.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(kubeconfigDir, "kubeconfig"), data, 0o600); err != nil {
+		return err
+	}
+	directory := corev1.HostPathDirectory
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: kubeconfigDir, Type: &directory},
+	}})
+	mounts := []corev1.VolumeMount{
+		{Name: "socket-dir", MountPath: "/csi"},
+		{Name: "kubeconfig", MountPath: "/kube", ReadOnly: true},
+	}
+	common := []string{"--v=5", "--csi-address=/csi/csi.sock", "--kubeconfig=/kube/kubeconfig"}
+	pod.Containers = append(pod.Containers,
+		corev1.Container{
+			Name: "csi-provisioner", Image: provisionerImage, ImagePullPolicy: corev1.PullNever,
+			// Topology: the provisioner reads the node's topology keys from
+			// CSINode, where kubelet wrote what the registrar's driver said.
+			Args:                     append(slices.Clone(common), "--feature-gates=Topology=true"),
+			VolumeMounts:             mounts,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		},
+		corev1.Container{
+			Name: "csi-attacher", Image: attacherImage, ImagePullPolicy: corev1.PullNever,
+			Args:                     common,
+			VolumeMounts:             mounts,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		},
+	)
+	return nil
+}
+
+// removeHostpath deletes the hostpath DaemonSet and waits until its pods
+// are gone and kubelet has unregistered the driver.
+func (s *suite) removeHostpath(ctx context.Context) error {
+	foreground := metav1.DeletePropagationForeground
+	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, hostpathDaemonSet, metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		return fmt.Errorf("delete DaemonSet %s: %w", hostpathDaemonSet, err)
+	}
+	return waitFor(ctx, "hostpath pods gone, "+hostpathDriver+" no longer in CSINode", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.hostpathPods(ctx)
+		if err != nil || len(pods) > 0 {
+			return false, err
+		}
+		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+		if err != nil {
+			return false, err
+		}
+		for _, d := range node.Spec.Drivers {
+			if d.Name == hostpathDriver {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// runSuite runs e2e.test on one tier and reads its JUnit file.
+func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage, opts storageOptions) storageResult {
+	r := storageResult{tier: t, image: image, outcomes: map[string]string{}}
+	name := fmt.Sprintf("%s-tier%d", image.key, t.number)
+	reportDir := filepath.Join(s.logs, "storage", name)
+	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+		r.err = err
+		return r
+	}
+	r.junit = filepath.Join(storageLogs, "storage", name, "junit_01.xml")
+	logFile, err := os.Create(filepath.Join(reportDir, "e2e.log"))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "e2e.test"),
+		"--provider=local",
+		"--kubeconfig="+s.path("admin.kubeconfig"),
+		"--kubectl-path="+filepath.Join(s.bin, "kubectl"),
+		"--storage.testdriver="+filepath.Join(s.repo, "test", "node", "storage", "test-driver.yaml"),
+		"--report-dir="+reportDir,
+		"--ginkgo.focus="+t.focus,
+		"--ginkgo.skip="+storageSkip,
+		"--ginkgo.timeout="+opts.timeout.String(),
+		"--ginkgo.no-color",
+		"--ginkgo.v",
+		// nothing to gather logs from: the node's logs are in _logs
+		"--disable-log-dump",
+	)
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+opts.repoList)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// SIGTERM lets the suite clean up its namespaces and write its report.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
+	fmt.Printf("e2e-storage: running tier %d (%s) with %s; its log: %s\n", t.number, t.what, image.what, filepath.Join(storageLogs, "storage", name, "e2e.log"))
+	began := time.Now()
+	runErr := cmd.Run()
+	r.took = time.Since(began)
+	s.timing(fmt.Sprintf("e2e.test, tier %d, %s", t.number, image.what), r.took)
+	cases, err := readJUnit(filepath.Join(reportDir, "junit_01.xml"))
+	if err != nil {
+		r.err = fmt.Errorf("e2e.test: %v; its JUnit file: %w", runErr, err)
+		return r
+	}
+	focus := regexp.MustCompile(t.focus)
+	for _, c := range cases {
+		if !focus.MatchString(c.Name) {
+			continue
+		}
+		switch {
+		case c.Status == "passed":
+			r.passed++
+			r.outcomes[c.Name] = "passed"
+		case c.Status == "skipped" || c.Status == "pending":
+			r.skipped++
+		default: // failed, panicked, interrupted, timedout, aborted
+			r.failed++
+			r.outcomes[c.Name] = "failed"
+		}
+	}
+	var exit *exec.ExitError
+	switch {
+	case runErr != nil && !errors.As(runErr, &exit):
+		r.err = fmt.Errorf("e2e.test: %w", runErr)
+	case runErr != nil && r.failed == 0:
+		// The suite failed outside the tier's tests (its set-up).
+		r.err = fmt.Errorf("e2e.test: %w with no failed test of the tier: see its log", runErr)
+	case r.passed == 0:
+		r.err = fmt.Errorf("no test of the tier passed: does --ginkgo.focus %q still match the suite's names?", t.focus)
+	}
+	return r
+}
+
+// junitCase is one test of the suite's JUnit file.
+type junitCase struct {
+	Name   string `xml:"name,attr"`
+	Status string `xml:"status,attr"`
+}
+
+func readJUnit(file string) ([]junitCase, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var report struct {
+		Suites []struct {
+			Cases []junitCase `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(data, &report); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var cases []junitCase
+	for _, suite := range report.Suites {
+		cases = append(cases, suite.Cases...)
+	}
+	return cases, nil
+}
+
+// storageControllers are the controllers the suite relies on beyond make
+// e2e-node's: namespaces and their service accounts and root CA (every test
+// pod mounts both), the node's not-ready taint lifted once kubelet reports
+// it ready, and the volume controllers (binding, protection, attach/detach,
+// generic ephemeral volumes).
+var storageControllers = []string{
+	"serviceaccount", "root-ca-cert-publisher", "namespace", "nodelifecycle",
+	"persistentvolume-binder", "pv-protection", "pvc-protection", "attachdetach", "ephemeral-volume",
+}
+
+// podNetwork is the CNI configuration of make e2e-storage's test pods:
+// point-to-point veth pairs from the node's network namespace, addresses
+// from host-local (Debian's containernetworking-plugins).
+const podNetwork = `{
+  "cniVersion": "1.0.0",
+  "name": "e2e-storage",
+  "plugins": [{
+    "type": "ptp",
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "dataDir": %q}
+  }]
+}
+`
+
+// writePodNetwork writes the pod network's configuration where containerd
+// reads it, and points containerd's CNI binary directory at Debian's.
+func (c *cluster) writePodNetwork() error {
+	if err := os.MkdirAll(c.path("cni", "conf"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink(cniPlugins, c.path("cni", "bin")); err != nil {
+		return err
+	}
+	return os.WriteFile(c.path("cni", "conf", "10-e2e-storage.conflist"), []byte(fmt.Sprintf(podNetwork, c.path("cni", "ipam"))), 0o644)
+}
+
+// cniPlugins is where Debian's containernetworking-plugins puts them.
+const cniPlugins = "/usr/lib/cni"
