@@ -332,11 +332,13 @@ func Take(n Newcomer) (*Taken, error) {
 			continue
 		}
 		if err != nil {
+			// The request is over before Take fails: nothing touches
+			// n.Receiver afterwards, so that the caller may serve on it.
+			// (After a handover the owner may call the new instance
+			// before it answers: that one is not waited for.)
 			cancel()
+			<-rpcDone
 		}
-		// The request is over before Take returns: nothing touches
-		// n.Receiver afterwards, so that the caller may serve on it.
-		<-rpcDone
 		return taken, err
 	}
 }
