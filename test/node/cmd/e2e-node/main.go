@@ -99,7 +99,8 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 			s.checkDriverLiveness,
 			s.checkVolume,
 			s.checkMistypedPath,
-			s.checkNodeGate, // last: it removes the startup taint
+			s.checkNodeGate, // last to change the node: it removes the startup taint
+			s.checkKubeletLog,
 		} {
 			if ctx.Err() != nil {
 				break
@@ -130,7 +131,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 15 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 9
+	const want = 16 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 9, 11
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}
