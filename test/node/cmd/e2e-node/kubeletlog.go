@@ -14,7 +14,7 @@ import (
 // name and removes it at once would put a misleading error in kubelet's
 // log at each publication.
 func (s *suite) checkKubeletLog(context.Context) bool {
-	const name = "11 kubelet's log: no plugin watcher error"
+	const name = "11. kubelet's log: no plugin watcher error"
 	data, err := os.ReadFile(filepath.Join(s.cluster.logs, "kubelet.log"))
 	if err != nil {
 		return s.report(name, false, "%v", err)
