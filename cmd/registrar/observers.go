@@ -105,8 +105,12 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 			w.latest.Store(report)
 		}
 		w.mu.Unlock()
-		if silent && !stale && report != nil {
-			w.logger.Info("kubelet has not called GetInfo on the registration socket; what SELinux says of it", "path", socket, "selinux", report.Summary())
+		switch {
+		case !silent || stale || report == nil:
+		case report.Problem():
+			w.logger.Info("kubelet has not called GetInfo on the registration socket, and SELinux does not let it: see the selinux value", "path", socket, "selinux", report.Summary())
+		default:
+			w.logger.Info("kubelet has not called GetInfo on the registration socket; SELinux may be why, which this registrar cannot tell: see the selinux value", "path", socket, "selinux", report.Summary())
 		}
 	}()
 }
