@@ -127,6 +127,9 @@ type Server struct {
 	ran       atomic.Bool
 	reachable atomic.Bool
 
+	// started is when New made the server: the registration fails from
+	// then until the driver names itself.
+	started time.Time
 	// shared is the loop's latest snapshot; observers are told of each.
 	shared    atomic.Pointer[snapshot]
 	observers []Observer
@@ -224,9 +227,10 @@ func New(cfg Config) (*Server, error) {
 		driver:          make(chan driverNews, 1),
 		events:          make(chan any, 16),
 		done:            make(chan struct{}),
+		started:         cfg.Clock.Now(),
 	}
 	s.closeDone = sync.OnceFunc(func() { close(s.done) })
-	s.shared.Store(&snapshot{m: newMachine(cfg, cfg.Clock.Now())})
+	s.shared.Store(&snapshot{m: newMachine(cfg, s.started)})
 	return s, nil
 }
 
@@ -306,7 +310,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
 
-	l := &loop{s: s, ctx: ctx, logger: logger, m: newMachine(s.cfg, s.cfg.Clock.Now())}
+	l := &loop{s: s, ctx: ctx, logger: logger, m: newMachine(s.cfg, s.started)}
 	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the
