@@ -5,6 +5,7 @@ package main
 // registration's goroutine, and does one thing.
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,3 +118,66 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 
 // report is the latest answer, nil where SELinux is off or not asked yet.
 func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }
+
+// sharedPort is the --http-endpoint's port (an *httpport.Port), as
+// sharePort passes it.
+type sharedPort interface {
+	Wanted() (address, netns string)
+	Expect()
+	Release(address, netns string) bool
+	Claim()
+}
+
+// portWanted is the answer to PortWanted: the address an instance waits
+// for, because another holds it, and its network namespace.
+type portWanted struct {
+	Address string `json:"httpAddress,omitempty"`
+	NetNS   string `json:"netns,omitempty"`
+}
+
+// sharePort passes the --http-endpoint port between the instances of a
+// rolling update on one network (hostNetwork pods): the newer one waits
+// for the port the older one holds (pkg/httpport). Each time this instance
+// steps aside for another, it asks that one through the registration
+// socket what it waits for (PortWanted) and releases p to it: from then
+// on the instance that owns the registration answers the probes of both
+// pods. Each publication of its own claims p back. An owner that does not
+// know PortWanted (upstream's registrar, an older build) answers
+// Unimplemented, and nothing changes.
+func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
+	srv.Answer("PortWanted", func() any {
+		var w portWanted
+		if w.Address, w.NetNS = p.Wanted(); w.Address != "" {
+			// The caller asks because it steps aside: it releases the
+			// address next if it holds it.
+			p.Expect()
+		}
+		return w
+	})
+	srv.Observe(func(old, now registration.Status) {
+		if now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished)) {
+			p.Claim()
+		}
+		if now.State == registration.Superseded && old.State != registration.Superseded {
+			// A call to another process: never on the registration's
+			// goroutine.
+			go releasePortTo(ctx, p, now.SocketPath, timeout)
+		}
+	})
+}
+
+// releasePortTo gives p to the instance that now serves path, if that one
+// waits for it on the same network.
+func releasePortTo(ctx context.Context, p sharedPort, path string, timeout time.Duration) {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var w portWanted
+	if err := registration.Ask(ctx, path, "PortWanted", &w); err != nil {
+		logger.V(4).Info("The instance serving the registration socket did not say which HTTP port it waits for", "err", err)
+		return
+	}
+	if w.Address != "" && p.Release(w.Address, w.NetNS) {
+		logger.Info("Released the --http-endpoint port to the instance that now serves the registration socket: it answers the probes on this network from now on", "address", w.Address)
+	}
+}

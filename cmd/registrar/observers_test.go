@@ -24,17 +24,33 @@ func runRegistration(t *testing.T, clock *testingclock.FakeClock, observe regist
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir, KubeletSilence: 10 * time.Second, Clock: clock})
+	srv := startRegistration(t, dir, clock, func(srv *registration.Server) { srv.Observe(observe) })
+	poll.Until(t, "the socket is published", func() bool { return srv.Status().State == registration.WaitingForKubelet })
+	return srv
+}
+
+// startRegistration runs a real registration in dir, set up by setup
+// before it runs, until the test ends; clock may be nil. It returns once
+// the registration serves the socket at its path.
+func startRegistration(t *testing.T, dir string, clock *testingclock.FakeClock, setup func(*registration.Server)) *registration.Server {
+	t.Helper()
+	cfg := registration.Config{Endpoint: "/csi.sock", Dir: dir, KubeletSilence: 10 * time.Second}
+	if clock != nil {
+		cfg.Clock = clock
+	}
+	srv, err := registration.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Observe(observe)
+	setup(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	srv.DriverFound("test.csi.example.com")
-	poll.Until(t, "the socket is published", func() bool { return srv.Status().State == registration.WaitingForKubelet })
+	poll.Until(t, "the registration serves its socket", func() bool {
+		return srv.Health(context.Background()).Found == registration.FoundOurs
+	})
 	return srv
 }
 

@@ -143,7 +143,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		defer runUntilStopped(ctx, gate.Run)()
 	}
 	if port != nil {
-		srv.SharePort(ctx, port)
+		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
 	}
 	selinux := &selinuxWatch{logger: logger, inspect: func(socket string) *selinuxcheck.Report {
 		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})

@@ -3,7 +3,7 @@
 // pods of a rolling update with hostNetwork share the node's network: the
 // new registrar finds the port taken by the old one. Instead of failing,
 // it waits for the port, and the old one releases it when it hands the
-// registration socket over (see pkg/registration), so that the probes of
+// registration socket over (cmd/registrar's sharePort), so that the probes of
 // both pods are answered throughout, by the instance that owns the
 // registration.
 package httpport

@@ -365,7 +365,7 @@ func (l *loop) install(sock *publishedSocket) uint64 {
 	rpc := &rpcServer{s: l.s, gen: pub.gen, name: pub.name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handover.Supported {
-		srv.RegisterService(&ownServiceDesc, rpc)
+		srv.RegisterService(l.s.ownService(), rpc)
 	}
 	pub.grpc = srv
 	pub.conns = trackConns(pub.sock)

@@ -133,7 +133,8 @@ type Server struct {
 	// shared is the loop's latest snapshot; observers are told of each.
 	shared    atomic.Pointer[snapshot]
 	observers []Observer
-	port      HTTPPort
+	// answers are the calls added to the registrar's own service.
+	answers []grpc.MethodDesc
 	// identity caches the check of a socket that another process put at
 	// the path, for readers (Health).
 	identity foreignCache

@@ -1,22 +1,27 @@
 //go:build unix
 
-package registration
+package main
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// fakePort is an HTTPPort that records what the registration asks of it.
+// fakePort is a sharedPort that records what sharePort asks of it.
 type fakePort struct {
 	mu            sync.Mutex
 	wanted, netns string // what this instance waits for, if anything
 	listening     string // the address it listens on, if any
 	released      []string
-	claims        int
 	asked         int // calls of Wanted
 }
 
@@ -45,12 +50,7 @@ func (p *fakePort) Release(address, netns string) bool {
 }
 
 func (p *fakePort) Expect() {}
-
-func (p *fakePort) Claim() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.claims++
-}
+func (p *fakePort) Claim()  {}
 
 func (p *fakePort) releases() []string {
 	p.mu.Lock()
@@ -74,24 +74,25 @@ func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
 		{"another network", true, "net:[4026532000]", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := shortTempDir(t)
-			olderPort := &fakePort{listening: addr, netns: netns}
-			run := func(p *fakePort) *running {
-				srv := newServer(t, dir)
-				srv.SharePort(context.Background(), p)
-				r := runServer(t, srv)
-				srv.DriverFound(testDriver)
-				r.waitServing(t)
-				return r
+			dir, err := os.MkdirTemp("", "port")
+			if err != nil {
+				t.Fatal(err)
 			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			run := func(p *fakePort) *registration.Server {
+				return startRegistration(t, dir, nil, func(srv *registration.Server) {
+					sharePort(context.Background(), srv, p, registration.DefaultCheckTimeout)
+				})
+			}
+			olderPort := &fakePort{listening: addr, netns: netns}
 			older := run(olderPort)
 			if tc.registered {
-				notify(t, older.srv.SocketPathForTest(), true)
-				poll.Until(t, "the older instance is registered", func() bool { return older.srv.Status().State == Registered })
+				kubeletRegisters(t, older.Status().SocketPath)
+				poll.Until(t, "the older instance is registered", func() bool { return older.Status().State == registration.Registered })
 			}
 			newerPort := &fakePort{wanted: addr, netns: tc.newerNetNS}
 			run(newerPort)
-			poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
+			poll.Until(t, "the older instance steps aside", func() bool { return older.Status().State == registration.Superseded })
 			// The older one asks the newer one what it waits for, once.
 			poll.Until(t, "the older instance asks", func() bool { return newerPort.timesAsked() == 1 })
 			poll.Until(t, "the release, if any", func() bool { return len(olderPort.releases()) == tc.want })
@@ -99,5 +100,19 @@ func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
 				t.Errorf("released %v, want %d release of %s", r, tc.want, addr)
 			}
 		})
+	}
+}
+
+// kubeletRegisters tells the registration socket at path that kubelet
+// accepted the plugin.
+func kubeletRegisters(t *testing.T, path string) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
 	}
 }
