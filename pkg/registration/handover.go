@@ -150,21 +150,21 @@ func (l *loop) takeOver(name, path string) (*handover.Taken, *publishedSocket, e
 		_ = recv.Close()
 		// Still our receiving socket when the owner did not move its
 		// hidden name here.
-		_ = removeIfSame(address, recvOwn)
+		_, _ = removeIfSame(address, recvOwn)
 		return taken, nil, nil
 	}
 	if fi, lerr := os.Lstat(address); lerr == nil && os.SameFile(fi, recvOwn) && recv.SetDeadline(time.Time{}) == nil {
 		return nil, &publishedSocket{Listener: recv, hidden: address, own: recvOwn}, err
 	}
 	_ = recv.Close()
-	_ = removeIfSame(address, recvOwn)
+	_, _ = removeIfSame(address, recvOwn)
 	// The owner moved its hidden name of the socket here and let go, but
 	// the handover was not finished: nobody serves that socket any more,
 	// and its name must not be left behind. The owner renames before it
 	// confirms, and this runs after the connection was closed, so a later
 	// rename is not possible: the owner removes the name itself when its
 	// confirmation fails.
-	_ = removeIfSame(address, before)
+	_, _ = removeIfSame(address, before)
 	return nil, nil, err
 }
 

@@ -139,13 +139,13 @@ func publishSocket(path string, replace fs.FileInfo) (*publishedSocket, error) {
 func placeSocket(l net.Listener, hidden string, own fs.FileInfo, path string, replace fs.FileInfo) (*publishedSocket, error) {
 	fail := func(err error) (*publishedSocket, error) {
 		_ = l.Close()
-		_ = removeIfSame(hidden, own)
+		_, _ = removeIfSame(hidden, own)
 		return nil, err
 	}
 	sock := &publishedSocket{Listener: l, path: path, hidden: hidden, own: own}
 	err := os.Link(hidden, path)
 	if errors.Is(err, fs.ErrExist) && replace != nil {
-		if err := removeIfSame(path, replace); err != nil {
+		if _, err := removeIfSame(path, replace); err != nil {
 			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))
 		}
 		err = os.Link(hidden, path)
@@ -242,51 +242,34 @@ func hiddenSocketPath(path string) (string, error) {
 	return filepath.Join(dir, "."+strings.TrimSuffix(base, "-reg.sock")+"."+hex.EncodeToString(b[:])), nil
 }
 
-// isOurs tells whether fi is the file this socket created.
-func (s *publishedSocket) isOurs(fi fs.FileInfo) bool {
-	return os.SameFile(fi, s.own)
-}
-
 // removeIfOurs unlinks the path when it still holds the file this socket
 // created; a socket published there by a newer instance is left alone. The
 // hidden name is private to this socket and always removed.
 func (s *publishedSocket) removeIfOurs() (removed bool, err error) {
 	if s.hidden != "" {
-		if err := removeIfSame(s.hidden, s.own); err != nil {
+		if _, err := removeIfSame(s.hidden, s.own); err != nil {
 			return false, err
 		}
 	}
-	fi, err := os.Lstat(s.path)
+	return removeIfSame(s.path, s.own)
+}
+
+// removeIfSame unlinks path while it holds the file own.
+func removeIfSame(path string, own fs.FileInfo) (removed bool, err error) {
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if !s.isOurs(fi) {
+	if !os.SameFile(fi, own) {
 		return false, nil
 	}
-	if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
 	return true, nil
-}
-
-func removeIfSame(path string, own fs.FileInfo) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !os.SameFile(fi, own) {
-		return nil
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // removeLeftovers removes hidden sockets that an earlier registrar for the
