@@ -21,6 +21,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 const (
@@ -46,7 +47,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case !fi.IsDir():
-		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a directory: fix --plugin-registration-path or the volume mount")
+		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a directory: fix --plugin-registration-path or the volume mount")
 	}
 	d.dirExists = true
 
@@ -94,7 +95,7 @@ func (d *diagnosis) checkDriverSocket() Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a socket: check --csi-address")
+		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a socket: check --csi-address")
 	}
 	d.socketFound = true
 	return ok(c, "present, a socket")
@@ -154,7 +155,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case err != nil:
 		return fail(c, "cannot be inspected: "+pathErrorCause(err))
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fail(c, "is a "+registration.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
+		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
 	}
 	info, err := registrationInfo(ctx, path, d.cfg.Timeout)
 	if err != nil {
@@ -377,14 +378,14 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 		isSocket := e.Type() == fs.ModeSocket
 		switch {
 		case strings.HasPrefix(name, "."):
-			if _, ok := registration.HiddenSocketDriver(name); isSocket && ok {
+			if _, ok := sockfile.HiddenDriver(name); isSocket && ok {
 				hidden = append(hidden, name)
 			} else {
 				dotted = append(dotted, name)
 			}
 			continue
 		case !isSocket:
-			others = append(others, fmt.Sprintf("%s (%s)", name, registration.DescribeFileType(e.Type())))
+			others = append(others, fmt.Sprintf("%s (%s)", name, sockfile.DescribeFileType(e.Type())))
 			continue
 		case name != own:
 			sockets = append(sockets, name)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // handoverCall is a request passed to the event loop, which owns the
@@ -83,16 +83,15 @@ func (l *loop) handOver(call *handoverCall) error {
 	case state != Registered:
 		return fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", state)
 	}
-	listener, _ := pub.sock.Listener.(*net.UnixListener)
 	owner := &handover.Owner{
-		Listener: listener,
+		Listener: pub.sock.UnixListener,
 		Path:     pub.path,
-		File:     pub.sock.own,
-		Hidden:   pub.sock.hidden,
+		File:     pub.sock.File,
+		Hidden:   pub.sock.Hidden,
 		Driver:   l.m.name,
 		Endpoint: l.s.cfg.Endpoint,
 		IsHiddenName: func(name string) bool {
-			return isHiddenName(pub.path, name)
+			return sockfile.IsHiddenName(pub.path, name)
 		},
 		Timeout: l.s.cfg.CheckTimeout,
 		Verdict: l.m.log.lastVerdict,
@@ -106,7 +105,7 @@ func (l *loop) handOver(call *handoverCall) error {
 	l.pub = nil
 	l.stopInBackground(pub)
 	l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", pub.path)
-	return l.apply(handedOff{pub.sock.own})
+	return l.apply(handedOff{pub.sock.File})
 }
 
 // canHandOver asks the socket at path whether it serves the registrar's
@@ -133,47 +132,47 @@ func (l *loop) canHandOver(path string) (ok bool, err error) {
 // (handover.Take), through a hidden socket of its own. When the owner does
 // not hand it over, that socket is returned, still listening, to be
 // published instead (its name stays); nil when it cannot be.
-func (l *loop) takeOver(name, path string) (*handover.Taken, *publishedSocket, error) {
+func (l *loop) takeOver(name, path string) (*handover.Taken, *sockfile.Socket, error) {
 	before, err := os.Lstat(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	recv, address, recvOwn, err := listenHidden(path)
+	recv, err := sockfile.Listen(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	taken, err := handover.Take(handover.Newcomer{
 		Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
-		Receiver: recv, Address: address, Timeout: l.s.cfg.CheckTimeout,
+		Receiver: recv.UnixListener, Address: recv.Hidden, Timeout: l.s.cfg.CheckTimeout,
 	})
 	if err == nil {
 		_ = recv.Close()
 		// Still our receiving socket when the owner did not move its
 		// hidden name here.
-		_, _ = removeIfSame(address, recvOwn)
+		_, _ = recv.Remove()
 		return taken, nil, nil
 	}
-	if fi, lerr := os.Lstat(address); lerr == nil && os.SameFile(fi, recvOwn) && recv.SetDeadline(time.Time{}) == nil {
-		return nil, &publishedSocket{Listener: recv, hidden: address, own: recvOwn}, err
+	if fi, lerr := os.Lstat(recv.Hidden); lerr == nil && os.SameFile(fi, recv.File) && recv.SetDeadline(time.Time{}) == nil {
+		return nil, recv, err
 	}
 	_ = recv.Close()
-	_, _ = removeIfSame(address, recvOwn)
+	_, _ = recv.Remove()
 	// The owner moved its hidden name of the socket here and let go, but
 	// the handover was not finished: nobody serves that socket any more,
 	// and its name must not be left behind. The owner renames before it
 	// confirms, and this runs after the connection was closed, so a later
 	// rename is not possible: the owner removes the name itself when its
 	// confirmation fails.
-	_, _ = removeIfSame(address, before)
+	_, _ = sockfile.RemoveIfSame(recv.Hidden, before)
 	return nil, nil, err
 }
 
 // adopt serves kubelet on a socket taken over, with the previous
 // instance's registration.
 func (l *loop) adopt(taken *handover.Taken) error {
-	sock := &publishedSocket{Listener: taken.Listener, path: l.m.path, hidden: taken.Hidden, own: taken.File}
+	sock := &sockfile.Socket{UnixListener: taken.Listener, Path: l.m.path, Hidden: taken.Hidden, File: taken.File}
 	gen := l.install(sock)
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-		"driver", l.m.name, "path", sock.path, "endpoint", l.s.cfg.Endpoint, "registered", taken.Verdict != nil, "reason", ReasonHandover)
+		"driver", l.m.name, "path", sock.Path, "endpoint", l.s.cfg.Endpoint, "registered", taken.Verdict != nil, "reason", ReasonHandover)
 	return l.apply(adopted{gen, taken.Verdict})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // startRegistered starts an instance and has "kubelet" register it.
@@ -61,7 +62,7 @@ func assertOneHiddenName(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 2 || !isHiddenName(path, entries[0].Name()) || entries[1].Name() != filepath.Base(path) {
+	if len(entries) != 2 || !sockfile.IsHiddenName(path, entries[0].Name()) || entries[1].Name() != filepath.Base(path) {
 		t.Fatalf("registry directory holds %v, want the socket and one hidden name", entries)
 	}
 	if hidden := lstat(t, filepath.Join(filepath.Dir(path), entries[0].Name())); !os.SameFile(hidden, lstat(t, path)) {
@@ -359,11 +360,12 @@ func TestRefusesAHandoverRequestOfAnotherVersion(t *testing.T) {
 	r := startRegistered(t, dir)
 	path := r.srv.SocketPathForTest()
 	published := lstat(t, path)
-	recv, address, _, err := listenHidden(path)
+	recv, err := sockfile.Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer recv.Close()
+	address := recv.Hidden
 
 	req := map[string]any{"version": 2, "driver": testDriver, "endpoint": testEndpoint, "address": address}
 	err = unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)

@@ -21,7 +21,7 @@ import (
 // socket stops answering, and its files stay where they are.
 func (r *running) kill() {
 	pub := r.srv.shared.Load().pub
-	pub.conns.closeAll()
+	pub.sock.CloseAll()
 	pub.grpc.Stop()
 }
 
@@ -133,7 +133,7 @@ func TestPublishesAgainWhenServingFails(t *testing.T) {
 	path := r.srv.SocketPathForTest()
 	before := lstat(t, path)
 	// Accept fails from now on, as on a listener closed under gRPC.
-	if err := r.srv.shared.Load().pub.conns.Close(); err != nil {
+	if err := r.srv.shared.Load().pub.sock.Close(); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the socket is published again", func() bool {

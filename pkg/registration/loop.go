@@ -17,7 +17,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
+
+// handshakeTimeout bounds how long a client of the registration socket may
+// take to start speaking HTTP/2 (gRPC's own default is 120 s). kubelet and
+// other instances of the registrar send their preface as soon as they are
+// connected; a client that has not done so within this time is not one of
+// them, and while it waits gRPC's Stop and GracefulStop wait for it too.
+const handshakeTimeout = 2 * time.Second
 
 // loop is Run's goroutine: it feeds the machine its events and carries out
 // the effects it returns. It owns the machine, the current publication
@@ -248,7 +256,7 @@ func (l *loop) ours() fs.FileInfo {
 	if l.pub == nil {
 		return nil
 	}
-	return l.pub.sock.own
+	return l.pub.sock.File
 }
 
 // share gives readers a snapshot of the registration, and tells the
@@ -269,10 +277,10 @@ func (l *loop) claim(reason string) error {
 	if err != nil {
 		return err
 	}
-	for _, leftover := range removeLeftovers(path, l.s.cfg.CheckTimeout) {
+	for _, leftover := range sockfile.RemoveLeftovers(path, l.s.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
-	var spare *publishedSocket // a receiving socket to publish instead
+	var spare *sockfile.Socket // a receiving socket to publish instead
 	if exists && handover.Supported {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
@@ -296,7 +304,7 @@ func (l *loop) claim(reason string) error {
 		}
 	}
 	if exists {
-		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", socketAnswers(path, l.s.cfg.CheckTimeout))
+		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", sockfile.Answers(path, l.s.cfg.CheckTimeout))
 	}
 	return l.publishOn(spare, reason)
 }
@@ -326,22 +334,21 @@ func (l *loop) publish(reason string) error { return l.publishOn(nil, reason) }
 
 // publishOn publishes, as publish does, spare, a hidden socket already
 // listening, when there is one.
-func (l *loop) publishOn(spare *publishedSocket, reason string) error {
+func (l *loop) publishOn(spare *sockfile.Socket, reason string) error {
 	// What the machine decided to replace: our own socket, or a dead one;
 	// anything else at the path is never removed.
 	var replace fs.FileInfo
 	if fi, err := os.Lstat(l.m.path); err == nil && fi.Mode().Type() == fs.ModeSocket {
 		replace = fi
 	}
-	var sock *publishedSocket
-	var err error
+	sock, err := spare, error(nil)
 	if spare != nil {
-		sock, err = placeSocket(spare.Listener, spare.hidden, spare.own, l.m.path, replace)
+		err = spare.Place(l.m.path, replace)
 	} else {
-		sock, err = publishSocket(l.m.path, replace)
+		sock, err = sockfile.Publish(l.m.path, replace)
 	}
 	switch {
-	case err != nil && isShortage(err):
+	case err != nil && sockfile.IsShortage(err):
 		if l.m.publishError != err.Error() {
 			l.logger.Error(err, "Cannot publish the registration socket: trying again after a backoff", "reason", reason, "backoff", l.m.shortBackoff)
 		} else {
@@ -358,7 +365,7 @@ func (l *loop) publishOn(spare *publishedSocket, reason string) error {
 
 // install serves kubelet on a new socket, makes it the current
 // publication and retires the previous one.
-func (l *loop) install(sock *publishedSocket) uint64 {
+func (l *loop) install(sock *sockfile.Socket) uint64 {
 	l.gens++
 	pub := &publication{gen: l.gens, name: l.m.name, path: l.m.path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
@@ -368,13 +375,12 @@ func (l *loop) install(sock *publishedSocket) uint64 {
 		srv.RegisterService(l.s.ownService(), rpc)
 	}
 	pub.grpc = srv
-	pub.conns = trackConns(pub.sock)
 	l.unfollow()
 	go func() {
 		// Serve returns nil once the server is stopped; an error when
 		// accepting fails otherwise, or the listener was closed for a
 		// handover.
-		if err := srv.Serve(pub.conns); err != nil {
+		if err := srv.Serve(pub.sock); err != nil {
 			l.s.send(serveEnded{gen: pub.gen, err: err})
 		}
 	}()
@@ -389,7 +395,7 @@ func (l *loop) install(sock *publishedSocket) uint64 {
 // retire stops a publication in the background: its socket is removed if
 // it is still ours, and its gRPC server stops gracefully.
 func (l *loop) retire(pub *publication) {
-	if removed, err := pub.sock.removeIfOurs(); err != nil {
+	if removed, err := pub.sock.Remove(); err != nil {
 		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.path)
 	} else if removed {
 		l.logger.V(2).Info("Registration socket removed", "path", pub.path)
@@ -421,7 +427,7 @@ func (l *loop) stopGRPC(pub *publication) {
 	case <-done:
 	case <-l.s.cfg.Clock.After(l.s.shutdownTimeout):
 		l.logger.Info("Graceful stop timed out, closing open kubelet connections", "timeout", l.s.shutdownTimeout)
-		pub.conns.closeAll()
+		pub.sock.CloseAll()
 		srv.Stop()
 		<-done
 	}
@@ -461,7 +467,7 @@ func (l *loop) shutdown() {
 	l.pub = nil
 	l.m.step(l.s.cfg.Clock.Now(), stopping{})
 	if pub != nil {
-		removed, err := pub.sock.removeIfOurs()
+		removed, err := pub.sock.Remove()
 		switch {
 		case err != nil:
 			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
@@ -477,7 +483,7 @@ func (l *loop) shutdown() {
 		// Clients that have not said anything yet have nothing in flight,
 		// and nothing to gain from a socket that is gone: a client that
 		// never speaks must not hold the exit.
-		pub.conns.closeSilent()
+		pub.sock.CloseSilent()
 		l.stopGRPC(pub)
 	}
 	l.retired.Wait()

@@ -17,6 +17,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // atKind classifies what is at the path.
@@ -71,7 +72,7 @@ func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, identify 
 			at.kind = atLive
 		case ctx.Err() != nil:
 			at.kind = atUnknown
-		case socketAnswers(path, timeout):
+		case sockfile.Answers(path, timeout):
 			at.kind = atSilent
 		default:
 			at.kind = atRefused
@@ -134,7 +135,7 @@ func (at At) Found(driver string) (Found, string) {
 	case atOwner, atLive:
 		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
 	case atNotSocket:
-		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, DescribeFileType(at.File.Mode()))
+		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.File.Mode()))
 	case atOtherDriver:
 		return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
 	case atRefused, atSilent:

@@ -24,6 +24,8 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // SupportedVersions is what the registrar tells kubelet about the CSI
@@ -156,7 +158,7 @@ func (s *snapshot) ours() fs.FileInfo {
 	if s.pub == nil {
 		return nil
 	}
-	return s.pub.sock.own
+	return s.pub.sock.File
 }
 
 // driverNews is what the driver's side said: its name, when it named
@@ -174,10 +176,8 @@ type publication struct {
 	gen  uint64
 	name string
 	path string
-	sock *publishedSocket
+	sock *sockfile.Socket
 	grpc *grpc.Server
-	// conns are the connections grpc accepted on sock.
-	conns *trackedListener
 }
 
 // Validate says what is wrong with cfg's values; the registry directory

@@ -173,7 +173,7 @@ func socketStillOurs(pub *publication) (bool, string) {
 	switch {
 	case err != nil:
 		return false, fmt.Sprintf("the registration socket is gone: %v", err)
-	case !os.SameFile(fi, pub.sock.own):
+	case !os.SameFile(fi, pub.sock.File):
 		return false, "the registration socket was replaced"
 	}
 	return true, "registered"

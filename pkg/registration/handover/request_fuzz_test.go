@@ -8,6 +8,7 @@ import (
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // The instance A that the fuzzed handover requests reach.
@@ -32,7 +33,7 @@ func owner(dir string) *handover.Owner {
 	return &handover.Owner{
 		Path: path, Driver: fuzzDriver, Endpoint: fuzzEndpoint,
 		IsHiddenName: func(name string) bool {
-			driver, ok := registration.HiddenSocketDriver(name)
+			driver, ok := sockfile.HiddenDriver(name)
 			return ok && driver == fuzzDriver
 		},
 	}

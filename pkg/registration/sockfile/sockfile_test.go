@@ -1,8 +1,8 @@
-package registration
+package sockfile
 
 import "testing"
 
-func TestHiddenSocketDriver(t *testing.T) {
+func TestHiddenDriver(t *testing.T) {
 	for _, tc := range []struct {
 		name, driver string
 		ok           bool
@@ -16,13 +16,13 @@ func TestHiddenSocketDriver(t *testing.T) {
 		{".hostpath.csi.k8s.io-0a9f3c", "", false},
 		{"hostpath.csi.k8s.io-reg.sock", "", false},
 	} {
-		driver, ok := HiddenSocketDriver(tc.name)
+		driver, ok := HiddenDriver(tc.name)
 		if driver != tc.driver || ok != tc.ok {
-			t.Errorf("HiddenSocketDriver(%q) = %q, %v; want %q, %v", tc.name, driver, ok, tc.driver, tc.ok)
+			t.Errorf("HiddenDriver(%q) = %q, %v; want %q, %v", tc.name, driver, ok, tc.driver, tc.ok)
 		}
 	}
-	path := SocketPath("/registry", "hostpath.csi.k8s.io")
-	if !isHiddenName(path, ".hostpath.csi.k8s.io.0a9f3c") || isHiddenName(path, ".other.csi.k8s.io.0a9f3c") {
-		t.Error("isHiddenName does not tell the driver's hidden names from another driver's")
+	const path = "/registry/hostpath.csi.k8s.io-reg.sock"
+	if !IsHiddenName(path, ".hostpath.csi.k8s.io.0a9f3c") || IsHiddenName(path, ".other.csi.k8s.io.0a9f3c") {
+		t.Error("IsHiddenName does not tell the driver's hidden names from another driver's")
 	}
 }

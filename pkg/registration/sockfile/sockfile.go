@@ -1,0 +1,352 @@
+// Package sockfile puts a listening Unix socket in place under its final
+// name in kubelet's plugin registry directory, and takes it away, the way
+// kubelet's plugin watcher needs: kubelet never sees a socket that is not
+// listening yet, nor a name that is gone before it looks at it, and
+// nothing is removed that the socket did not create. A Socket also tracks
+// the connections it accepted, so that a stop does not wait for clients
+// that never speak.
+package sockfile
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Socket is a listening Unix socket that remembers the file it created.
+type Socket struct {
+	*net.UnixListener
+	// Path is the socket's final name, "" until it is placed.
+	Path string
+	// Hidden is a second name of the same socket, dot-prefixed so that
+	// kubelet ignores it, "" when there is none; it is removed with the
+	// socket.
+	Hidden string
+	// File is the file the socket was bound to.
+	File fs.FileInfo
+
+	mu       sync.Mutex
+	conns    map[*trackedConn]struct{}
+	stopping bool
+}
+
+// Listen listens on a new hidden (dot-prefixed) sibling of path, mode 0600,
+// which Place gives its final name.
+func Listen(path string) (*Socket, error) {
+	hidden, err := hiddenPath(path)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", hidden)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %q: %w", hidden, err)
+	}
+	ul := l.(*net.UnixListener)
+	// The names are removed only while they are still ours; the listener
+	// must not unlink anything on Close.
+	ul.SetUnlinkOnClose(false)
+	// Owner only: kubelet runs as root. Setting the umask instead would
+	// change it for every goroutine of the process.
+	if err := os.Chmod(hidden, 0o600); err != nil {
+		_ = ul.Close()
+		_ = os.Remove(hidden)
+		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
+	}
+	file, err := os.Lstat(hidden)
+	if err != nil {
+		_ = ul.Close()
+		_ = os.Remove(hidden)
+		return nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
+	}
+	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+}
+
+// Publish listens at path as Listen and Place do.
+func Publish(path string, replace fs.FileInfo) (*Socket, error) {
+	s, err := Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Place(path, replace); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Place gives the socket its final name, path, as a hard link: kubelet
+// sees a newly created plugin socket.
+//
+// The hidden name is kept while the socket is published: kubelet's plugin
+// watcher stats every created file before it checks for the leading dot,
+// and logs an error when the file is already gone. So a socket at the
+// path, replace (the caller's own, or a dead one), is removed first, and
+// only while it is still that file, rather than renamed over: a rename
+// would take the hidden name away. Where the path is taken by another
+// socket meanwhile, or the file system has no hard links for sockets, the
+// socket is renamed into place, which replaces a socket atomically. On
+// failure the socket is closed and its hidden name removed.
+func (s *Socket) Place(path string, replace fs.FileInfo) error {
+	fail := func(err error) error {
+		_ = s.Close()
+		_, _ = RemoveIfSame(s.Hidden, s.File)
+		return err
+	}
+	err := os.Link(s.Hidden, path)
+	if errors.Is(err, fs.ErrExist) && replace != nil {
+		if _, err := RemoveIfSame(path, replace); err != nil {
+			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))
+		}
+		err = os.Link(s.Hidden, path)
+	}
+	if err != nil {
+		// There is no way to rename only over a socket; this check
+		// narrows the gap.
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+			return fail(&NotASocketError{Path: path, Mode: fi.Mode()})
+		}
+		if err := os.Rename(s.Hidden, path); err != nil {
+			return fail(fmt.Errorf("cannot move the registration socket into place at %q: %w", path, err))
+		}
+		s.Hidden = ""
+	}
+	s.Path = path
+	return nil
+}
+
+// NotASocketError: something other than a socket is at Path, which a
+// Socket never replaces.
+type NotASocketError struct {
+	Path string
+	Mode fs.FileMode
+}
+
+func (e *NotASocketError) Error() string {
+	return fmt.Sprintf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", e.Path, DescribeFileType(e.Mode))
+}
+
+// DescribeFileType names the type of a file for an operator: "regular
+// file", "directory", "symbolic link", ...
+func DescribeFileType(m fs.FileMode) string {
+	switch m.Type() {
+	case 0:
+		return "regular file"
+	case fs.ModeDir:
+		return "directory"
+	case fs.ModeSymlink:
+		return "symbolic link"
+	case fs.ModeNamedPipe:
+		return "named pipe"
+	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
+		return "device"
+	case fs.ModeSocket:
+		return "socket"
+	default:
+		return "special file"
+	}
+}
+
+// Remove unlinks the path when it still holds the file this socket
+// created; a socket published there by another process is left alone.
+// The hidden name is private to this socket and always removed.
+func (s *Socket) Remove() (removed bool, err error) {
+	if s.Hidden != "" {
+		if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
+			return false, err
+		}
+	}
+	if s.Path == "" {
+		return false, nil
+	}
+	return RemoveIfSame(s.Path, s.File)
+}
+
+// RemoveIfSame unlinks path while it holds file.
+func RemoveIfSame(path string, file fs.FileInfo) (removed bool, err error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !os.SameFile(fi, file) {
+		return false, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
+}
+
+// IsShortage tells whether err comes from a resource of the node or the
+// process that runs out for a while: file descriptors, inodes, disk quota,
+// memory or socket buffers. Publishing again later may well work; exiting
+// would leave the node without a registration until a restart.
+func IsShortage(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.ENOBUFS} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
+
+// Answers tells a live socket from one left behind by a dead process.
+func Answers(path string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("unix", path, timeout)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// HiddenDriver tells whether name is a registrar's hidden name of a
+// registration socket, ".<driver>.<6 hex digits>" (kubelet ignores
+// dot-files), and for which driver.
+func HiddenDriver(name string) (driver string, ok bool) {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok || len(rest) < 8 || rest[len(rest)-7] != '.' {
+		return "", false
+	}
+	suffix := rest[len(rest)-6:]
+	if strings.Trim(suffix, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return rest[:len(rest)-7], true
+}
+
+// IsHiddenName tells whether name is a hidden name of the registration
+// socket at path (HiddenDriver).
+func IsHiddenName(path, name string) bool {
+	driver, ok := HiddenDriver(name)
+	return ok && driver == strings.TrimSuffix(filepath.Base(path), "-reg.sock")
+}
+
+// hiddenPath names a dot-prefixed sibling of path, unique to this call,
+// that is no longer than path itself, so that it fits in a Unix socket
+// address whenever path does.
+func hiddenPath(path string) (string, error) {
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	dir, base := filepath.Split(path)
+	return filepath.Join(dir, "."+strings.TrimSuffix(base, "-reg.sock")+"."+hex.EncodeToString(b[:])), nil
+}
+
+// RemoveLeftovers removes hidden sockets that an earlier registrar for the
+// same driver left behind when it was killed: names of the form
+// .<driver>.<6 hex digits> that nobody listens on. Live ones belong to
+// another running instance and stay.
+func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
+	dir := filepath.Dir(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !IsHiddenName(path, name) || e.Type() != fs.ModeSocket {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		if Answers(full, timeout) {
+			continue
+		}
+		if os.Remove(full) == nil {
+			removed = append(removed, full)
+		}
+	}
+	return removed
+}
+
+// Accept hands the server the next connection. Once the socket is
+// stopping (CloseSilent, CloseAll), a new connection is closed at once: it
+// cannot have a call in flight.
+func (s *Socket) Accept() (net.Conn, error) {
+	for {
+		c, err := s.UnixListener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, owner: s}
+		s.mu.Lock()
+		stopping := s.stopping
+		if !stopping {
+			if s.conns == nil {
+				s.conns = map[*trackedConn]struct{}{}
+			}
+			s.conns[tc] = struct{}{}
+		}
+		s.mu.Unlock()
+		if !stopping {
+			return tc, nil
+		}
+		_ = c.Close()
+	}
+}
+
+// CloseSilent starts a stop: it closes the connections whose client has
+// not sent a byte (they have no call in flight) and every connection
+// accepted from now on. The others finish their calls.
+func (s *Socket) CloseSilent() {
+	s.closeConns(func(c *trackedConn) bool { return !c.spoke.Load() })
+}
+
+// CloseAll ends a stop that took too long: every connection is closed,
+// so that gRPC's Stop does not wait for a handshake.
+func (s *Socket) CloseAll() {
+	s.closeConns(func(*trackedConn) bool { return true })
+}
+
+func (s *Socket) closeConns(which func(*trackedConn) bool) {
+	var victims []*trackedConn
+	s.mu.Lock()
+	s.stopping = true
+	for c := range s.conns {
+		if which(c) {
+			victims = append(victims, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range victims {
+		_ = c.Close()
+	}
+}
+
+// trackedConn is an accepted connection that knows whether its client has
+// sent anything.
+type trackedConn struct {
+	net.Conn
+	owner *Socket
+	spoke atomic.Bool
+	once  sync.Once
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.spoke.Load() {
+		c.spoke.Store(true)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.owner.mu.Lock()
+		delete(c.owner.conns, c)
+		c.owner.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
