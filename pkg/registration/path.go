@@ -109,22 +109,6 @@ const (
 	FoundBroken
 )
 
-func (f Found) String() string {
-	switch f {
-	case NotLooked:
-		return "not looked at"
-	case FoundOurs:
-		return "ours"
-	case FoundOther:
-		return "another instance's"
-	case FoundNothing:
-		return "nothing"
-	case FoundBroken:
-		return "broken"
-	}
-	return fmt.Sprintf("Found(%d)", int(f))
-}
-
 // Found is what the probes report of at, with its reason in one line.
 func (at At) Found(driver string) (Found, string) {
 	switch at.kind {
