@@ -59,9 +59,6 @@ func New(path string, timeout time.Duration) *Prober {
 	return &Prober{path: path, timeout: timeout, metrics: newOperations()}
 }
 
-// Timeout is the bound of each probe.
-func (p *Prober) Timeout() time.Duration { return p.timeout }
-
 // DriverFound tells the Prober that a driver named name answers on a
 // socket that may be new: the next probe dials it afresh, so that a kept
 // connection to a driver whose socket was replaced does not keep answering
@@ -69,10 +66,8 @@ func (p *Prober) Timeout() time.Duration { return p.timeout }
 func (p *Prober) DriverFound(name string) {
 	p.mu.Lock()
 	p.driverName = name
-	old := p.conn
-	p.conn = nil
 	p.mu.Unlock()
-	p.retire(old)
+	p.DriverGone()
 }
 
 // DriverGone tells the Prober that the driver's socket was removed, or its
@@ -83,16 +78,11 @@ func (p *Prober) DriverGone() {
 	old := p.conn
 	p.conn = nil
 	p.mu.Unlock()
-	p.retire(old)
-}
-
-// retire closes a replaced connection once probes that may still use it
-// are over: none lasts longer than the timeout.
-func (p *Prober) retire(conn *grpc.ClientConn) {
-	if conn == nil {
-		return
+	if old != nil {
+		// Closed once probes that may still use it are over: none lasts
+		// longer than the timeout.
+		time.AfterFunc(p.timeout, func() { _ = old.Close() })
 	}
-	time.AfterFunc(p.timeout, func() { _ = conn.Close() })
 }
 
 // Close closes the connection.
