@@ -2,13 +2,14 @@ package driverhealth
 
 import (
 	"sort"
-	"sync"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 )
 
 // OperationsMetric is the histogram that csi-lib-utils' metrics manager
@@ -28,21 +29,11 @@ const (
 
 var operationsBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600}
 
-// series is one label set of the histogram, its fields in the labels' order.
-type series struct{ driver, code, method string }
+// series is one label set of the histogram; the method is always Probe.
+type series struct{ driver, code string }
 
-// operations is the histogram.
-type operations struct {
-	mu     sync.Mutex
-	series map[series]*histogram.Histogram
-}
-
-func newOperations() *operations {
-	return &operations{series: map[series]*histogram.Histogram{}}
-}
-
-// observe records one call.
-func (o *operations) observe(driver, method string, err error, d time.Duration) {
+// observe records one probe.
+func (p *Prober) observe(driver string, err error, d time.Duration) {
 	if driver == "" {
 		driver = unknownDriver
 	}
@@ -50,13 +41,13 @@ func (o *operations) observe(driver, method string, err error, d time.Duration) 
 	if st, ok := status.FromError(err); ok {
 		code = st.Code().String() // "OK" for a nil error
 	}
-	key := series{driver, code, method}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	h := o.series[key]
+	key := series{driver, code}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.series[key]
 	if h == nil {
 		h = histogram.New(operationsBuckets)
-		o.series[key] = h
+		p.series[key] = h
 	}
 	h.Observe(d.Seconds())
 }
@@ -65,10 +56,9 @@ func (o *operations) observe(driver, method string, err error, d time.Duration) 
 // client_golang's registry sorts them: no family before the first probe,
 // as csi-lib-utils' registry writes none.
 func (p *Prober) Families() []*dto.MetricFamily {
-	o := p.metrics
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.series) == 0 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.series) == 0 {
 		return nil
 	}
 	family := &dto.MetricFamily{
@@ -76,22 +66,22 @@ func (p *Prober) Families() []*dto.MetricFamily {
 		Help: proto.String("[ALPHA] Container Storage Interface operation duration with gRPC error code status total"),
 		Type: dto.MetricType_HISTOGRAM.Enum(),
 	}
-	keys := make([]series, 0, len(o.series))
-	for k := range o.series {
+	keys := make([]series, 0, len(p.series))
+	for k := range p.series {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		return a.driver < b.driver || a.driver == b.driver && (a.code < b.code || a.code == b.code && a.method < b.method)
+		return a.driver < b.driver || a.driver == b.driver && a.code < b.code
 	})
 	for _, k := range keys {
 		family.Metric = append(family.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{
 				{Name: proto.String("driver_name"), Value: proto.String(k.driver)},
 				{Name: proto.String("grpc_status_code"), Value: proto.String(k.code)},
-				{Name: proto.String("method_name"), Value: proto.String(k.method)},
+				{Name: proto.String("method_name"), Value: proto.String(csi.Identity_Probe_FullMethodName)},
 			},
-			Histogram: o.series[k].Proto(),
+			Histogram: p.series[k].Proto(),
 		})
 	}
 	return []*dto.MetricFamily{family}
