@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -188,7 +189,7 @@ func (g *Gate) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
-	st.RemovedTaints = st.RemovedTaints[:len(st.RemovedTaints):len(st.RemovedTaints)]
+	st.RemovedTaints = slices.Clip(st.RemovedTaints)
 	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
 	for r, codes := range g.st.Requests {
 		st.Requests[r] = make(map[string]uint64, len(codes))
