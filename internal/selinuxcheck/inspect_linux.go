@@ -189,23 +189,19 @@ func isContext(s string) bool {
 // symbolic link.
 func fileLabel(path string) (string, error) {
 	buf := make([]byte, 256)
-	for {
-		n, err := unix.Lgetxattr(path, "security.selinux", buf)
-		switch {
-		case errors.Is(err, unix.ERANGE):
-			size, err := unix.Lgetxattr(path, "security.selinux", nil)
-			if err != nil {
-				return "", &fs.PathError{Op: "getxattr", Path: path, Err: err}
-			}
-			buf = make([]byte, size)
-			continue
-		case errors.Is(err, unix.ENODATA):
-			return "", &fs.PathError{Op: "getxattr", Path: path, Err: errors.New("no label")}
-		case err != nil:
-			return "", &fs.PathError{Op: "getxattr", Path: path, Err: err}
-		}
-		return string(bytes.TrimRight(buf[:n], "\x00")), nil
+	n, err := unix.Lgetxattr(path, "security.selinux", buf)
+	if errors.Is(err, unix.ERANGE) {
+		// The kernel's largest attribute value, XATTR_SIZE_MAX.
+		buf = make([]byte, 64<<10)
+		n, err = unix.Lgetxattr(path, "security.selinux", buf)
 	}
+	if errors.Is(err, unix.ENODATA) {
+		err = errors.New("no label")
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "getxattr", Path: path, Err: err}
+	}
+	return string(bytes.TrimRight(buf[:n], "\x00")), nil
 }
 
 // peerContext is the context of the process serving a socket, from a

@@ -3,9 +3,13 @@
 package selinuxcheck
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Where SELinux is off the report is nil, which is what keeps /status,
@@ -95,5 +99,34 @@ func TestSummary(t *testing.T) {
 	}
 	if unchecked.Problem() || (*Report)(nil).Problem() {
 		t.Error("Problem() = true without a denial")
+	}
+}
+
+// A file's label as the kernel stores it, whatever its length, and the
+// error for a file without one. Root may set security.selinux where no
+// security module claims it.
+func TestFileLabel(t *testing.T) {
+	dir := t.TempDir()
+	long := "system_u:object_r:" + strings.Repeat("a", 300) + "_t:s0"
+	for _, label := range []string{"system_u:object_r:container_file_t:s0:c1,c2", long, ""} {
+		path := filepath.Join(dir, fmt.Sprintf("f%d", len(label)))
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if label != "" {
+			if err := unix.Lsetxattr(path, "security.selinux", []byte(label+"\x00"), 0); err != nil {
+				if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+					t.Fatalf("cannot set security.selinux here (CI is set, so this fails; it needs root): %v", err)
+				}
+				t.Skipf("cannot set security.selinux here (it needs root): %v", err)
+			}
+		}
+		got, err := fileLabel(path)
+		switch {
+		case label == "" && (err == nil || !strings.HasSuffix(err.Error(), ": no label")):
+			t.Errorf("fileLabel of a file without a label = %q, %v; want the error no label", got, err)
+		case label != "" && (err != nil || got != label):
+			t.Errorf("fileLabel = %q, %v; want %q", got, err, label)
+		}
 	}
 }

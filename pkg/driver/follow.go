@@ -12,18 +12,15 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
-// Event is a change of the CSI driver seen by Follow.
+// Event is a change of the CSI driver seen by Follow: Reachable once the
+// driver answered GetPluginInfo on its socket with Name, a valid name;
+// not, with no name, once that socket is gone or the driver no longer
+// answers on it.
 type Event struct {
-	// Name is the driver's name, valid (see ValidateName), when Reachable;
-	// "" otherwise.
-	Name string
-	// Reachable is true once the driver answered GetPluginInfo on its
-	// socket, false once that socket is gone or the driver no longer
-	// answers on it.
+	Name      string
 	Reachable bool
 }
 
-// Defaults for the Config fields left at zero.
 const (
 	DefaultTimeout        = time.Second
 	DefaultInitialBackoff = 100 * time.Millisecond
@@ -32,7 +29,6 @@ const (
 
 // Config says how to reach the CSI driver.
 type Config struct {
-	// Address is the driver's socket.
 	Address Address
 	// Timeout bounds each GetPluginInfo attempt, and each connection made
 	// to the driver to hold. Zero or less means DefaultTimeout.
@@ -75,8 +71,8 @@ func (c Config) withDefaults() Config {
 const settleTime = 100 * time.Millisecond
 
 // Follow finds the CSI driver, however long it takes, and then follows its
-// restarts. It calls report (on Follow's goroutine, one event at a time;
-// nil is allowed) with Reachable true and the name each time a socket at
+// restarts. It calls report (on Follow's goroutine, one event at a time)
+// with Reachable true and the name each time a socket at
 // the path answers GetPluginInfo, the first time included, and with
 // Reachable false when the socket is removed or the driver behind it stops
 // answering. A socket removed and re-created in quick succession is
@@ -97,9 +93,6 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	if cfg.Address.Path == "" {
 		return errors.New("no CSI driver address given")
 	}
-	if report == nil {
-		report = func(Event) {}
-	}
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
@@ -112,7 +105,6 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	return err
 }
 
-// follower is the state of Follow.
 type follower struct {
 	cfg     Config
 	logger  klog.Logger
@@ -179,11 +171,9 @@ func (f *follower) unreachable(why string) {
 
 // watchSocket waits while the driver keeps its socket and answers on it,
 // and returns what ended that: socketRemoved, socketCreated (another
-// socket took its place) or noChange (the socket stays, the driver no
-// longer answers). It holds a connection to the driver: a driver that dies
-// leaves its socket file behind, and only that connection tells. A
-// connection that ends while the driver still answers (the driver closed
-// an idle one) is made again.
+// socket took its place) or noChange (the driver no longer answers). The
+// connection it holds tells a driver that died and left its socket file;
+// one the driver closed as idle is made again.
 func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketChange, error) {
 	for {
 		held, cancel := context.WithCancelCause(ctx)
@@ -226,9 +216,8 @@ func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketC
 	}
 }
 
-// idleDeadline is when a wait for the socket's events looks at the file
-// system anyway: never while the directory is watched, so that nothing
-// wakes the registrar while its driver runs; after MaxBackoff otherwise.
+// idleDeadline is when a wait for the socket's events looks anyway: never
+// while the directory is watched, after MaxBackoff otherwise.
 func (f *follower) idleDeadline() time.Time {
 	if f.watcher.watching() {
 		return time.Time{}

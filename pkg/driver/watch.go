@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// socketChange is what happened to the driver's socket.
 type socketChange int
 
 const (
@@ -22,16 +21,14 @@ const (
 )
 
 // socketWatcher tells when the driver's socket is created or removed, from
-// inotify on its directory, so that nothing waits for a timer to notice.
-// It only cuts waits short: where watching is impossible (no inotify
-// instances or watches left, no permission), a look at the file system at
-// each wait's deadline takes its place.
+// inotify on its directory. It only cuts waits short: where watching is
+// impossible (no inotify instances or watches left, no permission), a look
+// at the file system at each wait's deadline takes its place.
 //
 // While the socket's directory does not exist, it watches the deepest
-// existing ancestor, and moves down as directories appear (and back up
-// when one goes). A watch lost without an event (its file system
-// unmounted, or another mounted over the directory) is told by the
-// directory's identity at the next deadline, and put back.
+// existing ancestor, and moves down as directories appear. A watch lost
+// without an event (a file system unmounted or mounted over the directory)
+// is told by the directory's identity at the next deadline, and put back.
 type socketWatcher struct {
 	logger  klog.Logger
 	path    string            // absolute and clean, to compare with event names
@@ -62,7 +59,6 @@ func (w *socketWatcher) close() {
 	}
 }
 
-// watching reports whether events can be expected.
 func (w *socketWatcher) watching() bool {
 	return w.dir != ""
 }
@@ -77,8 +73,8 @@ func (w *socketWatcher) failure(err error) {
 }
 
 // rewatch puts the watch on the deepest existing directory on the way to
-// the socket, unless it is there already, and reports whether it moved:
-// the socket may then have changed unseen.
+// the socket, and reports whether it moved: the socket may then have
+// changed unseen.
 func (w *socketWatcher) rewatch() bool {
 	moved := false
 	// Until stable: a directory created while the watch moved sent no event.
@@ -103,7 +99,6 @@ func (w *socketWatcher) rewatch() bool {
 	return moved
 }
 
-// deepestDir is the deepest existing directory on the way to path.
 func deepestDir(path string) (string, os.FileInfo) {
 	dir := filepath.Dir(path)
 	for {
@@ -115,11 +110,10 @@ func deepestDir(path string) (string, os.FileInfo) {
 	}
 }
 
-// next waits for the socket to be created or removed, and returns noChange
-// at deadline (zero for none), or ctx's error once ctx is done. Where
-// events cannot tell (none expected, lost, or the watch moved), a look at
-// the file system compared with known (the socket last seen, nil for none)
-// does.
+// next waits for the socket to be created or removed; it returns noChange
+// at deadline (zero for none), and ctx's error once ctx is done. Where
+// events cannot tell (none expected, lost, or the watch moved), a look
+// compared with known (the socket last seen, nil for none) does.
 func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.FileInfo) (socketChange, error) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
@@ -167,8 +161,8 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.F
 }
 
 // look tells from the file system what happened to the socket known (nil
-// for none): gone, another file, or unchanged as far as can be told. The
-// modification time tells a new socket that reused the old one's inode.
+// for none). The modification time tells a new socket that reused the old
+// one's inode.
 func (w *socketWatcher) look(known os.FileInfo) socketChange {
 	info, err := os.Lstat(w.path)
 	switch {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -39,7 +40,6 @@ var ErrNotReady = errors.New("driver responded but is not ready")
 type Prober struct {
 	path    string
 	timeout time.Duration
-	metrics *operations
 
 	mu   sync.Mutex
 	conn *grpc.ClientConn // nil until the first probe or after a redial
@@ -48,6 +48,8 @@ type Prober struct {
 	// lastErr is the last probe's outcome as logged, for logging changes only.
 	lastErr string
 	probed  bool
+	// series are the metric's, by label set.
+	series map[series]*histogram.Histogram
 }
 
 // New probes the driver listening on the Unix socket at path; each probe
@@ -56,11 +58,8 @@ func New(path string, timeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Prober{path: path, timeout: timeout, metrics: newOperations()}
+	return &Prober{path: path, timeout: timeout, series: map[series]*histogram.Histogram{}}
 }
-
-// Timeout is the bound of each probe.
-func (p *Prober) Timeout() time.Duration { return p.timeout }
 
 // DriverFound tells the Prober that a driver named name answers on a
 // socket that may be new: the next probe dials it afresh, so that a kept
@@ -69,10 +68,8 @@ func (p *Prober) Timeout() time.Duration { return p.timeout }
 func (p *Prober) DriverFound(name string) {
 	p.mu.Lock()
 	p.driverName = name
-	old := p.conn
-	p.conn = nil
 	p.mu.Unlock()
-	p.retire(old)
+	p.DriverGone()
 }
 
 // DriverGone tells the Prober that the driver's socket was removed, or its
@@ -83,16 +80,11 @@ func (p *Prober) DriverGone() {
 	old := p.conn
 	p.conn = nil
 	p.mu.Unlock()
-	p.retire(old)
-}
-
-// retire closes a replaced connection once probes that may still use it
-// are over: none lasts longer than the timeout.
-func (p *Prober) retire(conn *grpc.ClientConn) {
-	if conn == nil {
-		return
+	if old != nil {
+		// Closed once probes that may still use it are over: none lasts
+		// longer than the timeout.
+		time.AfterFunc(p.timeout, func() { _ = old.Close() })
 	}
-	time.AfterFunc(p.timeout, func() { _ = conn.Close() })
 }
 
 // Close closes the connection.
@@ -146,7 +138,7 @@ func (p *Prober) Probe(ctx context.Context) error {
 	}
 	start := time.Now()
 	resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
-	p.metrics.observe(name, csi.Identity_Probe_FullMethodName, err, time.Since(start))
+	p.observe(name, err, time.Since(start))
 	if err != nil {
 		return err
 	}

@@ -208,8 +208,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		// node.kubernetes.io/not-ready at the node's creation.)
 		before := f.node(t, "n2").Spec.Taints
 		patch, _ := taintRemovalPatch(stale, []string{startup})
-		_, err = c.do(context.Background(), request{method: http.MethodPatch, path: nodePath("n2"), contentType: "application/json-patch+json",
-			body: patch, verb: "patch", resource: "nodes", node: "n2"})
+		_, err = c.do(context.Background(), http.MethodPatch, "n2", "", "application/json-patch+json", patch)
 		var apiErr *APIError
 		if !errors.As(err, &apiErr) || apiErr.Code != http.StatusUnprocessableEntity {
 			t.Fatalf("stale patch: %v, want a 422", err)
@@ -285,15 +284,14 @@ func patch(c *Client, node, subresource, contentType, body string) error {
 
 // patchQuery is patch with a query, such as dryRun=All.
 func patchQuery(c *Client, node, subresource, query, contentType, body string) error {
-	path, resource := nodePath(node), "nodes"
+	suffix := ""
 	if subresource != "" {
-		path, resource = path+"/"+subresource, resource+"/"+subresource
+		suffix = "/" + subresource
 	}
 	if query != "" {
-		path += "?" + query
+		suffix += "?" + query
 	}
-	_, err := c.do(context.Background(), request{method: http.MethodPatch, path: path, contentType: contentType,
-		body: []byte(body), verb: "patch", resource: resource, node: node})
+	_, err := c.do(context.Background(), http.MethodPatch, node, suffix, contentType, []byte(body))
 	return err
 }
 

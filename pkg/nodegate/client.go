@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -126,17 +127,6 @@ func (c *Client) currentToken(fresh bool) (string, error) {
 	return token, nil
 }
 
-// request is one call to the API server, described for error messages.
-type request struct {
-	method      string
-	path        string
-	contentType string
-	body        []byte
-	// verb and resource are the RBAC terms the request needs.
-	verb, resource string
-	node           string
-}
-
 // APIError is an answer of the API server other than 2xx.
 type APIError struct {
 	Code     int
@@ -170,65 +160,59 @@ func (e *APIError) Error() string {
 	}
 }
 
-// do sends r and returns the answer's body; an answer other than 2xx is an
-// *APIError.
-func (c *Client) do(ctx context.Context, r request) ([]byte, error) {
+// do sends a request about node to the API server and returns the
+// answer's body; an answer other than 2xx is an *APIError. subresource is
+// "" or "/status"; the request's verb and resource, the RBAC terms it
+// needs, are said in errors.
+func (c *Client) do(ctx context.Context, method, node, subresource, contentType string, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	body, err := c.send(ctx, r, false)
-	var apiErr *APIError
-	if errors.As(err, &apiErr) && apiErr.Code == http.StatusUnauthorized {
-		// kubelet may have rotated the token since it was read.
-		body, err = c.send(ctx, r, true)
+	verb, resource := strings.ToLower(method), "nodes"+subresource
+	for fresh := false; ; fresh = true {
+		token, err := c.currentToken(fresh)
+		if err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.cfg.Host+"/api/v1/nodes/"+url.PathEscape(node)+subresource, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Accept", "application/json")
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if c.cfg.UserAgent != "" {
+			req.Header.Set("User-Agent", c.cfg.UserAgent)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s of node %q: %w", verb, resource, node, err)
+		}
+		answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%s %s of node %q: reading the answer: %w", verb, resource, node, err)
+		case resp.StatusCode/100 == 2:
+			return answer, nil
+		case resp.StatusCode == http.StatusUnauthorized && !fresh:
+			// kubelet may have rotated the token since it was read.
+			continue
+		}
+		apiErr := &APIError{Code: resp.StatusCode, Verb: verb, Resource: resource, Node: node}
+		var status struct {
+			Message string `json:"message"`
+			Reason  string `json:"reason"`
+		}
+		if json.Unmarshal(answer, &status) == nil && status.Message != "" {
+			apiErr.Message, apiErr.Reason = status.Message, status.Reason
+			apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(status.Message)
+		} else {
+			apiErr.Message = strings.TrimSpace(string(answer[:min(len(answer), 200)]))
+		}
+		return nil, apiErr
 	}
-	return body, err
-}
-
-func (c *Client) send(ctx context.Context, r request, freshToken bool) ([]byte, error) {
-	token, err := c.currentToken(freshToken)
-	if err != nil {
-		return nil, err
-	}
-	var body io.Reader
-	if r.body != nil {
-		body = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.method, c.cfg.Host+r.path, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
-	if r.contentType != "" {
-		req.Header.Set("Content-Type", r.contentType)
-	}
-	if c.cfg.UserAgent != "" {
-		req.Header.Set("User-Agent", c.cfg.UserAgent)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s of node %q: %w", r.verb, r.resource, r.node, err)
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s of node %q: reading the answer: %w", r.verb, r.resource, r.node, err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return answer, nil
-	}
-	apiErr := &APIError{Code: resp.StatusCode, Verb: r.verb, Resource: r.resource, Node: r.node}
-	var status struct {
-		Message string `json:"message"`
-		Reason  string `json:"reason"`
-	}
-	if json.Unmarshal(answer, &status) == nil && status.Message != "" {
-		apiErr.Message, apiErr.Reason = status.Message, status.Reason
-		apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(status.Message)
-	} else {
-		apiErr.Message = strings.TrimSpace(string(answer[:min(len(answer), 200)]))
-	}
-	return nil, apiErr
 }
 
 // refusingPolicy finds, in the message of the API server's refusal, the

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -30,7 +31,6 @@ import (
 // domain-prefixed, and its storage example names this one so.
 const ConditionSuffix = "/NodePluginRegistered"
 
-// Condition reasons.
 const (
 	ReasonRegistered   = "Registered"
 	ReasonRejected     = "RejectedByKubelet"
@@ -60,8 +60,7 @@ type Config struct {
 	TaintKeys []string
 	// Condition sets the <driver name>/NodePluginRegistered condition.
 	Condition bool
-	// Client makes the requests.
-	Client *Client
+	Client    *Client
 	// RetryInitial and RetryMax bound the backoff after a failed update:
 	// it doubles from RetryInitial up to RetryMax (with up to 20% more, so
 	// that the nodes of a cluster spread out), and starts over after a
@@ -183,17 +182,14 @@ func (g *Gate) update(change func(*wanted)) {
 	}
 }
 
-// Status returns a snapshot.
+// Status returns a snapshot. Of what it shares with the gate, the
+// pointers are replaced, never written through, and RemovedTaints only
+// grows: the counts alone are copied.
 func (g *Gate) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
-	st.TaintKeys = append([]string(nil), st.TaintKeys...)
-	st.RemovedTaints = append([]string(nil), st.RemovedTaints...)
-	if st.Condition != nil {
-		c := *st.Condition
-		st.Condition = &c
-	}
+	st.RemovedTaints = slices.Clip(st.RemovedTaints)
 	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
 	for r, codes := range g.st.Requests {
 		st.Requests[r] = make(map[string]uint64, len(codes))
@@ -220,19 +216,12 @@ func (g *Gate) Run(ctx context.Context) {
 	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
 	var done applied
 	backoff := g.cfg.RetryInitial
-	var retry *time.Timer
-	retryC := func() <-chan time.Time {
-		if retry == nil {
-			return nil
-		}
-		return retry.C
-	}
+	retry := time.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			if retry != nil {
-				retry.Stop()
-			}
 			if g.pending(done) {
 				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
 				if err := g.sync(final, logger, &done); err != nil {
@@ -242,12 +231,9 @@ func (g *Gate) Run(ctx context.Context) {
 			}
 			return
 		case <-g.wake:
-		case <-retryC():
+		case <-retry.C:
 		}
-		if retry != nil {
-			retry.Stop()
-			retry = nil
-		}
+		retry.Stop()
 		err := g.sync(ctx, logger, &done)
 		if err == nil || ctx.Err() != nil {
 			backoff = g.cfg.RetryInitial
@@ -260,7 +246,7 @@ func (g *Gate) Run(ctx context.Context) {
 		g.st.NextRetry = &next
 		g.mu.Unlock()
 		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", wait, "err", err)
-		retry = time.NewTimer(wait)
+		retry.Reset(wait)
 	}
 }
 
@@ -277,10 +263,11 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	want := g.want
 	g.mu.Unlock()
 
-	var errs []error
+	var taintErr, condErr error
 	if want.taintGen != done.taintGen {
-		removed, err := g.cfg.Client.removeTaints(ctx, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
-		if err == nil {
+		var removed []string
+		removed, taintErr = g.cfg.Client.removeTaints(ctx, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
+		if taintErr == nil {
 			done.taintGen = want.taintGen
 			now := time.Now()
 			g.mu.Lock()
@@ -292,8 +279,6 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 			} else {
 				logger.V(2).Info("The node has none of the startup taints", "node", g.cfg.NodeName, "keys", g.cfg.TaintKeys)
 			}
-		} else {
-			errs = append(errs, err)
 		}
 	}
 	if want.condGen != done.condGen && want.cond != nil {
@@ -307,6 +292,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 			err = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, patch)
 			g.count(RequestSetCondition, err)
 		}
+		condErr = err
 		if err == nil {
 			done.condGen, done.condStatus, done.condType = want.condGen, want.cond.Status, want.cond.Type
 			c := *want.cond
@@ -314,11 +300,9 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 			g.st.Condition, g.st.ConditionTime = &c, &now
 			g.mu.Unlock()
 			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", c.Type, "status", c.Status, "reason", c.Reason)
-		} else {
-			errs = append(errs, err)
 		}
 	}
-	err := errors.Join(errs...)
+	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.Pending = g.want.taintGen != done.taintGen || g.want.condGen != done.condGen

@@ -16,48 +16,33 @@ func ValidateTaintKey(key string) error {
 		name, prefix = prefix, ""
 	}
 	const rule = "a taint key is an optional DNS subdomain prefix and '/', then at most 63 characters of [A-Za-z0-9-_.] that start and end with a letter or digit, e.g. example.com/agent-not-ready"
+	isDNSSubdomain := len(prefix) <= 253
+	for label := range strings.SplitSeq(prefix, ".") {
+		isDNSSubdomain = isDNSSubdomain && isName(label, 253, false, "-")
+	}
 	switch {
-	case hasPrefix && !isDNSSubdomain(prefix):
+	case hasPrefix && !isDNSSubdomain:
 		return fmt.Errorf("taint key %q: the prefix %q is not a DNS subdomain: %s", key, prefix, rule)
-	case !isQualifiedName(name):
+	case !isName(name, 63, true, "-_."):
 		return fmt.Errorf("taint key %q is not valid: %s", key, rule)
 	}
 	return nil
 }
 
-func isAlphanumeric(c byte, upper bool) bool {
-	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || upper && c >= 'A' && c <= 'Z'
-}
-
-// isQualifiedName: 1-63 characters of [A-Za-z0-9-_.], alphanumeric at
-// both ends.
-func isQualifiedName(s string) bool {
-	if s == "" || len(s) > 63 || !isAlphanumeric(s[0], true) || !isAlphanumeric(s[len(s)-1], true) {
+// isName: 1 to maxLen characters, alphanumeric at both ends (upper case
+// too when upper), and otherwise alphanumeric or one of middle.
+func isName(s string, maxLen int, upper bool, middle string) bool {
+	if s == "" || len(s) > maxLen || !isAlphanumeric(s[0], upper) || !isAlphanumeric(s[len(s)-1], upper) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isAlphanumeric(c, true) && c != '-' && c != '_' && c != '.' {
+		if !isAlphanumeric(s[i], upper) && !strings.ContainsRune(middle, rune(s[i])) {
 			return false
 		}
 	}
 	return true
 }
 
-// isDNSSubdomain: at most 253 characters, dot-separated labels of
-// [a-z0-9-] that are alphanumeric at both ends.
-func isDNSSubdomain(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || !isAlphanumeric(label[0], false) || !isAlphanumeric(label[len(label)-1], false) {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			if c := label[i]; !isAlphanumeric(c, false) && c != '-' {
-				return false
-			}
-		}
-	}
-	return true
+func isAlphanumeric(c byte, upper bool) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || upper && c >= 'A' && c <= 'Z'
 }

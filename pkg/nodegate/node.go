@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 	"time"
 )
@@ -91,11 +90,9 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	return b, removed
 }
 
-func nodePath(node string) string { return "/api/v1/nodes/" + url.PathEscape(node) }
-
 // getTaints reads the node's taints.
 func (c *Client) getTaints(ctx context.Context, node string) ([]taint, error) {
-	body, err := c.do(ctx, request{method: http.MethodGet, path: nodePath(node), verb: "get", resource: "nodes", node: node})
+	body, err := c.do(ctx, http.MethodGet, node, "", "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +120,7 @@ func (c *Client) removeTaints(ctx context.Context, node string, keys []string, c
 	if patch == nil {
 		return nil, nil
 	}
-	_, err = c.do(ctx, request{method: http.MethodPatch, path: nodePath(node), contentType: "application/json-patch+json",
-		body: patch, verb: "patch", resource: "nodes", node: node})
+	_, err = c.do(ctx, http.MethodPatch, node, "", "application/json-patch+json", patch)
 	count(RequestRemoveTaints, err)
 	if err != nil {
 		return nil, err
@@ -134,7 +130,6 @@ func (c *Client) removeTaints(ctx context.Context, node string, keys []string, c
 
 // setCondition patches the node's status with one condition.
 func (c *Client) setCondition(ctx context.Context, node string, patch []byte) error {
-	_, err := c.do(ctx, request{method: http.MethodPatch, path: nodePath(node) + "/status", contentType: "application/strategic-merge-patch+json",
-		body: patch, verb: "patch", resource: "nodes/status", node: node})
+	_, err := c.do(ctx, http.MethodPatch, node, "/status", "application/strategic-merge-patch+json", patch)
 	return err
 }
