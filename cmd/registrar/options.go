@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/logging"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
@@ -180,6 +183,21 @@ const nodeNameEnv = "NODE_NAME"
 
 // gatesNode tells whether the registrar changes the Node object.
 func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
+
+// nodeNameFrom says where node's value comes from.
+func nodeNameFrom(o *options) string {
+	if o.nodeName != "" {
+		return "--node-name"
+	}
+	return nodeNameEnv
+}
+
+// withFlagLogged adds to ctx's logger the flag that a part of the
+// registrar serves, so that its log lines, which speak of what it does,
+// say which flag to change.
+func withFlagLogged(ctx context.Context, flag string) context.Context {
+	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("flag", flag))
+}
 
 // node is --node-name, or NODE_NAME from the environment.
 func (o *options) node() string {

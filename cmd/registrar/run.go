@@ -140,7 +140,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	srv.Observe(tightenOnceRegistered(logger))
 	if gate != nil {
 		srv.Observe(tellGate(gate))
-		defer runUntilStopped(ctx, gate.Run)()
+		defer runUntilStopped(withFlagLogged(ctx, nodeNameFrom(o)), gate.Run)()
 	}
 	if port != nil {
 		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
@@ -167,7 +167,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
 		g.Go(func() error {
-			return withFlag("--driver-health-endpoint", driverHealth.Serve(ctx, o.driverHealthEndpoint, httpShutdownTimeout))
+			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
 	}
 	if port != nil {
@@ -175,7 +175,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		opts.SELinux = selinux.report
 		probes := healthz.New(srv, opts)
 		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error { return withFlag("--http-endpoint", port.Run(ctx)) })
+		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(ctx, "--http-endpoint"))) })
 		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
 	g.Go(func() error { return explainDenial(flagError(srv.Run(ctx)), o.pluginRegistrationPath) })

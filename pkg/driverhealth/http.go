@@ -114,7 +114,7 @@ func listen(ctx context.Context, address string) (net.Listener, error) {
 			return nil, fmt.Errorf("cannot listen on %q: %w", address, err)
 		}
 		if !logged {
-			klog.FromContext(ctx).Info("The --driver-health-endpoint address is in use: waiting for it; the registration goes on meanwhile", "address", address, "interval", listenRetry)
+			klog.FromContext(ctx).Info("The driver health endpoint's address is in use: waiting for it; the registration goes on meanwhile", "address", address, "interval", listenRetry)
 			logged = true
 		}
 		select {

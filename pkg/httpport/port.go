@@ -101,17 +101,17 @@ func (p *Port) Run(ctx context.Context) error {
 			case !inUse && first:
 				return fmt.Errorf("cannot listen on %q: %w", p.address, err)
 			case !inUse:
-				logger.Error(err, "Cannot listen on --http-endpoint again; trying again", "address", p.address, "interval", retryInterval)
+				logger.Error(err, "Cannot listen on the HTTP endpoint's address again; trying again", "address", p.address, "interval", retryInterval)
 			case !wasWaiting:
 				waitingSince = time.Now()
-				logger.Info("The --http-endpoint address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has found the driver", "address", p.address, "maxWait", p.MaxWait)
+				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has found the driver", "address", p.address, "maxWait", p.MaxWait)
 			case time.Since(waitingSince) > p.MaxWait:
 				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
 			retry.Reset(p.retryInterval())
 		} else if l != nil {
 			if !first {
-				logger.Info("Listening on --http-endpoint again", "address", p.address)
+				logger.Info("Listening on the HTTP endpoint's address again", "address", p.address)
 			}
 			select {
 			case p.listeners <- l:

@@ -154,7 +154,7 @@ func (e *APIError) Error() string {
 	case e.Code == http.StatusUnauthorized:
 		return fmt.Sprintf("unauthorized: the API server did not accept the service account's token to %s %s: %s", e.Verb, e.Resource, e.Message)
 	case e.Code == http.StatusNotFound:
-		return fmt.Sprintf("node %q not found: --node-name (or NODE_NAME) must be the node's name, from the downward API's spec.nodeName; the API server said: %s", e.Node, e.Message)
+		return fmt.Sprintf("node %q not found: the registrar must be given its own node's name, from the downward API's spec.nodeName; the API server said: %s", e.Node, e.Message)
 	default:
 		return fmt.Sprintf("%s %s of node %q: %d %s: %s", e.Verb, e.Resource, e.Node, e.Code, http.StatusText(e.Code), e.Message)
 	}

@@ -79,7 +79,7 @@ func TestForbiddenNamesTheMissingRule(t *testing.T) {
 func TestNodeNotFound(t *testing.T) {
 	f := newFakeAPI(t, "n1")
 	_, err := f.client().getTaints(context.Background(), "n2")
-	if err == nil || !strings.HasPrefix(err.Error(), `node "n2" not found: --node-name`) {
+	if err == nil || !strings.HasPrefix(err.Error(), `node "n2" not found: the registrar must be given its own node's name`) {
 		t.Errorf("got %v", err)
 	}
 }

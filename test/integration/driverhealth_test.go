@@ -162,8 +162,8 @@ func TestDriverHealthEndpointInUseIsWaitedFor(t *testing.T) {
 	n.startDriver(t, name)
 	registrar := n.startRegistrar(t, "--driver-health-endpoint="+healthAddr)
 	n.waitForSocket(t, name, registrar)
-	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the address", func() bool {
-		return strings.Contains(registrar.stderr.String(), "The --driver-health-endpoint address is in use: waiting for it")
+	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the address, and for which flag", func() bool {
+		return logLineHas(registrar.stderr.String(), "The driver health endpoint's address is in use: waiting for it", `flag="--driver-health-endpoint"`)
 	})
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatalf("GetInfo while waiting for the address: %v", err)

@@ -256,7 +256,7 @@ func TestHandsTheHTTPPortOverOnASharedNetwork(t *testing.T) {
 	if !ok {
 		t.Error("the older instance does not say it released the port")
 	}
-	if listening, ok := logTime(newer.stderr.String(), "Listening on --http-endpoint again"); ok && !released.IsZero() {
+	if listening, ok := logTime(newer.stderr.String(), "Listening on the HTTP endpoint's address again"); ok && !released.IsZero() {
 		t.Logf("the port was free for %v, from the release to the newer instance's listen (their log lines)", listening.Sub(released))
 	}
 	if !newer.running() || !older.running() {

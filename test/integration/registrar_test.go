@@ -603,8 +603,8 @@ func TestHTTPEndpointInUseIsWaitedFor(t *testing.T) {
 	n.startDriver(t, name)
 	registrar := n.startRegistrar(t)
 	n.waitForSocket(t, name, registrar)
-	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the port", func() bool {
-		return strings.Contains(registrar.stderr.String(), "The --http-endpoint address is in use: waiting for it")
+	poll.UntilWithin(t, slowTimeout, "the registrar says it waits for the port, and for which flag", func() bool {
+		return logLineHas(registrar.stderr.String(), "The HTTP endpoint's address is in use: waiting for it", `flag="--http-endpoint"`)
 	})
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatalf("GetInfo while waiting for the port: %v", err)
@@ -841,4 +841,18 @@ func environWithout(name string, extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// logLineHas tells whether one line of log holds every one of parts.
+func logLineHas(log string, parts ...string) bool {
+	for line := range strings.Lines(log) {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }

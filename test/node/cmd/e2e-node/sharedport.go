@@ -141,9 +141,9 @@ func (s *suite) saveRegistrarLogs(logs map[string]string) string {
 
 // The registrars' log messages that mark the port's change of hands.
 const (
-	logPortWaiting  = "The --http-endpoint address is in use: waiting for it"
+	logPortWaiting  = "The HTTP endpoint's address is in use: waiting for it"
 	logTookOver     = "Took the registration socket over"
-	logListening    = "Listening on --http-endpoint again"
+	logListening    = "Listening on the HTTP endpoint's address again"
 	logHandedOver   = "Handed the registration socket over"
 	logPortReleased = "Released the --http-endpoint port"
 )
