@@ -10,32 +10,21 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/klog/v2/textlogger"
+	"k8s.io/klog/v2"
 )
 
 // newJSONLogger returns a logger that writes one JSON object per line, byte
 // for byte as k8s.io/component-base's JSON format (zap through zapr) writes
-// the same calls; the package comment lists the keys. Info lines go to info
-// and error lines to errs (the same writer when streams are not split).
-// verbosity decides which V levels are written, per call site.
-func newJSONLogger(verbosity *textlogger.Config, info, errs io.Writer) logr.Logger {
-	return logr.New(&jsonSink{
-		info: info,
-		errs: errs,
-		// jsonSink.Enabled is one more frame between the caller and
-		// textlogger, which finds the caller by counting frames.
-		gate: textlogger.NewLogger(verbosity).GetSink().(logr.CallDepthLogSink).WithCallDepth(1),
-	})
+// the same calls. Info lines go to info and error lines to errs (the same
+// writer when streams are not split).
+func newJSONLogger(info, errs io.Writer) logr.Logger {
+	return logr.New(&jsonSink{info: info, errs: errs})
 }
 
-// jsonSink writes each call as one line. -v and --vmodule are decided per
-// call site by a textlogger sink (klog exports its vmodule matching only
-// there). klog.V() checks vmodule itself, but contextual calls
-// (klog.FromContext(ctx).V(4).Info) reach the sink directly.
+// jsonSink writes each call as one line.
 type jsonSink struct {
 	info, errs io.Writer
-	gate       logr.LogSink // textlogger: only Enabled is used
-	name       string       // the WithName names, joined with dots
+	name       string // the WithName names, joined with dots
 	// values holds the WithValues pairs, encoded when they were added, as
 	// zap does: a value that changes later is logged as it was then.
 	values    []byte
@@ -48,8 +37,11 @@ func (s *jsonSink) Init(info logr.RuntimeInfo) {
 	s.callDepth += info.CallDepth
 }
 
+// Enabled applies -v and --vmodule, which klog holds, to the caller. klog.V
+// checks them itself, but contextual calls (klog.FromContext(ctx).V(4).Info)
+// reach the sink directly.
 func (s *jsonSink) Enabled(level int) bool {
-	return s.gate.Enabled(level)
+	return klog.VDepth(1+s.callDepth, klog.Level(level)).Enabled()
 }
 
 func (s *jsonSink) Info(level int, msg string, keysAndValues ...any) {
@@ -143,12 +135,6 @@ var linePool = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledLine = 64 << 10
 
-// epochMillis is how Kubernetes' JSON format writes times: a float number of
-// milliseconds since the Unix epoch.
-func epochMillis(t time.Time) float64 {
-	return float64(t.UnixNano()) / float64(time.Millisecond)
-}
-
 // WithValues encodes the pairs at once, as zap does. A bad key is reported
 // now, from the caller of WithValues, with the values the logger had so far;
 // the pairs before it are kept.
@@ -171,6 +157,5 @@ func (s *jsonSink) WithName(name string) logr.LogSink {
 func (s *jsonSink) WithCallDepth(depth int) logr.LogSink {
 	clone := *s
 	clone.callDepth += depth
-	clone.gate = s.gate.(logr.CallDepthLogSink).WithCallDepth(depth)
 	return &clone
 }

@@ -106,7 +106,11 @@ func appendComplex(b []byte, c complex128, bits int) []byte {
 	return append(b, 'i', '"')
 }
 
-func appendTime(b []byte, t time.Time) []byte { return appendFloat(b, epochMillis(t), 64) }
+// appendTime writes a time as Kubernetes' JSON format writes ts: a float
+// number of milliseconds since the Unix epoch.
+func appendTime(b []byte, t time.Time) []byte {
+	return appendFloat(b, float64(t.UnixNano())/float64(time.Millisecond), 64)
+}
 
 // appendField appends one key/value pair of a call or of WithValues, as
 // zapr converts it.
@@ -301,9 +305,5 @@ func appendSlog(b []byte, key string, value slog.Value) []byte {
 	if len(group) == 0 {
 		return b
 	}
-	b = append(appendKey(b, key), '{')
-	for _, member := range group {
-		b = appendSlog(b, member.Key, member.Value)
-	}
-	return append(b, '}')
+	return append(appendSlog(append(appendKey(b, key), '{'), "", value), '}')
 }

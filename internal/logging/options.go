@@ -199,20 +199,17 @@ func (o *Options) setLogger(stdout, stderr io.Writer) {
 			options = append(options, klog.FlushLogger(buffered.Flush))
 		}
 	}
-	config := func(out io.Writer) *textlogger.Config {
-		config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
-		_ = config.VModule().Set(o.vmodule) // validated
-		return config
-	}
 	if o.format == formatJSON {
-		klog.SetLoggerWithOptions(newJSONLogger(config(io.Discard), info, errs), options...)
+		klog.SetLoggerWithOptions(newJSONLogger(info, errs), options...)
 		return
 	}
 	var out io.Writer = errs
 	if info != errs {
 		out = severityRouter{info: info, errors: errs}
 	}
-	logger := textlogger.NewLogger(config(out))
+	config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
+	_ = config.VModule().Set(o.vmodule) // validated
+	logger := textlogger.NewLogger(config)
 	// klog's unstructured calls (Infof, ...) arrive already formatted.
 	writer := logger.GetSink().(textlogger.KlogBufferWriter)
 	klog.SetLoggerWithOptions(logger, append(options, klog.WriteKlogBuffer(writer.WriteKlogBuffer))...)
