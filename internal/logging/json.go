@@ -13,15 +13,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// newJSONLogger returns a logger that writes one JSON object per line, byte
-// for byte as k8s.io/component-base's JSON format (zap through zapr) writes
-// the same calls. Info lines go to info and error lines to errs (the same
-// writer when streams are not split).
-func newJSONLogger(info, errs io.Writer) logr.Logger {
-	return logr.New(&jsonSink{info: info, errs: errs})
-}
-
-// jsonSink writes each call as one line.
+// jsonSink writes each call as one JSON object per line, byte for byte as
+// k8s.io/component-base's JSON format (zap through zapr) writes the same
+// calls. Info lines go to info and error lines to errs (the same writer
+// when streams are not split).
 type jsonSink struct {
 	info, errs io.Writer
 	name       string // the WithName names, joined with dots

@@ -17,23 +17,10 @@ import (
 )
 
 // This file encodes key/value pairs as component-base's JSON format does:
-// zapr turns each pair into a zap field (zap.Any) and zap's JSON encoder
-// writes it. In short:
-//   - a logr.Marshaler is replaced by what MarshalLog returns (keyError and
-//     "PANIC=..." if it panics), a slog.LogValuer by its resolved value;
-//   - zap writes strings, numbers, bools, time.Duration, time.Time and
-//     []byte itself, and unnamed pointers to and slices of them;
-//   - an error as its message, plus keyVerbose or keyCauses; []error as a
-//     list of such objects under "error"; a fmt.Stringer as its String;
-//   - anything else through encoding/json without HTML escaping, or keyError
-//     with the reason it cannot be.
-//
-// zap's escaping is not quite encoding/json's, which values that go through
-// encoding/json keep: U+2028 and U+2029 are written as they are.
-//
-// One deliberate difference: a time.Time value is written as its own
-// milliseconds since the epoch. component-base's time encoder ignores the
-// value it is given and writes the current time.
+// zapr turns each pair into a zap field with zap.Any, and zap's JSON encoder
+// writes it. One deliberate difference: a time.Time value is written as its
+// own milliseconds since the epoch, where component-base's time encoder
+// ignores the value and writes the current time.
 
 // appendKey appends a comma unless the key is the first of its object, and
 // the key.
@@ -136,8 +123,11 @@ func marshalLog(key string, marshaler logr.Marshaler) (replacedKey string, repla
 	return key, marshaler.MarshalLog()
 }
 
-// appendAny appends a pair as zap.Any converts it, and writes keyError with
-// the reason when the value cannot be written.
+// appendAny appends a pair as zap.Any converts it: []byte as base64, zap's
+// own types (appendZapValue), errors and Stringers as their text, []error
+// as a list of objects, anything else through encoding/json without HTML
+// escaping, which keeps its escaping of U+2028 and U+2029. keyError says
+// why a value could not be written.
 func appendAny(b []byte, key string, value any) []byte {
 	if data, ok := value.([]byte); ok {
 		b = append(appendKey(b, key), '"')
@@ -156,9 +146,12 @@ func appendAny(b []byte, key string, value any) []byte {
 	case []error:
 		b, problem = appendErrors(appendKey(b, key), v)
 	default:
-		var encoded []byte
-		if encoded, problem = marshalJSON(value); problem == nil {
-			b = append(appendKey(b, key), encoded...)
+		// As zap's reflected encoder: encoding/json without escaping HTML.
+		var encoded bytes.Buffer
+		encoder := json.NewEncoder(&encoded)
+		encoder.SetEscapeHTML(false)
+		if problem = encoder.Encode(value); problem == nil {
+			b = append(appendKey(b, key), bytes.TrimSuffix(encoded.Bytes(), []byte("\n"))...)
 		}
 	}
 	if problem != nil {
@@ -220,18 +213,6 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 		return appendTime(b, v), true
 	}
 	return b, false
-}
-
-// marshalJSON encodes as zap's reflected encoder does: encoding/json without
-// escaping HTML characters.
-func marshalJSON(value any) ([]byte, error) {
-	var out bytes.Buffer
-	encoder := json.NewEncoder(&out)
-	encoder.SetEscapeHTML(false)
-	if err := encoder.Encode(value); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // appendText appends a fmt.Stringer's String, or an error's message and,

@@ -73,15 +73,3 @@ func (o *Options) IsLegacyFlag(f *flag.Flag) bool {
 	}
 	return false
 }
-
-// setLegacyFlags returns the legacy flags that were given on fs, in lexical
-// order.
-func (o *Options) setLegacyFlags(fs *flag.FlagSet) []*legacyFlag {
-	var set []*legacyFlag
-	fs.Visit(func(given *flag.Flag) {
-		if o.IsLegacyFlag(given) {
-			set = append(set, given.Value.(*legacyFlag))
-		}
-	})
-	return set
-}

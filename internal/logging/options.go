@@ -1,25 +1,21 @@
 // Package logging turns the logging flags that Kubernetes components share
-// (-v, --vmodule, --logging-format, --log-flush-frequency and the split-stream
-// options) into a configured klog, without k8s.io/component-base, whose
-// logging was measured at 3 MB of binary. docs/flags.md describes the flags
-// and the keys of a JSON line.
+// (-v, --vmodule, --logging-format, --log-flush-frequency and the
+// split-stream options) into a configured klog, without
+// k8s.io/component-base, whose logging was measured at 3 MB of binary.
+// docs/flags.md describes the flags and the keys of a JSON line.
 //
-// The text format is klog's, written by klog's textlogger. The JSON format is
-// byte for byte what component-base's JSON format writes for the same calls
-// (test/logconformance runs both), but for a time.Time value (jsonvalue.go).
-//
-// Everything goes to stderr unless the split-stream flag of the selected
-// format is set: then info lines go to stdout, optionally through a buffer,
-// and the rest to stderr. In text that is warning, error and fatal lines; in
-// JSON, which has no severities, error lines only (klog passes warnings to a
-// logger as info). Programs must call klog.Flush before they exit.
+// Text is klog's format, written by klog's textlogger; JSON is byte for byte
+// component-base's (test/logconformance runs both), but for time.Time values.
+// With the selected format's split stream, info lines go to stdout,
+// optionally buffered, and the rest to stderr (in JSON, which has no
+// severities, klog's warnings are info). Programs must call klog.Flush before
+// they exit.
 //
 // klog's own flags (--logtostderr, --log_file, ...), accepted by upstream
-// v2.10 and older and rejected from v2.11 on, are accepted again, each with
-// one deprecation warning. With the text format and no split stream klog
-// takes them and writes its own output as in v2.10: to files, or to
-// os.Stderr rather than the writer given to Apply. Otherwise they are
-// ignored, and the warning says so.
+// v2.10 and older, are accepted again with a deprecation warning each. klog
+// honours them only with the text format and no split stream, writing its
+// own output as in v2.10: to files, or to os.Stderr rather than Apply's
+// writer.
 package logging
 
 import (
@@ -30,6 +26,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
@@ -89,8 +86,13 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	legacy := o.setLegacyFlags(fs)
-	honourLegacy := false
+	var legacy []*legacyFlag // in lexical order, as fs visits them
+	fs.Visit(func(given *flag.Flag) {
+		if o.IsLegacyFlag(given) {
+			legacy = append(legacy, given.Value.(*legacyFlag))
+		}
+	})
+	var honoured []*legacyFlag // the legacy flags klog takes
 	effect := "klog still honours it for now because the text format is used without a split stream"
 	switch {
 	case o.format == formatJSON:
@@ -98,20 +100,20 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	case o.text.splitStream:
 		effect = "it has no effect with --log-text-split-stream"
 	default:
-		honourLegacy = len(legacy) > 0
+		honoured = legacy
 	}
 
 	before := klog.CaptureState()
 	// klog reads the flush callback without a lock: keep the daemon stopped
 	// while the logger is replaced.
 	klog.StopFlushDaemon()
-	if err := o.configureKlog(legacy, honourLegacy, stdout, stderr); err != nil {
+	if err := o.configureKlog(honoured, stdout, stderr); err != nil {
 		// Only klog can check the values of its own flags, by taking them:
 		// undo what was taken before one failed.
 		before.Restore()
 		return err
 	}
-	if honourLegacy {
+	if len(honoured) > 0 {
 		// klog writes its files itself, through buffers only its daemon
 		// flushes. Otherwise nothing needs it: stderr is written at once,
 		// and a buffer of info lines flushes itself (lineWriter), so an
@@ -127,13 +129,13 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// configureKlog sets klog's verbosity and either hands it the legacy flags,
-// so that it writes its output itself, or gives it a logger.
-func (o *Options) configureKlog(legacy []*legacyFlag, honourLegacy bool, stdout, stderr io.Writer) error {
+// configureKlog sets klog's verbosity and either hands it the legacy flags
+// it honours, so that it writes its output itself, or gives it a logger.
+func (o *Options) configureKlog(honoured []*legacyFlag, stdout, stderr io.Writer) error {
 	// klog.V checks -v and --vmodule itself before a call reaches the logger.
 	settings := []*legacyFlag{{name: "v", value: fmt.Sprint(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
-	if honourLegacy {
-		settings = append(settings, legacy...)
+	if len(honoured) > 0 {
+		settings = append(settings, honoured...)
 		klog.ClearLogger()
 	} else {
 		o.setLogger(stdout, stderr)
@@ -200,7 +202,7 @@ func (o *Options) setLogger(stdout, stderr io.Writer) {
 		}
 	}
 	if o.format == formatJSON {
-		klog.SetLoggerWithOptions(newJSONLogger(info, errs), options...)
+		klog.SetLoggerWithOptions(logr.New(&jsonSink{info: info, errs: errs}), options...)
 		return
 	}
 	var out io.Writer = errs
