@@ -132,7 +132,8 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 // configureKlog sets klog's verbosity and either hands it the legacy flags
 // it honours, so that it writes its output itself, or gives it a logger.
 func (o *Options) configureKlog(honoured []*legacyFlag, stdout, stderr io.Writer) error {
-	// klog.V checks -v and --vmodule itself before a call reaches the logger.
+	// klog.V checks -v and --vmodule itself before a call reaches the
+	// logger. They are klog's flags, set as the legacy ones are.
 	settings := []*legacyFlag{{name: "v", value: fmt.Sprint(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
 	if len(honoured) > 0 {
 		settings = append(settings, honoured...)
