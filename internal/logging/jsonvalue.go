@@ -189,6 +189,7 @@ func appendZapValue(b []byte, value any) ([]byte, bool) {
 	return append(b, ']'), true
 }
 
+// appendScalar appends value if its type is one that zap writes itself.
 func appendScalar(b []byte, value any) ([]byte, bool) {
 	switch v := value.(type) {
 	case string:
