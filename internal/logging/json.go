@@ -3,41 +3,23 @@ package logging
 import (
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/klog/v2/textlogger"
+	"k8s.io/klog/v2"
 )
 
-// newJSONLogger returns a logger that writes one JSON object per line, byte
-// for byte as k8s.io/component-base's JSON format (zap through zapr) writes
-// the same calls (test/logconformance compares them): ts, logger (the
-// WithName names, if any), caller, msg, the WithValues pairs, then on info
-// lines v and the call's pairs, on error lines the call's pairs and err.
-// Info lines go to info and error lines to errs (the same writer when
-// streams are not split). verbosity decides which V levels are written, per
-// call site.
-func newJSONLogger(verbosity *textlogger.Config, info, errs io.Writer) logr.Logger {
-	return logr.New(&jsonSink{
-		info: info,
-		errs: errs,
-		// jsonSink.Enabled is one more frame between the caller and
-		// textlogger, which finds the caller by counting frames.
-		gate: withCallDepth(textlogger.NewLogger(verbosity).GetSink(), 1),
-	})
-}
-
-// jsonSink writes each call as one line. -v and --vmodule are decided per
-// call site by a textlogger sink (klog exports its vmodule matching only
-// there). klog.V() checks vmodule itself, but contextual calls
-// (klog.FromContext(ctx).V(4).Info) reach the sink directly.
+// jsonSink writes each call as one JSON object per line, byte for byte as
+// k8s.io/component-base's JSON format (zap through zapr) writes the same
+// calls. Info lines go to info and error lines to errs (the same writer
+// when streams are not split).
 type jsonSink struct {
 	info, errs io.Writer
-	gate       logr.LogSink // textlogger: only Enabled is used
-	name       string       // the WithName names, joined with dots
+	name       string // the WithName names, joined with dots
 	// values holds the WithValues pairs, encoded when they were added, as
 	// zap does: a value that changes later is logged as it was then.
 	values    []byte
@@ -50,101 +32,85 @@ func (s *jsonSink) Init(info logr.RuntimeInfo) {
 	s.callDepth += info.CallDepth
 }
 
+// Enabled applies -v and --vmodule, which klog holds, to the caller. klog.V
+// checks them itself, but contextual calls (klog.FromContext(ctx).V(4).Info)
+// reach the sink directly.
 func (s *jsonSink) Enabled(level int) bool {
-	return s.gate.Enabled(level)
+	return klog.VDepth(1+s.callDepth, klog.Level(level)).Enabled()
 }
 
 func (s *jsonSink) Info(level int, msg string, keysAndValues ...any) {
-	pc := s.caller()
-	line := s.begin(pc, msg)
-	line = appendKey(line, "v")
-	line = strconv.AppendInt(line, int64(level), 10)
-	line = s.appendPairs(line, pc, keysAndValues)
-	s.end(s.info, line)
+	caller := s.caller()
+	line := s.begin(caller, msg)
+	line = strconv.AppendInt(appendKey(line, "v"), int64(level), 10)
+	s.end(s.info, s.appendPairs(line, caller, keysAndValues))
 }
 
 func (s *jsonSink) Error(err error, msg string, keysAndValues ...any) {
-	pc := s.caller()
-	line := s.appendPairs(s.begin(pc, msg), pc, keysAndValues)
+	caller := s.caller()
+	line := s.appendPairs(s.begin(caller, msg), caller, keysAndValues)
 	if err != nil {
-		line = appendError(line, "err", err)
+		line = appendAny(line, "err", err)
 	}
 	s.end(s.errs, line)
 }
 
-// caller returns the program counter of the call to logr's Info or Error.
-func (s *jsonSink) caller() uintptr {
-	var pc [1]uintptr
-	// Skip runtime.Callers, caller, and Info or Error.
-	runtime.Callers(3+s.callDepth, pc[:])
-	return pc[0]
+// caller returns where Info, Error or WithValues was called from, as zap's
+// short caller encoder writes it: the source file's directory and name and
+// the line, as in "registration/server.go:42".
+func (s *jsonSink) caller() string {
+	// Skip caller and the jsonSink method; callDepth counts logr's frame.
+	_, file, line, ok := runtime.Caller(2 + s.callDepth)
+	if !ok {
+		return ""
+	}
+	if slash := strings.LastIndexByte(file, '/'); slash >= 0 {
+		if dirSlash := strings.LastIndexByte(file[:slash], '/'); dirSlash >= 0 {
+			file = file[dirSlash+1:]
+		}
+	}
+	return file + ":" + strconv.Itoa(line)
 }
 
-// appendPairs appends the call's key/value pairs to line. Like zapr, it
-// stops at a key that is not a string or has no value, and reports it first
-// on a line of its own to errs.
-func (s *jsonSink) appendPairs(line []byte, pc uintptr, keysAndValues []any) []byte {
-	line, problem, bad := appendPairs(line, keysAndValues)
-	if problem != "" {
-		s.report(pc, problem, bad)
+// appendPairs appends the pairs up to the first key that is not a string or
+// has no value. Like zapr, it reports that key first, on a line of its own
+// to errs with zapr's message and key.
+func (s *jsonSink) appendPairs(line []byte, caller string, pairs []any) []byte {
+	for i := 0; i < len(pairs); i += 2 {
+		key, isString := pairs[i].(string)
+		switch {
+		case i == len(pairs)-1:
+			s.report(caller, "odd number of arguments passed as key-value pairs for logging", "ignored key", pairs[i])
+			return line
+		case !isString:
+			s.report(caller, "non-string key argument passed to logging, ignoring all later arguments", "invalid key", pairs[i])
+			return line
+		}
+		line = appendField(line, key, pairs[i+1])
 	}
 	return line
 }
 
-// The problems appendPairs reports, with zapr's messages and keys.
-const (
-	oddPairs     = "odd number of arguments passed as key-value pairs for logging"
-	nonStringKey = "non-string key argument passed to logging, ignoring all later arguments"
-)
-
-// appendPairs appends the pairs up to the first key that is not a string or
-// has no value. It returns zapr's message for that problem, or "", and the
-// key.
-func appendPairs(line []byte, pairs []any) (_ []byte, problem string, bad any) {
-	for i := 0; i < len(pairs); i += 2 {
-		if i == len(pairs)-1 {
-			return line, oddPairs, pairs[i]
-		}
-		key, ok := pairs[i].(string)
-		if !ok {
-			return line, nonStringKey, pairs[i]
-		}
-		line = appendField(line, key, pairs[i+1])
-	}
-	return line, "", nil
-}
-
-// report writes a problem with the key/value pairs of a call as zapr does:
-// a line of its own to errs, with the logger's name and values, and the
-// offending key under "ignored key" or "invalid key".
-func (s *jsonSink) report(pc uintptr, problem string, bad any) {
-	key := "invalid key"
-	if problem == oddPairs {
-		key = "ignored key"
-	}
-	s.end(s.errs, appendField(s.begin(pc, problem), key, bad))
+// report writes a problem with a call's pairs, with the logger's name and
+// values.
+func (s *jsonSink) report(caller, problem, label string, key any) {
+	s.end(s.errs, appendField(s.begin(caller, problem), label, key))
 }
 
 // begin starts a line: ts, logger, caller, msg and the WithValues pairs.
-func (s *jsonSink) begin(pc uintptr, msg string) []byte {
+func (s *jsonSink) begin(caller, msg string) []byte {
 	line := (*linePool.Get().(*[]byte))[:0]
 	line = append(line, '{')
-	line = appendKey(line, "ts")
-	line = appendFloat(line, epochMillis(time.Now()), 64)
+	line = appendTime(appendKey(line, "ts"), time.Now())
 	if s.name != "" {
-		line = appendKey(line, "logger")
-		line = appendString(line, s.name)
+		line = appendString(appendKey(line, "logger"), s.name)
 	}
-	if pc != 0 {
-		frame, _ := runtime.CallersFrames([]uintptr{pc}).Next()
-		line = appendKey(line, "caller")
-		line = appendString(line, shortCaller(frame.File, frame.Line))
+	if caller != "" {
+		line = appendString(appendKey(line, "caller"), caller)
 	}
-	line = appendKey(line, "msg")
-	line = appendString(line, msg)
+	line = appendString(appendKey(line, "msg"), msg)
 	if len(s.values) > 0 {
-		line = append(line, ',')
-		line = append(line, s.values...)
+		line = append(append(line, ','), s.values...)
 	}
 	return line
 }
@@ -164,37 +130,12 @@ var linePool = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledLine = 64 << 10
 
-// shortCaller returns the source file's directory and name and the line, as
-// in "registration/server.go:42", as zap's short caller encoder does.
-func shortCaller(file string, line int) string {
-	if slash := strings.LastIndexByte(file, '/'); slash >= 0 {
-		if dirSlash := strings.LastIndexByte(file[:slash], '/'); dirSlash >= 0 {
-			file = file[dirSlash+1:]
-		}
-	}
-	return file + ":" + strconv.Itoa(line)
-}
-
-// epochMillis is how Kubernetes' JSON format writes times: a float number of
-// milliseconds since the Unix epoch.
-func epochMillis(t time.Time) float64 {
-	return float64(t.UnixNano()) / float64(time.Millisecond)
-}
-
 // WithValues encodes the pairs at once, as zap does. A bad key is reported
 // now, from the caller of WithValues, with the values the logger had so far;
 // the pairs before it are kept.
 func (s *jsonSink) WithValues(keysAndValues ...any) logr.LogSink {
-	values := append([]byte(nil), s.values...)
-	values, problem, bad := appendPairs(values, keysAndValues)
-	if problem != "" {
-		var pc [1]uintptr
-		// Skip runtime.Callers and WithValues.
-		runtime.Callers(2+s.callDepth, pc[:])
-		s.report(pc[0], problem, bad)
-	}
 	clone := *s
-	clone.values = values
+	clone.values = s.appendPairs(slices.Clone(s.values), s.caller(), keysAndValues)
 	return &clone
 }
 
@@ -211,11 +152,5 @@ func (s *jsonSink) WithName(name string) logr.LogSink {
 func (s *jsonSink) WithCallDepth(depth int) logr.LogSink {
 	clone := *s
 	clone.callDepth += depth
-	clone.gate = withCallDepth(s.gate, depth)
 	return &clone
-}
-
-// withCallDepth is for textlogger's sink, which supports call depths.
-func withCallDepth(sink logr.LogSink, depth int) logr.LogSink {
-	return sink.(logr.CallDepthLogSink).WithCallDepth(depth)
 }

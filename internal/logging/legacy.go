@@ -62,12 +62,6 @@ func newLegacyFlags() []*legacyFlag {
 	}
 }
 
-func (o *Options) addLegacyFlags(fs *flag.FlagSet) {
-	for _, f := range o.legacy {
-		fs.Var(f, f.name, "DEPRECATED, will be removed; only honoured with --logging-format=text without --log-text-split-stream: "+f.usage)
-	}
-}
-
 // IsLegacyFlag tells whether f is one of klog's own flags that AddFlags
 // registered: deprecated, kept only for manifests written for upstream v2.10
 // and older.
@@ -78,19 +72,4 @@ func (o *Options) IsLegacyFlag(f *flag.Flag) bool {
 		}
 	}
 	return false
-}
-
-// setLegacyFlags returns the legacy flags that were given on fs, in lexical
-// order.
-func (o *Options) setLegacyFlags(fs *flag.FlagSet) []*legacyFlag {
-	if fs == nil {
-		return nil
-	}
-	var set []*legacyFlag
-	fs.Visit(func(given *flag.Flag) {
-		if o.IsLegacyFlag(given) {
-			set = append(set, given.Value.(*legacyFlag))
-		}
-	})
-	return set
 }

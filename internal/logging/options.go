@@ -1,34 +1,21 @@
 // Package logging turns the logging flags that Kubernetes components share
-// (-v, --vmodule, --logging-format, --log-flush-frequency and the split-stream
-// options) into a configured klog, without k8s.io/component-base.
+// (-v, --vmodule, --logging-format, --log-flush-frequency and the
+// split-stream options) into a configured klog, without
+// k8s.io/component-base, whose logging was measured at 3 MB of binary.
+// docs/flags.md describes the flags and the keys of a JSON line.
 //
-// Formats:
-//   - text (default): klog's line format, written by klog's textlogger.
-//   - json: one object per line, byte for byte what k8s.io/component-base's
-//     JSON format writes for the same calls (test/logconformance runs both):
-//     ts, logger (names from WithName, joined with dots), caller, msg, the
-//     WithValues pairs, then on info lines v and the call's pairs, on error
-//     lines the call's pairs and err. ts is a float number of milliseconds
-//     since the Unix epoch. Values are encoded as zap encodes them there;
-//     the one exception is a time.Time value, written as its own time where
-//     component-base writes the time of the call (see jsonvalue.go).
+// Text is klog's format, written by klog's textlogger; JSON is byte for byte
+// component-base's (test/logconformance runs both), but for time.Time values.
+// With the selected format's split stream, info lines go to stdout,
+// optionally buffered, and the rest to stderr (in JSON, which has no
+// severities, klog's warnings are info). Programs must call klog.Flush before
+// they exit.
 //
-// Everything goes to stderr unless the split-stream flag of the selected
-// format is set: then info lines go to stdout, optionally through a buffer
-// emptied by klog.Flush and at most --log-flush-frequency after a line went
-// into it, and the rest to stderr. In
-// text that is warning, error and fatal lines; in JSON, which has no
-// severities, error lines only (klog passes warnings to a logger as info).
-// Programs must call klog.Flush before they exit.
-//
-// klog's own flags (--logtostderr, --log_file, ...) were accepted by upstream
-// v2.10 and older and rejected from v2.11 on. They are accepted again, each
-// with one deprecation warning. With the text format and no split stream they
-// are handed to klog, which then writes its own output as it did in v2.10:
-// to files, or to the process's standard error (os.Stderr, not the writer
-// given to Apply), with their headers and backtraces. With the JSON format or
-// a split stream klog does not write output itself, so they are ignored and
-// the warning says so.
+// klog's own flags (--logtostderr, --log_file, ...), accepted by upstream
+// v2.10 and older, are accepted again with a deprecation warning each. klog
+// honours them only with the text format and no split stream, writing its
+// own output as in v2.10: to files, or to os.Stderr rather than Apply's
+// writer.
 package logging
 
 import (
@@ -39,14 +26,14 @@ import (
 	"math"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
 
 const (
-	formatText            = "text"
-	formatJSON            = "json"
-	defaultFlushFrequency = 5 * time.Second
+	formatText = "text"
+	formatJSON = "json"
 )
 
 // Options holds the logging flags.
@@ -55,8 +42,7 @@ type Options struct {
 	vmodule        string
 	format         string
 	flushFrequency time.Duration
-	text           streamOptions
-	json           streamOptions
+	text, json     streamOptions
 	legacy         []*legacyFlag
 }
 
@@ -69,11 +55,7 @@ type streamOptions struct {
 // NewOptions returns the options with Kubernetes' defaults: text format,
 // verbosity 0, flushes every 5s, everything to stderr.
 func NewOptions() *Options {
-	return &Options{
-		format:         formatText,
-		flushFrequency: defaultFlushFrequency,
-		legacy:         newLegacyFlags(),
-	}
+	return &Options{format: formatText, flushFrequency: 5 * time.Second, legacy: newLegacyFlags()}
 }
 
 // AddFlags registers the flags on fs.
@@ -84,7 +66,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.flushFrequency, "log-flush-frequency", o.flushFrequency, "maximum time between log flushes")
 	o.text.addFlags(fs, formatText, "warnings and errors")
 	o.json.addFlags(fs, formatJSON, "errors")
-	o.addLegacyFlags(fs)
+	for _, f := range o.legacy {
+		fs.Var(f, f.name, "DEPRECATED, will be removed; only honoured with --logging-format=text without --log-text-split-stream: "+f.usage)
+	}
 }
 
 func (s *streamOptions) addFlags(fs *flag.FlagSet, format, toStderr string) {
@@ -94,41 +78,47 @@ func (s *streamOptions) addFlags(fs *flag.FlagSet, format, toStderr string) {
 		"in "+format+" format with split streams, buffer up to this `size` of info messages between flushes, in bytes (65536) or as a quantity (64Ki, 1Mi, 500k), at most 2Gi; 0 writes them at once")
 }
 
-// Apply validates the flag values and configures klog's global logger,
-// starts klog's periodic flush where klog writes files itself, and logs
-// one deprecation warning for each of klog's own flags that was set on fs. The error says what to change.
-// Apply changes process-wide state: call it once, before logging.
+// Apply validates the flag values, configures klog's global logger and logs
+// one deprecation warning for each of klog's own flags that was set on fs.
+// The error says what to change. Apply changes process-wide state: call it
+// once, before logging.
 func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	legacy := o.setLegacyFlags(fs)
-	honourLegacy := o.format == formatText && !o.text.splitStream && len(legacy) > 0
-
-	before := klog.CaptureState()
-	// klog reads the flush callback without a lock: keep the daemon stopped
-	// while the logger is replaced.
-	klog.StopFlushDaemon()
-	if err := o.configureKlog(legacy, honourLegacy, stdout, stderr); err != nil {
-		// Only klog can check the values of its own flags, by taking them:
-		// undo what was taken before one failed.
-		before.Restore()
-		return err
-	}
-	if honourLegacy {
-		// klog writes its files itself, through buffers only its daemon
-		// flushes. Otherwise nothing needs it: stderr is written at once,
-		// and a buffer of info lines flushes itself (bufferedWriter), so
-		// an idle registrar is not woken every few seconds.
-		klog.StartFlushDaemon(o.flushFrequency)
-	}
-
+	var legacy []*legacyFlag // in lexical order, as fs visits them
+	fs.Visit(func(given *flag.Flag) {
+		if o.IsLegacyFlag(given) {
+			legacy = append(legacy, given.Value.(*legacyFlag))
+		}
+	})
+	var honoured []*legacyFlag // the legacy flags klog takes
 	effect := "klog still honours it for now because the text format is used without a split stream"
 	switch {
 	case o.format == formatJSON:
 		effect = "it has no effect with --logging-format=json"
 	case o.text.splitStream:
 		effect = "it has no effect with --log-text-split-stream"
+	default:
+		honoured = legacy
+	}
+
+	before := klog.CaptureState()
+	// klog reads the flush callback without a lock: keep the daemon stopped
+	// while the logger is replaced.
+	klog.StopFlushDaemon()
+	if err := o.configureKlog(honoured, stdout, stderr); err != nil {
+		// Only klog can check the values of its own flags, by taking them:
+		// undo what was taken before one failed.
+		before.Restore()
+		return err
+	}
+	if len(honoured) > 0 {
+		// klog writes its files itself, through buffers only its daemon
+		// flushes. Otherwise nothing needs it: stderr is written at once,
+		// and a buffer of info lines flushes itself (lineWriter), so an
+		// idle registrar is not woken every few seconds.
+		klog.StartFlushDaemon(o.flushFrequency)
 	}
 	for _, f := range legacy {
 		klog.Warningf("flag --%s is deprecated and will be removed; %s", f.name, effect)
@@ -139,25 +129,23 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// configureKlog sets klog's verbosity and either hands it the legacy flags,
-// so that it writes its output itself, or gives it a logger.
-func (o *Options) configureKlog(legacy []*legacyFlag, honourLegacy bool, stdout, stderr io.Writer) error {
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	if honourLegacy {
-		for _, f := range legacy {
-			if err := klogFlags.Set(f.name, f.value); err != nil {
-				return fmt.Errorf("--%s=%q is not valid: %w", f.name, f.value, err)
-			}
-		}
+// configureKlog sets klog's verbosity and either hands it the legacy flags
+// it honours, so that it writes its output itself, or gives it a logger.
+func (o *Options) configureKlog(honoured []*legacyFlag, stdout, stderr io.Writer) error {
+	// klog.V checks -v and --vmodule itself before a call reaches the
+	// logger. They are klog's flags, set as the legacy ones are.
+	settings := []*legacyFlag{{name: "v", value: fmt.Sprint(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
+	if len(honoured) > 0 {
+		settings = append(settings, honoured...)
 		klog.ClearLogger()
 	} else {
 		o.setLogger(stdout, stderr)
 	}
-	// klog.V checks -v and --vmodule itself before a call reaches the logger.
-	for _, setting := range [][2]string{{"v", fmt.Sprint(o.verbosity)}, {"vmodule", o.vmodule}} {
-		if err := klogFlags.Set(setting[0], setting[1]); err != nil {
-			return fmt.Errorf("internal error: klog rejected -%s=%q after validation: %w", setting[0], setting[1], err)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for _, f := range settings {
+		if err := klogFlags.Set(f.name, f.value); err != nil {
+			return fmt.Errorf("--%s=%q is not valid: %w", f.name, f.value, err)
 		}
 	}
 	return nil
@@ -203,41 +191,29 @@ func (o *Options) validate() error {
 // setLogger gives klog a logger for the selected format writing to stdout and
 // stderr, and lets klog.Flush empty the info buffer if there is one.
 func (o *Options) setLogger(stdout, stderr io.Writer) {
-	info, errs, flush := o.selected().outputs(stdout, stderr, o.flushFrequency)
-	verbosity := func(out io.Writer) *textlogger.Config {
-		config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
-		_ = config.VModule().Set(o.vmodule) // validated
-		return config
+	options := []klog.LoggerOption{klog.ContextualLogger(true)}
+	errs := &lineWriter{out: stderr}
+	var info io.Writer = errs
+	if selected := o.selected(); selected.splitStream {
+		info = &lineWriter{out: stdout}
+		if size := selected.infoBufferSize.bytes; size > 0 {
+			buffered := newBufferedWriter(stdout, int(size), o.flushFrequency)
+			info = buffered
+			options = append(options, klog.FlushLogger(buffered.Flush))
+		}
 	}
-	options := []klog.LoggerOption{klog.ContextualLogger(true), klog.FlushLogger(flush)}
 	if o.format == formatJSON {
-		klog.SetLoggerWithOptions(newJSONLogger(verbosity(io.Discard), info, errs), options...)
+		klog.SetLoggerWithOptions(logr.New(&jsonSink{info: info, errs: errs}), options...)
 		return
 	}
 	var out io.Writer = errs
 	if info != errs {
 		out = severityRouter{info: info, errors: errs}
 	}
-	logger := textlogger.NewLogger(verbosity(out))
+	config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
+	_ = config.VModule().Set(o.vmodule) // validated
+	logger := textlogger.NewLogger(config)
 	// klog's unstructured calls (Infof, ...) arrive already formatted.
-	if writer, ok := logger.GetSink().(textlogger.KlogBufferWriter); ok {
-		options = append(options, klog.WriteKlogBuffer(writer.WriteKlogBuffer))
-	}
-	klog.SetLoggerWithOptions(logger, options...)
-}
-
-// outputs returns the writers for info and for error lines, the same one
-// unless the stream is split, and a function that flushes buffered info
-// lines, nil if there is no buffer. Buffered lines wait at most every.
-func (s *streamOptions) outputs(stdout, stderr io.Writer, every time.Duration) (info, errs io.Writer, flush func()) {
-	errs = newLockedWriter(stderr)
-	switch {
-	case !s.splitStream:
-		return errs, errs, nil
-	case s.infoBufferSize.bytes > 0:
-		buffered := newBufferedWriter(stdout, int(s.infoBufferSize.bytes), every)
-		return buffered, errs, buffered.Flush
-	default:
-		return newLockedWriter(stdout), errs, nil
-	}
+	writer := logger.GetSink().(textlogger.KlogBufferWriter)
+	klog.SetLoggerWithOptions(logger, append(options, klog.WriteKlogBuffer(writer.WriteKlogBuffer))...)
 }

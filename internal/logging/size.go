@@ -60,37 +60,18 @@ func (s *byteSize) Set(text string) error {
 // whole byte and capped at maxInfoBufferSize.
 func parseByteSize(text string) (int64, error) {
 	number := strings.TrimRight(text, "kKMGTPEi")
-	suffix := text[len(number):]
-	multiplier, knownSuffix := sizeMultipliers[suffix]
-	if !knownSuffix || !isDecimal(number) {
+	multiplier, knownSuffix := sizeMultipliers[text[len(number):]]
+	size, isNumber := new(big.Rat).SetString(number)
+	// Digits and a point only: big.Rat also takes signs, fractions (1/2) and
+	// exponents (1e3).
+	if !knownSuffix || !isNumber || strings.Trim(number, "0123456789.") != "" {
 		return 0, fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
 	}
-	size, _ := new(big.Rat).SetString(number) // isDecimal checked the syntax
 	size.Mul(size, new(big.Rat).SetInt64(multiplier))
-	whole := new(big.Int).Quo(size.Num(), size.Denom())
-	if !size.IsInt() {
-		whole.Add(whole, big.NewInt(1))
-	}
-	if whole.Cmp(big.NewInt(maxInfoBufferSize)) > 0 {
+	if size.Cmp(new(big.Rat).SetInt64(maxInfoBufferSize)) >= 0 {
 		return maxInfoBufferSize, nil
 	}
-	return whole.Int64(), nil
-}
-
-// isDecimal reports whether s is digits with at most one decimal point and at
-// least one digit, so that big.Rat does not get to accept fractions (1/2) or
-// exponents (1e3).
-func isDecimal(s string) bool {
-	digits, points := 0, 0
-	for _, c := range s {
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.':
-			points++
-		default:
-			return false
-		}
-	}
-	return digits > 0 && points <= 1
+	// Rounded up: (numerator + denominator - 1) / denominator.
+	whole := new(big.Int).Add(size.Num(), size.Denom())
+	return whole.Sub(whole, big.NewInt(1)).Quo(whole, size.Denom()).Int64(), nil
 }

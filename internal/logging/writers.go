@@ -7,43 +7,33 @@ import (
 	"time"
 )
 
-// lockedWriter serialises writes so that lines written concurrently by
+// lineWriter serialises writes, so that lines written concurrently by
 // several goroutines never interleave, whatever the injected writer is.
-type lockedWriter struct {
-	mu  sync.Mutex
-	out io.Writer
-}
-
-func newLockedWriter(out io.Writer) *lockedWriter {
-	return &lockedWriter{out: out}
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.Write(p)
-}
-
-// bufferedWriter holds info output in memory until it is flushed: by
-// klog.Flush, when the buffer is full, or at the latest `every` after a
-// line went into an empty buffer. Nothing wakes it while the buffer is
-// empty, unlike klog's flush daemon, which ticks for ever. A line that
-// does not fit in what is left of the buffer first flushes the buffer, so
-// the underlying writer only ever receives whole lines.
-type bufferedWriter struct {
+//
+// With a buffer, it holds info output in memory until it is flushed: by
+// klog.Flush, when the buffer is full, or at the latest `every` after a line
+// went into an empty buffer. Nothing wakes it while the buffer is empty,
+// unlike klog's flush daemon, which ticks for ever. A line that does not fit
+// in what is left of the buffer first flushes the buffer, so the underlying
+// writer only ever receives whole lines.
+type lineWriter struct {
 	mu    sync.Mutex
-	buf   *bufio.Writer
+	out   io.Writer
+	buf   *bufio.Writer // nil: writes go straight to out
 	every time.Duration
 	timer *time.Timer // armed while lines wait in the buffer
 }
 
-func newBufferedWriter(out io.Writer, size int, every time.Duration) *bufferedWriter {
-	return &bufferedWriter{buf: bufio.NewWriterSize(out, size), every: every}
+func newBufferedWriter(out io.Writer, size int, every time.Duration) *lineWriter {
+	return &lineWriter{out: out, buf: bufio.NewWriterSize(out, size), every: every}
 }
 
-func (w *bufferedWriter) Write(p []byte) (int, error) {
+func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.buf == nil {
+		return w.out.Write(p)
+	}
 	if len(p) > w.buf.Available() && w.buf.Buffered() > 0 {
 		if err := w.buf.Flush(); err != nil {
 			return 0, err
@@ -60,7 +50,7 @@ func (w *bufferedWriter) Write(p []byte) (int, error) {
 
 // Flush writes out whatever is buffered. Errors are dropped: there is no
 // better place than the log itself to report them.
-func (w *bufferedWriter) Flush() {
+func (w *lineWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_ = w.buf.Flush()
