@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +15,9 @@ import (
 
 // runDiagnose prints the node set-up checklist and returns the exit code.
 func runDiagnose(ctx context.Context, o *options, stdout, stderr io.Writer) int {
-	if onlyDiagnoseSet(o) {
-		// kubectl exec passes no flags: borrow the running registrar's.
+	if o.flags.NFlag() == 1 {
+		// --diagnose alone, as kubectl exec runs it: borrow the running
+		// registrar's flags.
 		running, pid, err := runningRegistrarFlags("/proc")
 		if err != nil {
 			fmt.Fprintf(stdout, "Could not read the running registrar's flags (%v): checking with the defaults.\n"+
@@ -39,30 +39,33 @@ func runDiagnose(ctx context.Context, o *options, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-func onlyDiagnoseSet(o *options) bool {
-	only := true
-	o.flags.Visit(func(f *flag.Flag) {
-		if f.Name != "diagnose" {
-			only = false
-		}
-	})
-	return only
-}
-
 // runningRegistrarFlags parses the command line of the running registrar:
-// the process that runs this same executable, PID 1 in the registrar's
-// container, or another PID when the pod shares its process namespace
-// (PID 1 is then the pause container's).
+// the lowest PID that runs this same executable, this process excepted.
+// That is PID 1 in the registrar's container, or another when the pod
+// shares its process namespace (PID 1 is then the pause container's).
 func runningRegistrarFlags(proc string) (*options, int, error) {
 	self, err := os.Stat(filepath.Join(proc, "self", "exe"))
 	if err != nil {
 		return nil, 0, err
 	}
-	pid, err := findRegistrar(proc, self)
+	entries, err := os.ReadDir(proc)
 	if err != nil {
 		return nil, 0, err
 	}
-	raw, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
+	found := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || (found != 0 && pid > found) {
+			continue
+		}
+		if exe, err := os.Stat(filepath.Join(proc, e.Name(), "exe")); err == nil && os.SameFile(exe, self) {
+			found = pid
+		}
+	}
+	if found == 0 {
+		return nil, 0, errors.New("no other process runs this executable: PID 1 runs another program")
+	}
+	raw, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(found), "cmdline"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -71,38 +74,7 @@ func runningRegistrarFlags(proc string) (*options, int, error) {
 		return nil, 0, err
 	}
 	o, err := parseFlags(program, args, io.Discard)
-	return o, pid, err
-}
-
-// findRegistrar returns PID 1 when it runs the executable self, or else the
-// lowest other PID that does, this process excepted.
-func findRegistrar(proc string, self os.FileInfo) (int, error) {
-	runsSelf := func(pid int) bool {
-		fi, err := os.Stat(filepath.Join(proc, strconv.Itoa(pid), "exe"))
-		return err == nil && os.SameFile(fi, self)
-	}
-	if runsSelf(1) {
-		return 1, nil
-	}
-	entries, err := os.ReadDir(proc)
-	if err != nil {
-		return 0, err
-	}
-	own := os.Getpid()
-	found := 0
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == own || (found != 0 && pid > found) {
-			continue
-		}
-		if runsSelf(pid) {
-			found = pid
-		}
-	}
-	if found == 0 {
-		return 0, errors.New("no other process runs this executable: PID 1 runs another program")
-	}
-	return found, nil
+	return o, found, err
 }
 
 // splitCmdline reads a /proc/<pid>/cmdline: the program and its arguments,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -22,14 +26,6 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
-)
-
-const (
-	// maxListed bounds the names listed in one line.
-	maxListed = 10
-	// maxDialed bounds the sockets that the check of the registry
-	// directory's other entries connects to.
-	maxDialed = 20
 )
 
 // 1. The registry directory.
@@ -53,13 +49,14 @@ func (d *diagnosis) checkRegistryDir() Check {
 
 	how, err := checkWritable(dir)
 	if err != nil {
+		notWritable := "present, not writable (" + pathErrorCause(err) + "): "
 		if errors.Is(err, fs.ErrPermission) {
 			d.registryDenied = true
 			if selinuxcheck.On() {
-				return fail(c, "present, not writable ("+pathErrorCause(err)+"): SELinux is on, and the directory's label may deny it to this container (see the SELinux line); otherwise mount it read-write and run the registrar as root")
+				return fail(c, notWritable+"SELinux is on, and the directory's label may deny it to this container (see the SELinux line); otherwise mount it read-write and run the registrar as root")
 			}
 		}
-		return fail(c, "present, not writable ("+pathErrorCause(err)+"): mount it read-write and run the registrar as root")
+		return fail(c, notWritable+"mount it read-write and run the registrar as root")
 	}
 	detail := "present, writable (" + how + ")"
 	if seen, mount, ok := hostPathOf(dir); ok {
@@ -82,13 +79,10 @@ func (d *diagnosis) checkDriverSocket() Check {
 	if err != nil {
 		return fail(Check{Name: "driver address"}, err.Error())
 	}
-	d.address, d.addressParsed = address, true
+	d.driverSocket = address.Path
 	c := Check{Name: "driver socket " + address.Path}
-	fi, err := os.Lstat(address.Path)
-	if err == nil && fi.Mode().Type() == fs.ModeSymlink {
-		// Connecting follows the link.
-		fi, err = os.Stat(address.Path)
-	}
+	// Stat, as connecting follows a symbolic link.
+	fi, err := os.Stat(address.Path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fail(c, "does not exist: is the driver running, and does this container mount the driver's socket directory at "+filepath.Dir(address.Path)+"?")
@@ -107,12 +101,10 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	if !d.socketFound {
 		return skip(c, "no driver socket to ask")
 	}
-	info, err := pluginInfo(ctx, d.address.Path, d.cfg.Timeout)
-	if err != nil {
-		var ce *unixgrpc.ConnectError
-		if errors.As(err, &ce) {
-			return fail(c, describeCallError(err, d.cfg.Timeout)+": nothing listens on the driver socket; is the driver container crashing or restarting? Check its logs")
-		}
+	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
+	if errors.As(err, new(*unixgrpc.ConnectError)) {
+		return fail(c, describeCallError(err, d.cfg.Timeout)+": nothing listens on the driver socket; is the driver container crashing or restarting? Check its logs")
+	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
 	name, version := info.GetName(), info.GetVendorVersion()
@@ -157,77 +149,59 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case fi.Mode().Type() != fs.ModeSocket:
 		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
 	}
-	info, err := registrationInfo(ctx, path, d.cfg.Timeout)
-	if err != nil {
-		var ce *unixgrpc.ConnectError
-		if errors.As(err, &ce) {
-			return fail(c, describeCallError(err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
-		}
+	info, err := call(ctx, path, d.cfg.Timeout, registrationInfo)
+	if errors.As(err, new(*unixgrpc.ConnectError)) {
+		return fail(c, describeCallError(err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
+	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+" to GetInfo: whatever holds this socket is not a working registrar; restart the registrar container")
 	}
 
 	d.registrationSocket = path
-	found := fmt.Sprintf("%s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
-	var problems []string
-	outcome := OK
+	c.Outcome = OK
+	c.Detail = fmt.Sprintf("answers %s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
+	problem := func(outcome Outcome, text string) {
+		c.Outcome = max(c.Outcome, outcome)
+		c.Detail += "; " + text
+	}
 	if info.GetName() != d.driverName {
-		outcome = Fail
-		problems = append(problems, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
+		problem(Fail, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
 	}
 	if info.GetType() != registerapi.CSIPlugin {
-		outcome = Fail
-		problems = append(problems, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
+		problem(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
 	}
 	if p := versionsProblem(info.GetSupportedVersions()); p != "" {
-		outcome = Fail
-		problems = append(problems, p)
+		problem(Fail, p)
 	}
 	if want := d.cfg.KubeletRegistrationPath; want != "" && info.GetEndpoint() != want {
-		outcome = max(outcome, Warn)
-		problems = append(problems, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
-	}
-	c.Outcome = outcome
-	c.Detail = "answers " + found
-	if len(problems) > 0 {
-		c.Detail += "; " + strings.Join(problems, "; ")
+		problem(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
 	return c
 }
 
-// versionsProblem applies kubelet's CSI handler's rule: the versions parse,
-// and the highest is 1.x. It returns "" when they pass.
+// versionsProblem applies kubelet's CSI handler's rule: the versions parse
+// ("1.0.0", "v1.2": at least two numbers), and the highest is 1.x. It
+// returns "" when they pass.
 func versionsProblem(versions []string) string {
 	if len(versions) == 0 {
 		return "no supported versions: kubelet's CSI handler needs 1.x"
 	}
-	highest := -1
+	highest := uint64(0)
 	for _, v := range versions {
-		major, ok := majorVersion(v)
-		if !ok {
-			return fmt.Sprintf("version %q does not parse: kubelet rejects the plugin", v)
+		numbers := strings.Split(strings.TrimPrefix(v, "v"), ".")
+		for i, number := range numbers {
+			n, err := strconv.ParseUint(number, 10, 32)
+			if err != nil || len(numbers) < 2 {
+				return fmt.Sprintf("version %q does not parse: kubelet rejects the plugin", v)
+			}
+			if i == 0 {
+				highest = max(highest, n)
+			}
 		}
-		highest = max(highest, major)
 	}
 	if highest != 1 {
 		return fmt.Sprintf("the highest version is %d.x: kubelet's CSI handler needs 1.x", highest)
 	}
 	return ""
-}
-
-// majorVersion reads the major number of "1.0.0", "v1.2" and the like.
-func majorVersion(v string) (int, bool) {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.Split(v, ".")
-	if len(parts) < 2 {
-		return 0, false
-	}
-	for _, p := range parts {
-		if _, err := strconv.ParseUint(p, 10, 32); err != nil {
-			return 0, false
-		}
-	}
-	major, _ := strconv.Atoi(parts[0])
-	return major, true
 }
 
 // 6. --kubelet-registration-path against --csi-address.
@@ -239,40 +213,36 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		return fail(c, "--kubelet-registration-path is empty but required: set it to the driver socket's path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
 	}
 	var notes []string
-	outcome := OK
-	if !filepath.IsAbs(hostPath) {
-		outcome = Warn
-		notes = append(notes, "not an absolute path: kubelet dials it as given, on the host")
+	note := func(outcome Outcome, text string) {
+		c.Outcome = max(c.Outcome, outcome)
+		notes = append(notes, text)
 	}
-	if !d.addressParsed {
-		notes = append(notes, "not compared with --csi-address, which does not parse")
-	} else if seen, mount, ok := hostPathOf(d.address.Path); ok {
+	if !filepath.IsAbs(hostPath) {
+		note(Warn, "not an absolute path: kubelet dials it as given, on the host")
+	}
+	if d.driverSocket == "" {
+		note(OK, "not compared with --csi-address, which does not parse")
+	} else if seen, mount, ok := hostPathOf(d.driverSocket); ok {
 		// Where the mounts tell: the driver's socket as the host sees it.
 		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
 		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
-			outcome = Warn
-			notes = append(notes, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
+			note(Warn, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
 		}
 		switch {
 		case hostPath == seen:
-			notes = append(notes, "the driver's socket as the host sees it: "+source)
+			note(OK, "the driver's socket as the host sees it: "+source)
 		case strings.HasSuffix(hostPath, seen):
-			notes = append(notes, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
+			note(OK, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
 		default:
-			outcome = Fail
-			notes = append(notes, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
+			note(Fail, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
 		}
+	} else if hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.driverSocket); hostBase == podBase {
+		note(OK, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.driverSocket))
 	} else {
-		hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.address.Path)
-		if hostBase == podBase {
-			notes = append(notes, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.address.Path))
-		} else {
-			outcome = Warn
-			notes = append(notes, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
-				hostBase, d.address.Path, podBase))
-		}
+		note(Warn, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
+			hostBase, d.driverSocket, podBase))
 	}
-	c.Outcome, c.Detail = outcome, strings.Join(notes, "; ")
+	c.Detail = strings.Join(notes, "; ")
 	return c
 }
 
@@ -288,14 +258,18 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	if d.registrationSocket == "" {
 		return skip(c, "no registration socket that answers")
 	}
-	st, err := registrarStatus(ctx, d.registrationSocket, d.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	// The JSON of /status, through the socket: no HTTP endpoint needed.
+	var st registration.Status
+	err := unixgrpc.InvokeJSON(ctx, d.registrationSocket, registration.StatusMethod, struct{}{}, &st)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")
 	case err != nil:
 		return warn(c, "cannot read the registrar's state: "+describeCallError(err, d.cfg.Timeout))
 	}
-	return judgeRegistration(c, st, time.Now(), d.cfg.RegistrationDir)
+	return judgeRegistration(c, &st, time.Now(), d.cfg.RegistrationDir)
 }
 
 // judgeRegistration tells from the registrar's state st, at now, what
@@ -307,48 +281,43 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 		}
 		return fmt.Sprintf("%s ago", now.Sub(*t).Round(time.Second))
 	}
+	when, reason := "", "" // of kubelet's last verdict
+	if v := st.LastVerdict; v != nil {
+		when, reason = " "+since(&v.Time), v.Reason
+	}
+	notWatched := fmt.Sprintf("kubelet has not called GetInfo on the socket published %s: kubelet does not watch %s (its --root-dir is elsewhere? this must be the host's <root-dir>/plugins_registry), or kubelet is not running", since(st.LastPublished), dir)
 	switch st.State {
 	case registration.Registered:
-		return ok(c, "kubelet registered the driver through this socket"+verdictTime(st.LastVerdict, since))
+		return ok(c, "kubelet registered the driver through this socket"+when)
 	case registration.Rejected:
-		reason := ""
-		if st.LastVerdict != nil {
-			reason = st.LastVerdict.Reason
+		hint := ""
+		if strings.Contains(reason, "no such file or directory") || strings.Contains(reason, "connection refused") {
+			hint = ": kubelet cannot reach the driver at --kubelet-registration-path on the host; it must be the host path of the driver's socket"
 		}
-		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%d times in a row): %q%s", verdictTime(st.LastVerdict, since), st.Attempts, reason, rejectionHint(reason)))
+		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%d times in a row): %q%s", when, st.Attempts, reason, hint))
 	case registration.KubeletSilent:
-		return fail(c, fmt.Sprintf("kubelet has not called GetInfo on the socket published %s: kubelet does not watch %s (its --root-dir is elsewhere? this must be the host's <root-dir>/plugins_registry), or kubelet is not running", since(st.LastPublished), dir))
+		return fail(c, notWatched)
 	case registration.WaitingForKubelet:
 		switch {
 		case st.LastGetInfo != nil && (st.LastPublished == nil || !st.LastGetInfo.Before(*st.LastPublished)):
 			return fail(c, fmt.Sprintf("kubelet called GetInfo %s but has sent no verdict: its CSI handler is still validating the driver, or failed without saying; kubelet's log says why", since(st.LastGetInfo)))
 		case st.LastPublished != nil && now.Sub(*st.LastPublished) < kubeletQuiet:
 			return warn(c, fmt.Sprintf("the socket was published %s and kubelet has not called yet: run --diagnose again in a few seconds", since(st.LastPublished)))
-		default:
-			return fail(c, fmt.Sprintf("kubelet has not called GetInfo on the socket published %s: kubelet does not watch %s (its --root-dir is elsewhere? this must be the host's <root-dir>/plugins_registry), or kubelet is not running", since(st.LastPublished), dir))
 		}
+		return fail(c, notWatched)
 	case registration.Superseded, registration.Deferring:
 		return ok(c, "served by another instance of the registrar: "+st.Reason)
-	default:
-		return fail(c, fmt.Sprintf("the registrar serving the socket reports %q: %s", st.State, st.Reason))
 	}
+	return fail(c, fmt.Sprintf("the registrar serving the socket reports %q: %s", st.State, st.Reason))
 }
 
-// verdictTime says when kubelet gave its verdict.
-func verdictTime(v *registration.Verdict, since func(*time.Time) string) string {
-	if v == nil {
-		return ""
-	}
-	return " " + since(&v.Time)
-}
-
-// rejectionHint explains kubelet's commonest reason.
-func rejectionHint(reason string) string {
-	if strings.Contains(reason, "no such file or directory") || strings.Contains(reason, "connection refused") {
-		return ": kubelet cannot reach the driver at --kubelet-registration-path on the host; it must be the host path of the driver's socket"
-	}
-	return ""
-}
+const (
+	// maxListed bounds the names listed in one line.
+	maxListed = 10
+	// maxDialed bounds the sockets that the check of the registry
+	// directory's other entries connects to.
+	maxDialed = 20
+)
 
 // 7. Everything else in the registry directory.
 func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
@@ -366,134 +335,33 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	if d.driverName != "" {
 		own = filepath.Base(registration.SocketPath(dir, d.driverName))
 	}
-	var (
-		sockets []string      // other plugins' sockets, as kubelet sees them
-		visible []fs.FileInfo // every plugin socket, this driver's too
-		hidden  []string      // registrar temporary names: .<driver>.<6 hex>
-		dotted  []string      // other dot-files
-		others  []string      // neither sockets nor dot-files
-	)
+	var sockets, hidden, dotted, others []string
+	var visible []fs.FileInfo // every plugin socket, this driver's too
 	for _, e := range entries {
-		name := e.Name()
-		isSocket := e.Type() == fs.ModeSocket
+		name, isSocket := e.Name(), e.Type() == fs.ModeSocket
+		// Hidden: a registrar's temporary name, .<driver>.<6 hex digits>.
+		_, isHidden := sockfile.HiddenDriver(name)
 		switch {
+		case isSocket && isHidden:
+			hidden = append(hidden, name)
 		case strings.HasPrefix(name, "."):
-			if _, ok := sockfile.HiddenDriver(name); isSocket && ok {
-				hidden = append(hidden, name)
-			} else {
-				dotted = append(dotted, name)
-			}
-			continue
+			dotted = append(dotted, name)
 		case !isSocket:
 			others = append(others, fmt.Sprintf("%s (%s)", name, sockfile.DescribeFileType(e.Type())))
-			continue
-		case name != own:
-			sockets = append(sockets, name)
-		}
-		if fi, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			visible = append(visible, fi)
-		}
-	}
-
-	var notes []string
-	outcome := OK
-	budget := maxDialed // sockets still allowed to be connected to
-	if len(sockets) == 0 {
-		notes = append(notes, "no other plugin sockets")
-	} else {
-		if d.driverName == "" {
-			// This driver's socket cannot be told apart: it is one of them.
-			notes = append(notes, fmt.Sprintf("%s: %s (not asked for their driver names: this driver's name is unknown)",
-				plural(len(sockets), "plugin socket", "plugin sockets"), list(sockets)))
-		} else {
-			count := plural(len(sockets), "other plugin socket", "other plugin sockets")
-			claims, silent, unasked := d.askNeighbours(ctx, dir, sockets, budget)
-			budget -= len(sockets) - len(unasked)
-			var answering []string
-			for _, name := range sockets {
-				if !slices.Contains(silent, name) && !slices.Contains(unasked, name) {
-					answering = append(answering, name)
-				}
+		default:
+			if name != own {
+				sockets = append(sockets, name)
 			}
-			notes = append(notes, count)
-			if len(answering) > 0 {
-				notes = append(notes, "answering: "+list(answering))
-			}
-			if len(silent) > 0 {
-				notes = append(notes, "stale (no answer; harmless, kubelet retries them): "+list(silent))
-			}
-			if len(unasked) > 0 {
-				notes = append(notes, fmt.Sprintf("not asked (at most %d sockets are): %s", maxDialed, list(unasked)))
-			}
-			if len(claims) > 0 {
-				outcome = Warn
-				notes = append(notes, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
-					d.driverName, list(claims)))
+			if fi, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+				visible = append(visible, fi)
 			}
 		}
 	}
-	if len(hidden) > 0 {
-		twins, live, dead, unchecked := d.classifyHidden(ctx, dir, hidden, visible, budget)
-		if len(twins) > 0 {
-			notes = append(notes, "hidden second names of published sockets (normal): "+list(twins))
-		}
-		if len(live) > 0 {
-			notes = append(notes, "hidden sockets of another running registrar (an older pod of a rolling update?): "+list(live))
-		}
-		if len(dead) > 0 {
-			notes = append(notes, "hidden sockets left by a killed registrar (harmless; safe to delete): "+list(dead))
-		}
-		if len(unchecked) > 0 {
-			notes = append(notes, "hidden sockets not checked (at most "+strconv.Itoa(maxDialed)+" sockets are): "+list(unchecked))
-		}
-	}
-	if len(dotted) > 0 {
-		notes = append(notes, "dot-files, ignored by kubelet: "+list(dotted))
-	}
-	if len(others) > 0 {
-		notes = append(notes, "not sockets (kubelet ignores files, and looks for sockets inside directories): "+list(others))
-	}
-	c.Outcome, c.Detail = outcome, strings.Join(notes, "; ")
-	return c
-}
-
-// askNeighbours asks up to budget of the sockets, all at once, for
-// GetInfo, so that the whole takes about one timeout. It returns those that
-// claim this driver's name as CSI plugins, those that do not answer, and
-// those not asked.
-func (d *diagnosis) askNeighbours(ctx context.Context, dir string, sockets []string, budget int) (claims, silent, unasked []string) {
-	sockets = slices.Sorted(slices.Values(sockets))
-	asked := sockets[:min(len(sockets), budget)]
-	claimed := make([]bool, len(asked))
-	answered := make([]bool, len(asked))
-	inParallel(len(asked), func(i int) {
-		info, err := registrationInfo(ctx, filepath.Join(dir, asked[i]), d.cfg.Timeout)
-		if err != nil {
-			return
-		}
-		answered[i] = true
-		// A DRA or device plugin of the same name is no conflict:
-		// kubelet keeps plugins apart by type.
-		claimed[i] = info.GetName() == d.driverName && info.GetType() == registerapi.CSIPlugin
-	})
-	for i, name := range asked {
-		switch {
-		case claimed[i]:
-			claims = append(claims, name)
-		case !answered[i]:
-			silent = append(silent, name)
-		}
-	}
-	return claims, silent, sockets[len(asked):]
-}
-
-// classifyHidden sorts the hidden names a registrar binds its socket under.
-// A published socket keeps its hidden name as a second name (a hard link):
-// such twins are normal. Any other is either in use by a running registrar
-// (it accepts connections) or left by one that was killed. At most budget
-// are tried, all at once; the rest are returned unchecked.
-func (d *diagnosis) classifyHidden(ctx context.Context, dir string, hidden []string, visible []fs.FileInfo, budget int) (twins, live, dead, unchecked []string) {
-	var lone []string
+	// A published socket keeps its hidden name as a second name (a hard
+	// link): such twins are normal. Any other hidden socket is in use by a
+	// running registrar (it accepts connections) or was left by a killed
+	// one.
+	var twins, lone []string
 	for _, name := range hidden {
 		fi, err := os.Lstat(filepath.Join(dir, name))
 		if err == nil && slices.ContainsFunc(visible, func(v fs.FileInfo) bool { return os.SameFile(fi, v) }) {
@@ -502,39 +370,232 @@ func (d *diagnosis) classifyHidden(ctx context.Context, dir string, hidden []str
 			lone = append(lone, name)
 		}
 	}
-	lone = slices.Sorted(slices.Values(lone))
-	tried := lone[:min(len(lone), max(budget, 0))]
-	answers := make([]bool, len(tried))
-	inParallel(len(tried), func(i int) {
-		answers[i] = accepts(ctx, filepath.Join(dir, tried[i]), d.cfg.Timeout)
-	})
-	for i, name := range tried {
-		if answers[i] {
-			live = append(live, name)
-		} else {
-			dead = append(dead, name)
-		}
-	}
-	return twins, live, dead, lone[len(tried):]
-}
 
-// inParallel runs f(0) ... f(n-1) at once and waits for all of them.
-func inParallel(n int, f func(i int)) {
+	// Ask for GetInfo: the other plugins' sockets, unless this driver's own
+	// cannot be told apart from them, then the lone hidden ones. At most
+	// maxDialed, all at once, so that the whole takes about one timeout.
+	asked := lone
+	if d.driverName != "" {
+		asked = append(slices.Clip(sockets), lone...)
+	}
+	type answer struct {
+		info *registerapi.PluginInfo
+		err  error
+	}
+	answers := make(map[string]*answer, maxDialed)
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { f(i) })
+	for _, name := range asked[:min(len(asked), maxDialed)] {
+		a := &answer{}
+		answers[name] = a
+		wg.Go(func() {
+			a.info, a.err = call(ctx, filepath.Join(dir, name), d.cfg.Timeout, registrationInfo)
+		})
 	}
 	wg.Wait()
+
+	var notes []string
+	switch {
+	case len(sockets) == 0:
+		notes = append(notes, "no other plugin sockets")
+	case d.driverName == "":
+		// This driver's socket cannot be told apart: it is one of them.
+		notes = append(notes, fmt.Sprintf("%s: %s (not asked for their driver names: this driver's name is unknown)",
+			plural(len(sockets), "plugin socket", "plugin sockets"), list(sockets)))
+	default:
+		var answering, silent, unasked, claims []string
+		for _, name := range sockets {
+			a := answers[name]
+			switch {
+			case a == nil:
+				unasked = append(unasked, name)
+			case a.err != nil:
+				silent = append(silent, name)
+			default:
+				answering = append(answering, name)
+				// A DRA or device plugin of the same name is no
+				// conflict: kubelet keeps plugins apart by type.
+				if a.info.GetName() == d.driverName && a.info.GetType() == registerapi.CSIPlugin {
+					claims = append(claims, name)
+				}
+			}
+		}
+		notes = append(notes, plural(len(sockets), "other plugin socket", "other plugin sockets"))
+		notes = appendListed(notes, "answering: ", answering)
+		notes = appendListed(notes, "stale (no answer; harmless, kubelet retries them): ", silent)
+		notes = appendListed(notes, fmt.Sprintf("not asked (at most %d sockets are): ", maxDialed), unasked)
+		if len(claims) > 0 {
+			c.Outcome = Warn
+			notes = append(notes, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
+				d.driverName, list(claims)))
+		}
+	}
+	var live, dead, unchecked []string
+	for _, name := range lone {
+		a := answers[name]
+		switch {
+		case a == nil:
+			unchecked = append(unchecked, name)
+		case errors.As(a.err, new(*unixgrpc.ConnectError)):
+			dead = append(dead, name)
+		default:
+			live = append(live, name)
+		}
+	}
+	notes = appendListed(notes, "hidden second names of published sockets (normal): ", twins)
+	notes = appendListed(notes, "hidden sockets of another running registrar (an older pod of a rolling update?): ", live)
+	notes = appendListed(notes, "hidden sockets left by a killed registrar (harmless; safe to delete): ", dead)
+	notes = appendListed(notes, fmt.Sprintf("hidden sockets not checked (at most %d sockets are): ", maxDialed), unchecked)
+	notes = appendListed(notes, "dot-files, ignored by kubelet: ", dotted)
+	notes = appendListed(notes, "not sockets (kubelet ignores files, and looks for sockets inside directories): ", others)
+	c.Detail = strings.Join(notes, "; ")
+	return c
+}
+
+// appendListed appends a note of the names, after intro, unless there are
+// none.
+func appendListed(notes []string, intro string, names []string) []string {
+	if len(names) == 0 {
+		return notes
+	}
+	return append(notes, intro+list(names))
 }
 
 // list joins names, at most maxListed of them.
 func list(names []string) string {
-	names = slices.Clone(names)
-	slices.Sort(names)
+	names = slices.Sorted(slices.Values(names))
 	if len(names) <= maxListed {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
+}
+
+// 9. What SELinux says of the files kubelet must reach; no check where
+// SELinux is off.
+func (d *diagnosis) checkSELinux() (Check, bool) {
+	cfg := selinuxcheck.Config{RegistryDir: d.cfg.RegistrationDir, DriverSocket: d.driverSocket, DialTimeout: d.cfg.Timeout}
+	if d.driverName != "" && d.dirExists {
+		path := registration.SocketPath(d.cfg.RegistrationDir, d.driverName)
+		if _, err := os.Lstat(path); err == nil {
+			cfg.Socket = path
+		}
+	}
+	report := selinuxcheck.Inspect(cfg)
+	if report == nil {
+		return Check{}, false
+	}
+	c := Check{Name: "SELinux"}
+	switch {
+	case report.Problem() && report.Mode == "permissive":
+		return warn(c, report.Summary()+". "+selinuxAdvice(report.Denials)), true
+	case report.Problem():
+		return fail(c, report.Summary()+". "+selinuxAdvice(report.Denials)), true
+	case d.registryDenied && report.RegistrarCanPublish == nil:
+		return fail(c, report.Summary()+". This container may not create files in the registry directory, and with SELinux on its label is the likely cause: "+relabelAdvice), true
+	}
+	return ok(c, report.Summary()), true
+}
+
+// relabelAdvice is what to do when a file's label denies access.
+const relabelAdvice = "relabel the host's kubelet directories as container-selinux labels /var/lib/kubelet (container_file_t: restorecon -R /var/lib/kubelet; for a root dir elsewhere, semanage fcontext -a -e /var/lib/kubelet <root-dir> first)"
+
+// selinuxAdvice says what to do about the denials, by what they deny: a
+// label on a file, or a connection to a process's domain.
+func selinuxAdvice(denials []selinuxcheck.Denial) string {
+	var advice []string
+	add := func(a string) {
+		if !slices.Contains(advice, a) {
+			advice = append(advice, a)
+		}
+	}
+	for _, d := range denials {
+		switch {
+		case d.Class == "unix_stream_socket":
+			add("run the pod whose socket kubelet may not connect to in a domain kubelet may reach (seLinuxOptions type container_t, or spc_t for a privileged container)")
+		case d.Who == "registrar":
+			add("relabel the registry directory, or run the registrar privileged (spc_t): this container may not create its socket there")
+		default:
+			add(relabelAdvice)
+		}
+	}
+	s := strings.Join(advice, "; ")
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// call connects to the Unix socket at path once and makes rpc on that one
+// connection, all within timeout (unixgrpc.Once: a diagnosis makes one
+// attempt, and a failure to connect is a plain *unixgrpc.ConnectError).
+func call[T any](ctx context.Context, path string, timeout time.Duration, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := unixgrpc.Once(ctx, path)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	defer func() { _ = conn.Close() }()
+	return rpc(ctx, conn)
+}
+
+func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (*csi.GetPluginInfoResponse, error) {
+	return csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+}
+
+func registrationInfo(ctx context.Context, conn *grpc.ClientConn) (*registerapi.PluginInfo, error) {
+	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
+}
+
+// describeCallError says in a few words how a call failed.
+func describeCallError(err error, timeout time.Duration) string {
+	var ce *unixgrpc.ConnectError
+	if errors.As(err, &ce) {
+		var opErr *net.OpError
+		if errors.As(ce.Err, &opErr) && opErr.Err != nil {
+			// "connect: connection refused" without the repeated path.
+			return "cannot connect (" + opErr.Err.Error() + ")"
+		}
+		return "cannot connect (" + ce.Err.Error() + ")"
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Sprintf("no answer within %v", timeout)
+	case codes.Canceled:
+		return "canceled"
+	default:
+		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+}
+
+// hostPathOf tells where a file of this container is on the host, from the
+// mount that holds it (/proc/self/mountinfo): that mount's root within its
+// file system, followed by the rest of the path. The result is the host's
+// path when that file system is the host's root file system, and a suffix
+// of it otherwise (a file system mounted at /var/lib/kubelet, say). ok is
+// false when no bind mount of a part of a file system holds the file (the
+// mount's root is "/": the container's own file system, or a whole one),
+// or when the mounts cannot be read.
+func hostPathOf(path string) (hostPath string, mount *mountinfo.Info, ok bool) {
+	path = filepath.Clean(path)
+	mounts, err := mountinfo.GetMounts(mountinfo.ParentsFilter(path))
+	if err != nil || len(mounts) == 0 {
+		return "", nil, false
+	}
+	// The mount nearest to the file; the last one listed wins a tie, as
+	// it is mounted over the others.
+	nearest := mounts[0]
+	for _, m := range mounts[1:] {
+		if len(m.Mountpoint) >= len(nearest.Mountpoint) {
+			nearest = m
+		}
+	}
+	if nearest.Root == "/" {
+		return "", nil, false
+	}
+	rest := strings.TrimPrefix(path, nearest.Mountpoint)
+	return filepath.Join(nearest.Root, rest), nearest, true
 }
 
 func ok(c Check, detail string) Check   { c.Outcome, c.Detail = OK, detail; return c }

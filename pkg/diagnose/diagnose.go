@@ -11,27 +11,19 @@ import (
 	"io"
 	"strings"
 	"time"
-
-	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
-
-// DefaultTimeout bounds each RPC when Config.Timeout is zero or less.
-const DefaultTimeout = time.Second
 
 // Config is what the registrar was told, as given on its command line.
 type Config struct {
-	// CSIAddress is --csi-address.
 	CSIAddress string
-	// KubeletRegistrationPath is --kubelet-registration-path: the driver's
-	// socket path on the host.
+	// KubeletRegistrationPath is the driver's socket path on the host.
 	KubeletRegistrationPath string
-	// RegistrationDir is --plugin-registration-path.
-	RegistrationDir string
-	// Timeout bounds each RPC; DefaultTimeout when zero or less.
+	RegistrationDir         string
+	// Timeout bounds each RPC.
 	Timeout time.Duration
 }
 
-// Outcome is the outcome of one check.
+// Outcome is the verdict of one check.
 type Outcome int
 
 const (
@@ -45,33 +37,9 @@ const (
 	Skip
 )
 
+// String is the verdict as printed at the start of a line, all of one width.
 func (v Outcome) String() string {
-	switch v {
-	case OK:
-		return "OK"
-	case Warn:
-		return "WARN"
-	case Fail:
-		return "FAIL"
-	case Skip:
-		return "SKIP"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(v))
-}
-
-// label is the verdict as printed at the start of a line, all of one width.
-func (v Outcome) label() string {
-	switch v {
-	case OK:
-		return "[ OK ]"
-	case Warn:
-		return "[WARN]"
-	case Fail:
-		return "[FAIL]"
-	case Skip:
-		return "[ -- ]"
-	}
-	return "[ ?? ]"
+	return [...]string{OK: "[ OK ]", Warn: "[WARN]", Fail: "[FAIL]", Skip: "[ -- ]"}[v]
 }
 
 // Check is one line of the checklist.
@@ -83,22 +51,18 @@ type Check struct {
 	Detail string
 }
 
-// Run performs every check, in order, and returns one Check per check. A
-// failed check does not stop the others; a check that needs what an earlier
-// one could not establish returns Skip with a Detail saying why.
+// Run performs every check, in order. A failed check does not stop the
+// others; a check that needs what an earlier one could not establish is
+// skipped, saying why.
 //
 // Run only reads: that the registry directory is writable is tested
 // without a name appearing there (checkWritable), except on Windows. Each
-// RPC gets a new connection, closed afterwards, and is bounded by
-// cfg.Timeout; the RPCs run in at most four rounds (the driver, the
-// registration socket, then up to 20 other sockets at once), so Run takes
-// at most about four times cfg.Timeout. Where SELinux is on, a last check
-// reads labels and opens one more connection to the driver's socket, for
-// the driver's label.
+// RPC has a connection of its own and cfg.Timeout; they run in at most four
+// rounds (the driver, the registration socket, its registrar's state, then
+// up to 20 other sockets at once), so Run takes at most about four times
+// cfg.Timeout. Where SELinux is on, a last check reads labels and connects
+// once more to the driver's socket, for the driver's label.
 func Run(ctx context.Context, cfg Config) []Check {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
 	d := &diagnosis{cfg: cfg}
 	checks := []Check{
 		d.checkRegistryDir(),
@@ -120,24 +84,21 @@ func Run(ctx context.Context, cfg Config) []Check {
 type diagnosis struct {
 	cfg Config
 
-	// dirExists: the registry directory exists and is a directory.
-	dirExists bool
-	// address is the parsed --csi-address; addressParsed tells whether it
-	// parsed, socketFound whether a socket is there.
-	address       driver.Address
-	addressParsed bool
-	socketFound   bool
-	// driverName is the driver's valid name; "" when unknown or invalid.
+	// dirExists: the registry directory exists and is a directory;
+	// registryDenied: creating a file there was denied.
+	dirExists, registryDenied bool
+	// driverSocket is the path --csi-address names, "" when it does not
+	// parse; socketFound: a socket is there.
+	driverSocket string
+	socketFound  bool
+	// driverName is the driver's valid name, "" when unknown.
 	driverName string
-	// registrationSocket is the registration socket's path when it
+	// registrationSocket is the registration socket's path once it
 	// answered GetInfo.
 	registrationSocket string
-	// kubeletRoot is kubelet's root dir on the host as the registry
-	// directory's mount tells it; "" when it cannot tell.
+	// kubeletRoot is kubelet's root dir on the host, from the registry
+	// directory's mount; "" when it cannot be told.
 	kubeletRoot string
-	// registryDenied: creating a file in the registry directory was
-	// denied (EACCES, EPERM).
-	registryDenied bool
 }
 
 // Print writes the checklist, one line per check, then a summary line. It
@@ -147,7 +108,7 @@ func Print(w io.Writer, checks []Check) bool {
 	counts := map[Outcome]int{}
 	for _, c := range checks {
 		counts[c.Outcome]++
-		fmt.Fprintf(w, "%s %s: %s\n", c.Outcome.label(), c.Name, c.Detail)
+		fmt.Fprintf(w, "%s %s: %s\n", c.Outcome, c.Name, c.Detail)
 	}
 	var summary string
 	switch {

@@ -46,7 +46,7 @@ func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registra
 // registrar must not count that as a call of kubelet's.
 func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 	srv, path := runRegistrar(t, "diag.csi.example.com", registration.Config{})
-	info, err := registrationInfo(context.Background(), path, 5*time.Second)
+	info, err := call(context.Background(), path, 5*time.Second, registrationInfo)
 	if err != nil || info.Name != "diag.csi.example.com" {
 		t.Fatalf("registrationInfo = %v, %v", info, err)
 	}
