@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/diagnose"
 )
@@ -81,11 +81,8 @@ func runningRegistrarFlags(proc string) (*options, int, error) {
 // each ended by a NUL.
 func splitCmdline(raw []byte) (program string, args []string, err error) {
 	if len(raw) == 0 {
-		return "", nil, fmt.Errorf("empty command line")
+		return "", nil, errors.New("empty command line")
 	}
-	fields := bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0})
-	for _, a := range fields[1:] {
-		args = append(args, string(a))
-	}
-	return string(fields[0]), args, nil
+	fields := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	return fields[0], fields[1:], nil
 }

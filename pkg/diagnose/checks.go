@@ -60,7 +60,6 @@ func (d *diagnosis) checkRegistryDir() Check {
 	}
 	detail := "present, writable (" + how + ")"
 	if seen, mount, ok := hostPathOf(dir); ok {
-		// kubelet watches <its --root-dir>/plugins_registry.
 		if filepath.Base(seen) != "plugins_registry" {
 			return warn(c, fmt.Sprintf("%s; but it is %s on the host (%s from /proc/self/mountinfo), not a <kubelet --root-dir>/plugins_registry: kubelet does not watch it. Mount the host's /var/lib/kubelet/plugins_registry, or <root-dir>/plugins_registry where kubelet's root dir is elsewhere (microk8s, k0s)", detail, seen, mount.Mountpoint))
 		}
@@ -502,19 +501,16 @@ const relabelAdvice = "relabel the host's kubelet directories as container-selin
 // label on a file, or a connection to a process's domain.
 func selinuxAdvice(denials []selinuxcheck.Denial) string {
 	var advice []string
-	add := func(a string) {
-		if !slices.Contains(advice, a) {
-			advice = append(advice, a)
-		}
-	}
 	for _, d := range denials {
+		a := relabelAdvice
 		switch {
 		case d.Class == "unix_stream_socket":
-			add("run the pod whose socket kubelet may not connect to in a domain kubelet may reach (seLinuxOptions type container_t, or spc_t for a privileged container)")
+			a = "run the pod whose socket kubelet may not connect to in a domain kubelet may reach (seLinuxOptions type container_t, or spc_t for a privileged container)"
 		case d.Who == "registrar":
-			add("relabel the registry directory, or run the registrar privileged (spc_t): this container may not create its socket there")
-		default:
-			add(relabelAdvice)
+			a = "relabel the registry directory, or run the registrar privileged (spc_t): this container may not create its socket there"
+		}
+		if !slices.Contains(advice, a) {
+			advice = append(advice, a)
 		}
 	}
 	s := strings.Join(advice, "; ")
@@ -569,14 +565,11 @@ func describeCallError(err error, timeout time.Duration) string {
 	}
 }
 
-// hostPathOf tells where a file of this container is on the host, from the
-// mount that holds it (/proc/self/mountinfo): that mount's root within its
-// file system, followed by the rest of the path. The result is the host's
-// path when that file system is the host's root file system, and a suffix
-// of it otherwise (a file system mounted at /var/lib/kubelet, say). ok is
-// false when no bind mount of a part of a file system holds the file (the
-// mount's root is "/": the container's own file system, or a whole one),
-// or when the mounts cannot be read.
+// hostPathOf tells where a file of this container is on the host: the root,
+// within its file system, of the mount that holds it, then the rest of the
+// path. That is the host's path on the host's root file system, a suffix of
+// it on another (mounted at /var/lib/kubelet, say). ok is false when the
+// mount's root is "/" (the container's own file system, or a whole one).
 func hostPathOf(path string) (hostPath string, mount *mountinfo.Info, ok bool) {
 	path = filepath.Clean(path)
 	mounts, err := mountinfo.GetMounts(mountinfo.ParentsFilter(path))

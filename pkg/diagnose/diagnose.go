@@ -27,14 +27,10 @@ type Config struct {
 type Outcome int
 
 const (
-	// OK: nothing to do.
-	OK Outcome = iota
-	// Warn: probably fine, but worth a look; the diagnosis still passes.
-	Warn
-	// Fail: the driver cannot be registered (or stay registered) this way.
-	Fail
-	// Skip: the check needs the result of an earlier one that failed.
-	Skip
+	OK   Outcome = iota // nothing to do
+	Warn                // probably fine, but worth a look; the diagnosis still passes
+	Fail                // the driver cannot be registered (or stay registered) this way
+	Skip                // the check needs the result of an earlier one that failed
 )
 
 // String is the verdict as printed at the start of a line, all of one width.
@@ -51,17 +47,12 @@ type Check struct {
 	Detail string
 }
 
-// Run performs every check, in order. A failed check does not stop the
-// others; a check that needs what an earlier one could not establish is
-// skipped, saying why.
-//
-// Run only reads: that the registry directory is writable is tested
-// without a name appearing there (checkWritable), except on Windows. Each
-// RPC has a connection of its own and cfg.Timeout; they run in at most four
-// rounds (the driver, the registration socket, its registrar's state, then
-// up to 20 other sockets at once), so Run takes at most about four times
-// cfg.Timeout. Where SELinux is on, a last check reads labels and connects
-// once more to the driver's socket, for the driver's label.
+// Run performs every check, in order; a check that needs what an earlier
+// one could not establish is skipped, saying why. Run only reads, except on
+// Windows (checkWritable). Each RPC has a connection of its own and
+// cfg.Timeout; there are four rounds of them (the driver, the registration
+// socket, its registrar's state, up to 20 other sockets at once), and with
+// SELinux on one more connection to the driver's socket, for its label.
 func Run(ctx context.Context, cfg Config) []Check {
 	d := &diagnosis{cfg: cfg}
 	checks := []Check{
@@ -82,23 +73,13 @@ func Run(ctx context.Context, cfg Config) []Check {
 
 // diagnosis carries what earlier checks established to later ones.
 type diagnosis struct {
-	cfg Config
-
-	// dirExists: the registry directory exists and is a directory;
-	// registryDenied: creating a file there was denied.
-	dirExists, registryDenied bool
-	// driverSocket is the path --csi-address names, "" when it does not
-	// parse; socketFound: a socket is there.
-	driverSocket string
-	socketFound  bool
-	// driverName is the driver's valid name, "" when unknown.
-	driverName string
-	// registrationSocket is the registration socket's path once it
-	// answered GetInfo.
-	registrationSocket string
-	// kubeletRoot is kubelet's root dir on the host, from the registry
-	// directory's mount; "" when it cannot be told.
-	kubeletRoot string
+	cfg                       Config
+	dirExists, registryDenied bool   // the registry directory is one; creating a file there was denied
+	driverSocket              string // the path --csi-address names, "" when it does not parse
+	socketFound               bool   // a socket is at driverSocket
+	driverName                string // the driver's valid name, "" when unknown
+	registrationSocket        string // the registration socket's path, once it answered GetInfo
+	kubeletRoot               string // kubelet's root dir on the host from the registry's mount, or ""
 }
 
 // Print writes the checklist, one line per check, then a summary line. It
@@ -110,7 +91,7 @@ func Print(w io.Writer, checks []Check) bool {
 		counts[c.Outcome]++
 		fmt.Fprintf(w, "%s %s: %s\n", c.Outcome, c.Name, c.Detail)
 	}
-	var summary string
+	summary := fmt.Sprintf("OK: all %d checks passed", len(checks))
 	switch {
 	case counts[Fail] > 0:
 		parts := []string{plural(counts[Fail], "check failed", "checks failed")}
@@ -123,8 +104,6 @@ func Print(w io.Writer, checks []Check) bool {
 		summary = "NOT OK: " + strings.Join(parts, ", ") + "; fix the first [FAIL] line first, the others often follow from it"
 	case counts[Warn] > 0:
 		summary = "OK with " + plural(counts[Warn], "warning", "warnings") + ": the driver can be registered; read the [WARN] lines"
-	default:
-		summary = fmt.Sprintf("OK: all %d checks passed", len(checks))
 	}
 	fmt.Fprintln(w, summary)
 	return counts[Fail] == 0
