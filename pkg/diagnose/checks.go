@@ -261,7 +261,7 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	defer cancel()
 	// The JSON of /status, through the socket: no HTTP endpoint needed.
 	var st registration.Status
-	err := unixgrpc.InvokeJSON(ctx, d.registrationSocket, registration.StatusMethod, struct{}{}, &st)
+	err := registration.Ask(ctx, d.registrationSocket, "Status", &st)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")

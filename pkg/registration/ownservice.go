@@ -2,9 +2,10 @@ package registration
 
 // The registrar's own gRPC service on its registration socket, beside
 // kubelet's: HandOver (handover.go, the wire format in package handover),
-// Status (statusrpc.go) and the calls added with Answer. Each takes and
-// returns a StringValue, JSON inside. Upstream's registrar and older
-// builds answer the calls they do not know with Unimplemented.
+// Status (the Status of /status, for --diagnose, which needs no HTTP
+// endpoint) and the calls added with Answer. Each takes and returns a
+// StringValue, JSON inside. Upstream's registrar and older builds answer
+// the calls they do not know with Unimplemented.
 
 import (
 	"context"
@@ -37,7 +38,7 @@ func (s *Server) ownService() *grpc.ServiceDesc {
 	methods := []grpc.MethodDesc{
 		stringValueMethod("HandOver", (*rpcServer).handOver),
 		stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-			return r.status()
+			return jsonValue(r.s.Status())
 		}),
 	}
 	return &grpc.ServiceDesc{
