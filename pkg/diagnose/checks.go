@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +111,7 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	if err := driver.ValidateName(name); err != nil {
 		return fail(c, fmt.Sprintf("%v (vendor version %q)", err, version))
 	}
-	d.driverName = name
+	d.driverName, d.socketPath = name, registration.SocketPath(d.cfg.RegistrationDir, name)
 	return ok(c, fmt.Sprintf("name %q, vendor version %q", name, version))
 }
 
@@ -120,12 +121,11 @@ func (d *diagnosis) checkSocketPathLength() Check {
 	if d.driverName == "" {
 		return skip(c, "needs the driver's name from GetPluginInfo")
 	}
-	path := registration.SocketPath(d.cfg.RegistrationDir, d.driverName)
-	if n := len(path); n > registration.MaxSocketPathLength {
+	if n := len(d.socketPath); n > registration.MaxSocketPathLength {
 		return fail(c, fmt.Sprintf("%s is %d bytes, more than the %d a Unix socket allows: mount the registry at a shorter path (--plugin-registration-path)",
-			path, n, registration.MaxSocketPathLength))
+			d.socketPath, n, registration.MaxSocketPathLength))
 	}
-	return ok(c, fmt.Sprintf("%s, %d of at most %d bytes", path, len(path), registration.MaxSocketPathLength))
+	return ok(c, fmt.Sprintf("%s, %d of at most %d bytes", d.socketPath, len(d.socketPath), registration.MaxSocketPathLength))
 }
 
 // 5. The registration socket and what kubelet learns from it.
@@ -137,7 +137,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case !d.dirExists:
 		return skip(c, "no registry directory")
 	}
-	path := registration.SocketPath(d.cfg.RegistrationDir, d.driverName)
+	path := d.socketPath
 	c.Name += " " + path
 	fi, err := os.Lstat(path)
 	switch {
@@ -155,7 +155,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+" to GetInfo: whatever holds this socket is not a working registrar; restart the registrar container")
 	}
 
-	d.registrationSocket = path
+	d.socketAnswered = true
 	c.Outcome = OK
 	c.Detail = fmt.Sprintf("answers %s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
 	problem := func(outcome Outcome, text string) {
@@ -254,14 +254,14 @@ const kubeletQuiet = 5 * time.Second
 // socket saw it.
 func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	c := Check{Name: "kubelet's registration"}
-	if d.registrationSocket == "" {
+	if !d.socketAnswered {
 		return skip(c, "no registration socket that answers")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	// The JSON of /status, through the socket: no HTTP endpoint needed.
 	var st registration.Status
-	err := registration.Ask(ctx, d.registrationSocket, "Status", &st)
+	err := registration.Ask(ctx, d.socketPath, "Status", &st)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")
@@ -330,10 +330,6 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	if err != nil {
 		return warn(c, "cannot list the directory: "+pathErrorCause(err))
 	}
-	own := ""
-	if d.driverName != "" {
-		own = filepath.Base(registration.SocketPath(dir, d.driverName))
-	}
 	var sockets, hidden, dotted, others []string
 	var visible []fs.FileInfo // every plugin socket, this driver's too
 	for _, e := range entries {
@@ -348,7 +344,7 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 		case !isSocket:
 			others = append(others, fmt.Sprintf("%s (%s)", name, sockfile.DescribeFileType(e.Type())))
 		default:
-			if name != own {
+			if name != filepath.Base(d.socketPath) {
 				sockets = append(sockets, name)
 			}
 			if fi, err := os.Lstat(filepath.Join(dir, name)); err == nil {
@@ -472,11 +468,8 @@ func list(names []string) string {
 // SELinux is off.
 func (d *diagnosis) checkSELinux() (Check, bool) {
 	cfg := selinuxcheck.Config{RegistryDir: d.cfg.RegistrationDir, DriverSocket: d.driverSocket, DialTimeout: d.cfg.Timeout}
-	if d.driverName != "" && d.dirExists {
-		path := registration.SocketPath(d.cfg.RegistrationDir, d.driverName)
-		if _, err := os.Lstat(path); err == nil {
-			cfg.Socket = path
-		}
+	if _, err := os.Lstat(d.socketPath); err == nil && d.dirExists {
+		cfg.Socket = d.socketPath
 	}
 	report := selinuxcheck.Inspect(cfg)
 	if report == nil {
@@ -576,14 +569,12 @@ func hostPathOf(path string) (hostPath string, mount *mountinfo.Info, ok bool) {
 	if err != nil || len(mounts) == 0 {
 		return "", nil, false
 	}
-	// The mount nearest to the file; the last one listed wins a tie, as
-	// it is mounted over the others.
-	nearest := mounts[0]
-	for _, m := range mounts[1:] {
-		if len(m.Mountpoint) >= len(nearest.Mountpoint) {
-			nearest = m
-		}
-	}
+	// The mount nearest to the file; of two at one place, the one listed
+	// last, mounted over the other.
+	slices.Reverse(mounts)
+	nearest := slices.MaxFunc(mounts, func(a, b *mountinfo.Info) int {
+		return cmp.Compare(len(a.Mountpoint), len(b.Mountpoint))
+	})
 	if nearest.Root == "/" {
 		return "", nil, false
 	}

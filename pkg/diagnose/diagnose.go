@@ -78,7 +78,8 @@ type diagnosis struct {
 	driverSocket              string // the path --csi-address names, "" when it does not parse
 	socketFound               bool   // a socket is at driverSocket
 	driverName                string // the driver's valid name, "" when unknown
-	registrationSocket        string // the registration socket's path, once it answered GetInfo
+	socketPath                string // the registration socket's path, once the driver's name is known
+	socketAnswered            bool   // a socket there answered GetInfo
 	kubeletRoot               string // kubelet's root dir on the host from the registry's mount, or ""
 }
 

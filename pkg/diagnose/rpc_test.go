@@ -72,7 +72,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
 	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Retry: registration.Backoff{Initial: time.Hour}})
 	ctx := context.Background()
-	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, registrationSocket: path}
+	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, socketPath: path, socketAnswered: true}
 
 	// Just published, kubelet has not called: a warning, not yet a failure.
 	if c := d.checkKubeletVerdict(ctx); c.Outcome != Warn || !strings.Contains(c.Detail, "has not called yet") {
