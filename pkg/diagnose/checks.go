@@ -137,9 +137,8 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case !d.dirExists:
 		return skip(c, "no registry directory")
 	}
-	path := d.socketPath
-	c.Name += " " + path
-	fi, err := os.Lstat(path)
+	c.Name += " " + d.socketPath
+	fi, err := os.Lstat(d.socketPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fail(c, "missing, so the driver is not registered: is the registrar running? Its log says what it is waiting for or why it stopped")
@@ -148,7 +147,7 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	case fi.Mode().Type() != fs.ModeSocket:
 		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
 	}
-	info, err := call(ctx, path, d.cfg.Timeout, registrationInfo)
+	info, err := call(ctx, d.socketPath, d.cfg.Timeout, registrationInfo)
 	if errors.As(err, new(*unixgrpc.ConnectError)) {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
 	} else if err != nil {
@@ -156,23 +155,18 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	}
 
 	d.socketAnswered = true
-	c.Outcome = OK
 	c.Detail = fmt.Sprintf("answers %s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
-	problem := func(outcome Outcome, text string) {
-		c.Outcome = max(c.Outcome, outcome)
-		c.Detail += "; " + text
-	}
 	if info.GetName() != d.driverName {
-		problem(Fail, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
+		c.note(Fail, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
 	}
 	if info.GetType() != registerapi.CSIPlugin {
-		problem(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
+		c.note(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
 	}
 	if p := versionsProblem(info.GetSupportedVersions()); p != "" {
-		problem(Fail, p)
+		c.note(Fail, p)
 	}
 	if want := d.cfg.KubeletRegistrationPath; want != "" && info.GetEndpoint() != want {
-		problem(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
+		c.note(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
 	return c
 }
@@ -211,37 +205,31 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 		c.Name = "kubelet registration path"
 		return fail(c, "--kubelet-registration-path is empty but required: set it to the driver socket's path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
 	}
-	var notes []string
-	note := func(outcome Outcome, text string) {
-		c.Outcome = max(c.Outcome, outcome)
-		notes = append(notes, text)
-	}
 	if !filepath.IsAbs(hostPath) {
-		note(Warn, "not an absolute path: kubelet dials it as given, on the host")
+		c.note(Warn, "not an absolute path: kubelet dials it as given, on the host")
 	}
 	if d.driverSocket == "" {
-		note(OK, "not compared with --csi-address, which does not parse")
+		c.note(OK, "not compared with --csi-address, which does not parse")
 	} else if seen, mount, ok := hostPathOf(d.driverSocket); ok {
 		// Where the mounts tell: the driver's socket as the host sees it.
 		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
 		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
-			note(Warn, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
+			c.note(Warn, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
 		}
 		switch {
 		case hostPath == seen:
-			note(OK, "the driver's socket as the host sees it: "+source)
+			c.note(OK, "the driver's socket as the host sees it: "+source)
 		case strings.HasSuffix(hostPath, seen):
-			note(OK, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
+			c.note(OK, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
 		default:
-			note(Fail, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
+			c.note(Fail, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
 		}
 	} else if hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.driverSocket); hostBase == podBase {
-		note(OK, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.driverSocket))
+		c.note(OK, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.driverSocket))
 	} else {
-		note(Warn, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
+		c.note(Warn, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
 			hostBase, d.driverSocket, podBase))
 	}
-	c.Detail = strings.Join(notes, "; ")
 	return c
 }
 
@@ -388,13 +376,12 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	}
 	wg.Wait()
 
-	var notes []string
 	switch {
 	case len(sockets) == 0:
-		notes = append(notes, "no other plugin sockets")
+		c.note(OK, "no other plugin sockets")
 	case d.driverName == "":
 		// This driver's socket cannot be told apart: it is one of them.
-		notes = append(notes, fmt.Sprintf("%s: %s (not asked for their driver names: this driver's name is unknown)",
+		c.note(OK, fmt.Sprintf("%s: %s (not asked for their driver names: this driver's name is unknown)",
 			plural(len(sockets), "plugin socket", "plugin sockets"), list(sockets)))
 	default:
 		var answering, silent, unasked, claims []string
@@ -414,13 +401,12 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 				}
 			}
 		}
-		notes = append(notes, plural(len(sockets), "other plugin socket", "other plugin sockets"))
-		notes = appendListed(notes, "answering: ", answering)
-		notes = appendListed(notes, "stale (no answer; harmless, kubelet retries them): ", silent)
-		notes = appendListed(notes, fmt.Sprintf("not asked (at most %d sockets are): ", maxDialed), unasked)
+		c.note(OK, plural(len(sockets), "other plugin socket", "other plugin sockets"))
+		c.noteListed("answering: ", answering)
+		c.noteListed("stale (no answer; harmless, kubelet retries them): ", silent)
+		c.noteListed(fmt.Sprintf("not asked (at most %d sockets are): ", maxDialed), unasked)
 		if len(claims) > 0 {
-			c.Outcome = Warn
-			notes = append(notes, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
+			c.note(Warn, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
 				d.driverName, list(claims)))
 		}
 	}
@@ -436,23 +422,29 @@ func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 			live = append(live, name)
 		}
 	}
-	notes = appendListed(notes, "hidden second names of published sockets (normal): ", twins)
-	notes = appendListed(notes, "hidden sockets of another running registrar (an older pod of a rolling update?): ", live)
-	notes = appendListed(notes, "hidden sockets left by a killed registrar (harmless; safe to delete): ", dead)
-	notes = appendListed(notes, fmt.Sprintf("hidden sockets not checked (at most %d sockets are): ", maxDialed), unchecked)
-	notes = appendListed(notes, "dot-files, ignored by kubelet: ", dotted)
-	notes = appendListed(notes, "not sockets (kubelet ignores files, and looks for sockets inside directories): ", others)
-	c.Detail = strings.Join(notes, "; ")
+	c.noteListed("hidden second names of published sockets (normal): ", twins)
+	c.noteListed("hidden sockets of another running registrar (an older pod of a rolling update?): ", live)
+	c.noteListed("hidden sockets left by a killed registrar (harmless; safe to delete): ", dead)
+	c.noteListed(fmt.Sprintf("hidden sockets not checked (at most %d sockets are): ", maxDialed), unchecked)
+	c.noteListed("dot-files, ignored by kubelet: ", dotted)
+	c.noteListed("not sockets (kubelet ignores files, and looks for sockets inside directories): ", others)
 	return c
 }
 
-// appendListed appends a note of the names, after intro, unless there are
-// none.
-func appendListed(notes []string, intro string, names []string) []string {
-	if len(names) == 0 {
-		return notes
+// note raises c's verdict to outcome at least, and adds text to its detail.
+func (c *Check) note(outcome Outcome, text string) {
+	c.Outcome = max(c.Outcome, outcome)
+	if c.Detail != "" {
+		c.Detail += "; "
 	}
-	return append(notes, intro+list(names))
+	c.Detail += text
+}
+
+// noteListed notes the names after intro, unless there are none.
+func (c *Check) noteListed(intro string, names []string) {
+	if len(names) > 0 {
+		c.note(OK, intro+list(names))
+	}
 }
 
 // list joins names, at most maxListed of them.
