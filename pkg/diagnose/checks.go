@@ -197,48 +197,11 @@ func versionsProblem(versions []string) string {
 	return ""
 }
 
-// 6. --kubelet-registration-path against --csi-address.
-func (d *diagnosis) checkKubeletRegistrationPath() Check {
-	hostPath := d.cfg.KubeletRegistrationPath
-	c := Check{Name: "kubelet registration path " + hostPath}
-	if hostPath == "" {
-		c.Name = "kubelet registration path"
-		return fail(c, "--kubelet-registration-path is empty but required: set it to the driver socket's path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
-	}
-	if !filepath.IsAbs(hostPath) {
-		c.note(Warn, "not an absolute path: kubelet dials it as given, on the host")
-	}
-	if d.driverSocket == "" {
-		c.note(OK, "not compared with --csi-address, which does not parse")
-	} else if seen, mount, ok := hostPathOf(d.driverSocket); ok {
-		// Where the mounts tell: the driver's socket as the host sees it.
-		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
-		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
-			c.note(Warn, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
-		}
-		switch {
-		case hostPath == seen:
-			c.note(OK, "the driver's socket as the host sees it: "+source)
-		case strings.HasSuffix(hostPath, seen):
-			c.note(OK, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
-		default:
-			c.note(Fail, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
-		}
-	} else if hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.driverSocket); hostBase == podBase {
-		c.note(OK, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.driverSocket))
-	} else {
-		c.note(Warn, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
-			hostBase, d.driverSocket, podBase))
-	}
-	return c
-}
-
-// kubeletQuiet is how long kubelet may take to call GetInfo on a new
-// socket: its plugin watcher reacts at once, its reconciler within a
-// second.
+// kubeletQuiet is how long kubelet may take to call GetInfo on a new socket:
+// its plugin watcher reacts at once, its reconciler within a second.
 const kubeletQuiet = 5 * time.Second
 
-// 8. What kubelet made of the registration, as the registrar serving the
+// 6. What kubelet made of the registration, as the registrar serving the
 // socket saw it.
 func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	c := Check{Name: "kubelet's registration"}
@@ -298,15 +261,48 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 	return fail(c, fmt.Sprintf("the registrar serving the socket reports %q: %s", st.State, st.Reason))
 }
 
+// 7. --kubelet-registration-path against --csi-address.
+func (d *diagnosis) checkKubeletRegistrationPath() Check {
+	hostPath := d.cfg.KubeletRegistrationPath
+	c := Check{Name: "kubelet registration path " + hostPath}
+	if hostPath == "" {
+		c.Name = "kubelet registration path"
+		return fail(c, "--kubelet-registration-path is empty but required: set it to the driver socket's path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
+	}
+	if !filepath.IsAbs(hostPath) {
+		c.note(Warn, "not an absolute path: kubelet dials it as given, on the host")
+	}
+	if d.driverSocket == "" {
+		c.note(OK, "not compared with --csi-address, which does not parse")
+	} else if seen, mount, ok := hostPathOf(d.driverSocket); ok {
+		// Where the mounts tell: the driver's socket as the host sees it.
+		source := fmt.Sprintf("%s is %s on the host (/proc/self/mountinfo)", mount.Mountpoint, mount.Root)
+		if d.kubeletRoot != "" && !strings.HasPrefix(seen, d.kubeletRoot+"/") && !strings.HasPrefix(hostPath, d.kubeletRoot+"/") {
+			c.note(Warn, fmt.Sprintf("not under kubelet's root dir %s (from the registry's mount): drivers usually keep their socket in <root-dir>/plugins/<driver>/", d.kubeletRoot))
+		}
+		switch {
+		case hostPath == seen:
+			c.note(OK, "the driver's socket as the host sees it: "+source)
+		case strings.HasSuffix(hostPath, seen):
+			c.note(OK, fmt.Sprintf("the driver's socket as the host sees it: %s, within a file system mounted at %s on the host", source, strings.TrimSuffix(hostPath, seen)))
+		default:
+			c.note(Fail, fmt.Sprintf("not the driver's socket as the host sees it: %s, so kubelet must dial %s (or that path under where the file system is mounted on the host); kubelet fails to reach the driver and rejects it", source, seen))
+		}
+	} else if hostBase, podBase := filepath.Base(hostPath), filepath.Base(d.driverSocket); hostBase == podBase {
+		c.note(OK, fmt.Sprintf("plausibly the driver's socket: same file name as --csi-address %s", d.driverSocket))
+	} else {
+		c.note(Warn, fmt.Sprintf("file name %q differs from --csi-address %s (%q): check that both name the driver's socket, on the host and in this pod",
+			hostBase, d.driverSocket, podBase))
+	}
+	return c
+}
+
 const (
-	// maxListed bounds the names listed in one line.
-	maxListed = 10
-	// maxDialed bounds the sockets that the check of the registry
-	// directory's other entries connects to.
-	maxDialed = 20
+	maxListed = 10 // names listed in one line, at most
+	maxDialed = 20 // sockets connected to by the check of the other entries, at most
 )
 
-// 7. Everything else in the registry directory.
+// 8. Everything else in the registry directory.
 func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
 	dir := d.cfg.RegistrationDir
 	c := Check{Name: "other entries in " + dir}
