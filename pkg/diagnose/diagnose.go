@@ -15,12 +15,10 @@ import (
 
 // Config is what the registrar was told, as given on its command line.
 type Config struct {
-	CSIAddress string
-	// KubeletRegistrationPath is the driver's socket path on the host.
-	KubeletRegistrationPath string
+	CSIAddress              string
+	KubeletRegistrationPath string // the driver's socket path on the host
 	RegistrationDir         string
-	// Timeout bounds each RPC.
-	Timeout time.Duration
+	Timeout                 time.Duration // bounds each RPC
 }
 
 // Outcome is the verdict of one check.
@@ -40,11 +38,9 @@ func (v Outcome) String() string {
 
 // Check is one line of the checklist.
 type Check struct {
-	// Name says what was checked, with the path it was checked at.
-	Name    string
+	Name    string // what was checked, with the path it was checked at
 	Outcome Outcome
-	// Detail is what was found and, when it is not OK, what to do.
-	Detail string
+	Detail  string // what was found and, when it is not OK, what to do
 }
 
 // Run performs every check, in order; a check that needs what an earlier
