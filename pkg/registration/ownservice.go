@@ -35,16 +35,10 @@ func Ask(ctx context.Context, path, method string, out any) error {
 
 // ownService describes the registrar's own service.
 func (s *Server) ownService() *grpc.ServiceDesc {
-	methods := []grpc.MethodDesc{
-		stringValueMethod("HandOver", (*rpcServer).handOver),
-		stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-			return jsonValue(r.s.Status())
-		}),
-	}
 	return &grpc.ServiceDesc{
 		ServiceName: handover.ServiceName,
 		HandlerType: (*any)(nil),
-		Methods:     append(methods, s.answers...),
+		Methods:     append([]grpc.MethodDesc{stringValueMethod("HandOver", (*rpcServer).handOver)}, s.answers...),
 		Metadata:    "handover",
 	}
 }

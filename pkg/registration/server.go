@@ -231,6 +231,7 @@ func New(cfg Config) (*Server, error) {
 		started:         cfg.Clock.Now(),
 	}
 	s.closeDone = sync.OnceFunc(func() { close(s.done) })
+	s.Answer("Status", func() any { return s.Status() })
 	s.shared.Store(&snapshot{m: newMachine(cfg, s.started)})
 	return s, nil
 }
