@@ -590,13 +590,15 @@ func routeKubernetesService() error {
 
 // podNetwork is the CNI configuration of make e2e-storage's test pods:
 // point-to-point veth pairs from the node's network namespace, addresses
-// from host-local (Debian's containernetworking-plugins).
+// from host-local (Debian's containernetworking-plugins), and a default
+// route through the node, which leads to the kubernetes Service's address
+// (routeKubernetesService).
 const podNetwork = `{
   "cniVersion": "1.0.0",
   "name": "e2e-storage",
   "plugins": [{
     "type": "ptp",
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "dataDir": %q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}
   }]
 }
 `
