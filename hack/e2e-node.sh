@@ -95,6 +95,11 @@ cni_plugins=/usr/lib/cni
 if [[ $mode == storage && ! -x $cni_plugins/ptp ]]; then
 	missing+=(containernetworking-plugins)
 fi
+# ... and iptables, to route the kubernetes Service to the API server
+# without kube-proxy.
+if [[ $mode == storage ]] && ! command -v iptables >/dev/null 2>&1; then
+	missing+=(iptables)
+fi
 if ((${#missing[@]})); then
 	say "installing ${missing[*]} with apt-get"
 	apt-get update -q || fail "apt-get update failed"
@@ -192,18 +197,26 @@ if [[ $mode == storage ]]; then
 	# built in their module's directory, with its go.mod and go.sum.
 	read -ra tiers <<<"${E2E_STORAGE_TIERS:-1 2}"
 	sidecars_missing=
+	sidecar_rbac=()
 	if [[ " ${tiers[*]} " == *" 2 "* ]]; then
-		say "building csi-provisioner and csi-attacher from the Go module proxy"
+		# hello-populator, the provisioning suite's volume populator: the
+		# library's example. Its v1.0.x modules are not served by the module
+		# proxy, v1.2.0 is. GOFLAGS=-mod=mod: its module has a vendor directory
+		# with only modules.txt; the other two have none.
+		say "building csi-provisioner, csi-attacher and hello-populator from the Go module proxy"
 		started=$SECONDS
-		for sidecar in github.com/kubernetes-csi/external-provisioner/v6@v6.3.0:csi-provisioner \
-			github.com/kubernetes-csi/external-attacher/v4@v4.12.0:csi-attacher; do
-			module=${sidecar%:*} command=${sidecar##*:}
+		for sidecar in github.com/kubernetes-csi/external-provisioner/v6@v6.3.0:./cmd/csi-provisioner \
+			github.com/kubernetes-csi/external-attacher/v4@v4.12.0:./cmd/csi-attacher \
+			github.com/kubernetes-csi/lib-volume-populator@v1.2.0:./example/hello-populator; do
+			module=${sidecar%:*} package=${sidecar##*:}
 			dir=$(go mod download -json "$module" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-			if [[ -z $dir ]] || ! (cd "$dir" && go build -trimpath -o "$bin/$command" "./cmd/$command"); then
-				sidecars_missing="$command could not be built from $module (see the output above)"
+			if [[ -z $dir ]] || ! (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -o "$bin/" "$package"); then
+				sidecars_missing="${package##*/} could not be built from $module (see the output above)"
 				say "$sidecars_missing: tier 2 will be SKIPPED"
 				break
 			fi
+			# the sidecars' own RBAC, bound to their ServiceAccount
+			[[ ! -f $dir/deploy/kubernetes/rbac.yaml ]] || sidecar_rbac+=("$dir/deploy/kubernetes/rbac.yaml")
 		done
 		say "built in $((SECONDS - started))s"
 	fi
@@ -408,6 +421,17 @@ if [[ $mode == storage ]]; then
 		from_scratch localhost/e2e-node/csi-provisioner:1 "$bin/csi-provisioner"
 		from_scratch localhost/e2e-node/csi-attacher:1 "$bin/csi-attacher"
 		image_names+=(localhost/e2e-node/csi-provisioner:1 localhost/e2e-node/csi-attacher:1)
+		# hello-populator under the name and tag of the suite's manifest,
+		# which e2e.test embeds and --list-images does not print.
+		populator_manifest=$(cd test/node && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/e2e/testing-manifests/storage-csi/any-volume-datasource/hello-populator-deploy.yaml
+		populator_image=$(sed -n 's|^ *image: registry\.k8s\.io/sig-storage/\(hello-populator:.*\)$|localhost/e2e-storage/sigstorageregistry/\1|p' "$populator_manifest")
+		[[ -n $populator_image ]] || fail "$populator_manifest names no registry.k8s.io/sig-storage/hello-populator image"
+		from_scratch "$populator_image" "$bin/hello-populator"
+		image_names+=("$populator_image")
+		storage_args+=(-storage-rbac "$(
+			IFS=,
+			echo "${sidecar_rbac[*]}"
+		)")
 	fi
 fi
 fail_on_skip=false

@@ -175,6 +175,9 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 		if err := c.writePodNetwork(); err != nil {
 			return err
 		}
+		if err := routeKubernetesService(); err != nil {
+			return err
+		}
 	}
 	containerd, err := c.startContainerd()
 	if err != nil {
@@ -299,6 +302,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 }
 
 func (c *cluster) startAPIServer() (*process, error) {
+	bindAddress := "127.0.0.1"
+	if c.storage {
+		// the pods' network reaches the node's address, not its loopback
+		bindAddress = "0.0.0.0"
+	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -318,7 +326,7 @@ func (c *cluster) startAPIServer() (*process, error) {
 	}
 	return c.start("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address=127.0.0.1", "--secure-port=6443", "--advertise-address="+nodeIP,
+		"--bind-address="+bindAddress, "--secure-port=6443", "--advertise-address="+nodeIP,
 		"--cert-dir="+c.path("apiserver"),
 		"--token-auth-file="+tokenFile,
 		"--authorization-mode=Node,RBAC",

@@ -33,6 +33,7 @@ func main() {
 	tiers := flag.String("storage-tiers", "1", "with -storage: the suite's tiers to run, comma-separated (1, 2)")
 	flag.StringVar(&storageOpts.repoList, "storage-repo-list", "", "with -storage: the KUBE_TEST_REPO_LIST file mapping the suite's images to local names (required)")
 	flag.StringVar(&storageOpts.sidecarsMissing, "sidecars-missing", "", "with -storage: why there are no images of csi-provisioner and csi-attacher; set, tier 2 is skipped with this reason")
+	rbacFiles := flag.String("storage-rbac", "", "with -storage: csi-provisioner's and csi-attacher's RBAC files (their modules' deploy/kubernetes/rbac.yaml), comma-separated; their roles are bound to the sidecars' ServiceAccount")
 	flag.DurationVar(&storageOpts.timeout, "storage-timeout", time.Hour, "with -storage: the longest run of e2e.test (--ginkgo.timeout)")
 	flag.Parse()
 	if *work == "" || *bin == "" || *repo == "" || *images == "" || (*storage && storageOpts.repoList == "") {
@@ -47,6 +48,9 @@ func main() {
 				os.Exit(2)
 			}
 			storageOpts.tiers = append(storageOpts.tiers, n)
+		}
+		if *rbacFiles != "" {
+			storageOpts.rbacFiles = strings.Split(*rbacFiles, ",")
 		}
 	}
 	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts, *storage, storageOpts))

@@ -9,6 +9,7 @@ package main
 // provisioner reads.
 
 import (
+	"bytes"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -23,9 +24,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // The hostpath DaemonSet's revisions in make e2e-storage (HTTP ports 9832
@@ -55,6 +58,8 @@ type storageOptions struct {
 	// sidecarsMissing, when set, is why csi-provisioner and csi-attacher
 	// are not deployed: tier 2 cannot run.
 	sidecarsMissing string
+	// rbacFiles are csi-provisioner's and csi-attacher's RBAC files.
+	rbacFiles []string
 	// timeout bounds one run of e2e.test (--ginkgo.timeout).
 	timeout time.Duration
 }
@@ -282,9 +287,10 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 		return err
 	}
 	if sidecars {
-		if err := s.addControllerSidecars(&ds.Spec.Template.Spec); err != nil {
+		if err := s.createSidecarRBAC(ctx, opts.rbacFiles); err != nil {
 			return err
 		}
+		addControllerSidecars(&ds.Spec.Template.Spec)
 	}
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create DaemonSet %s: %w", hostpathDaemonSet, err)
@@ -302,30 +308,29 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 
 // addControllerSidecars puts csi-provisioner and csi-attacher beside the
 // driver, as csi-driver-host-path's single-node deployment does. They reach
-// the API server with the admin's kubeconfig, mounted from the scratch
-// directory: the pod has the host's network, where the API server listens
-// on loopback.
-func (s *suite) addControllerSidecars(pod *corev1.PodSpec) error {
-	kubeconfigDir := s.path("controller-sidecars")
-	if err := os.MkdirAll(kubeconfigDir, 0o700); err != nil {
-		return err
-	}
-	data, err := os.ReadFile(s.path("admin.kubeconfig"))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(kubeconfigDir, "kubeconfig"), data, 0o600); err != nil {
-		return err
-	}
-	directory := corev1.HostPathDirectory
-	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "kubeconfig", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: kubeconfigDir, Type: &directory},
+// the API server as a cluster's pods do: with sidecarAccount's token, at
+// the kubernetes Service's address (routeKubernetesService). Only they
+// mount the token; the driver and the registrar need none.
+func addControllerSidecars(pod *corev1.PodSpec) {
+	pod.ServiceAccountName = sidecarAccount
+	expiry := int64(3600)
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &expiry}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
+			}}},
+		}},
 	}})
 	mounts := []corev1.VolumeMount{
 		{Name: "socket-dir", MountPath: "/csi"},
-		{Name: "kubeconfig", MountPath: "/kube", ReadOnly: true},
+		{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
 	}
-	common := []string{"--v=5", "--csi-address=/csi/csi.sock", "--kubeconfig=/kube/kubeconfig"}
+	common := []string{"--v=5", "--csi-address=/csi/csi.sock"}
 	pod.Containers = append(pod.Containers,
 		corev1.Container{
 			Name: "csi-provisioner", Image: provisionerImage, ImagePullPolicy: corev1.PullNever,
@@ -342,6 +347,83 @@ func (s *suite) addControllerSidecars(pod *corev1.PodSpec) error {
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		},
 	)
+}
+
+// sidecarAccount is the ServiceAccount of csi-provisioner and csi-attacher,
+// one for the pod, as csi-driver-host-path names it.
+const sidecarAccount = "csi-hostpathplugin-sa"
+
+// createSidecarRBAC creates sidecarAccount and the roles of the sidecars'
+// own RBAC files (deploy/kubernetes/rbac.yaml of their modules, named by
+// hack/e2e-node.sh), every binding given to sidecarAccount in namespace.
+// What exists already (the second image's deployment) is kept.
+func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
+	if len(files) == 0 {
+		return errors.New("no RBAC file of csi-provisioner and csi-attacher given (-storage-rbac)")
+	}
+	create := func(err error) error {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err := create(func() error {
+		_, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarAccount}}, metav1.CreateOptions{})
+		return err
+	}()); err != nil {
+		return fmt.Errorf("create ServiceAccount %s: %w", sidecarAccount, err)
+	}
+	toAccount := func(subjects []rbacv1.Subject) {
+		for i := range subjects {
+			if subjects[i].Kind == rbacv1.ServiceAccountKind {
+				subjects[i].Name, subjects[i].Namespace = sidecarAccount, namespace
+			}
+		}
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			var meta metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			switch meta.Kind {
+			case "", "ServiceAccount": // comments only; sidecarAccount replaces the file's accounts
+			case "ClusterRole":
+				var role rbacv1.ClusterRole
+				if err = yaml.UnmarshalStrict(doc, &role); err == nil {
+					_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
+				}
+			case "ClusterRoleBinding":
+				var binding rbacv1.ClusterRoleBinding
+				if err = yaml.UnmarshalStrict(doc, &binding); err == nil {
+					toAccount(binding.Subjects)
+					_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
+				}
+			case "Role":
+				var role rbacv1.Role
+				if err = yaml.UnmarshalStrict(doc, &role); err == nil {
+					role.Namespace = namespace
+					_, err = s.client.RbacV1().Roles(namespace).Create(ctx, &role, metav1.CreateOptions{})
+				}
+			case "RoleBinding":
+				var binding rbacv1.RoleBinding
+				if err = yaml.UnmarshalStrict(doc, &binding); err == nil {
+					binding.Namespace = namespace
+					toAccount(binding.Subjects)
+					_, err = s.client.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
+				}
+			default:
+				return fmt.Errorf("%s: a %s, which test/node does not create: adapt createSidecarRBAC", file, meta.Kind)
+			}
+			if err := create(err); err != nil {
+				return fmt.Errorf("%s: %s: %w", file, meta.Kind, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -478,17 +560,45 @@ func readJUnit(file string) ([]junitCase, error) {
 var storageControllers = []string{
 	"serviceaccount", "root-ca-cert-publisher", "namespace", "nodelifecycle",
 	"persistentvolume-binder", "pv-protection", "pvc-protection", "attachdetach", "ephemeral-volume",
+	// the provisioning suite's volume populator is a Deployment
+	"deployment", "replicaset",
+}
+
+// kubernetesService is the kubernetes Service's address: the first of
+// kube-apiserver's --service-cluster-ip-range, port 443. kubelet gives
+// every container this address (KUBERNETES_SERVICE_HOST and _PORT).
+const kubernetesService = "10.96.0.1"
+
+// routeKubernetesService does for the kubernetes Service what kube-proxy
+// would: its address leads to the API server, from the pods' network
+// (PREROUTING) and from the node's (OUTPUT, the host-network sidecars). So
+// csi-provisioner, csi-attacher and the suite's volume populator use their
+// in-cluster configuration unchanged. The address is also put on lo, so
+// that the node's own connections have a route to it.
+func routeKubernetesService() error {
+	if err := command("ip", "addr", "add", kubernetesService+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+		if err := command("iptables", "-t", "nat", "-A", chain, "-d", kubernetesService+"/32", "-p", "tcp", "--dport", "443",
+			"-j", "DNAT", "--to-destination", nodeIP+":6443"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // podNetwork is the CNI configuration of make e2e-storage's test pods:
 // point-to-point veth pairs from the node's network namespace, addresses
-// from host-local (Debian's containernetworking-plugins).
+// from host-local (Debian's containernetworking-plugins), and a default
+// route through the node, which leads to the kubernetes Service's address
+// (routeKubernetesService).
 const podNetwork = `{
   "cniVersion": "1.0.0",
   "name": "e2e-storage",
   "plugins": [{
     "type": "ptp",
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "dataDir": %q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}
   }]
 }
 `
