@@ -42,7 +42,7 @@ address=$(sed -n 's/.*"Serving HTTP" address="\([^"]*\)".*/\1/p' "$work/registra
 # HTTP/1.0 over bash's /dev/tcp: no curl on a bare CI machine.
 # One probe of the driver's liveness (--driver-health-endpoint), so that
 # csi_sidecar_operations_seconds is in /metrics too.
-health=$(sed -n 's/.*"Serving the CSI driver'"'"'s liveness probe" address="\([^"]*\)".*/\1/p' "$work/registrar.log" | head -1)
+health=$(sed -n 's/.*"Serving the CSI driver'"'"'s liveness probe".* address="\([^"]*\)".*/\1/p' "$work/registrar.log" | head -1)
 [[ -n $health ]] || fail "no \"Serving the CSI driver's liveness probe\" line in the registrar's log"
 exec 3<>"/dev/tcp/${health%:*}/${health##*:}"
 printf 'GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n' "$health" >&3
