@@ -29,6 +29,11 @@ func newlyRejected(old, now registration.Status) bool {
 	return now.State == registration.Rejected && now.RegistrationFailures > old.RegistrationFailures
 }
 
+// newlyPublished tells whether the registration published its socket again.
+func newlyPublished(old, now registration.Status) bool {
+	return now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished))
+}
+
 func verdictTime(st registration.Status) time.Time {
 	if st.LastVerdict == nil {
 		return time.Time{}
@@ -89,9 +94,8 @@ type selinuxWatch struct {
 }
 
 func (w *selinuxWatch) observe(old, now registration.Status) {
-	published := now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished))
 	silent := now.State == registration.KubeletSilent && old.State != registration.KubeletSilent
-	if !published && !silent {
+	if !silent && !newlyPublished(old, now) {
 		return
 	}
 	publication, socket := *now.LastPublished, now.SocketPath
@@ -155,7 +159,7 @@ func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, time
 		return w
 	})
 	srv.Observe(func(old, now registration.Status) {
-		if now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished)) {
+		if newlyPublished(old, now) {
 			p.Claim()
 		}
 		if now.State == registration.Superseded && old.State != registration.Superseded {
