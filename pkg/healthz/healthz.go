@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +40,7 @@ type NodeGate interface {
 
 // Options configure the HTTP endpoint.
 type Options struct {
-	// NodeGate, when set, adds the node gate's state to /status and
-	// /metrics.
+	// NodeGate, when set, adds the node gate's state to /status and /metrics.
 	NodeGate NodeGate
 	// EnablePprof serves the Go profiler under /debug/pprof/.
 	EnablePprof bool
@@ -52,10 +52,8 @@ type Options struct {
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
 	// UnhealthyAfter, when positive, fails /healthz once the registration
-	// has failed for that long (Status.FailingSince): kubelet rejects the
-	// driver, kubelet never calls, or the driver never answers. Kubelet
-	// then restarts the container, and the failure shows in kubectl get
-	// pods, as upstream's exit shows it.
+	// has failed for that long (Status.FailingSince), so that kubelet
+	// restarts the container, as upstream's exit would.
 	UnhealthyAfter time.Duration
 	// Clock tells the time; the real one when nil.
 	Clock clock.PassiveClock
@@ -75,8 +73,7 @@ type Server struct {
 	pluginInfo       *histogram.Histogram
 	pluginInfoErrors map[string]uint64 // by gRPC code
 
-	mu       sync.Mutex
-	lastCode int
+	lastCode atomic.Int64 // of /healthz, so that only a change is logged
 }
 
 // New builds the HTTP handlers, reporting on reg.
@@ -92,8 +89,8 @@ func New(reg Registration, opts Options) *Server {
 		revision:         vcsRevision(),
 		pluginInfo:       histogram.New(pluginInfoBuckets),
 		pluginInfoErrors: map[string]uint64{},
-		lastCode:         http.StatusOK,
 	}
+	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
@@ -228,10 +225,7 @@ func statusCode(h registration.Health) int {
 // default level, so a failing probe does not flood the log.
 func (s *Server) logChange(ctx context.Context, code int, reason string) {
 	logger := klog.FromContext(ctx)
-	s.mu.Lock()
-	previous := s.lastCode
-	s.lastCode = code
-	s.mu.Unlock()
+	previous := int(s.lastCode.Swap(int64(code)))
 	switch {
 	case code == previous:
 		logger.V(5).Info("Health probe", "status", code, "reason", reason)
