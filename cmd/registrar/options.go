@@ -34,11 +34,9 @@ const defaultTimeout = time.Second
 // more.
 const defaultUnhealthyAfter = 3 * time.Minute
 
-// description is the first line of the usage.
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
 
-// deprecatedFlags are upstream's flags kept only for old manifests. The usage
-// lists them, with klog's own, after the current flags.
+// deprecatedFlags are upstream's flags kept only for old manifests.
 var deprecatedFlags = map[string]bool{"connection-timeout": true, "health-port": true, "mode": true}
 
 // options are the command line flags, named and defaulted as upstream's.
@@ -105,19 +103,15 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 }
 
 // usage prints what the program is, how to run it, the current flags, then
-// the deprecated ones; Go's flag package alone would sort them all together.
+// upstream's deprecated ones and klog's own; Go's flag package alone would
+// sort them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
+	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f) }
 	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
-	o.printFlags(func(f *flag.Flag) bool { return !o.deprecated(f) })
+	o.printFlags(func(f *flag.Flag) bool { return !deprecated(f) })
 	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")
-	o.printFlags(o.deprecated)
-}
-
-// deprecated tells whether f is one of upstream's deprecated flags or
-// klog's own.
-func (o *options) deprecated(f *flag.Flag) bool {
-	return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f)
+	o.printFlags(deprecated)
 }
 
 // printFlags prints the flags that include selects, in the flag package's
@@ -221,12 +215,24 @@ func (k *taintKeys) Set(value string) error {
 	return nil
 }
 
-// warnings lists the values that upstream accepts but that make no sense,
-// with what the registrar does instead; they are not errors, so that a
-// manifest written for upstream keeps working.
+// warnings lists the deprecated flags given and the values that upstream
+// accepts but that make no sense, with what the registrar does instead;
+// they are not errors, so that a manifest written for upstream keeps
+// working.
 func (o *options) warnings() []string {
 	var warnings []string
-	if o.healthPort < 0 {
+	if o.flags.NArg() > 0 {
+		// Go's flag package stops at the first argument that is not a
+		// flag and upstream ignores the rest; so do we, but not silently.
+		warnings = append(warnings, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args()))
+	}
+	if o.wasSet("connection-timeout") {
+		warnings = append(warnings, "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
+	}
+	switch {
+	case o.healthPort > 0:
+		warnings = append(warnings, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress()))
+	case o.healthPort < 0:
 		warnings = append(warnings, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort))
 	}
 	if o.timeout <= 0 {
@@ -311,18 +317,15 @@ var registrationFlags = map[string]string{
 // in err (one error, or several joined).
 func flagError(err error) error {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		errs := joined.Unwrap()
-		named := make([]error, len(errs))
-		for i, e := range errs {
-			named[i] = flagError(e)
+		var named []error
+		for _, e := range joined.Unwrap() {
+			named = append(named, flagError(e))
 		}
 		return errors.Join(named...)
 	}
 	var cfgErr *registration.ConfigError
-	if errors.As(err, &cfgErr) {
-		if flag, ok := registrationFlags[cfgErr.Field]; ok {
-			return withFlag(flag, err)
-		}
+	if errors.As(err, &cfgErr) && registrationFlags[cfgErr.Field] != "" {
+		return withFlag(registrationFlags[cfgErr.Field], err)
 	}
 	return err
 }

@@ -76,17 +76,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
-	if o.flags.NArg() > 0 {
-		// Go's flag package stops at the first argument that is not a
-		// flag and upstream ignores the rest; so do we, but not silently.
-		logger.Info("Warning: ignoring arguments after the first one that is not a flag; write boolean flags as --name=value", "ignored", o.flags.Args())
-	}
-	if o.wasSet("connection-timeout") {
-		logger.Info("--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
-	}
-	if o.healthPort > 0 {
-		logger.Info("--health-port is deprecated: use --http-endpoint", "httpEndpoint", o.httpAddress())
-	}
 	for _, warning := range o.warnings() {
 		logger.Info("Warning: " + warning)
 	}
