@@ -19,22 +19,6 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Metric names, listed in the README.
-const (
-	metricRegistered         = "csi_node_driver_registrar_registered"
-	metricState              = "csi_node_driver_registrar_state"
-	metricKubeletRPCs        = "csi_node_driver_registrar_kubelet_rpcs_total"
-	metricPublications       = "csi_node_driver_registrar_socket_publications_total"
-	metricFailures           = "csi_node_driver_registrar_registration_failures_total"
-	metricLastFailure        = "csi_node_driver_registrar_last_registration_failure_timestamp_seconds"
-	metricDriverReachable    = "csi_node_driver_registrar_driver_reachable"
-	metricPluginInfoDuration = "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds"
-	metricPluginInfoErrors   = "csi_node_driver_registrar_driver_get_plugin_info_errors_total"
-	metricBuildInfo          = "csi_node_driver_registrar_build_info"
-	metricNodeAPIRequests    = "csi_node_driver_registrar_node_api_requests_total"
-	metricNodeUpdatePending  = "csi_node_driver_registrar_node_update_pending"
-)
-
 // publicationReasons are exported before they first happen, so that
 // rate() and increase() see the first one.
 var publicationReasons = []string{
@@ -115,33 +99,33 @@ func (s *Server) registrationFamilies(st registration.Status) []*dto.MetricFamil
 		lastFailure = float64(st.LastFailure.UnixNano()) / 1e9
 	}
 	out := []*dto.MetricFamily{
-		family(metricRegistered, "1 when kubelet has accepted the driver through the current registration socket, 0 otherwise.",
+		family("csi_node_driver_registrar_registered", "1 when kubelet has accepted the driver through the current registration socket, 0 otherwise.",
 			dto.MetricType_GAUGE, gauge(oneIf(st.State == registration.Registered))),
-		family(metricState, "The registration's state: 1 for the current one.", dto.MetricType_GAUGE, states...),
-		family(metricKubeletRPCs, "Calls by kubelet on the registration socket, by method and result.", dto.MetricType_COUNTER,
+		family("csi_node_driver_registrar_state", "The registration's state: 1 for the current one.", dto.MetricType_GAUGE, states...),
+		family("csi_node_driver_registrar_kubelet_rpcs_total", "Calls by kubelet on the registration socket, by method and result.", dto.MetricType_COUNTER,
 			counter(st.KubeletCalls.GetInfo, "method", "GetInfo", "result", "ok"),
 			counter(st.KubeletCalls.NotifyRegistered, "method", "NotifyRegistrationStatus", "result", "registered"),
 			counter(st.KubeletCalls.NotifyRejected, "method", "NotifyRegistrationStatus", "result", "rejected")),
-		family(metricPublications, "Registration sockets published, by reason.", dto.MetricType_COUNTER, publications...),
-		family(metricFailures, "Rejections of the driver by kubelet.", dto.MetricType_COUNTER, counter(st.RegistrationFailures)),
-		family(metricLastFailure, "Time of kubelet's last rejection of the driver, in seconds since the epoch; 0 if none.",
+		family("csi_node_driver_registrar_socket_publications_total", "Registration sockets published, by reason.", dto.MetricType_COUNTER, publications...),
+		family("csi_node_driver_registrar_registration_failures_total", "Rejections of the driver by kubelet.", dto.MetricType_COUNTER, counter(st.RegistrationFailures)),
+		family("csi_node_driver_registrar_last_registration_failure_timestamp_seconds", "Time of kubelet's last rejection of the driver, in seconds since the epoch; 0 if none.",
 			dto.MetricType_GAUGE, gauge(lastFailure)),
-		family(metricDriverReachable, "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.",
+		family("csi_node_driver_registrar_driver_reachable", "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.",
 			dto.MetricType_GAUGE, gauge(oneIf(st.DriverReachable))),
-		family(metricBuildInfo, "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.", dto.MetricType_GAUGE,
+		family("csi_node_driver_registrar_build_info", "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.", dto.MetricType_GAUGE,
 			gauge(1, "version", s.opts.Version, "revision", s.revision, "goversion", runtime.Version(), "driver_name", st.DriverName)),
 	}
 
 	s.callsMu.Lock()
 	defer s.callsMu.Unlock()
-	out = append(out, family(metricPluginInfoDuration, "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
+	out = append(out, family("csi_node_driver_registrar_driver_get_plugin_info_duration_seconds", "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
 		dto.MetricType_HISTOGRAM, &dto.Metric{Histogram: s.pluginInfo.Proto()}))
 	if len(s.pluginInfoErrors) > 0 {
 		errors := make([]*dto.Metric, 0, len(s.pluginInfoErrors))
 		for _, code := range slices.Sorted(maps.Keys(s.pluginInfoErrors)) {
 			errors = append(errors, counter(s.pluginInfoErrors[code], "code", code))
 		}
-		out = append(out, family(metricPluginInfoErrors, "Failed GetPluginInfo calls to the CSI driver, by gRPC code.", dto.MetricType_COUNTER, errors...))
+		out = append(out, family("csi_node_driver_registrar_driver_get_plugin_info_errors_total", "Failed GetPluginInfo calls to the CSI driver, by gRPC code.", dto.MetricType_COUNTER, errors...))
 	}
 	return out
 }
@@ -152,7 +136,7 @@ func nodeGateFamilies(st *nodegate.Status) []*dto.MetricFamily {
 	if st == nil {
 		return nil
 	}
-	out := []*dto.MetricFamily{family(metricNodeUpdatePending,
+	out := []*dto.MetricFamily{family("csi_node_driver_registrar_node_update_pending",
 		"1 while the Node does not show yet what the registrar knows of the driver's registration (its startup taints, its condition), 0 otherwise.",
 		dto.MetricType_GAUGE, gauge(oneIf(st.Pending)))}
 	var requests []*dto.Metric
@@ -162,7 +146,7 @@ func nodeGateFamilies(st *nodegate.Status) []*dto.MetricFamily {
 		}
 	}
 	if len(requests) > 0 {
-		out = append(out, family(metricNodeAPIRequests,
+		out = append(out, family("csi_node_driver_registrar_node_api_requests_total",
 			"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).",
 			dto.MetricType_COUNTER, requests...))
 	}
