@@ -69,17 +69,6 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 	}
 }
 
-// tightenOnceRegistered sets the garbage collector's steady-state target
-// (tuning.go) once kubelet first accepted the driver.
-func tightenOnceRegistered(logger klog.Logger) registration.Observer {
-	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
-	return func(old, now registration.Status) {
-		if newlyRegistered(old, now) {
-			tighten()
-		}
-	}
-}
-
 // selinuxWatch asks what SELinux says of the registration socket after
 // each publication and when kubelet stays silent, each time on a goroutine
 // of its own, and keeps the latest answer for /status.

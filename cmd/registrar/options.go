@@ -138,9 +138,14 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
 	if o.driverHealthEndpoint != "" {
-		if err := validateEndpoint(o.driverHealthEndpoint); err != nil {
-			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: %w", o.driverHealthEndpoint, err))
-		} else if httpAddr := o.httpAddress(); httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint) {
+		_, port, err := net.SplitHostPort(o.driverHealthEndpoint)
+		_, portErr := strconv.ParseUint(port, 10, 16)
+		switch httpAddr := o.httpAddress(); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: not host:port (%v): write it as :9808 or 0.0.0.0:9808", o.driverHealthEndpoint, err))
+		case portErr != nil:
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: port %q is not a number from 0 (any free port) to 65535", o.driverHealthEndpoint, port))
+		case httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint):
 			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, httpAddr))
 		}
 	}
@@ -267,18 +272,6 @@ func (o *options) httpAddress() string {
 		return fmt.Sprintf(":%d", o.healthPort)
 	}
 	return o.httpEndpoint
-}
-
-// validateEndpoint checks a host:port to listen on.
-func validateEndpoint(address string) error {
-	_, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return fmt.Errorf("not host:port (%v): write it as :9808 or 0.0.0.0:9808", err)
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("port %q is not a number from 0 (any free port) to 65535", port)
-	}
-	return nil
 }
 
 // samePort tells whether two listen addresses would take the same port:

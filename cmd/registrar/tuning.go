@@ -8,18 +8,18 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"sync"
 
 	"go.uber.org/automaxprocs/maxprocs"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// setMaxProcs applies --automaxprocs and returns GOMAXPROCS.
-//
-// The image sets GOMAXPROCS=1 in the environment: one request at a time is
-// all the registrar ever serves, and one P costs less CPU per request and
-// less memory than one per core (README.md, "Performance"). Upstream's image sets nothing, so there
-// --automaxprocs starts from the runtime's default; it does so here too,
-// instead of honouring the image's GOMAXPROCS as automaxprocs otherwise would.
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. The image sets
+// GOMAXPROCS=1 (README.md, "Performance"); upstream's sets nothing, so
+// --automaxprocs starts from the runtime's default, as it does there,
+// instead of honouring GOMAXPROCS as automaxprocs otherwise would.
 func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 	if automaxprocs {
 		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
@@ -44,12 +44,20 @@ func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 // ("Performance") has the figures, make bench measures them.
 const steadyGOGC = 25
 
-// tightenCollector applies steadyGOGC.
-func tightenCollector(logger klog.Logger) {
-	if env, ok := os.LookupEnv("GOGC"); ok {
-		logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-		return
+// tightenOnceRegistered applies steadyGOGC once kubelet first accepted the
+// driver.
+func tightenOnceRegistered(logger klog.Logger) registration.Observer {
+	tighten := sync.OnceFunc(func() {
+		if env, ok := os.LookupEnv("GOGC"); ok {
+			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
+			return
+		}
+		debug.SetGCPercent(steadyGOGC)
+		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
+	})
+	return func(old, now registration.Status) {
+		if newlyRegistered(old, now) {
+			tighten()
+		}
 	}
-	debug.SetGCPercent(steadyGOGC)
-	logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
 }
