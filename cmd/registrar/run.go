@@ -134,7 +134,14 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if gate != nil {
 		srv.Observe(tellGate(gate))
 		probeOpts.NodeGate = gate
-		defer runUntilStopped(withFlagLogged(ctx, nodeNameFrom(o)), gate.Run)()
+		// The gate outlives the others, and so the signal: the registration
+		// withdraws its socket on the way out, and the gate then tells the
+		// API server (within nodegate.DefaultFinalTimeout) before it stops.
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFrom(o))))
+		var gateRunning sync.WaitGroup
+		gateRunning.Go(func() { gate.Run(gateCtx) })
+		defer gateRunning.Wait()
+		defer stopGate()
 	}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
@@ -232,24 +239,6 @@ func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, drive
 		termination.write(logger, reason)
 	}
 	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", time.Since(*st.FailingSince).Round(time.Second), reason)}
-}
-
-// runUntilStopped runs run in the background under a context that ctx's
-// end does not cancel, and returns what stops it and waits for it. The
-// node gate runs so: it outlives the others, as the registration withdraws
-// its socket on the way out and the gate then tells the API server
-// (within nodegate.DefaultFinalTimeout) before it stops.
-func runUntilStopped(ctx context.Context, run func(context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
 
 // newNodeGate is the gate of --remove-node-taint and --node-condition, nil
