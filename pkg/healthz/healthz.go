@@ -27,12 +27,6 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Registration is what the probes report on: a *registration.Server.
-type Registration interface {
-	Health(ctx context.Context) registration.Health
-	Status() registration.Status
-}
-
 // NodeGate is the node gate reported on: a *nodegate.Gate.
 type NodeGate interface {
 	Status() nodegate.Status
@@ -63,7 +57,7 @@ type Options struct {
 type Server struct {
 	opts         Options
 	mux          *http.ServeMux
-	registration Registration
+	registration *registration.Server
 	runtime      func() *prometheus.Registry
 	revision     string
 
@@ -77,7 +71,7 @@ type Server struct {
 }
 
 // New builds the HTTP handlers, reporting on reg.
-func New(reg Registration, opts Options) *Server {
+func New(reg *registration.Server, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
