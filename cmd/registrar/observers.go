@@ -73,11 +73,10 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 // each publication and when kubelet stays silent, each time on a goroutine
 // of its own, and keeps the latest answer for /status.
 type selinuxWatch struct {
-	logger  klog.Logger
-	inspect func(socket string) *selinuxcheck.Report
-	// latest is the answer about the latest publication asked of.
+	logger   klog.Logger
+	inspect  func(socket string) *selinuxcheck.Report
 	mu       sync.Mutex
-	asked    time.Time // the publication the latest answer is about
+	asked    time.Time // the publication that latest is about
 	latest   atomic.Pointer[selinuxcheck.Report]
 	inflight sync.WaitGroup
 }
@@ -88,9 +87,7 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 		return
 	}
 	publication, socket := *now.LastPublished, now.SocketPath
-	w.inflight.Add(1)
-	go func() {
-		defer w.inflight.Done()
+	w.inflight.Go(func() {
 		report := w.inspect(socket)
 		w.mu.Lock()
 		stale := publication.Before(w.asked)
@@ -106,7 +103,7 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 		default:
 			w.logger.Info("kubelet has not called GetInfo on the registration socket; SELinux may be why, which this registrar cannot tell: see the selinux value", "path", socket, "selinux", report.Summary())
 		}
-	}()
+	})
 }
 
 // report is the latest answer, nil where SELinux is off or not asked yet.

@@ -251,9 +251,7 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				srv.SetKeepAlivesEnabled(true)
 			}
 			mu.Unlock()
-			serving.Add(1)
-			go func() {
-				defer serving.Done()
+			serving.Go(func() {
 				err := srv.Serve(l)
 				if errors.Is(err, http.ErrServerClosed) {
 					return
@@ -267,7 +265,7 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				}
 				mu.Unlock()
 				lost(l)
-			}()
+			})
 		case <-ctx.Done():
 			return Shutdown(ctx, srv, shutdownTimeout)
 		}
