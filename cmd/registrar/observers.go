@@ -126,14 +126,11 @@ type portWanted struct {
 }
 
 // sharePort passes the --http-endpoint port between the instances of a
-// rolling update on one network (hostNetwork pods): the newer one waits
-// for the port the older one holds (pkg/httpport). Each time this instance
-// steps aside for another, it asks that one through the registration
-// socket what it waits for (PortWanted) and releases p to it: from then
-// on the instance that owns the registration answers the probes of both
-// pods. Each publication of its own claims p back. An owner that does not
-// know PortWanted (upstream's registrar, an older build) answers
-// Unimplemented, and nothing changes.
+// rolling update on one network (hostNetwork pods; see pkg/httpport): on
+// stepping aside, this instance asks the new owner of the registration
+// socket what it waits for (PortWanted) and releases p to it, so that the
+// owner answers the probes of both pods; its own publications claim p back.
+// An owner without PortWanted (upstream, an older build) changes nothing.
 func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
 	srv.Answer("PortWanted", func() any {
 		var w portWanted

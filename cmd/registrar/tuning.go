@@ -37,11 +37,9 @@ func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 }
 
 // steadyGOGC is the collector's setting once kubelet has registered the
-// driver, unless GOGC is set in the environment: with Go's default the
-// heap grows to a few megabytes before the first collection, and the
-// runtime keeps that much resident. It is not set from the start, where
-// collections would delay the registration socket. README.md
-// ("Performance") has the figures, make bench measures them.
+// driver, unless GOGC is set: Go's default lets the heap, and so VmRSS, grow
+// to a few megabytes first. Not from the start, where collections would
+// delay the registration socket (README.md, "Performance"; make bench).
 const steadyGOGC = 25
 
 // tightenOnceRegistered applies steadyGOGC once kubelet first accepted the

@@ -45,13 +45,10 @@ func vcsRevision() string {
 }
 
 // newRuntimeRegistry gathers the go_* and process_* families every Go
-// exporter serves, from client_golang's own collectors, so that dashboards
-// and alerts written for any of them read the registrar too. Left with
-// their defaults: the Go collector's families are the long-standing
-// go_memstats_* set (read from runtime/metrics, which does not stop the
-// world) and the process collector leaves out a figure it cannot read
-// rather than failing the scrape. Built at the first scrape: a registrar
-// nobody scrapes does not hold them.
+// exporter serves, so that dashboards written for any of them read the
+// registrar too. client_golang's defaults suit it: go_memstats_* read
+// without stopping the world, and process_* without a figure it cannot
+// read. Built at the first scrape: a registrar nobody scrapes holds none.
 func newRuntimeRegistry() *prometheus.Registry {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
