@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +67,24 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 			gate.Rejected(now.DriverName, now.LastVerdict.Reason)
 		case now.Withdrawn && !old.Withdrawn:
 			gate.Withdrawn(now.DriverName)
+		}
+	}
+}
+
+// tightenOnceRegistered applies steadyGOGC (tuning.go) once kubelet first
+// accepted the driver.
+func tightenOnceRegistered(logger klog.Logger) registration.Observer {
+	tighten := sync.OnceFunc(func() {
+		if env, ok := os.LookupEnv("GOGC"); ok {
+			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
+			return
+		}
+		debug.SetGCPercent(steadyGOGC)
+		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
+	})
+	return func(old, now registration.Status) {
+		if newlyRegistered(old, now) {
+			tighten()
 		}
 	}
 }

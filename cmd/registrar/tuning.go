@@ -7,13 +7,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/debug"
-	"sync"
 
 	"go.uber.org/automaxprocs/maxprocs"
 	"k8s.io/klog/v2"
-
-	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
 // setMaxProcs applies --automaxprocs and returns GOMAXPROCS. The image sets
@@ -41,21 +37,3 @@ func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 // to a few megabytes first. Not from the start, where collections would
 // delay the registration socket (README.md, "Performance"; make bench).
 const steadyGOGC = 25
-
-// tightenOnceRegistered applies steadyGOGC once kubelet first accepted the
-// driver.
-func tightenOnceRegistered(logger klog.Logger) registration.Observer {
-	tighten := sync.OnceFunc(func() {
-		if env, ok := os.LookupEnv("GOGC"); ok {
-			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-			return
-		}
-		debug.SetGCPercent(steadyGOGC)
-		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
-	})
-	return func(old, now registration.Status) {
-		if newlyRegistered(old, now) {
-			tighten()
-		}
-	}
-}
