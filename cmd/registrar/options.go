@@ -160,7 +160,7 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("--remove-node-taint: %w", err))
 		}
 	}
-	if o.gatesNode() && o.node() == "" {
+	if name, _ := o.node(); o.gatesNode() && name == "" {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
 	}
 	return errors.Join(errs...)
@@ -183,14 +183,6 @@ const nodeNameEnv = "NODE_NAME"
 // gatesNode tells whether the registrar changes the Node object.
 func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
 
-// nodeNameFrom says where node's value comes from.
-func nodeNameFrom(o *options) string {
-	if o.nodeName != "" {
-		return "--node-name"
-	}
-	return nodeNameEnv
-}
-
 // withFlagLogged adds to ctx's logger the flag that a part of the
 // registrar serves, so that its log lines, which speak of what it does,
 // say which flag to change.
@@ -198,12 +190,13 @@ func withFlagLogged(ctx context.Context, flag string) context.Context {
 	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("flag", flag))
 }
 
-// node is --node-name, or NODE_NAME from the environment.
-func (o *options) node() string {
+// node is the node's name, and the flag or variable it comes from:
+// --node-name, or NODE_NAME from the environment.
+func (o *options) node() (name, from string) {
 	if o.nodeName != "" {
-		return o.nodeName
+		return o.nodeName, "--node-name"
 	}
-	return os.Getenv(nodeNameEnv)
+	return os.Getenv(nodeNameEnv), nodeNameEnv
 }
 
 // taintKeys is --remove-node-taint: repeated, or comma-separated, or both.

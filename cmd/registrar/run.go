@@ -137,7 +137,8 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// The gate outlives the others, and so the signal: the registration
 		// withdraws its socket on the way out, and the gate then tells the
 		// API server (within nodegate.DefaultFinalTimeout) before it stops.
-		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFrom(o))))
+		_, nodeNameFlag := o.node()
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFlag)))
 		var gateRunning sync.WaitGroup
 		gateRunning.Go(func() { gate.Run(gateCtx) })
 		defer gateRunning.Wait()
@@ -255,8 +256,9 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
+	name, _ := o.node()
 	return nodegate.New(nodegate.Config{
-		NodeName:  o.node(),
+		NodeName:  name,
 		TaintKeys: o.removeNodeTaints,
 		Condition: o.nodeCondition,
 		Client:    client,
