@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if o.diagnose {
-		return runDiagnose(ctx, o, stdout, stderr)
+		return runDiagnose(ctx, o, stdout)
 	}
 	if err := o.logging.Apply(o.flags, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)

@@ -4,6 +4,7 @@
 package healthz
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -281,7 +282,7 @@ func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ConnState:         newConnLimiter(maxConnections).track,
+		ConnState:         (&connLimiter{byConn: map[net.Conn]*list.Element{}}).track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 }
