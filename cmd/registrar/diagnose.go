@@ -14,7 +14,7 @@ import (
 )
 
 // runDiagnose prints the node set-up checklist and returns the exit code.
-func runDiagnose(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+func runDiagnose(ctx context.Context, o *options, stdout io.Writer) int {
 	if o.flags.NFlag() == 1 {
 		// --diagnose alone, as kubectl exec runs it: borrow the running
 		// registrar's flags.

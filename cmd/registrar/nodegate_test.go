@@ -20,15 +20,15 @@ func TestNodeGateFlags(t *testing.T) {
 	if want := []string{"example.com/agent-not-ready", "readiness.k8s.io/storage", "other"}; !slices.Equal(o.removeNodeTaints, want) {
 		t.Errorf("taints %q, want %q", o.removeNodeTaints, want)
 	}
-	if !o.nodeCondition || !o.gatesNode() || o.node() != "node-from-env" {
-		t.Errorf("got %+v, node %q", o, o.node())
+	if name, from := o.node(); !o.nodeCondition || !o.gatesNode() || name != "node-from-env" || from != nodeNameEnv {
+		t.Errorf("got %+v, node %q from %s", o, name, from)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-name=n1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.node() != "n1" {
-		t.Errorf("--node-name: node %q", o.node())
+	if name, from := o.node(); name != "n1" || from != "--node-name" {
+		t.Errorf("--node-name: node %q from %s", name, from)
 	}
 	// Off by default: no API server needed.
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)

@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,11 @@ func newlyRegistered(old, now registration.Status) bool {
 // newlyRejected tells whether kubelet rejected the driver once more.
 func newlyRejected(old, now registration.Status) bool {
 	return now.State == registration.Rejected && now.RegistrationFailures > old.RegistrationFailures
+}
+
+// newlyPublished tells whether the registration published its socket again.
+func newlyPublished(old, now registration.Status) bool {
+	return now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished))
 }
 
 func verdictTime(st registration.Status) time.Time {
@@ -64,10 +71,17 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 	}
 }
 
-// tightenOnceRegistered sets the garbage collector's steady-state target
-// (tuning.go) once kubelet first accepted the driver.
+// tightenOnceRegistered applies steadyGOGC (tuning.go) once kubelet first
+// accepted the driver.
 func tightenOnceRegistered(logger klog.Logger) registration.Observer {
-	tighten := sync.OnceFunc(func() { tightenCollector(logger) })
+	tighten := sync.OnceFunc(func() {
+		if env, ok := os.LookupEnv("GOGC"); ok {
+			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
+			return
+		}
+		debug.SetGCPercent(steadyGOGC)
+		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
+	})
 	return func(old, now registration.Status) {
 		if newlyRegistered(old, now) {
 			tighten()
@@ -79,25 +93,21 @@ func tightenOnceRegistered(logger klog.Logger) registration.Observer {
 // each publication and when kubelet stays silent, each time on a goroutine
 // of its own, and keeps the latest answer for /status.
 type selinuxWatch struct {
-	logger  klog.Logger
-	inspect func(socket string) *selinuxcheck.Report
-	// latest is the answer about the latest publication asked of.
+	logger   klog.Logger
+	inspect  func(socket string) *selinuxcheck.Report
 	mu       sync.Mutex
-	asked    time.Time // the publication the latest answer is about
+	asked    time.Time // the publication that latest is about
 	latest   atomic.Pointer[selinuxcheck.Report]
 	inflight sync.WaitGroup
 }
 
 func (w *selinuxWatch) observe(old, now registration.Status) {
-	published := now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished))
 	silent := now.State == registration.KubeletSilent && old.State != registration.KubeletSilent
-	if !published && !silent {
+	if !silent && !newlyPublished(old, now) {
 		return
 	}
 	publication, socket := *now.LastPublished, now.SocketPath
-	w.inflight.Add(1)
-	go func() {
-		defer w.inflight.Done()
+	w.inflight.Go(func() {
 		report := w.inspect(socket)
 		w.mu.Lock()
 		stale := publication.Before(w.asked)
@@ -113,7 +123,7 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 		default:
 			w.logger.Info("kubelet has not called GetInfo on the registration socket; SELinux may be why, which this registrar cannot tell: see the selinux value", "path", socket, "selinux", report.Summary())
 		}
-	}()
+	})
 }
 
 // report is the latest answer, nil where SELinux is off or not asked yet.
@@ -136,14 +146,11 @@ type portWanted struct {
 }
 
 // sharePort passes the --http-endpoint port between the instances of a
-// rolling update on one network (hostNetwork pods): the newer one waits
-// for the port the older one holds (pkg/httpport). Each time this instance
-// steps aside for another, it asks that one through the registration
-// socket what it waits for (PortWanted) and releases p to it: from then
-// on the instance that owns the registration answers the probes of both
-// pods. Each publication of its own claims p back. An owner that does not
-// know PortWanted (upstream's registrar, an older build) answers
-// Unimplemented, and nothing changes.
+// rolling update on one network (hostNetwork pods; see pkg/httpport): on
+// stepping aside, this instance asks the new owner of the registration
+// socket what it waits for (PortWanted) and releases p to it, so that the
+// owner answers the probes of both pods; its own publications claim p back.
+// An owner without PortWanted (upstream, an older build) changes nothing.
 func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
 	srv.Answer("PortWanted", func() any {
 		var w portWanted
@@ -155,7 +162,7 @@ func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, time
 		return w
 	})
 	srv.Observe(func(old, now registration.Status) {
-		if now.LastPublished != nil && (old.LastPublished == nil || !now.LastPublished.Equal(*old.LastPublished)) {
+		if newlyPublished(old, now) {
 			p.Claim()
 		}
 		if now.State == registration.Superseded && old.State != registration.Superseded {

@@ -34,11 +34,9 @@ const defaultTimeout = time.Second
 // more.
 const defaultUnhealthyAfter = 3 * time.Minute
 
-// description is the first line of the usage.
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
 
-// deprecatedFlags are upstream's flags kept only for old manifests. The usage
-// lists them, with klog's own, after the current flags.
+// deprecatedFlags are upstream's flags kept only for old manifests.
 var deprecatedFlags = map[string]bool{"connection-timeout": true, "health-port": true, "mode": true}
 
 // options are the command line flags, named and defaulted as upstream's.
@@ -105,19 +103,15 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 }
 
 // usage prints what the program is, how to run it, the current flags, then
-// the deprecated ones; Go's flag package alone would sort them all together.
+// upstream's deprecated ones and klog's own; Go's flag package alone would
+// sort them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
+	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f) }
 	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
-	o.printFlags(func(f *flag.Flag) bool { return !o.deprecated(f) })
+	o.printFlags(func(f *flag.Flag) bool { return !deprecated(f) })
 	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")
-	o.printFlags(o.deprecated)
-}
-
-// deprecated tells whether f is one of upstream's deprecated flags or
-// klog's own.
-func (o *options) deprecated(f *flag.Flag) bool {
-	return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f)
+	o.printFlags(deprecated)
 }
 
 // printFlags prints the flags that include selects, in the flag package's
@@ -144,9 +138,14 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
 	}
 	if o.driverHealthEndpoint != "" {
-		if err := validateEndpoint(o.driverHealthEndpoint); err != nil {
-			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: %w", o.driverHealthEndpoint, err))
-		} else if httpAddr := o.httpAddress(); httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint) {
+		_, port, err := net.SplitHostPort(o.driverHealthEndpoint)
+		_, portErr := strconv.ParseUint(port, 10, 16)
+		switch httpAddr := o.httpAddress(); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: not host:port (%v): write it as :9808 or 0.0.0.0:9808", o.driverHealthEndpoint, err))
+		case portErr != nil:
+			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: port %q is not a number from 0 (any free port) to 65535", o.driverHealthEndpoint, port))
+		case httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint):
 			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, httpAddr))
 		}
 	}
@@ -161,7 +160,7 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("--remove-node-taint: %w", err))
 		}
 	}
-	if o.gatesNode() && o.node() == "" {
+	if name, _ := o.node(); o.gatesNode() && name == "" {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
 	}
 	return errors.Join(errs...)
@@ -184,14 +183,6 @@ const nodeNameEnv = "NODE_NAME"
 // gatesNode tells whether the registrar changes the Node object.
 func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
 
-// nodeNameFrom says where node's value comes from.
-func nodeNameFrom(o *options) string {
-	if o.nodeName != "" {
-		return "--node-name"
-	}
-	return nodeNameEnv
-}
-
 // withFlagLogged adds to ctx's logger the flag that a part of the
 // registrar serves, so that its log lines, which speak of what it does,
 // say which flag to change.
@@ -199,12 +190,13 @@ func withFlagLogged(ctx context.Context, flag string) context.Context {
 	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("flag", flag))
 }
 
-// node is --node-name, or NODE_NAME from the environment.
-func (o *options) node() string {
+// node is the node's name, and the flag or variable it comes from:
+// --node-name, or NODE_NAME from the environment.
+func (o *options) node() (name, from string) {
 	if o.nodeName != "" {
-		return o.nodeName
+		return o.nodeName, "--node-name"
 	}
-	return os.Getenv(nodeNameEnv)
+	return os.Getenv(nodeNameEnv), nodeNameEnv
 }
 
 // taintKeys is --remove-node-taint: repeated, or comma-separated, or both.
@@ -221,12 +213,24 @@ func (k *taintKeys) Set(value string) error {
 	return nil
 }
 
-// warnings lists the values that upstream accepts but that make no sense,
-// with what the registrar does instead; they are not errors, so that a
-// manifest written for upstream keeps working.
+// warnings lists the deprecated flags given and the values that upstream
+// accepts but that make no sense, with what the registrar does instead;
+// they are not errors, so that a manifest written for upstream keeps
+// working.
 func (o *options) warnings() []string {
 	var warnings []string
-	if o.healthPort < 0 {
+	if o.flags.NArg() > 0 {
+		// Go's flag package stops at the first argument that is not a
+		// flag and upstream ignores the rest; so do we, but not silently.
+		warnings = append(warnings, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args()))
+	}
+	if o.wasSet("connection-timeout") {
+		warnings = append(warnings, "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
+	}
+	switch {
+	case o.healthPort > 0:
+		warnings = append(warnings, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress()))
+	case o.healthPort < 0:
 		warnings = append(warnings, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort))
 	}
 	if o.timeout <= 0 {
@@ -261,18 +265,6 @@ func (o *options) httpAddress() string {
 		return fmt.Sprintf(":%d", o.healthPort)
 	}
 	return o.httpEndpoint
-}
-
-// validateEndpoint checks a host:port to listen on.
-func validateEndpoint(address string) error {
-	_, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return fmt.Errorf("not host:port (%v): write it as :9808 or 0.0.0.0:9808", err)
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("port %q is not a number from 0 (any free port) to 65535", port)
-	}
-	return nil
 }
 
 // samePort tells whether two listen addresses would take the same port:
@@ -311,18 +303,15 @@ var registrationFlags = map[string]string{
 // in err (one error, or several joined).
 func flagError(err error) error {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		errs := joined.Unwrap()
-		named := make([]error, len(errs))
-		for i, e := range errs {
-			named[i] = flagError(e)
+		var named []error
+		for _, e := range joined.Unwrap() {
+			named = append(named, flagError(e))
 		}
 		return errors.Join(named...)
 	}
 	var cfgErr *registration.ConfigError
-	if errors.As(err, &cfgErr) {
-		if flag, ok := registrationFlags[cfgErr.Field]; ok {
-			return withFlag(flag, err)
-		}
+	if errors.As(err, &cfgErr) && registrationFlags[cfgErr.Field] != "" {
+		return withFlag(registrationFlags[cfgErr.Field], err)
 	}
 	return err
 }

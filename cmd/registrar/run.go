@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if o.diagnose {
-		return runDiagnose(ctx, o, stdout, stderr)
+		return runDiagnose(ctx, o, stdout)
 	}
 	if err := o.logging.Apply(o.flags, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
@@ -76,24 +76,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
-	if o.flags.NArg() > 0 {
-		// Go's flag package stops at the first argument that is not a
-		// flag and upstream ignores the rest; so do we, but not silently.
-		logger.Info("Warning: ignoring arguments after the first one that is not a flag; write boolean flags as --name=value", "ignored", o.flags.Args())
-	}
-	if o.wasSet("connection-timeout") {
-		logger.Info("--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
-	}
-	if o.healthPort > 0 {
-		logger.Info("--health-port is deprecated: use --http-endpoint", "httpEndpoint", o.httpAddress())
-	}
 	for _, warning := range o.warnings() {
 		logger.Info("Warning: " + warning)
 	}
 	err = register(ctx, o, termination)
-	var rejected *registration.RejectedError
 	switch {
-	case errors.As(err, &rejected):
+	case errors.As(err, new(*registration.RejectedError)):
 		// The termination message was written when kubelet rejected it.
 		return exitError
 	case errors.As(err, new(*failedTooLong)):
@@ -108,10 +96,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// register runs the HTTP server, the registration and the watch of the
-// driver under one context: the first error or signal stops them all. The
-// driver's liveness listener and the node gate run beside them when asked
-// for.
+// register runs the registration, the watch of the driver and, where
+// asked for, the HTTP endpoint and the driver's liveness listener under one
+// context: the first error or signal stops them all. The observers of the
+// registration (observers.go) and the node gate run beside them.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
@@ -122,7 +110,6 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if err != nil {
 		return err
 	}
-	port := newPort(o)
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
 	srv, err := registration.New(o.registrationConfig())
@@ -138,60 +125,95 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		}
 	})
 	srv.Observe(tightenOnceRegistered(logger))
-	if gate != nil {
-		srv.Observe(tellGate(gate))
-		defer runUntilStopped(withFlagLogged(ctx, nodeNameFrom(o)), gate.Run)()
-	}
-	if port != nil {
-		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
-	}
 	selinux := &selinuxWatch{logger: logger, inspect: func(socket string) *selinuxcheck.Report {
 		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})
 	}}
 	srv.Observe(selinux.observe)
 	defer selinux.inflight.Wait()
+	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter, SELinux: selinux.report}
+	if gate != nil {
+		srv.Observe(tellGate(gate))
+		probeOpts.NodeGate = gate
+		// The gate outlives the others, and so the signal: the registration
+		// withdraws its socket on the way out, and the gate then tells the
+		// API server (within nodegate.DefaultFinalTimeout) before it stops.
+		_, nodeNameFlag := o.node()
+		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFlag)))
+		var gateRunning sync.WaitGroup
+		gateRunning.Go(func() { gate.Run(gateCtx) })
+		defer gateRunning.Wait()
+		defer stopGate()
+	}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
 	// endpoint listens alongside, as it only has to answer the first probe.
 	// A port that cannot be listened on fails the start: its error cancels
 	// the rest, and the registration removes on the way out whatever it
 	// published meanwhile. A port in use is waited for (see httpport).
-	g, ctx := errgroup.WithContext(ctx)
-	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout()}
+	g, gctx := errgroup.WithContext(ctx)
 	followers := []driverFollower{srv}
-	var driverHealth *driverhealth.Prober
 	if o.driverHealthEndpoint != "" {
 		// The driver's own liveness probe: a listener of its own, sharing
 		// nothing with the registration but the driver's restarts, which
 		// make it dial again.
-		driverHealth = driverhealth.New(address.Path, o.probeTimeout)
+		driverHealth := driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
+		probeOpts.MoreMetrics = driverHealth.Families
 		g.Go(func() error {
-			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
+			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
 	}
-	if port != nil {
-		opts := probeOptions(o, driverHealth, gate)
-		opts.SELinux = selinux.report
-		probes := healthz.New(srv, opts)
-		driverConfig.OnAttempt = probes.ObservePluginInfo
-		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(ctx, "--http-endpoint"))) })
-		g.Go(func() error { return probes.Serve(ctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
-	}
-	g.Go(func() error { return explainDenial(flagError(srv.Run(ctx)), o.pluginRegistrationPath) })
+	// The driver's last error, for stoppedFailing.
 	var driverError atomic.Pointer[error]
-	observeAttempt := driverConfig.OnAttempt
-	driverConfig.OnAttempt = func(d time.Duration, err error) {
-		driverError.Store(&err)
-		if observeAttempt != nil {
-			observeAttempt(d, err)
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { driverError.Store(&err) }}
+	if addr := o.httpAddress(); addr != "" {
+		// No TCP keep-alive: probes and scrapes are short requests, and the
+		// HTTP server closes idle connections itself; it saves four system
+		// calls on each probe's connection.
+		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1})
+		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
+		probes := healthz.New(srv, probeOpts)
+		driverConfig.OnAttempt = func(d time.Duration, err error) {
+			driverError.Store(&err)
+			probes.ObservePluginInfo(d, err)
 		}
+		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })
+		g.Go(func() error { return probes.Serve(gctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
-	g.Go(func() error { return withFlag("--csi-address", driver.Follow(ctx, driverConfig, tellAll(followers))) })
+	g.Go(func() error { return explainDenial(flagError(srv.Run(gctx)), o.pluginRegistrationPath) })
+	g.Go(func() error {
+		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
+			for _, f := range followers {
+				if e.Reachable {
+					f.DriverFound(e.Name)
+				} else {
+					f.DriverGone()
+				}
+			}
+		}))
+	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	return stoppedFailing(lastRunning.Load(), o.unhealthyAfter, driverError.Load(), termination, logger)
+}
+
+// driverFollower is told when the driver is found and when it is gone.
+type driverFollower interface {
+	DriverFound(name string)
+	DriverGone()
+}
+
+// explainDenial adds what SELinux says of the registry directory to an
+// error the kernel gave for want of permission: its label may be why.
+func explainDenial(err error, registryDir string) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	if report := selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: registryDir}); report != nil {
+		return fmt.Errorf("%w; %s", err, report.Summary())
+	}
+	return err
 }
 
 // failedTooLong: the registrar was stopped, most likely by a liveness
@@ -220,68 +242,6 @@ func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, drive
 	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", time.Since(*st.FailingSince).Round(time.Second), reason)}
 }
 
-// newPort is the HTTP endpoint's port, nil without one. No TCP keep-alive:
-// probes and scrapes are short requests, and the HTTP server closes idle
-// connections itself; it saves four system calls on each probe's
-// connection.
-func newPort(o *options) *httpport.Port {
-	addr := o.httpAddress()
-	if addr == "" {
-		return nil
-	}
-	return httpport.New(addr, net.ListenConfig{KeepAlive: -1})
-}
-
-// runUntilStopped runs run in the background under a context that ctx's
-// end does not cancel, and returns what stops it and waits for it. The
-// node gate runs so: it outlives the others, as the registration withdraws
-// its socket on the way out and the gate then tells the API server
-// (within nodegate.DefaultFinalTimeout) before it stops.
-func runUntilStopped(ctx context.Context, run func(context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
-// probeOptions configures the HTTP endpoint: the driver's probe metrics and
-// the node gate's state, where they run.
-func probeOptions(o *options, driverHealth *driverhealth.Prober, gate *nodegate.Gate) healthz.Options {
-	opts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter}
-	if driverHealth != nil {
-		opts.MoreMetrics = driverHealth.Families
-	}
-	if gate != nil {
-		opts.NodeGate = gate
-	}
-	return opts
-}
-
-// driverFollower is told when the driver is found and when it is gone.
-type driverFollower interface {
-	DriverFound(name string)
-	DriverGone()
-}
-
-// tellAll passes each event of driver.Follow on to every follower.
-func tellAll(followers []driverFollower) func(driver.Event) {
-	return func(e driver.Event) {
-		for _, f := range followers {
-			if e.Reachable {
-				f.DriverFound(e.Name)
-			} else {
-				f.DriverGone()
-			}
-		}
-	}
-}
-
 // newNodeGate is the gate of --remove-node-taint and --node-condition, nil
 // without them: the API server is then never contacted.
 func newNodeGate(o *options) (*nodegate.Gate, error) {
@@ -289,15 +249,16 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 		return nil, nil
 	}
 	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
+	var client *nodegate.Client
+	if err == nil {
+		client, err = nodegate.NewClient(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
-	client, err := nodegate.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
-	}
+	name, _ := o.node()
 	return nodegate.New(nodegate.Config{
-		NodeName:  o.node(),
+		NodeName:  name,
 		TaintKeys: o.removeNodeTaints,
 		Condition: o.nodeCondition,
 		Client:    client,

@@ -7,19 +7,15 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/debug"
 
 	"go.uber.org/automaxprocs/maxprocs"
 	"k8s.io/klog/v2"
 )
 
-// setMaxProcs applies --automaxprocs and returns GOMAXPROCS.
-//
-// The image sets GOMAXPROCS=1 in the environment: one request at a time is
-// all the registrar ever serves, and one P costs less CPU per request and
-// less memory than one per core (README.md, "Performance"). Upstream's image sets nothing, so there
-// --automaxprocs starts from the runtime's default; it does so here too,
-// instead of honouring the image's GOMAXPROCS as automaxprocs otherwise would.
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. The image sets
+// GOMAXPROCS=1 (README.md, "Performance"); upstream's sets nothing, so
+// --automaxprocs starts from the runtime's default, as it does there,
+// instead of honouring GOMAXPROCS as automaxprocs otherwise would.
 func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 	if automaxprocs {
 		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
@@ -37,19 +33,7 @@ func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 }
 
 // steadyGOGC is the collector's setting once kubelet has registered the
-// driver, unless GOGC is set in the environment: with Go's default the
-// heap grows to a few megabytes before the first collection, and the
-// runtime keeps that much resident. It is not set from the start, where
-// collections would delay the registration socket. README.md
-// ("Performance") has the figures, make bench measures them.
+// driver, unless GOGC is set: Go's default lets the heap, and so VmRSS, grow
+// to a few megabytes first. Not from the start, where collections would
+// delay the registration socket (README.md, "Performance"; make bench).
 const steadyGOGC = 25
-
-// tightenCollector applies steadyGOGC.
-func tightenCollector(logger klog.Logger) {
-	if env, ok := os.LookupEnv("GOGC"); ok {
-		logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-		return
-	}
-	debug.SetGCPercent(steadyGOGC)
-	logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
-}

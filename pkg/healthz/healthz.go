@@ -4,6 +4,7 @@
 package healthz
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,23 +13,20 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
-
-// Registration is what the probes report on: a *registration.Server.
-type Registration interface {
-	Health(ctx context.Context) registration.Health
-	Status() registration.Status
-}
 
 // NodeGate is the node gate reported on: a *nodegate.Gate.
 type NodeGate interface {
@@ -37,8 +35,7 @@ type NodeGate interface {
 
 // Options configure the HTTP endpoint.
 type Options struct {
-	// NodeGate, when set, adds the node gate's state to /status and
-	// /metrics.
+	// NodeGate, when set, adds the node gate's state to /status and /metrics.
 	NodeGate NodeGate
 	// EnablePprof serves the Go profiler under /debug/pprof/.
 	EnablePprof bool
@@ -50,10 +47,8 @@ type Options struct {
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
 	// UnhealthyAfter, when positive, fails /healthz once the registration
-	// has failed for that long (Status.FailingSince): kubelet rejects the
-	// driver, kubelet never calls, or the driver never answers. Kubelet
-	// then restarts the container, and the failure shows in kubectl get
-	// pods, as upstream's exit shows it.
+	// has failed for that long (Status.FailingSince), so that kubelet
+	// restarts the container, as upstream's exit would.
 	UnhealthyAfter time.Duration
 	// Clock tells the time; the real one when nil.
 	Clock clock.PassiveClock
@@ -61,40 +56,36 @@ type Options struct {
 
 // Server answers probes and scrapes for the registrar.
 type Server struct {
-	mux     *http.ServeMux
-	version string
-	metrics *metricSet
-	more    func() []*dto.MetricFamily
-	runtime func() *prometheus.Registry
+	opts         Options
+	mux          *http.ServeMux
+	registration *registration.Server
+	runtime      func() *prometheus.Registry
+	revision     string
 
-	registration   Registration
-	nodeGate       NodeGate
-	selinux        func() *selinuxcheck.Report
-	unhealthyAfter time.Duration
-	clock          clock.PassiveClock
+	// The driver's GetPluginInfo calls, which no status snapshot holds:
+	// counted as they happen, for /metrics.
+	callsMu          sync.Mutex
+	pluginInfo       *histogram.Histogram
+	pluginInfoErrors map[string]uint64 // by gRPC code
 
-	mu       sync.Mutex
-	lastCode int
+	lastCode atomic.Int64 // of /healthz, so that only a change is logged
 }
 
 // New builds the HTTP handlers, reporting on reg.
-func New(reg Registration, opts Options) *Server {
+func New(reg *registration.Server, opts Options) *Server {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	s := &Server{
-		mux:            http.NewServeMux(),
-		version:        opts.Version,
-		metrics:        newMetricSet(opts.Version),
-		runtime:        sync.OnceValue(newRuntimeRegistry),
-		more:           opts.MoreMetrics,
-		registration:   reg,
-		nodeGate:       opts.NodeGate,
-		selinux:        opts.SELinux,
-		unhealthyAfter: opts.UnhealthyAfter,
-		clock:          opts.Clock,
-		lastCode:       http.StatusOK,
+		opts:             opts,
+		mux:              http.NewServeMux(),
+		registration:     reg,
+		runtime:          sync.OnceValue(newRuntimeRegistry),
+		revision:         vcsRevision(),
+		pluginInfo:       histogram.New(pluginInfoBuckets),
+		pluginInfoErrors: map[string]uint64{},
 	}
-	if s.clock == nil {
-		s.clock = clock.RealClock{}
-	}
+	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
@@ -111,27 +102,32 @@ func New(reg Registration, opts Options) *Server {
 
 // nodeGateStatus is the node gate's status, nil without one.
 func (s *Server) nodeGateStatus() *nodegate.Status {
-	if s.nodeGate == nil {
+	if s.opts.NodeGate == nil {
 		return nil
 	}
-	st := s.nodeGate.Status()
+	st := s.opts.NodeGate.Status()
 	return &st
 }
 
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
 // /metrics.
 func (s *Server) ObservePluginInfo(d time.Duration, err error) {
-	s.metrics.observePluginInfo(d, err)
+	s.callsMu.Lock()
+	defer s.callsMu.Unlock()
+	s.pluginInfo.Observe(d.Seconds())
+	if err != nil {
+		s.pluginInfoErrors[status.Code(err).String()]++
+	}
 }
 
 // registrationStatus is the registration's status, with what SELinux
 // says of it as a cause where kubelet stays silent or rejects the driver.
 func (s *Server) registrationStatus() (registration.Status, *selinuxcheck.Report) {
 	st := s.registration.Status()
-	if s.selinux == nil {
+	if s.opts.SELinux == nil {
 		return st, nil
 	}
-	report := s.selinux()
+	report := s.opts.SELinux()
 	switch {
 	case st.State != registration.KubeletSilent && st.State != registration.Rejected:
 	case report.Problem() && st.State == registration.KubeletSilent:
@@ -149,11 +145,11 @@ func (s *Server) registrationStatus() (registration.Status, *selinuxcheck.Report
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	h := s.registration.Health(r.Context())
 	code, reason := statusCode(h), h.Reason
-	if code == http.StatusOK && s.unhealthyAfter > 0 {
+	if limit := s.opts.UnhealthyAfter; code == http.StatusOK && limit > 0 {
 		if st := s.registration.Status(); st.FailingSince != nil {
-			if failing := s.clock.Since(*st.FailingSince); failing >= s.unhealthyAfter {
+			if failing := s.opts.Clock.Since(*st.FailingSince); failing >= limit {
 				code = http.StatusServiceUnavailable
-				reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", failing.Round(time.Second), s.unhealthyAfter, st.Reason)
+				reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", failing.Round(time.Second), limit, st.Reason)
 			}
 		}
 	}
@@ -192,7 +188,7 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	st, report := s.registrationStatus()
-	_ = enc.Encode(statusDocument{Version: s.version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
+	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
 }
 
 func writeText(w http.ResponseWriter, code int, body string) {
@@ -224,10 +220,7 @@ func statusCode(h registration.Health) int {
 // default level, so a failing probe does not flood the log.
 func (s *Server) logChange(ctx context.Context, code int, reason string) {
 	logger := klog.FromContext(ctx)
-	s.mu.Lock()
-	previous := s.lastCode
-	s.lastCode = code
-	s.mu.Unlock()
+	previous := int(s.lastCode.Swap(int64(code)))
 	switch {
 	case code == previous:
 		logger.V(5).Info("Health probe", "status", code, "reason", reason)
@@ -240,13 +233,12 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 
 // Serve serves each listener received, until it is closed, and calls lost
 // when one stops for any reason (see pkg/httpport), until ctx is done; it
-// then shuts the server down, giving open requests up to shutdownTimeout
-// to finish. While it has no listener, it
+// then shuts the server down (see Shutdown). While it has no listener, it
 // keeps no connection open either: a client with a kept connection (a
 // scrape) reaches whoever listens on the address now.
 func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	srv := s.httpServer(ctx)
+	srv := NewHTTPServer(ctx, s.mux)
 	var serving sync.WaitGroup
 	defer serving.Wait()
 	var mu sync.Mutex
@@ -260,9 +252,7 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				srv.SetKeepAlivesEnabled(true)
 			}
 			mu.Unlock()
-			serving.Add(1)
-			go func() {
-				defer serving.Done()
+			serving.Go(func() {
 				err := srv.Serve(l)
 				if errors.Is(err, http.ErrServerClosed) {
 					return
@@ -276,17 +266,11 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				}
 				mu.Unlock()
 				lost(l)
-			}()
+			})
 		case <-ctx.Done():
-			return shutdown(ctx, srv, shutdownTimeout)
+			return Shutdown(ctx, srv, shutdownTimeout)
 		}
 	}
-}
-
-// httpServer serves the endpoints, bounding the size of request heads and
-// the number of open connections (see limits.go).
-func (s *Server) httpServer(ctx context.Context) *http.Server {
-	return NewHTTPServer(ctx, s.mux)
 }
 
 // NewHTTPServer is an HTTP server for handler with the endpoint's limits
@@ -298,7 +282,7 @@ func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ConnState:         newConnLimiter(maxConnections).track,
+		ConnState:         (&connLimiter{byConn: map[net.Conn]*list.Element{}}).track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 }
@@ -306,12 +290,6 @@ func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
 // Shutdown gives open requests up to timeout to finish, then closes their
 // connections.
 func Shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
-	return shutdown(ctx, srv, timeout)
-}
-
-// shutdown gives open requests up to timeout to finish, then closes their
-// connections.
-func shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
 	// The base context is done, so the shutdown gets a fresh one.
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

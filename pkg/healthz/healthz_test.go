@@ -73,29 +73,29 @@ func probe(t *testing.T, h *Server, path string) (int, string) {
 func TestHealthz(t *testing.T) {
 	cases := []struct {
 		name     string
-		setup    func(t *testing.T) Registration
+		setup    func(t *testing.T) *registration.Server
 		wantCode int
 		wantBody string
 	}{
-		{"waiting for the driver", func(t *testing.T) Registration { return notRunning(t) }, http.StatusOK, "waiting for the CSI driver"},
-		{"serving", func(t *testing.T) Registration {
+		{"waiting for the driver", func(t *testing.T) *registration.Server { return notRunning(t) }, http.StatusOK, "waiting for the CSI driver"},
+		{"serving", func(t *testing.T) *registration.Server {
 			srv, _ := startRegistration(t, tempDir(t))
 			return srv
 		}, http.StatusOK, "serving"},
-		{"superseded by a newer instance", func(t *testing.T) Registration {
+		{"superseded by a newer instance", func(t *testing.T) *registration.Server {
 			dir := tempDir(t)
 			older, _ := startRegistration(t, dir)
 			startRegistration(t, dir)
 			return older
 		}, http.StatusOK, "another instance"},
-		{"not a socket", func(t *testing.T) Registration {
+		{"not a socket", func(t *testing.T) *registration.Server {
 			srv, _ := startRegistration(t, tempDir(t))
 			path := srv.Status().SocketPath
 			os.WriteFile(path+".tmp", nil, 0o600)
 			os.Rename(path+".tmp", path)
 			return srv
 		}, http.StatusInternalServerError, "not a socket"},
-		{"server stopped", func(t *testing.T) Registration {
+		{"server stopped", func(t *testing.T) *registration.Server {
 			srv, stop := startRegistration(t, tempDir(t))
 			if err := stop(); err != nil {
 				t.Fatal(err)

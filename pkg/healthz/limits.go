@@ -24,25 +24,19 @@ const (
 	maxConnections = 256
 )
 
-// connLimiter is an http.Server's ConnState hook that keeps at most max
-// connections open: when a new one would make one too many, it closes the
+// connLimiter is an http.Server's ConnState hook that keeps at most
+// maxConnections open: when a new one would make one too many, it closes the
 // one whose state changed least recently, such as a connection that was
 // opened and never sent a byte, or a head that is never finished. Unlike a
 // listener that stops accepting at a limit (golang.org/x/net/netutil's
 // LimitListener), it never makes a new client wait, so kubelet's probe is
 // answered while a flood holds connections.
 type connLimiter struct {
-	max int
-
 	mu sync.Mutex
 	// recent holds the open connections, the least recently changed
 	// first; byConn finds a connection's element in it.
 	recent list.List
 	byConn map[net.Conn]*list.Element
-}
-
-func newConnLimiter(max int) *connLimiter {
-	return &connLimiter{max: max, byConn: map[net.Conn]*list.Element{}}
 }
 
 // track follows a connection's state; net/http calls it.
@@ -53,7 +47,7 @@ func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
 	switch {
 	case state == http.StateNew:
 		l.byConn[conn] = l.recent.PushBack(conn)
-		if l.recent.Len() > l.max {
+		if l.recent.Len() > maxConnections {
 			evicted = l.recent.Remove(l.recent.Front()).(net.Conn)
 			delete(l.byConn, evicted)
 		}

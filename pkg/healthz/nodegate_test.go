@@ -16,8 +16,8 @@ func (g fixedGate) Status() nodegate.Status { return nodegate.Status(g) }
 
 func TestNodeGateInStatusAndMetrics(t *testing.T) {
 	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9"}))
-	if _, ok := families[metricNodeUpdatePending]; ok {
-		t.Errorf("%s served without a node gate", metricNodeUpdatePending)
+	if _, ok := families["csi_node_driver_registrar_node_update_pending"]; ok {
+		t.Error("csi_node_driver_registrar_node_update_pending served without a node gate")
 	}
 	hz := New(notRunning(t), Options{Version: "v9.9.9", NodeGate: fixedGate{Node: "n1", Pending: true, LastError: "forbidden: ...", Requests: map[string]map[string]uint64{
 		nodegate.RequestGetNode:      {"200": 2, "503": 1},
@@ -29,10 +29,10 @@ func TestNodeGateInStatusAndMetrics(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{metricNodeUpdatePending, nil, 1},
-		{metricNodeAPIRequests, map[string]string{"request": "get-node", "code": "200"}, 2},
-		{metricNodeAPIRequests, map[string]string{"request": "get-node", "code": "503"}, 1},
-		{metricNodeAPIRequests, map[string]string{"request": "set-condition", "code": "403"}, 4},
+		{"csi_node_driver_registrar_node_update_pending", nil, 1},
+		{"csi_node_driver_registrar_node_api_requests_total", map[string]string{"request": "get-node", "code": "200"}, 2},
+		{"csi_node_driver_registrar_node_api_requests_total", map[string]string{"request": "get-node", "code": "503"}, 1},
+		{"csi_node_driver_registrar_node_api_requests_total", map[string]string{"request": "set-condition", "code": "403"}, 4},
 	}
 	for _, c := range checks {
 		if got := value(t, families, c.name, c.labels); got != c.want {

@@ -147,7 +147,7 @@ next:
 
 func TestMetrics(t *testing.T) {
 	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9"}))
-	if got := value(t, families, metricRegistered, nil); got != 0 {
+	if got := value(t, families, "csi_node_driver_registrar_registered", nil); got != 0 {
 		t.Errorf("registered before the registration runs = %v", got)
 	}
 
@@ -166,27 +166,27 @@ func TestMetrics(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{metricRegistered, nil, 1},
-		{metricState, map[string]string{"state": "registered"}, 1},
-		{metricState, map[string]string{"state": "rejected"}, 0},
-		{metricKubeletRPCs, map[string]string{"method": "GetInfo", "result": "ok"}, 2},
-		{metricKubeletRPCs, map[string]string{"method": "NotifyRegistrationStatus", "result": "registered"}, 1},
-		{metricKubeletRPCs, map[string]string{"method": "NotifyRegistrationStatus", "result": "rejected"}, 1},
-		{metricPublications, map[string]string{"reason": "start"}, 1},
-		{metricPublications, map[string]string{"reason": "deleted"}, 0},
-		{metricFailures, nil, 1},
-		{metricDriverReachable, nil, 1},
-		{metricPluginInfoDuration, nil, 2},
-		{metricPluginInfoErrors, map[string]string{"code": "Unavailable"}, 1},
+		{"csi_node_driver_registrar_registered", nil, 1},
+		{"csi_node_driver_registrar_state", map[string]string{"state": "registered"}, 1},
+		{"csi_node_driver_registrar_state", map[string]string{"state": "rejected"}, 0},
+		{"csi_node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "GetInfo", "result": "ok"}, 2},
+		{"csi_node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "NotifyRegistrationStatus", "result": "registered"}, 1},
+		{"csi_node_driver_registrar_kubelet_rpcs_total", map[string]string{"method": "NotifyRegistrationStatus", "result": "rejected"}, 1},
+		{"csi_node_driver_registrar_socket_publications_total", map[string]string{"reason": "start"}, 1},
+		{"csi_node_driver_registrar_socket_publications_total", map[string]string{"reason": "deleted"}, 0},
+		{"csi_node_driver_registrar_registration_failures_total", nil, 1},
+		{"csi_node_driver_registrar_driver_reachable", nil, 1},
+		{"csi_node_driver_registrar_driver_get_plugin_info_duration_seconds", nil, 2},
+		{"csi_node_driver_registrar_driver_get_plugin_info_errors_total", map[string]string{"code": "Unavailable"}, 1},
 		// go test stamps no VCS information into a test binary.
-		{metricBuildInfo, map[string]string{"version": "v9.9.9", "revision": "unknown", "goversion": runtime.Version(), "driver_name": testDriver}, 1},
+		{"csi_node_driver_registrar_build_info", map[string]string{"version": "v9.9.9", "revision": "unknown", "goversion": runtime.Version(), "driver_name": testDriver}, 1},
 	}
 	for _, c := range checks {
 		if got := value(t, families, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if got := value(t, families, metricLastFailure, nil); got < float64(time.Now().Add(-time.Minute).Unix()) {
+	if got := value(t, families, "csi_node_driver_registrar_last_registration_failure_timestamp_seconds", nil); got < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Errorf("last failure timestamp = %v, want about now", got)
 	}
 	for name, family := range families {
