@@ -369,13 +369,12 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 		return nil, err
 	}
 	r := &rollout{oldPod: s.podName, restarts: map[string]int32{}}
-	ds.Spec.Template = tmpl.Spec.Template
 	r.began = time.Now()
 	if !s.watch.stateAt(r.began).registered {
 		return nil, fmt.Errorf("the driver was not registered before the update")
 	}
 	watchRestarts := s.watch.restarts()
-	updated, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
+	updated, err := s.setTemplate(ctx, "csi-node", tmpl.Spec.Template)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
 	}
@@ -561,8 +560,7 @@ func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	case err != nil:
 		return err
 	case ds.Spec.Template.Annotations[revisionKey] != fmt.Sprint(int(rev)):
-		ds.Spec.Template = want.Spec.Template
-		if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		if _, err := s.setTemplate(ctx, "csi-node", want.Spec.Template); err != nil {
 			return fmt.Errorf("update DaemonSet: %w", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -239,4 +242,22 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 		probe.HTTPGet.Port = intstr.FromInt32(port)
 	}
 	return nil
+}
+
+// setTemplate gives the DaemonSet name the pod template tmpl. The
+// DaemonSet controller writes its status meanwhile, so an update that
+// conflicts with it reads the DaemonSet again and tries again. It returns
+// the DaemonSet as updated.
+func (s *suite) setTemplate(ctx context.Context, name string, tmpl corev1.PodTemplateSpec) (*appsv1.DaemonSet, error) {
+	var updated *appsv1.DaemonSet
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return err
+		}
+		ds.Spec.Template = tmpl
+		updated, err = s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{})
+		return err
+	})
+	return updated, err
 }

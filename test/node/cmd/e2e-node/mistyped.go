@@ -310,9 +310,8 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 	if err != nil {
 		return "", nil, err
 	}
-	ds.Spec.Template = want.Spec.Template
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
 		return "", nil, fmt.Errorf("update DaemonSet: %w", err)
 	}
 	// kubelet retries a socket path that failed after a backoff that

@@ -498,9 +498,8 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	ds.Spec.Template = want.Spec.Template
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
 		return nil, s.report(name, false, "update DaemonSet: %v", err)
 	}
 	newDriverPod, err := s.hostpathReady(ctx, watch, next, true)
