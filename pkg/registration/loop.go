@@ -16,6 +16,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
@@ -86,8 +87,6 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 				return nil // a watch replaced meanwhile
 			}
 			l.watch = nil
-			// The cached check of the owner's socket no longer holds.
-			l.s.identity.forget()
 			return l.apply(ownerLost{})
 		}
 		return l.apply(ev)
@@ -152,9 +151,7 @@ func (l *loop) do(e effect) error {
 		if l.ctx.Err() != nil {
 			return nil // stopping: nothing to publish again
 		}
-		at := lookAt(l.ctx, l.m.path, l.ours(), l.m.owner, func(ctx context.Context, _ fs.FileInfo) (string, error) {
-			return askName(ctx, l.m.path, l.s.cfg.CheckTimeout)
-		}, l.s.cfg.CheckTimeout)
+		at := lookAt(l.ctx, l.m.path, l.pub.file(), l.m.owner, l.s.cfg.CheckTimeout)
 		if at.kind == atRefused || at.kind == atSilent {
 			l.logger.V(2).Info("The socket at the path does not answer", "path", l.m.path, "err", at.Err)
 		}
@@ -249,14 +246,6 @@ func (l *loop) arm() {
 	if !next.IsZero() {
 		l.timer = l.s.cfg.Clock.NewTimer(next.Sub(l.s.cfg.Clock.Now()))
 	}
-}
-
-// ours is the current publication's socket file, nil when none.
-func (l *loop) ours() fs.FileInfo {
-	if l.pub == nil {
-		return nil
-	}
-	return l.pub.sock.File
 }
 
 // share gives readers a snapshot of the registration, and tells the
@@ -434,16 +423,28 @@ func (l *loop) stopGRPC(pub *publication) {
 }
 
 // follow holds a connection to the instance that serves the socket file
-// owner at the path in this one's place, so that its death is noticed at
-// once: a killed process leaves its socket file behind, and the directory
-// does not change.
+// owner at the path in this one's place: a process that dies leaves its
+// socket file behind and nothing changes in the directory, but the kernel
+// closes its end of the connection, which tells the loop to look at the
+// path again.
 func (l *loop) follow(owner fs.FileInfo) {
 	l.unfollow()
 	l.watches++
 	ctx, cancel := context.WithCancel(l.ctx)
 	l.watch = &ownerWatch{id: l.watches, file: owner, cancel: cancel}
-	id := l.watches
-	go watchOwner(ctx, id, l.m.path, owner, l.s.cfg.CheckTimeout, func(id uint64) { l.s.send(ownerLostID{id}) })
+	id, path := l.watches, l.m.path
+	go func() {
+		err := unixgrpc.Hold(ctx, path, l.s.cfg.CheckTimeout, func() error {
+			// The connection may have reached a socket that replaced owner.
+			if now, err := os.Lstat(path); err != nil || !os.SameFile(now, owner) {
+				return errors.New("another socket is at the path")
+			}
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			l.s.send(ownerLostID{id})
+		}
+	}()
 }
 
 func (l *loop) unfollow() {
@@ -451,6 +452,13 @@ func (l *loop) unfollow() {
 		l.watch.cancel()
 		l.watch = nil
 	}
+}
+
+// ownerWatch is the connection to the instance followed (follow).
+type ownerWatch struct {
+	id     uint64
+	file   fs.FileInfo
+	cancel context.CancelFunc
 }
 
 // ownerLostID: the connection of owner watch id failed.

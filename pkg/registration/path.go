@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -49,9 +48,9 @@ type At struct {
 
 // lookAt tells what is at path. ours is the current publication's socket
 // file, owner the one of the instance followed (nil when none). Any other
-// socket is asked its driver's name by identify, and whether it accepts
-// connections when it does not answer.
-func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, identify func(context.Context, fs.FileInfo) (string, error), timeout time.Duration) At {
+// socket is asked its driver's name, and whether it accepts connections
+// when it does not answer.
+func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout time.Duration) At {
 	fi, err := os.Lstat(path)
 	at := At{path: path, File: fi, Err: err}
 	switch {
@@ -66,10 +65,11 @@ func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, identify 
 	case owner != nil && os.SameFile(fi, owner):
 		at.kind = atOwner
 	default:
-		at.Driver, at.Err = identify(ctx, fi)
+		var info *registerapi.PluginInfo
+		info, at.Err = askInfo(ctx, path, timeout)
 		switch {
 		case at.Err == nil:
-			at.kind = atLive
+			at.kind, at.Driver = atLive, info.Name
 		case ctx.Err() != nil:
 			at.kind = atUnknown
 		case sockfile.Answers(path, timeout):
@@ -138,9 +138,9 @@ type Health struct {
 }
 
 // Health checks the registration path. It costs one lstat; a live socket
-// that another process published is asked for GetInfo once per file, not
-// once per check, as long as the owner's connection holds; one that does
-// not answer is asked again at each check.
+// that another process published is asked for GetInfo, unless it is the
+// one of the instance the loop follows while standing aside: its
+// connection to it says that it lives.
 func (s *Server) Health(ctx context.Context) Health {
 	shared := s.shared.Load()
 	m := &shared.m
@@ -150,55 +150,9 @@ func (s *Server) Health(ctx context.Context) Health {
 	case m.path == "":
 		return Health{m.state, NotLooked, "waiting for the CSI driver"}
 	}
-	at := lookAt(ctx, m.path, shared.ours(), nil, s.identity.identify(m.path, s.cfg.CheckTimeout), s.cfg.CheckTimeout).ofDriver(m.name)
+	at := lookAt(ctx, m.path, shared.pub.file(), m.owner, s.cfg.CheckTimeout).ofDriver(m.name)
 	found, reason := at.Found(m.name)
 	return Health{m.state, found, reason}
-}
-
-// foreignCache remembers the driver a live socket this process did not
-// create serves, so that probes do not dial it again until the file
-// changes or the loop lost its connection to the socket's owner.
-type foreignCache struct {
-	mu     sync.Mutex
-	file   fs.FileInfo
-	driver string
-}
-
-// identify asks the socket at path its driver's name, unless the same
-// file answered before.
-func (c *foreignCache) identify(path string, timeout time.Duration) func(context.Context, fs.FileInfo) (string, error) {
-	return func(ctx context.Context, fi fs.FileInfo) (string, error) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.file != nil && os.SameFile(c.file, fi) && c.file.ModTime().Equal(fi.ModTime()) {
-			return c.driver, nil
-		}
-		name, err := askName(ctx, path, timeout)
-		if err != nil {
-			// Not remembered: the failure may be passing (a handover
-			// between two instances), and a dead socket is replaced soon
-			// anyway.
-			return "", err
-		}
-		c.file, c.driver = fi, name
-		return name, nil
-	}
-}
-
-// forget drops the outcome, so that the next check asks the socket again.
-func (c *foreignCache) forget() {
-	c.mu.Lock()
-	c.file = nil
-	c.mu.Unlock()
-}
-
-// askName asks the registration socket at path for the driver's name.
-func askName(ctx context.Context, path string, timeout time.Duration) (string, error) {
-	info, err := askInfo(ctx, path, timeout)
-	if err != nil {
-		return "", err
-	}
-	return info.Name, nil
 }
 
 // askInfo calls GetInfo on the registration socket at path.

@@ -137,9 +137,6 @@ type Server struct {
 	observers []Observer
 	// answers are the calls added to the registrar's own service.
 	answers []grpc.MethodDesc
-	// identity caches the check of a socket that another process put at
-	// the path, for readers (Health).
-	identity foreignCache
 }
 
 // An Observer is told of each change of the registration, in order, on
@@ -151,14 +148,6 @@ type Observer func(old, new Status)
 type snapshot struct {
 	m   machine
 	pub *publication // nil while none is served
-}
-
-// ours is the snapshot's publication's socket file, nil when none.
-func (s *snapshot) ours() fs.FileInfo {
-	if s.pub == nil {
-		return nil
-	}
-	return s.pub.sock.File
 }
 
 // driverNews is what the driver's side said: its name, when it named
@@ -178,6 +167,14 @@ type publication struct {
 	path string
 	sock *sockfile.Socket
 	grpc *grpc.Server
+}
+
+// file is pub's socket file; nil when pub is.
+func (pub *publication) file() fs.FileInfo {
+	if pub == nil {
+		return nil
+	}
+	return pub.sock.File
 }
 
 // Validate says what is wrong with cfg's values; the registry directory
