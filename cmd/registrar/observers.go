@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
+	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -129,20 +130,11 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 // report is the latest answer, nil where SELinux is off or not asked yet.
 func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }
 
-// sharedPort is the --http-endpoint's port (an *httpport.Port), as
-// sharePort passes it.
+// sharedPort is the --http-endpoint's *httpport.Port, as sharePort uses it.
 type sharedPort interface {
-	Wanted() (address, netns string)
-	Expect()
-	Release(address, netns string) bool
+	Want() httpport.Wanted
+	Release(to httpport.Wanted) bool
 	Claim()
-}
-
-// portWanted is the answer to PortWanted: the address an instance waits
-// for, because another holds it, and its network namespace.
-type portWanted struct {
-	Address string `json:"httpAddress,omitempty"`
-	NetNS   string `json:"netns,omitempty"`
 }
 
 // sharePort passes the --http-endpoint port between the instances of a
@@ -152,15 +144,7 @@ type portWanted struct {
 // owner answers the probes of both pods; its own publications claim p back.
 // An owner without PortWanted (upstream, an older build) changes nothing.
 func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
-	srv.Answer("PortWanted", func() any {
-		var w portWanted
-		if w.Address, w.NetNS = p.Wanted(); w.Address != "" {
-			// The caller asks because it steps aside: it releases the
-			// address next if it holds it.
-			p.Expect()
-		}
-		return w
-	})
+	srv.Answer("PortWanted", func() any { return p.Want() })
 	srv.Observe(func(old, now registration.Status) {
 		if newlyPublished(old, now) {
 			p.Claim()
@@ -179,12 +163,12 @@ func releasePortTo(ctx context.Context, p sharedPort, path string, timeout time.
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var w portWanted
+	var w httpport.Wanted
 	if err := registration.Ask(ctx, path, "PortWanted", &w); err != nil {
 		logger.V(4).Info("The instance serving the registration socket did not say which HTTP port it waits for", "err", err)
 		return
 	}
-	if w.Address != "" && p.Release(w.Address, w.NetNS) {
+	if p.Release(w) {
 		logger.Info("Released the --http-endpoint port to the instance that now serves the registration socket: it answers the probes on this network from now on", "address", w.Address)
 	}
 }

@@ -134,31 +134,25 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 // need none of it.
 func (o *options) validate() error {
 	errs := []error{flagError(o.registrationConfig().Validate())}
-	if o.httpEndpoint != "" && o.healthPort > 0 {
-		errs = append(errs, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint))
-	}
-	if o.driverHealthEndpoint != "" {
-		_, port, err := net.SplitHostPort(o.driverHealthEndpoint)
-		_, portErr := strconv.ParseUint(port, 10, 16)
-		switch httpAddr := o.httpAddress(); {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: not host:port (%v): write it as :9808 or 0.0.0.0:9808", o.driverHealthEndpoint, err))
-		case portErr != nil:
-			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q: port %q is not a number from 0 (any free port) to 65535", o.driverHealthEndpoint, port))
-		case httpAddr != "" && samePort(httpAddr, o.driverHealthEndpoint):
-			errs = append(errs, fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, httpAddr))
+	_, port, hostPortErr := net.SplitHostPort(o.driverHealthEndpoint)
+	_, portErr := strconv.ParseUint(port, 10, 16) // fails where SplitHostPort did
+	for _, rule := range []struct {
+		broken bool
+		err    error
+	}{
+		{o.httpEndpoint != "" && o.healthPort > 0, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint)},
+		{o.driverHealthEndpoint != "" && hostPortErr != nil, fmt.Errorf("--driver-health-endpoint=%q: not host:port (%v): write it as :9808 or 0.0.0.0:9808", o.driverHealthEndpoint, hostPortErr)},
+		{hostPortErr == nil && portErr != nil, fmt.Errorf("--driver-health-endpoint=%q: port %q is not a number from 0 (any free port) to 65535", o.driverHealthEndpoint, port)},
+		{portErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
+		{o.unhealthyAfter < 0, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter)},
+		{o.probeTimeout <= 0, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout)},
+	} {
+		if rule.broken {
+			errs = append(errs, rule.err)
 		}
-	}
-	if o.unhealthyAfter < 0 {
-		errs = append(errs, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter))
-	}
-	if o.probeTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout))
 	}
 	for _, key := range o.removeNodeTaints {
-		if err := nodegate.ValidateTaintKey(key); err != nil {
-			errs = append(errs, fmt.Errorf("--remove-node-taint: %w", err))
-		}
+		errs = append(errs, withFlag("--remove-node-taint", nodegate.ValidateTaintKey(key)))
 	}
 	if name, _ := o.node(); o.gatesNode() && name == "" {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
@@ -219,34 +213,26 @@ func (k *taintKeys) Set(value string) error {
 // working.
 func (o *options) warnings() []string {
 	var warnings []string
-	if o.flags.NArg() > 0 {
+	for _, w := range []struct {
+		applies bool
+		text    string
+	}{
 		// Go's flag package stops at the first argument that is not a
 		// flag and upstream ignores the rest; so do we, but not silently.
-		warnings = append(warnings, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args()))
-	}
-	if o.wasSet("connection-timeout") {
-		warnings = append(warnings, "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes")
-	}
-	switch {
-	case o.healthPort > 0:
-		warnings = append(warnings, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress()))
-	case o.healthPort < 0:
-		warnings = append(warnings, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort))
-	}
-	if o.timeout <= 0 {
+		{o.flags.NArg() > 0, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args())},
+		{o.wasSet("connection-timeout"), "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes"},
+		{o.healthPort > 0, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress())},
+		{o.healthPort < 0, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort)},
 		// Upstream gives every GetPluginInfo an expired deadline, fails it
 		// at once and exits 1: it can never register.
-		warnings = append(warnings, fmt.Sprintf("--timeout=%v is not positive: using the default, %v, instead (upstream fails every GetPluginInfo at once with it)", o.timeout, defaultTimeout))
-	}
-	if o.driverHealthEndpoint == "" && o.wasSet("probe-timeout") {
-		warnings = append(warnings, "--probe-timeout has no effect without --driver-health-endpoint")
-	}
-	switch o.mode {
-	case "", probeMode:
-	case "registration":
-		warnings = append(warnings, "--mode is deprecated and has no effect")
-	default:
-		warnings = append(warnings, fmt.Sprintf("--mode=%q is not a mode: registering the driver, as upstream does with any --mode other than %q; leave --mode out", o.mode, probeMode))
+		{o.timeout <= 0, fmt.Sprintf("--timeout=%v is not positive: using the default, %v, instead (upstream fails every GetPluginInfo at once with it)", o.timeout, defaultTimeout)},
+		{o.driverHealthEndpoint == "" && o.wasSet("probe-timeout"), "--probe-timeout has no effect without --driver-health-endpoint"},
+		{o.mode == "registration", "--mode is deprecated and has no effect"},
+		{!slices.Contains([]string{"", probeMode, "registration"}, o.mode), fmt.Sprintf("--mode=%q is not a mode: registering the driver, as upstream does with any --mode other than %q; leave --mode out", o.mode, probeMode)},
+	} {
+		if w.applies {
+			warnings = append(warnings, w.text)
+		}
 	}
 	return warnings
 }
@@ -281,13 +267,8 @@ func samePort(a, b string) bool {
 }
 
 // wasSet tells whether a flag was given on the command line.
-func (o *options) wasSet(name string) bool {
-	set := false
-	o.flags.Visit(func(f *flag.Flag) {
-		if f.Name == name {
-			set = true
-		}
-	})
+func (o *options) wasSet(name string) (set bool) {
+	o.flags.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
 

@@ -4,74 +4,94 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// fakePort is a sharedPort that records what sharePort asks of it.
-type fakePort struct {
-	mu            sync.Mutex
-	wanted, netns string // what this instance waits for, if anything
-	listening     string // the address it listens on, if any
-	released      []string
-	asked         int // calls of Wanted
+// countedPort is a real *httpport.Port that counts what sharePort asks of
+// it, and records the outcome of each Release.
+type countedPort struct {
+	*httpport.Port
+	mu       sync.Mutex
+	asked    int
+	releases []bool
 }
 
-func (p *fakePort) Wanted() (string, string) {
+func (p *countedPort) Want() httpport.Wanted {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.asked++
-	return p.wanted, p.netns
+	p.mu.Unlock()
+	return p.Port.Want()
 }
 
-func (p *fakePort) timesAsked() int {
+func (p *countedPort) Release(to httpport.Wanted) bool {
+	released := p.Port.Release(to)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.asked
+	p.releases = append(p.releases, released)
+	p.mu.Unlock()
+	return released
 }
 
-func (p *fakePort) Release(address, netns string) bool {
+func (p *countedPort) counts() (asked int, releases []bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if address != p.listening || netns != p.netns {
-		return false
+	return p.asked, append([]bool(nil), p.releases...)
+}
+
+// runPort runs a real port on addr, in the network namespace netns as far
+// as Release is concerned, until the test ends.
+func runPort(t *testing.T, addr, netns string) *countedPort {
+	t.Helper()
+	p := &countedPort{Port: httpport.New(addr, net.ListenConfig{})}
+	p.NetNS = netns
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	return p
+}
+
+func nextListener(t *testing.T, p *countedPort) net.Listener {
+	t.Helper()
+	select {
+	case l := <-p.Listeners():
+		t.Cleanup(func() { l.Close() })
+		return l
+	case <-time.After(30 * time.Second):
+		t.Fatal("no listener")
+		return nil
 	}
-	p.released = append(p.released, address)
-	p.listening = ""
-	return true
-}
-
-func (p *fakePort) Expect() {}
-func (p *fakePort) Claim()  {}
-
-func (p *fakePort) releases() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.released...)
 }
 
 // Whether the newer instance takes the socket over or replaces it, the
 // older one, stepping aside, releases the HTTP address the newer one waits
-// for on the same network, and only that.
+// for on the same network, and only that; the newer one then listens on it.
 func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
-	const addr, netns = "127.0.0.1:9809", "net:[4026531840]"
+	const netns = "net:[4026531840]"
 	for _, tc := range []struct {
 		name       string
 		registered bool
 		newerNetNS string
-		want       int
 	}{
-		{"handover", true, netns, 1},
-		{"replaced", false, netns, 1},
-		{"another network", true, "net:[4026532000]", 0},
+		{"handover", true, netns},
+		{"replaced", false, netns},
+		{"another network", true, "net:[4026532000]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "port")
@@ -79,25 +99,48 @@ func TestReleasesTheHTTPPortToTheNewOwner(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { os.RemoveAll(dir) })
-			run := func(p *fakePort) *registration.Server {
+			run := func(p *countedPort) *registration.Server {
 				return startRegistration(t, dir, nil, func(srv *registration.Server) {
 					sharePort(context.Background(), srv, p, registration.DefaultCheckTimeout)
 				})
 			}
-			olderPort := &fakePort{listening: addr, netns: netns}
+			free, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			free.Close()
+			olderPort := runPort(t, free.Addr().String(), netns)
+			held := nextListener(t, olderPort)
 			older := run(olderPort)
 			if tc.registered {
 				kubeletRegisters(t, older.Status().SocketPath)
 				poll.Until(t, "the older instance is registered", func() bool { return older.Status().State == registration.Registered })
 			}
-			newerPort := &fakePort{wanted: addr, netns: tc.newerNetNS}
+
+			newerPort := runPort(t, held.Addr().String(), tc.newerNetNS)
+			poll.Until(t, "the newer instance waits for the address", func() bool { return newerPort.Port.Want().Address != "" })
 			run(newerPort)
 			poll.Until(t, "the older instance steps aside", func() bool { return older.Status().State == registration.Superseded })
-			// The older one asks the newer one what it waits for, once.
-			poll.Until(t, "the older instance asks", func() bool { return newerPort.timesAsked() == 1 })
-			poll.Until(t, "the release, if any", func() bool { return len(olderPort.releases()) == tc.want })
-			if r := olderPort.releases(); len(r) != tc.want || (tc.want == 1 && r[0] != addr) {
-				t.Errorf("released %v, want %d release of %s", r, tc.want, addr)
+			// The older one asks the newer one what it waits for, once,
+			// and tries to release its port to it.
+			poll.Until(t, "the older instance tries to release its port", func() bool {
+				_, releases := olderPort.counts()
+				return len(releases) > 0
+			})
+			asked, _ := newerPort.counts()
+			_, releases := olderPort.counts()
+			otherNetwork := tc.newerNetNS != netns
+			if asked != 1 || len(releases) != 1 || releases[0] == otherNetwork {
+				t.Fatalf("asked %d times, releases %v; want one question and one release unless on another network", asked, releases)
+			}
+			if otherNetwork {
+				return
+			}
+			if _, err := held.Accept(); err == nil {
+				t.Error("the released listener still accepts")
+			}
+			if l := nextListener(t, newerPort); l.Addr().String() != held.Addr().String() {
+				t.Errorf("the newer instance listens on %s, want %s", l.Addr(), held.Addr())
 			}
 		})
 	}

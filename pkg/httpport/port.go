@@ -27,9 +27,9 @@ const (
 	// the probes are not answered until this one listens. A bind that
 	// fails costs a few microseconds.
 	retryInterval = 10 * time.Millisecond
-	// releaseInterval is how often it is tried once the holder said it
-	// releases it (Expect), for releaseWindow: the probes of both pods go
-	// unanswered between the release and the next try.
+	// releaseInterval is how often it is tried once the holder asked what
+	// this one waits for (Want), for releaseWindow: the probes of both
+	// pods go unanswered between the release and the next try.
 	releaseInterval = time.Millisecond
 	releaseWindow   = time.Second
 	// DefaultMaxWait bounds the wait for a taken address. The older
@@ -40,38 +40,45 @@ const (
 	DefaultMaxWait = 2 * time.Minute
 )
 
+// Wanted is what an instance waits for, because another holds it: the
+// address and the network namespace it wants it in. The JSON is what
+// instances tell each other.
+type Wanted struct {
+	Address string `json:"httpAddress,omitempty"`
+	NetNS   string `json:"netns,omitempty"`
+}
+
 // Port listens on the HTTP endpoint's address for the server, and listens
 // again when it was released and claimed back.
 type Port struct {
-	address string
-	listen  func(ctx context.Context) (net.Listener, error)
-	// netns identifies this process's network namespace: a port is only
-	// released for an instance in the same one.
-	netns string
-
-	listeners chan net.Listener
-	wake      chan struct{}
 	// MaxWait bounds the wait for a taken address; DefaultMaxWait.
 	MaxWait time.Duration
+	// NetNS identifies this process's network namespace, as New reads it:
+	// the port is only released for an instance in the same one.
+	NetNS string
+
+	address   string
+	lc        net.ListenConfig
+	listeners chan net.Listener
+	wake      chan struct{}
 
 	mu       sync.Mutex
 	current  net.Listener // nil while not listening
 	waiting  bool         // the address is in use: tried again
 	released bool         // released for a newer instance, until Claim
-	// expected: until then the holder is about to release the address.
-	expected time.Time
+	expected time.Time    // until then, the holder is about to release the address
 }
 
 // New keeps address, listening with lc.
 func New(address string, lc net.ListenConfig) *Port {
 	netns, _ := os.Readlink("/proc/self/ns/net")
 	return &Port{
+		MaxWait:   DefaultMaxWait,
+		NetNS:     netns,
 		address:   address,
-		listen:    func(ctx context.Context) (net.Listener, error) { return lc.Listen(ctx, "tcp", address) },
-		netns:     netns,
+		lc:        lc,
 		listeners: make(chan net.Listener),
 		wake:      make(chan struct{}, 1),
-		MaxWait:   DefaultMaxWait,
 	}
 }
 
@@ -81,23 +88,39 @@ func (p *Port) Listeners() <-chan net.Listener { return p.listeners }
 
 // Run listens until ctx is done. The first listen fails the start unless
 // the address is in use: then Run waits for it, up to MaxWait, trying
-// again every 10 ms and when told to (Retry), and logs that once. After
-// Release it listens again only once claimed (Claim).
+// again every 10 ms, and logs that once. After Release it listens again
+// only once claimed (Claim), after Lost at once.
 func (p *Port) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	first := true
 	var waitingSince time.Time
 	retry := time.NewTimer(0)
 	defer retry.Stop()
-	for {
-		if l, err := p.tryListen(ctx); err != nil {
-			var inUse bool
+	for first := true; ; first = false {
+		p.mu.Lock()
+		idle := p.current == nil && !p.released
+		p.mu.Unlock()
+		if idle {
+			l, err := p.lc.Listen(ctx, "tcp", p.address)
+			inUse := errors.Is(err, syscall.EADDRINUSE)
 			p.mu.Lock()
-			inUse = errors.Is(err, syscall.EADDRINUSE)
 			wasWaiting := p.waiting
-			p.waiting = inUse
+			p.current, p.waiting = l, inUse
+			interval := retryInterval
+			if time.Now().Before(p.expected) {
+				interval = releaseInterval
+			}
 			p.mu.Unlock()
 			switch {
+			case err == nil:
+				if !first {
+					logger.Info("Listening on the HTTP endpoint's address again", "address", p.address)
+				}
+				select {
+				case p.listeners <- l:
+				case <-ctx.Done():
+					_ = l.Close()
+					return nil
+				}
 			case !inUse && first:
 				return fmt.Errorf("cannot listen on %q: %w", p.address, err)
 			case !inUse:
@@ -108,19 +131,10 @@ func (p *Port) Run(ctx context.Context) error {
 			case time.Since(waitingSince) > p.MaxWait:
 				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
-			retry.Reset(p.retryInterval())
-		} else if l != nil {
-			if !first {
-				logger.Info("Listening on the HTTP endpoint's address again", "address", p.address)
-			}
-			select {
-			case p.listeners <- l:
-			case <-ctx.Done():
-				_ = l.Close()
-				return nil
+			if err != nil {
+				retry.Reset(interval)
 			}
 		}
-		first = false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -130,63 +144,28 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// retryInterval is how long Run waits before it tries a taken address
-// again.
-func (p *Port) retryInterval() time.Duration {
+// Want is asked by the instance that holds the address, as it steps
+// aside: what this one waits for while the address is in use, nothing
+// otherwise. Asked, Run expects the release and tries every millisecond
+// for a second.
+func (p *Port) Want() Wanted {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Now().Before(p.expected) {
-		return releaseInterval
+	if !p.waiting || p.NetNS == "" {
+		return Wanted{}
 	}
-	return retryInterval
-}
-
-// Expect tells Run that the instance holding the address is about to
-// release it: it tries every millisecond for a second.
-func (p *Port) Expect() {
-	p.mu.Lock()
 	p.expected = time.Now().Add(releaseWindow)
-	p.mu.Unlock()
-	p.Retry()
-}
-
-// tryListen listens unless it already does or the port was released; it
-// returns nil, nil then.
-func (p *Port) tryListen(ctx context.Context) (net.Listener, error) {
-	p.mu.Lock()
-	idle := p.current == nil && !p.released
-	p.mu.Unlock()
-	if !idle {
-		return nil, nil
-	}
-	l, err := p.listen(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	p.current, p.waiting = l, false
-	p.mu.Unlock()
-	return l, nil
-}
-
-// Wanted returns the address and network namespace this process waits
-// for, while the address is in use; empty strings otherwise.
-func (p *Port) Wanted() (address, netns string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.waiting || p.netns == "" {
-		return "", ""
-	}
-	return p.address, p.netns
+	p.poke()
+	return Wanted{Address: p.address, NetNS: p.NetNS}
 }
 
 // Release stops listening, for a newer instance in the same network
 // namespace that waits for the same address; requests in flight finish.
 // It tells whether it released the port.
-func (p *Port) Release(address, netns string) bool {
+func (p *Port) Release(to Wanted) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.current == nil || address != p.address || netns == "" || netns != p.netns {
+	if p.current == nil || to.Address != p.address || to.NetNS == "" || to.NetNS != p.NetNS {
 		return false
 	}
 	_ = p.current.Close()
@@ -198,19 +177,10 @@ func (p *Port) Release(address, netns string) bool {
 // registration again.
 func (p *Port) Claim() {
 	p.mu.Lock()
-	released := p.released
-	p.released = false
-	p.mu.Unlock()
-	if released {
-		p.Retry()
-	}
-}
-
-// Retry makes Run try a taken address at once: its holder released it.
-func (p *Port) Retry() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	defer p.mu.Unlock()
+	if p.released {
+		p.released = false
+		p.poke()
 	}
 }
 
@@ -218,12 +188,17 @@ func (p *Port) Retry() {
 // than a Release, so that it listens again.
 func (p *Port) Lost(l net.Listener) {
 	p.mu.Lock()
-	lost := p.current == l
-	if lost {
+	defer p.mu.Unlock()
+	if p.current == l {
 		p.current = nil
+		p.poke()
 	}
-	p.mu.Unlock()
-	if lost {
-		p.Retry()
+}
+
+// poke makes Run try the address at once.
+func (p *Port) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
 }

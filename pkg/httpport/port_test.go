@@ -56,31 +56,31 @@ func TestReleaseToAnInstanceThatWaits(t *testing.T) {
 	older, newer := New(addr, net.ListenConfig{}), New(addr, net.ListenConfig{})
 	run(t, older)
 	held := next(t, older)
-	if a, _ := older.Wanted(); a != "" {
-		t.Errorf("the instance that listens wants %q", a)
+	if w := older.Want(); w.Address != "" {
+		t.Errorf("the instance that listens wants %q", w.Address)
 	}
 
 	run(t, newer)
-	var address, netns string
+	var wanted Wanted
 	poll.Until(t, "the newer instance says it waits for the address", func() bool {
-		address, netns = newer.Wanted()
-		return address != ""
+		wanted = newer.Want()
+		return wanted.Address != ""
 	})
-	if address != addr || netns == "" {
-		t.Fatalf("Wanted() = %q, %q; want %q and this network namespace", address, netns, addr)
+	if wanted.Address != addr || wanted.NetNS == "" {
+		t.Fatalf("Want() = %+v; want %q and this network namespace", wanted, addr)
 	}
-	if older.Release(address, "net:[1]") || older.Release("127.0.0.1:1", netns) {
+	if older.Release(Wanted{Address: addr, NetNS: "net:[1]"}) || older.Release(Wanted{Address: "127.0.0.1:1", NetNS: wanted.NetNS}) {
 		t.Fatal("released for another network namespace or address")
 	}
-	if !older.Release(address, netns) {
+	if !older.Release(wanted) {
 		t.Fatal("Release refused the instance that waits")
 	}
 	if _, err := held.Accept(); err == nil {
 		t.Fatal("the released listener still accepts")
 	}
 	taken := next(t, newer)
-	if a, _ := newer.Wanted(); a != "" {
-		t.Errorf("the newer instance still wants %q once listening", a)
+	if w := newer.Want(); w.Address != "" {
+		t.Errorf("the newer instance still wants %q once listening", w.Address)
 	}
 
 	// The newer one goes; the older one, claimed back, listens again.
