@@ -146,7 +146,7 @@ func (l *loop) do(e effect) error {
 	case claim:
 		return l.claim(e.reason)
 	case publish:
-		return l.publish(e.reason)
+		return l.publish(nil, e.reason)
 	case look:
 		if l.ctx.Err() != nil {
 			return nil // stopping: nothing to publish again
@@ -295,7 +295,7 @@ func (l *loop) claim(reason string) error {
 	if exists {
 		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", sockfile.Answers(path, l.s.cfg.CheckTimeout))
 	}
-	return l.publishOn(spare, reason)
+	return l.publish(spare, reason)
 }
 
 // deferTo returns the socket at path when a live registrar for the same
@@ -317,13 +317,10 @@ func (l *loop) deferTo(name, path string) fs.FileInfo {
 }
 
 // publish puts a new socket with its own gRPC server in place at the
-// path, then retires the previous publication. When the node or the
-// process is short of a resource, the machine tries again after a backoff.
-func (l *loop) publish(reason string) error { return l.publishOn(nil, reason) }
-
-// publishOn publishes, as publish does, spare, a hidden socket already
-// listening, when there is one.
-func (l *loop) publishOn(spare *sockfile.Socket, reason string) error {
+// path, then retires the previous publication: spare, a hidden socket
+// already listening, when there is one. When the node or the process is
+// short of a resource, the machine tries again after a backoff.
+func (l *loop) publish(spare *sockfile.Socket, reason string) error {
 	// What the machine decided to replace: our own socket, or a dead one;
 	// anything else at the path is never removed.
 	var replace fs.FileInfo
