@@ -16,9 +16,9 @@ package nodegate
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -192,10 +192,7 @@ func (g *Gate) Status() Status {
 	st.RemovedTaints = slices.Clip(st.RemovedTaints)
 	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
 	for r, codes := range g.st.Requests {
-		st.Requests[r] = make(map[string]uint64, len(codes))
-		for code, n := range codes {
-			st.Requests[r][code] = n
-		}
+		st.Requests[r] = maps.Clone(codes)
 	}
 	return st
 }
@@ -287,13 +284,9 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 			transition = want.condSince
 		}
 		now := time.Now()
-		patch, err := conditionPatch(*want.cond, now, transition)
-		if err == nil {
-			err = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, patch)
-			g.count(RequestSetCondition, err)
-		}
-		condErr = err
-		if err == nil {
+		condErr = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
+		g.count(RequestSetCondition, condErr)
+		if condErr == nil {
 			done.condGen, done.condStatus, done.condType = want.condGen, want.cond.Status, want.cond.Type
 			c := *want.cond
 			g.mu.Lock()
@@ -349,10 +342,5 @@ func (g *Gate) count(name string, err error) {
 
 // Codes lists the answers counted for a request, sorted.
 func Codes(counts map[string]uint64) []string {
-	codes := make([]string, 0, len(counts))
-	for c := range counts {
-		codes = append(codes, c)
-	}
-	sort.Strings(codes)
-	return codes
+	return slices.Sorted(maps.Keys(counts))
 }
