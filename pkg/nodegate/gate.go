@@ -108,9 +108,9 @@ type Gate struct {
 	cfg  Config
 	wake chan struct{}
 
-	mu   sync.Mutex
-	want wanted
-	st   Status
+	mu     sync.Mutex
+	wanted wanted
+	st     Status
 }
 
 // New returns a gate; Run applies the events.
@@ -134,47 +134,35 @@ func New(cfg Config) *Gate {
 // Registered records that kubelet accepted the driver: its taints go, its
 // condition becomes True. It never blocks.
 func (g *Gate) Registered(driverName string) {
-	g.update(func(w *wanted) {
-		if len(g.cfg.TaintKeys) > 0 {
-			w.taintGen++
-		}
-		g.setCondition(w, driverName, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
-	})
+	g.want(driverName, true, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
 }
 
 // Rejected records that kubelet rejected the driver, with its reason.
 func (g *Gate) Rejected(driverName, reason string) {
-	g.update(func(w *wanted) {
-		g.setCondition(w, driverName, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
-	})
+	g.want(driverName, false, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
 }
 
 // Withdrawn records that the registrar removed its registration socket on
 // its way out: kubelet unregisters the driver.
 func (g *Gate) Withdrawn(driverName string) {
-	g.update(func(w *wanted) {
-		g.setCondition(w, driverName, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
-	})
+	g.want(driverName, false, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
 }
 
-func (g *Gate) setCondition(w *wanted, driverName, status, reason, message string) {
-	if !g.cfg.Condition || driverName == "" {
-		return
+// want records what the node should show after an event, and wakes Run.
+func (g *Gate) want(driverName string, removeTaints bool, status, reason, message string) {
+	g.mu.Lock()
+	w := &g.wanted
+	if removeTaints && len(g.cfg.TaintKeys) > 0 {
+		w.taintGen++
 	}
 	c := &Condition{Type: driverName + ConditionSuffix, Status: status, Reason: reason, Message: message}
-	if w.cond != nil && *w.cond == *c {
-		return
+	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
+		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
+			w.condSince = time.Now()
+		}
+		w.cond = c
+		w.condGen++
 	}
-	if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
-		w.condSince = time.Now()
-	}
-	w.cond = c
-	w.condGen++
-}
-
-func (g *Gate) update(change func(*wanted)) {
-	g.mu.Lock()
-	change(&g.want)
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -250,14 +238,14 @@ func (g *Gate) Run(ctx context.Context) {
 func (g *Gate) pending(done applied) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+	return g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 }
 
 // sync applies what is wanted and not yet applied: the taints first, as
 // they are what keeps pods off the node.
 func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) error {
 	g.mu.Lock()
-	want := g.want
+	want := g.wanted
 	g.mu.Unlock()
 
 	var taintErr, condErr error
@@ -298,7 +286,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 	if err != nil {
 		now := time.Now()
 		if g.st.LastError != err.Error() {
