@@ -188,9 +188,9 @@ func (g *Gate) Status() Status {
 // applied is what Run has applied, by generation.
 type applied struct {
 	taintGen, condGen uint64
-	// condStatus and condType are those of the condition last applied,
-	// so that lastTransitionTime is sent only with a change.
-	condStatus, condType string
+	// cond is the condition last applied, so that lastTransitionTime is
+	// sent only with a change of its status or type.
+	cond *Condition
 }
 
 // Run applies events until ctx is done, then makes one last attempt at
@@ -268,19 +268,18 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	}
 	if want.condGen != done.condGen && want.cond != nil {
 		var transition time.Time
-		if want.cond.Status != done.condStatus || want.cond.Type != done.condType {
+		if done.cond == nil || want.cond.Status != done.cond.Status || want.cond.Type != done.cond.Type {
 			transition = want.condSince
 		}
 		now := time.Now()
 		condErr = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
 		g.count(RequestSetCondition, condErr)
 		if condErr == nil {
-			done.condGen, done.condStatus, done.condType = want.condGen, want.cond.Status, want.cond.Type
-			c := *want.cond
+			done.condGen, done.cond = want.condGen, want.cond
 			g.mu.Lock()
-			g.st.Condition, g.st.ConditionTime = &c, &now
+			g.st.Condition, g.st.ConditionTime = want.cond, &now
 			g.mu.Unlock()
-			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", c.Type, "status", c.Status, "reason", c.Reason)
+			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", want.cond.Type, "status", want.cond.Status, "reason", want.cond.Reason)
 		}
 	}
 	err := errors.Join(taintErr, condErr)
