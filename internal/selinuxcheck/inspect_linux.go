@@ -132,6 +132,7 @@ func needs(cfg Config, labels map[string]string, self, kubelet, driver string) [
 // can reach what it needs and this process publish; or, when the policy
 // does not answer, why.
 func (r *Report) askPolicy(p policy, asks []Denial) {
+	kubeletOK, registrarOK := true, true
 	for _, d := range asks {
 		denied, err := p.denied(d.Source, d.Target, d.Class, d.Permissions)
 		if err != nil {
@@ -142,14 +143,8 @@ func (r *Report) askPolicy(p policy, asks []Denial) {
 		if len(denied) > 0 {
 			d.Permissions = denied
 			r.Denials = append(r.Denials, d)
-		}
-	}
-	kubeletOK, registrarOK := true, true
-	for _, d := range r.Denials {
-		if d.Who == "kubelet" {
-			kubeletOK = false
-		} else {
-			registrarOK = false
+			kubeletOK = kubeletOK && d.Who != "kubelet"
+			registrarOK = registrarOK && d.Who != "registrar"
 		}
 	}
 	r.KubeletCanReach, r.RegistrarCanPublish = &kubeletOK, &registrarOK
