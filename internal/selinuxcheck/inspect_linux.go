@@ -100,36 +100,30 @@ func Inspect(cfg Config) *Report {
 	return r
 }
 
-// ask is one question to the policy: may source do perms on target?
-type ask struct {
-	who, source, target, class string
-	perms                      []string
-	object                     string
-}
-
-// needs are the questions to ask: what kubelet needs to register the
-// driver and reach it, and what this process needs to publish. labels are
-// the files' labels by what they are.
-func needs(cfg Config, labels map[string]string, self, kubelet, driver string) []ask {
-	var asks []ask
+// needs are the questions to ask the policy, as denials of every
+// permission: what kubelet needs to register the driver and reach it, and
+// what this process needs to publish. labels are the files' labels by what
+// they are.
+func needs(cfg Config, labels map[string]string, self, kubelet, driver string) []Denial {
+	var asks []Denial
 	if label := labels[WhatRegistryDir]; label != "" {
 		object := "the " + WhatRegistryDir + " " + cfg.RegistryDir
 		asks = append(asks,
-			ask{"kubelet", kubelet, label, "dir", []string{"search", "getattr", "open", "read", "watch"}, object},
-			ask{"registrar", self, label, "dir", []string{"search", "write", "add_name", "remove_name"}, object})
+			Denial{"kubelet", kubelet, label, "dir", []string{"search", "getattr", "open", "read", "watch"}, object},
+			Denial{"registrar", self, label, "dir", []string{"search", "write", "add_name", "remove_name"}, object})
 	}
 	if label := labels[WhatSocket]; label != "" {
-		asks = append(asks, ask{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatSocket + " " + cfg.Socket})
+		asks = append(asks, Denial{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatSocket + " " + cfg.Socket})
 	}
-	asks = append(asks, ask{"kubelet", kubelet, self, "unix_stream_socket", []string{"connectto"}, "the registrar's socket"})
+	asks = append(asks, Denial{"kubelet", kubelet, self, "unix_stream_socket", []string{"connectto"}, "the registrar's socket"})
 	if label := labels[WhatDriverSocketDir]; label != "" {
-		asks = append(asks, ask{"kubelet", kubelet, label, "dir", []string{"search"}, "the " + WhatDriverSocketDir + " " + filepath.Dir(cfg.DriverSocket)})
+		asks = append(asks, Denial{"kubelet", kubelet, label, "dir", []string{"search"}, "the " + WhatDriverSocketDir + " " + filepath.Dir(cfg.DriverSocket)})
 	}
 	if label := labels[WhatDriverSocket]; label != "" {
-		asks = append(asks, ask{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatDriverSocket + " " + cfg.DriverSocket})
+		asks = append(asks, Denial{"kubelet", kubelet, label, "sock_file", []string{"getattr", "write"}, "the " + WhatDriverSocket + " " + cfg.DriverSocket})
 	}
 	if driver != "" {
-		asks = append(asks, ask{"kubelet", kubelet, driver, "unix_stream_socket", []string{"connectto"}, "the driver's socket"})
+		asks = append(asks, Denial{"kubelet", kubelet, driver, "unix_stream_socket", []string{"connectto"}, "the driver's socket"})
 	}
 	return asks
 }
@@ -137,24 +131,20 @@ func needs(cfg Config, labels map[string]string, self, kubelet, driver string) [
 // askPolicy records the policy's answers: the denials, and whether kubelet
 // can reach what it needs and this process publish; or, when the policy
 // does not answer, why.
-func (r *Report) askPolicy(p policy, asks []ask) {
-	for _, a := range asks {
-		denied, err := p.denied(a.source, a.target, a.class, a.perms)
+func (r *Report) askPolicy(p policy, asks []Denial) {
+	kubeletOK, registrarOK := true, true
+	for _, d := range asks {
+		denied, err := p.denied(d.Source, d.Target, d.Class, d.Permissions)
 		if err != nil {
 			r.Denials = nil
 			r.Unchecked = "the policy did not answer: " + err.Error()
 			return
 		}
 		if len(denied) > 0 {
-			r.Denials = append(r.Denials, Denial{Who: a.who, Source: a.source, Target: a.target, Class: a.class, Permissions: denied, Object: a.object})
-		}
-	}
-	kubeletOK, registrarOK := true, true
-	for _, d := range r.Denials {
-		if d.Who == "kubelet" {
-			kubeletOK = false
-		} else {
-			registrarOK = false
+			d.Permissions = denied
+			r.Denials = append(r.Denials, d)
+			kubeletOK = kubeletOK && d.Who != "kubelet"
+			registrarOK = registrarOK && d.Who != "registrar"
 		}
 	}
 	r.KubeletCanReach, r.RegistrarCanPublish = &kubeletOK, &registrarOK

@@ -73,23 +73,6 @@ func (p policy) valid(context string) (bool, error) {
 // on target of class. A class or permission the policy does not define is
 // left out: the kernel then does what the policy's handle_unknown says.
 func (p policy) denied(source, target, class string, perms []string) ([]string, error) {
-	bits := map[string]uint32{}
-	for _, perm := range perms {
-		value, err := p.number(filepath.Join("class", class, "perms", perm))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if value < 1 || value > 32 {
-			return nil, fmt.Errorf("permission %s of class %s has the number %d, not 1 to 32", perm, class, value)
-		}
-		bits[perm] = 1 << (value - 1)
-	}
-	if len(bits) == 0 {
-		return nil, nil
-	}
 	allowed, err := p.allowed(source, target, class)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -99,7 +82,14 @@ func (p policy) denied(source, target, class string, perms []string) ([]string, 
 	}
 	var denied []string
 	for _, perm := range perms {
-		if bit, ok := bits[perm]; ok && allowed&bit == 0 {
+		value, err := p.number(filepath.Join("class", class, "perms", perm))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, err
+		case value < 1 || value > 32:
+			return nil, fmt.Errorf("permission %s of class %s has the number %d, not 1 to 32", perm, class, value)
+		case allowed&(1<<(value-1)) == 0:
 			denied = append(denied, perm)
 		}
 	}

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -24,31 +25,25 @@ func ValidateName(name string) error {
 	if name == "" {
 		return errors.New("the CSI driver name is empty: " + nameRule + "; check the CSI driver's GetPluginInfo")
 	}
-	if problem := nameProblem(name); problem != "" {
-		return fmt.Errorf("driver name %q is not valid: %s; %s; check the CSI driver's GetPluginInfo", name, problem, nameRule)
+	first, _ := utf8.DecodeRuneInString(name)
+	last, _ := utf8.DecodeLastRuneInString(name)
+	other := strings.IndexFunc(name, func(c rune) bool { return !isAlphanumeric(c) && c != '-' && c != '.' })
+	var problem string
+	switch {
+	case !isAlphanumeric(first):
+		problem = fmt.Sprintf("it begins with %q", first)
+	case !isAlphanumeric(last):
+		problem = fmt.Sprintf("it ends with %q", last)
+	case other >= 0:
+		c, _ := utf8.DecodeRuneInString(name[other:])
+		problem = fmt.Sprintf("it contains %q", c)
+	case len(name) > MaxNameLength:
+		// Only ASCII is left, so bytes and characters count the same.
+		problem = fmt.Sprintf("it is %d characters long", len(name))
+	default:
+		return nil
 	}
-	return nil
-}
-
-// nameProblem describes the first way a non-empty name breaks the rule, or
-// returns "" when it follows it.
-func nameProblem(name string) string {
-	if first, _ := utf8.DecodeRuneInString(name); !isAlphanumeric(first) {
-		return fmt.Sprintf("it begins with %q", first)
-	}
-	if last, _ := utf8.DecodeLastRuneInString(name); !isAlphanumeric(last) {
-		return fmt.Sprintf("it ends with %q", last)
-	}
-	for _, c := range name {
-		if !isAlphanumeric(c) && c != '-' && c != '.' {
-			return fmt.Sprintf("it contains %q", c)
-		}
-	}
-	// Only ASCII is left, so bytes and characters count the same.
-	if len(name) > MaxNameLength {
-		return fmt.Sprintf("it is %d characters long", len(name))
-	}
-	return ""
+	return fmt.Errorf("driver name %q is not valid: %s; %s; check the CSI driver's GetPluginInfo", name, problem, nameRule)
 }
 
 func isAlphanumeric(c rune) bool {

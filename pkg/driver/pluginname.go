@@ -25,14 +25,10 @@ const maxReportedErrors = 16
 // waits for a new socket without attempts.
 var errSocketRemoved = errors.New("the CSI driver socket was removed")
 
-// search asks the driver for its name until it answers with a valid one,
-// and returns it with the socket as it was just before the attempt that
-// succeeded (nil if it could not be read). The driver may be absent, slow
-// (an attempt takes longer than Timeout) or not ready (Unavailable): the
-// search then retries with a capped exponential backoff, and at once when
-// the socket is created. A driver without the Identity service, or with an
-// invalid name, is a fatal error. It logs at level 0 when it starts
-// waiting, every 30 s while it still waits, and once per distinct
+// search asks the driver for its name, retrying as Follow says, and
+// returns it with the socket as it was just before the attempt that
+// succeeded (nil if it could not be read). It logs at level 0 when it
+// starts waiting, every 30 s while it still waits, and once per distinct
 // unexpected error; each attempt at V(4).
 func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 	path := f.cfg.Address.Path

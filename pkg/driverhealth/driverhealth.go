@@ -45,9 +45,9 @@ type Prober struct {
 	conn *grpc.ClientConn // nil until the first probe or after a redial
 	// driverName labels the metrics; "" until the driver is found.
 	driverName string
-	// lastErr is the last probe's outcome as logged, for logging changes only.
-	lastErr string
-	probed  bool
+	// lastOutcome is the last probe's error text as logged, "" for none,
+	// nil before the first: only changes are logged at level 0.
+	lastOutcome *string
 	// series are the metric's, by label set.
 	series map[series]*histogram.Histogram
 }

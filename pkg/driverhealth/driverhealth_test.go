@@ -124,7 +124,7 @@ func socketPath(t testing.TB) string {
 // probeServer serves the Prober's handler over real HTTP.
 func probeServer(t *testing.T, p *driverhealth.Prober) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(p.Handler())
+	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { _ = p.Close() })
 	return srv
@@ -191,6 +191,15 @@ func TestAnswersAsLivenessprobe(t *testing.T) {
 			code, body := get(t, srv.URL)
 			if code != tc.wantCode || body != tc.wantBody {
 				t.Errorf("GET %s: %d %q, want %d %q", driverhealth.Path, code, body, tc.wantCode, tc.wantBody)
+			}
+			// Another path is not the probe: 404, and no call to the driver.
+			resp, err := http.Get(srv.URL + "/livez")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("GET /livez: %d, want 404", resp.StatusCode)
 			}
 			if got := d.calls.Load(); got != 1 {
 				t.Errorf("the driver's Probe was called %d times, want 1", got)

@@ -20,17 +20,14 @@ const Path = "/healthz"
 // listenRetry is how often an address in use is tried again.
 const listenRetry = 100 * time.Millisecond
 
-// Handler answers Path, for any method as livenessprobe does; anything
-// else is 404.
-func (p *Prober) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc(Path, p.serveProbe)
-	return mux
-}
-
-// serveProbe answers as livenessprobe does: 200 "ok", or 500 with the
-// error's text or "driver responded but is not ready".
-func (p *Prober) serveProbe(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP answers Path, for any method, as livenessprobe does: 200
+// "ok", or 500 with the error's text or "driver responded but is not
+// ready". Any other path is 404.
+func (p *Prober) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != Path {
+		http.NotFound(w, r)
+		return
+	}
 	err := p.Probe(r.Context())
 	p.logOutcome(r.Context(), err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -52,8 +49,8 @@ func (p *Prober) logOutcome(ctx context.Context, err error) {
 		outcome = err.Error()
 	}
 	p.mu.Lock()
-	changed := !p.probed || outcome != p.lastErr
-	p.probed, p.lastErr = true, outcome
+	changed := p.lastOutcome == nil || outcome != *p.lastOutcome
+	p.lastOutcome = &outcome
 	p.mu.Unlock()
 	switch {
 	case !changed:
@@ -83,7 +80,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 		return nil
 	}
 	logger.Info("Serving the CSI driver's liveness probe", "address", l.Addr().String(), "path", Path, "probeTimeout", p.timeout)
-	srv := healthz.NewHTTPServer(ctx, p.Handler())
+	srv := healthz.NewHTTPServer(ctx, p)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {

@@ -389,7 +389,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 				return err
 			}, "a registrar on node own may change only that Node, not node other"},
 			{"another node's condition", func() error {
-				p, _ := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
+				p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
 				return own.setCondition(context.Background(), "other", p)
 			}, "a registrar on node own may change only that Node, not node other"},
 			{"a label", func() error {
@@ -408,14 +408,14 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 				return patch(own, "own", "", "application/merge-patch+json", `{"spec":{"unschedulable":true}}`)
 			}, "the node gate may change only the taints in the spec of node own, not unschedulable (cordon), podCIDR(s), providerID or another field"},
 			{"another condition", func() error {
-				p, _ := conditionPatch(Condition{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, time.Now(), time.Now())
+				p := conditionPatch(Condition{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, time.Now(), time.Now())
 				return own.setCondition(context.Background(), "own", p)
 			}, "the node gate may set only the condition " + policyDriver + ConditionSuffix + " of node own, not Ready"},
 			{"another field of the status", func() error {
 				return patch(own, "own", "status", "application/merge-patch+json", `{"status":{"capacity":{"example.com/device":"1"}}}`)
 			}, "the node gate may change only the condition " + policyDriver + ConditionSuffix + " in the status of node own"},
 			{"a token bound to no pod", func() error {
-				p, _ := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
+				p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
 				return unbound.setCondition(context.Background(), "own", p)
 			}, "the node gate changes a Node only with a token bound to a pod on that node, as kubelet mounts it in the pod; this token (of system:serviceaccount:default:csi-node) names no node: a token from kubectl create token or from a Secret may change no Node"},
 		} {
@@ -513,7 +513,7 @@ func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
 		b.Run(r.name, func(b *testing.B) {
 			patches := make([][]byte, 2)
 			for i, status := range []string{"True", "False"} {
-				patches[i], _ = conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: status, Reason: ReasonRegistered}, time.Now(), time.Now())
+				patches[i] = conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: status, Reason: ReasonRegistered}, time.Now(), time.Now())
 			}
 			// One outside the timing: the connection's TLS handshake.
 			if err := r.client.setCondition(context.Background(), "own", patches[1]); err != nil {

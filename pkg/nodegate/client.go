@@ -135,8 +135,6 @@ type APIError struct {
 	Node     string
 	// Message is the API server's own, from its Status object.
 	Message string
-	// Reason is the Status object's reason, such as Forbidden or Invalid.
-	Reason string
 	// Policy names the ValidatingAdmissionPolicy that refused the request
 	// (deploy/node-gate's csi-node-gate), and PolicyMessage is what it
 	// said; both empty for other answers.
@@ -203,10 +201,9 @@ func (c *Client) do(ctx context.Context, method, node, subresource, contentType 
 		apiErr := &APIError{Code: resp.StatusCode, Verb: verb, Resource: resource, Node: node}
 		var status struct {
 			Message string `json:"message"`
-			Reason  string `json:"reason"`
 		}
 		if json.Unmarshal(answer, &status) == nil && status.Message != "" {
-			apiErr.Message, apiErr.Reason = status.Message, status.Reason
+			apiErr.Message = status.Message
 			apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(status.Message)
 		} else {
 			apiErr.Message = strings.TrimSpace(string(answer[:min(len(answer), 200)]))

@@ -63,7 +63,7 @@ func TestForbiddenNamesTheMissingRule(t *testing.T) {
 	f.forbidden["patch nodes/status"] = true
 	f.forbidden["patch nodes"] = true
 	c := f.client()
-	patch, _ := conditionPatch(Condition{Type: "d/NodePluginRegistered", Status: "True"}, zeroTime, zeroTime)
+	patch := conditionPatch(Condition{Type: "d/NodePluginRegistered", Status: "True"}, zeroTime, zeroTime)
 	err := c.setCondition(context.Background(), "n1", patch)
 	want := `forbidden: the registrar's service account may not patch nodes/status: its ClusterRole needs the rule {apiGroups: [""], resources: ["nodes/status"], verbs: ["patch"]} (deploy/node-gate has it); the API server said: nodes "n1" is forbidden: User "system:serviceaccount:kube-system:csi" cannot patch resource "nodes/status" in API group "" at the cluster scope`
 	if err == nil || err.Error() != want {

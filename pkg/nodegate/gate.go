@@ -16,9 +16,9 @@ package nodegate
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -108,9 +108,9 @@ type Gate struct {
 	cfg  Config
 	wake chan struct{}
 
-	mu   sync.Mutex
-	want wanted
-	st   Status
+	mu     sync.Mutex
+	wanted wanted
+	st     Status
 }
 
 // New returns a gate; Run applies the events.
@@ -134,47 +134,35 @@ func New(cfg Config) *Gate {
 // Registered records that kubelet accepted the driver: its taints go, its
 // condition becomes True. It never blocks.
 func (g *Gate) Registered(driverName string) {
-	g.update(func(w *wanted) {
-		if len(g.cfg.TaintKeys) > 0 {
-			w.taintGen++
-		}
-		g.setCondition(w, driverName, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
-	})
+	g.want(driverName, true, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
 }
 
 // Rejected records that kubelet rejected the driver, with its reason.
 func (g *Gate) Rejected(driverName, reason string) {
-	g.update(func(w *wanted) {
-		g.setCondition(w, driverName, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
-	})
+	g.want(driverName, false, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
 }
 
 // Withdrawn records that the registrar removed its registration socket on
 // its way out: kubelet unregisters the driver.
 func (g *Gate) Withdrawn(driverName string) {
-	g.update(func(w *wanted) {
-		g.setCondition(w, driverName, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
-	})
+	g.want(driverName, false, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
 }
 
-func (g *Gate) setCondition(w *wanted, driverName, status, reason, message string) {
-	if !g.cfg.Condition || driverName == "" {
-		return
+// want records what the node should show after an event, and wakes Run.
+func (g *Gate) want(driverName string, removeTaints bool, status, reason, message string) {
+	g.mu.Lock()
+	w := &g.wanted
+	if removeTaints && len(g.cfg.TaintKeys) > 0 {
+		w.taintGen++
 	}
 	c := &Condition{Type: driverName + ConditionSuffix, Status: status, Reason: reason, Message: message}
-	if w.cond != nil && *w.cond == *c {
-		return
+	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
+		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
+			w.condSince = time.Now()
+		}
+		w.cond = c
+		w.condGen++
 	}
-	if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
-		w.condSince = time.Now()
-	}
-	w.cond = c
-	w.condGen++
-}
-
-func (g *Gate) update(change func(*wanted)) {
-	g.mu.Lock()
-	change(&g.want)
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -192,10 +180,7 @@ func (g *Gate) Status() Status {
 	st.RemovedTaints = slices.Clip(st.RemovedTaints)
 	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
 	for r, codes := range g.st.Requests {
-		st.Requests[r] = make(map[string]uint64, len(codes))
-		for code, n := range codes {
-			st.Requests[r][code] = n
-		}
+		st.Requests[r] = maps.Clone(codes)
 	}
 	return st
 }
@@ -203,9 +188,9 @@ func (g *Gate) Status() Status {
 // applied is what Run has applied, by generation.
 type applied struct {
 	taintGen, condGen uint64
-	// condStatus and condType are those of the condition last applied,
-	// so that lastTransitionTime is sent only with a change.
-	condStatus, condType string
+	// cond is the condition last applied, so that lastTransitionTime is
+	// sent only with a change of its status or type.
+	cond *Condition
 }
 
 // Run applies events until ctx is done, then makes one last attempt at
@@ -253,14 +238,14 @@ func (g *Gate) Run(ctx context.Context) {
 func (g *Gate) pending(done applied) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+	return g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 }
 
 // sync applies what is wanted and not yet applied: the taints first, as
 // they are what keeps pods off the node.
 func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) error {
 	g.mu.Lock()
-	want := g.want
+	want := g.wanted
 	g.mu.Unlock()
 
 	var taintErr, condErr error
@@ -283,29 +268,24 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	}
 	if want.condGen != done.condGen && want.cond != nil {
 		var transition time.Time
-		if want.cond.Status != done.condStatus || want.cond.Type != done.condType {
+		if done.cond == nil || want.cond.Status != done.cond.Status || want.cond.Type != done.cond.Type {
 			transition = want.condSince
 		}
 		now := time.Now()
-		patch, err := conditionPatch(*want.cond, now, transition)
-		if err == nil {
-			err = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, patch)
-			g.count(RequestSetCondition, err)
-		}
-		condErr = err
-		if err == nil {
-			done.condGen, done.condStatus, done.condType = want.condGen, want.cond.Status, want.cond.Type
-			c := *want.cond
+		condErr = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
+		g.count(RequestSetCondition, condErr)
+		if condErr == nil {
+			done.condGen, done.cond = want.condGen, want.cond
 			g.mu.Lock()
-			g.st.Condition, g.st.ConditionTime = &c, &now
+			g.st.Condition, g.st.ConditionTime = want.cond, &now
 			g.mu.Unlock()
-			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", c.Type, "status", c.Status, "reason", c.Reason)
+			logger.Info("Set the node's condition", "node", g.cfg.NodeName, "type", want.cond.Type, "status", want.cond.Status, "reason", want.cond.Reason)
 		}
 	}
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.want.taintGen != done.taintGen || g.want.condGen != done.condGen
+	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 	if err != nil {
 		now := time.Now()
 		if g.st.LastError != err.Error() {
@@ -349,10 +329,5 @@ func (g *Gate) count(name string, err error) {
 
 // Codes lists the answers counted for a request, sorted.
 func Codes(counts map[string]uint64) []string {
-	codes := make([]string, 0, len(counts))
-	for c := range counts {
-		codes = append(codes, c)
-	}
-	sort.Strings(codes)
-	return codes
+	return slices.Sorted(maps.Keys(counts))
 }

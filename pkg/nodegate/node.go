@@ -5,9 +5,31 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sort"
+	"strings"
 	"time"
 )
+
+// ValidateTaintKey checks key as the API server checks a taint's key: an
+// optional DNS subdomain prefix and "/", then a name of at most 63
+// characters. The expressions are compiled here rather than at start-up,
+// which a registrar without taint keys would pay for.
+func ValidateTaintKey(key string) error {
+	const rule = "a taint key is an optional DNS subdomain prefix and '/', then at most 63 characters of [A-Za-z0-9-_.] that start and end with a letter or digit, e.g. example.com/agent-not-ready"
+	prefix, name, hasPrefix := strings.Cut(key, "/")
+	if !hasPrefix {
+		name = prefix
+	}
+	dnsSubdomain := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	if hasPrefix && (len(prefix) > 253 || !dnsSubdomain.MatchString(prefix)) {
+		return fmt.Errorf("taint key %q: the prefix %q is not a DNS subdomain: %s", key, prefix, rule)
+	}
+	if len(name) > 63 || !regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`).MatchString(name) {
+		return fmt.Errorf("taint key %q is not valid: %s", key, rule)
+	}
+	return nil
+}
 
 // Condition is a Node condition as the gate sets it.
 type Condition struct {
@@ -22,7 +44,7 @@ type Condition struct {
 // left alone, and so are the fields the patch leaves out.
 // lastTransitionTime is sent only when the status changes (transition is
 // not zero); lastHeartbeatTime each time.
-func conditionPatch(c Condition, now, transition time.Time) ([]byte, error) {
+func conditionPatch(c Condition, now, transition time.Time) []byte {
 	type condition struct {
 		Condition
 		LastHeartbeatTime  string `json:"lastHeartbeatTime"`
@@ -38,7 +60,16 @@ func conditionPatch(c Condition, now, transition time.Time) ([]byte, error) {
 		} `json:"status"`
 	}
 	patch.Status.Conditions = []condition{entry}
-	return json.Marshal(patch)
+	return mustMarshal(patch)
+}
+
+// mustMarshal is the JSON of a patch: made of strings, it always marshals.
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // jsonPatchOp is one operation of a JSON patch (RFC 6902).
@@ -82,12 +113,7 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 		return nil, nil
 	}
 	sort.Strings(removed)
-	b, err := json.Marshal(ops)
-	if err != nil {
-		// A slice of strings always marshals.
-		panic(err)
-	}
-	return b, removed
+	return mustMarshal(ops), removed
 }
 
 // getTaints reads the node's taints.

@@ -22,11 +22,7 @@ func TestConditionPatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := conditionPatch(c, now, tc.transition)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tc.want {
+			if got := conditionPatch(c, now, tc.transition); string(got) != tc.want {
 				t.Errorf("patch:\n got %s\nwant %s", got, tc.want)
 			}
 		})
