@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,50 +16,60 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// runtimeFamilies are the go_* and process_* families /metrics served
-// before client_golang's collectors replaced the registrar's own, by type:
-// dashboards and alerts read them, so none may go away or change type.
-// The process_* ones are those of Linux; on Windows the registrar served
-// the CPU and start times only.
-var runtimeFamilies = map[string]dto.MetricType{
-	"go_gc_duration_seconds":               dto.MetricType_SUMMARY,
-	"go_gc_gogc_percent":                   dto.MetricType_GAUGE,
-	"go_gc_gomemlimit_bytes":               dto.MetricType_GAUGE,
-	"go_goroutines":                        dto.MetricType_GAUGE,
-	"go_info":                              dto.MetricType_GAUGE,
-	"go_memstats_alloc_bytes":              dto.MetricType_GAUGE,
-	"go_memstats_alloc_bytes_total":        dto.MetricType_COUNTER,
-	"go_memstats_buck_hash_sys_bytes":      dto.MetricType_GAUGE,
-	"go_memstats_frees_total":              dto.MetricType_COUNTER,
-	"go_memstats_gc_sys_bytes":             dto.MetricType_GAUGE,
-	"go_memstats_heap_alloc_bytes":         dto.MetricType_GAUGE,
-	"go_memstats_heap_idle_bytes":          dto.MetricType_GAUGE,
-	"go_memstats_heap_inuse_bytes":         dto.MetricType_GAUGE,
-	"go_memstats_heap_objects":             dto.MetricType_GAUGE,
-	"go_memstats_heap_released_bytes":      dto.MetricType_GAUGE,
-	"go_memstats_heap_sys_bytes":           dto.MetricType_GAUGE,
-	"go_memstats_last_gc_time_seconds":     dto.MetricType_GAUGE,
-	"go_memstats_mallocs_total":            dto.MetricType_COUNTER,
-	"go_memstats_mcache_inuse_bytes":       dto.MetricType_GAUGE,
-	"go_memstats_mcache_sys_bytes":         dto.MetricType_GAUGE,
-	"go_memstats_mspan_inuse_bytes":        dto.MetricType_GAUGE,
-	"go_memstats_mspan_sys_bytes":          dto.MetricType_GAUGE,
-	"go_memstats_next_gc_bytes":            dto.MetricType_GAUGE,
-	"go_memstats_other_sys_bytes":          dto.MetricType_GAUGE,
-	"go_memstats_stack_inuse_bytes":        dto.MetricType_GAUGE,
-	"go_memstats_stack_sys_bytes":          dto.MetricType_GAUGE,
-	"go_memstats_sys_bytes":                dto.MetricType_GAUGE,
-	"go_sched_gomaxprocs_threads":          dto.MetricType_GAUGE,
-	"go_threads":                           dto.MetricType_GAUGE,
-	"process_cpu_seconds_total":            dto.MetricType_COUNTER,
-	"process_max_fds":                      dto.MetricType_GAUGE,
-	"process_network_receive_bytes_total":  dto.MetricType_COUNTER,
-	"process_network_transmit_bytes_total": dto.MetricType_COUNTER,
-	"process_open_fds":                     dto.MetricType_GAUGE,
-	"process_resident_memory_bytes":        dto.MetricType_GAUGE,
-	"process_start_time_seconds":           dto.MetricType_GAUGE,
-	"process_virtual_memory_bytes":         dto.MetricType_GAUGE,
-	"process_virtual_memory_max_bytes":     dto.MetricType_GAUGE,
+// servedRuntimeFamilies are the go_* and process_* families /metrics
+// served on Linux with client_golang's collectors (v1.25.0, Go 1.26), by
+// type and help text: dashboards and alerts read them, so none may go
+// away or change. The three help texts "Sourced from" a runtime metric are
+// the Go runtime's own descriptions.
+var servedRuntimeFamilies = map[string]struct {
+	typ  dto.MetricType
+	help string
+}{
+	"go_gc_duration_seconds":               {dto.MetricType_SUMMARY, "A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles."},
+	"go_gc_gogc_percent":                   {dto.MetricType_GAUGE, "Heap size target percentage configured by the user, otherwise 100. This value is set by the GOGC environment variable, and the runtime/debug.SetGCPercent function. Sourced from /gc/gogc:percent."},
+	"go_gc_gomemlimit_bytes":               {dto.MetricType_GAUGE, "Go runtime memory limit configured by the user, otherwise math.MaxInt64. This value is set by the GOMEMLIMIT environment variable, and the runtime/debug.SetMemoryLimit function. Sourced from /gc/gomemlimit:bytes."},
+	"go_goroutines":                        {dto.MetricType_GAUGE, "Number of goroutines that currently exist."},
+	"go_info":                              {dto.MetricType_GAUGE, "Information about the Go environment."},
+	"go_memstats_alloc_bytes":              {dto.MetricType_GAUGE, "Number of bytes allocated in heap and currently in use. Equals to /memory/classes/heap/objects:bytes."},
+	"go_memstats_alloc_bytes_total":        {dto.MetricType_COUNTER, "Total number of bytes allocated in heap until now, even if released already. Equals to /gc/heap/allocs:bytes."},
+	"go_memstats_buck_hash_sys_bytes":      {dto.MetricType_GAUGE, "Number of bytes used by the profiling bucket hash table. Equals to /memory/classes/profiling/buckets:bytes."},
+	"go_memstats_frees_total":              {dto.MetricType_COUNTER, "Total number of heap objects frees. Equals to /gc/heap/frees:objects + /gc/heap/tiny/allocs:objects."},
+	"go_memstats_gc_sys_bytes":             {dto.MetricType_GAUGE, "Number of bytes used for garbage collection system metadata. Equals to /memory/classes/metadata/other:bytes."},
+	"go_memstats_heap_alloc_bytes":         {dto.MetricType_GAUGE, "Number of heap bytes allocated and currently in use, same as go_memstats_alloc_bytes. Equals to /memory/classes/heap/objects:bytes."},
+	"go_memstats_heap_idle_bytes":          {dto.MetricType_GAUGE, "Number of heap bytes waiting to be used. Equals to /memory/classes/heap/released:bytes + /memory/classes/heap/free:bytes."},
+	"go_memstats_heap_inuse_bytes":         {dto.MetricType_GAUGE, "Number of heap bytes that are in use. Equals to /memory/classes/heap/objects:bytes + /memory/classes/heap/unused:bytes"},
+	"go_memstats_heap_objects":             {dto.MetricType_GAUGE, "Number of currently allocated objects. Equals to /gc/heap/objects:objects."},
+	"go_memstats_heap_released_bytes":      {dto.MetricType_GAUGE, "Number of heap bytes released to OS. Equals to /memory/classes/heap/released:bytes."},
+	"go_memstats_heap_sys_bytes":           {dto.MetricType_GAUGE, "Number of heap bytes obtained from system. Equals to /memory/classes/heap/objects:bytes + /memory/classes/heap/unused:bytes + /memory/classes/heap/released:bytes + /memory/classes/heap/free:bytes."},
+	"go_memstats_last_gc_time_seconds":     {dto.MetricType_GAUGE, "Number of seconds since 1970 of last garbage collection."},
+	"go_memstats_mallocs_total":            {dto.MetricType_COUNTER, "Total number of heap objects allocated, both live and gc-ed. Semantically a counter version for go_memstats_heap_objects gauge. Equals to /gc/heap/allocs:objects + /gc/heap/tiny/allocs:objects."},
+	"go_memstats_mcache_inuse_bytes":       {dto.MetricType_GAUGE, "Number of bytes in use by mcache structures. Equals to /memory/classes/metadata/mcache/inuse:bytes."},
+	"go_memstats_mcache_sys_bytes":         {dto.MetricType_GAUGE, "Number of bytes used for mcache structures obtained from system. Equals to /memory/classes/metadata/mcache/inuse:bytes + /memory/classes/metadata/mcache/free:bytes."},
+	"go_memstats_mspan_inuse_bytes":        {dto.MetricType_GAUGE, "Number of bytes in use by mspan structures. Equals to /memory/classes/metadata/mspan/inuse:bytes."},
+	"go_memstats_mspan_sys_bytes":          {dto.MetricType_GAUGE, "Number of bytes used for mspan structures obtained from system. Equals to /memory/classes/metadata/mspan/inuse:bytes + /memory/classes/metadata/mspan/free:bytes."},
+	"go_memstats_next_gc_bytes":            {dto.MetricType_GAUGE, "Number of heap bytes when next garbage collection will take place. Equals to /gc/heap/goal:bytes."},
+	"go_memstats_other_sys_bytes":          {dto.MetricType_GAUGE, "Number of bytes used for other system allocations. Equals to /memory/classes/other:bytes."},
+	"go_memstats_stack_inuse_bytes":        {dto.MetricType_GAUGE, "Number of bytes obtained from system for stack allocator in non-CGO environments. Equals to /memory/classes/heap/stacks:bytes."},
+	"go_memstats_stack_sys_bytes":          {dto.MetricType_GAUGE, "Number of bytes obtained from system for stack allocator. Equals to /memory/classes/heap/stacks:bytes + /memory/classes/os-stacks:bytes."},
+	"go_memstats_sys_bytes":                {dto.MetricType_GAUGE, "Number of bytes obtained from system. Equals to /memory/classes/total:byte."},
+	"go_sched_gomaxprocs_threads":          {dto.MetricType_GAUGE, "The current runtime.GOMAXPROCS setting, or the number of operating system threads that can execute user-level Go code simultaneously. Sourced from /sched/gomaxprocs:threads."},
+	"go_threads":                           {dto.MetricType_GAUGE, "Number of OS threads created."},
+	"process_cpu_seconds_total":            {dto.MetricType_COUNTER, "Total user and system CPU time spent in seconds."},
+	"process_max_fds":                      {dto.MetricType_GAUGE, "Maximum number of open file descriptors."},
+	"process_network_receive_bytes_total":  {dto.MetricType_COUNTER, "Number of bytes received by the process over the network."},
+	"process_network_transmit_bytes_total": {dto.MetricType_COUNTER, "Number of bytes sent by the process over the network."},
+	"process_open_fds":                     {dto.MetricType_GAUGE, "Number of open file descriptors."},
+	"process_resident_memory_bytes":        {dto.MetricType_GAUGE, "Resident memory size in bytes."},
+	"process_start_time_seconds":           {dto.MetricType_GAUGE, "Start time of the process since unix epoch in seconds."},
+	"process_virtual_memory_bytes":         {dto.MetricType_GAUGE, "Virtual memory size in bytes."},
+	"process_virtual_memory_max_bytes":     {dto.MetricType_GAUGE, "Maximum amount of virtual memory available in bytes."},
+}
+
+// windowsProcessFamilies are the process_* families client_golang's
+// collector serves on Windows.
+var windowsProcessFamilies = []string{
+	"process_cpu_seconds_total", "process_max_fds", "process_open_fds",
+	"process_resident_memory_bytes", "process_start_time_seconds", "process_virtual_memory_bytes",
 }
 
 // scrapeLoopback GETs /metrics over loopback HTTP and parses it with
@@ -87,26 +98,44 @@ func scrapeLoopback(t *testing.T) map[string]*dto.MetricFamily {
 }
 
 // TestRuntimeFamiliesKept checks that /metrics serves every go_* and
-// process_* family it served before, with the same type, and that the
-// values are the runtime's and the process's own.
+// process_* family it served before, with the same type, help text and
+// labels, no other, and the runtime's and the process's own figures.
 func TestRuntimeFamiliesKept(t *testing.T) {
 	ours := scrapeLoopback(t)
 
-	for name, typ := range runtimeFamilies {
+	for name, want := range servedRuntimeFamilies {
 		got, ok := ours[name]
 		if !ok {
-			if runtime.GOOS == "linux" || !strings.HasPrefix(name, "process_") ||
-				(runtime.GOOS == "windows" && (name == "process_cpu_seconds_total" || name == "process_start_time_seconds")) {
+			if !strings.HasPrefix(name, "process_") || runtime.GOOS == "linux" ||
+				runtime.GOOS == "windows" && slices.Contains(windowsProcessFamilies, name) {
 				t.Errorf("/metrics has no %s", name)
 			}
 			continue
 		}
-		if got.GetType() != typ {
-			t.Errorf("%s: type %s, was %s", name, got.GetType(), typ)
+		if got.GetType() != want.typ {
+			t.Errorf("%s: type %s, was %s", name, got.GetType(), want.typ)
 		}
-		if got.GetHelp() == "" {
-			t.Errorf("%s has no help text", name)
+		if got.GetHelp() != want.help {
+			t.Errorf("%s: help %q, was %q", name, got.GetHelp(), want.help)
 		}
+		if labels := got.GetMetric()[0].GetLabel(); name != "go_info" && len(labels) > 0 {
+			t.Errorf("%s has labels %v, had none", name, labels)
+		}
+	}
+	for name := range ours {
+		if _, ok := servedRuntimeFamilies[name]; !ok && (strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_")) {
+			t.Errorf("/metrics has %s, which it did not serve before", name)
+		}
+	}
+	if labels := ours["go_info"].GetMetric()[0].GetLabel(); len(labels) != 1 || labels[0].GetName() != "version" || labels[0].GetValue() != runtime.Version() {
+		t.Errorf("go_info's labels are %v, want version=%q", labels, runtime.Version())
+	}
+	var quantiles []float64
+	for _, q := range ours["go_gc_duration_seconds"].GetMetric()[0].GetSummary().GetQuantile() {
+		quantiles = append(quantiles, q.GetQuantile())
+	}
+	if !slices.Equal(quantiles, []float64{0, 0.25, 0.5, 0.75, 1}) {
+		t.Errorf("go_gc_duration_seconds has the quantiles %v, want 0, 0.25, 0.5, 0.75, 1", quantiles)
 	}
 
 	// Figures that do not change while the test runs are the runtime's
@@ -126,7 +155,8 @@ func TestRuntimeFamiliesKept(t *testing.T) {
 	// The others are plausible.
 	positive := []string{"go_goroutines", "go_threads", "go_memstats_sys_bytes", "go_memstats_heap_alloc_bytes", "go_memstats_alloc_bytes_total", "go_memstats_next_gc_bytes"}
 	if runtime.GOOS == "linux" {
-		positive = append(positive, "process_open_fds", "process_max_fds")
+		// The scrape itself came in over loopback, which IpExt counts.
+		positive = append(positive, "process_open_fds", "process_max_fds", "process_network_receive_bytes_total", "process_network_transmit_bytes_total")
 		// qemu's user emulation (make arch-test, which says so in
 		// REGISTRAR_EMULATOR) answers /proc/self/stat itself, with 0 for
 		// both sizes; the kernel never does.
@@ -146,4 +176,98 @@ func TestRuntimeFamiliesKept(t *testing.T) {
 	if now := float64(time.Now().UnixNano()) / 1e9; start > now || start < now-time.Hour.Seconds() {
 		t.Errorf("process_start_time_seconds = %v, not in the hour before now (%v)", start, now)
 	}
+}
+
+// TestRuntimeFiguresRight reads the go_* and process_* families in this
+// process, next to what the runtime and the kernel say of it.
+func TestRuntimeFiguresRight(t *testing.T) {
+	runtime.GC()
+	first := readRuntimeFamilies(t)
+	var gc debug.GCStats
+	debug.ReadGCStats(&gc)
+	if count := first["go_gc_duration_seconds"].GetMetric()[0].GetSummary().GetSampleCount(); count < 1 || count > uint64(gc.NumGC) {
+		t.Errorf("go_gc_duration_seconds counts %d collections, want 1 to %d after runtime.GC()", count, gc.NumGC)
+	}
+	if last := value(t, first, "go_memstats_last_gc_time_seconds", nil); last > float64(time.Now().UnixNano())/1e9 || last < float64(gc.LastGC.Add(-time.Hour).UnixNano())/1e9 {
+		t.Errorf("go_memstats_last_gc_time_seconds = %v, the last collection was at %v", last, gc.LastGC)
+	}
+	// Nothing in this test starts or ends a goroutine: the count before and
+	// after the read is the one it reads.
+	before := runtime.NumGoroutine()
+	goroutines := value(t, readRuntimeFamilies(t), "go_goroutines", nil)
+	if after := runtime.NumGoroutine(); before == after && goroutines != float64(before) {
+		t.Errorf("go_goroutines = %v, runtime.NumGoroutine() = %d", goroutines, before)
+	}
+
+	var garbage [][]byte
+	for range 1000 {
+		garbage = append(garbage, make([]byte, 1024))
+	}
+	runtime.KeepAlive(garbage)
+	second := readRuntimeFamilies(t)
+	for name, f := range first {
+		if f.GetType() == dto.MetricType_COUNTER && value(t, second, name, nil) < value(t, first, name, nil) {
+			t.Errorf("%s went down from %v to %v", name, value(t, first, name, nil), value(t, second, name, nil))
+		}
+	}
+	if grew := value(t, second, "go_memstats_alloc_bytes_total", nil) - value(t, first, "go_memstats_alloc_bytes_total", nil); grew < 1000*1024 {
+		t.Errorf("go_memstats_alloc_bytes_total grew by %v after allocating 1000 KiB", grew)
+	}
+	heapSys := value(t, second, "go_memstats_heap_inuse_bytes", nil) + value(t, second, "go_memstats_heap_idle_bytes", nil)
+	if got := value(t, second, "go_memstats_heap_sys_bytes", nil); got != heapSys {
+		t.Errorf("go_memstats_heap_sys_bytes = %v, heap_inuse + heap_idle = %v", got, heapSys)
+	}
+
+	// runtime.ReadMemStats reads the same counters as runtime/metrics,
+	// stopping the world: each go_memstats_* figure lies between a read
+	// before and one after, give or take 10%.
+	memStats := map[string]func(*runtime.MemStats) uint64{
+		"go_memstats_alloc_bytes":         func(m *runtime.MemStats) uint64 { return m.Alloc },
+		"go_memstats_alloc_bytes_total":   func(m *runtime.MemStats) uint64 { return m.TotalAlloc },
+		"go_memstats_sys_bytes":           func(m *runtime.MemStats) uint64 { return m.Sys },
+		"go_memstats_mallocs_total":       func(m *runtime.MemStats) uint64 { return m.Mallocs },
+		"go_memstats_frees_total":         func(m *runtime.MemStats) uint64 { return m.Frees },
+		"go_memstats_heap_alloc_bytes":    func(m *runtime.MemStats) uint64 { return m.HeapAlloc },
+		"go_memstats_heap_sys_bytes":      func(m *runtime.MemStats) uint64 { return m.HeapSys },
+		"go_memstats_heap_idle_bytes":     func(m *runtime.MemStats) uint64 { return m.HeapIdle },
+		"go_memstats_heap_inuse_bytes":    func(m *runtime.MemStats) uint64 { return m.HeapInuse },
+		"go_memstats_heap_released_bytes": func(m *runtime.MemStats) uint64 { return m.HeapReleased },
+		"go_memstats_heap_objects":        func(m *runtime.MemStats) uint64 { return m.HeapObjects },
+		"go_memstats_stack_inuse_bytes":   func(m *runtime.MemStats) uint64 { return m.StackInuse },
+		"go_memstats_stack_sys_bytes":     func(m *runtime.MemStats) uint64 { return m.StackSys },
+		"go_memstats_mspan_inuse_bytes":   func(m *runtime.MemStats) uint64 { return m.MSpanInuse },
+		"go_memstats_mspan_sys_bytes":     func(m *runtime.MemStats) uint64 { return m.MSpanSys },
+		"go_memstats_mcache_inuse_bytes":  func(m *runtime.MemStats) uint64 { return m.MCacheInuse },
+		"go_memstats_mcache_sys_bytes":    func(m *runtime.MemStats) uint64 { return m.MCacheSys },
+		"go_memstats_buck_hash_sys_bytes": func(m *runtime.MemStats) uint64 { return m.BuckHashSys },
+		"go_memstats_gc_sys_bytes":        func(m *runtime.MemStats) uint64 { return m.GCSys },
+		"go_memstats_other_sys_bytes":     func(m *runtime.MemStats) uint64 { return m.OtherSys },
+		"go_memstats_next_gc_bytes":       func(m *runtime.MemStats) uint64 { return m.NextGC },
+	}
+	// With no collection in between, the figures only grow or only shrink.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var statsBefore, statsAfter runtime.MemStats
+	runtime.ReadMemStats(&statsBefore)
+	third := readRuntimeFamilies(t)
+	runtime.ReadMemStats(&statsAfter)
+	for name, field := range memStats {
+		low, high := float64(min(field(&statsBefore), field(&statsAfter))), float64(max(field(&statsBefore), field(&statsAfter)))
+		if got := value(t, third, name, nil); got < low*0.9 || got > high*1.1 {
+			t.Errorf("%s = %v, runtime.ReadMemStats says %v before and %v after", name, got, field(&statsBefore), field(&statsAfter))
+		}
+	}
+}
+
+// readRuntimeFamilies is runtimeFamilies by name; it fails t on an error.
+func readRuntimeFamilies(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	families, err := runtimeFamilies()
+	if err != nil {
+		t.Fatalf("runtimeFamilies: %v", err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	return byName
 }

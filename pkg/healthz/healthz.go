@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -59,7 +58,6 @@ type Server struct {
 	opts         Options
 	mux          *http.ServeMux
 	registration *registration.Server
-	runtime      func() *prometheus.Registry
 	revision     string
 
 	// The driver's GetPluginInfo calls, which no status snapshot holds:
@@ -80,7 +78,6 @@ func New(reg *registration.Server, opts Options) *Server {
 		opts:             opts,
 		mux:              http.NewServeMux(),
 		registration:     reg,
-		runtime:          sync.OnceValue(newRuntimeRegistry),
 		revision:         vcsRevision(),
 		pluginInfo:       histogram.New(pluginInfoBuckets),
 		pluginInfoErrors: map[string]uint64{},

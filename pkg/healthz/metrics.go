@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
@@ -44,17 +42,6 @@ func vcsRevision() string {
 	return "unknown"
 }
 
-// newRuntimeRegistry gathers the go_* and process_* families every Go
-// exporter serves, so that dashboards written for any of them read the
-// registrar too. client_golang's defaults suit it: go_memstats_* read
-// without stopping the world, and process_* without a figure it cannot
-// read. Built at the first scrape: a registrar nobody scrapes holds none.
-func newRuntimeRegistry() *prometheus.Registry {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return registry
-}
-
 // serveMetrics writes the registrar's own metrics, taken from a status
 // snapshot, and the runtime's, with Prometheus' own text encoder.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
@@ -62,13 +49,12 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	families := s.registrationFamilies(s.registration.Status())
 	families = append(families, nodeGateFamilies(s.nodeGateStatus())...)
-	// Gather returns what it could gather along with an error: one failing
-	// collector leaves the rest of /metrics served.
-	runtimeFamilies, err := s.runtime().Gather()
+	// A figure that cannot be read leaves the rest of /metrics served.
+	goAndProcess, err := runtimeFamilies()
 	if err != nil {
 		logger.V(4).Info("Cannot read every Go runtime or process metric", "err", err)
 	}
-	families = append(families, runtimeFamilies...)
+	families = append(families, goAndProcess...)
 	if s.opts.MoreMetrics != nil {
 		families = append(families, s.opts.MoreMetrics()...)
 	}
