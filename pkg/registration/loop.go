@@ -328,10 +328,11 @@ func (l *loop) publish(spare *sockfile.Socket, reason string) error {
 		replace = fi
 	}
 	sock, err := spare, error(nil)
-	if spare != nil {
-		err = spare.Place(l.m.path, replace)
-	} else {
-		sock, err = sockfile.Publish(l.m.path, replace)
+	if sock == nil {
+		sock, err = sockfile.Listen(l.m.path)
+	}
+	if err == nil {
+		err = sock.Place(l.m.path, replace)
 	}
 	switch {
 	case err != nil && sockfile.IsShortage(err):

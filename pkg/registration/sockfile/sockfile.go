@@ -71,18 +71,6 @@ func Listen(path string) (*Socket, error) {
 	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
 }
 
-// Publish listens at path as Listen and Place do.
-func Publish(path string, replace fs.FileInfo) (*Socket, error) {
-	s, err := Listen(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Place(path, replace); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
 // Place gives the socket its final name, path, as a hard link: kubelet
 // sees a newly created plugin socket.
 //

@@ -21,7 +21,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path := filepath.Join(dir, "x.csi.example.com-reg.sock")
 
-	first, err := Publish(path, nil)
+	first, err := publish(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatalf("the socket at the path: %v, mode %v; want mode 0600", err, fi.Mode().Perm())
 	}
 
-	second, err := Publish(path, first.File)
+	second, err := publish(path, first.File)
 	if err != nil {
 		t.Fatalf("Publish over its own socket: %v", err)
 	}
@@ -62,10 +62,19 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	var notSocket *NotASocketError
-	if _, err := Publish(path, nil); !errors.As(err, &notSocket) {
+	if _, err := publish(path, nil); !errors.As(err, &notSocket) {
 		t.Errorf("Publish over a regular file = %v, want a NotASocketError", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("a failed Publish left %v", entries)
 	}
+}
+
+// publish listens at path and places the socket there.
+func publish(path string, replace fs.FileInfo) (*Socket, error) {
+	s, err := Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Place(path, replace)
 }
