@@ -17,32 +17,23 @@ import (
 )
 
 // This file encodes key/value pairs as component-base's JSON format does:
-// zapr turns each pair into a zap field with zap.Any, and zap's JSON encoder
-// writes it. One deliberate difference: a time.Time value is written as its
-// own milliseconds since the epoch, where component-base's time encoder
-// ignores the value and writes the current time.
+// zapr turns each into a zap field with zap.Any, which zap's JSON encoder
+// writes. One deliberate difference: a time.Time value is written as its own
+// time, where component-base's time encoder writes the current time.
 
-// appendKey appends a comma unless the key is the first of its object, and
-// the key.
+// appendKey appends the key, after a comma where one is due.
 func appendKey(b []byte, key string) []byte {
 	return append(appendString(appendSeparator(b), key), ':')
 }
 
-// appendSeparator appends the comma between two elements of an object or an
-// array, as zap does: unless the last byte opens the object or array, or
-// ends a key.
+// appendSeparator appends the comma before an element of an object or an
+// array, as zap does: unless b is empty or ends with '{', '[', ':' or ','.
 func appendSeparator(b []byte) []byte {
-	if len(b) == 0 {
-		return b
-	}
-	switch b[len(b)-1] {
-	case '{', '[', ':', ',':
+	if len(b) == 0 || strings.IndexByte("{[:,", b[len(b)-1]) >= 0 {
 		return b
 	}
 	return append(b, ',')
 }
-
-const hexDigits = "0123456789abcdef"
 
 // appendString appends s quoted and escaped as zap escapes it: each byte
 // that is not UTF-8 as \ufffd, and <, >, & and U+2028 as they are.
@@ -61,7 +52,7 @@ func appendString(b []byte, s string) []byte {
 		case r == '\t':
 			b = append(b, `\t`...)
 		case r < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+			b = fmt.Appendf(b, `\u%04x`, r)
 		default:
 			b = utf8.AppendRune(b, r)
 		}
@@ -70,15 +61,10 @@ func appendString(b []byte, s string) []byte {
 }
 
 // appendFloat writes a float without an exponent, with the precision of its
-// type, and NaN and the infinities as strings.
+// type, and NaN, +Inf and -Inf as strings.
 func appendFloat(b []byte, f float64, bits int) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(b, `"NaN"`...)
-	case math.IsInf(f, 1):
-		return append(b, `"+Inf"`...)
-	case math.IsInf(f, -1):
-		return append(b, `"-Inf"`...)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return strconv.AppendQuote(b, strconv.FormatFloat(f, 'f', -1, bits))
 	}
 	return strconv.AppendFloat(b, f, 'f', -1, bits)
 }
@@ -124,18 +110,16 @@ func marshalLog(key string, marshaler logr.Marshaler) (replacedKey string, repla
 }
 
 // appendAny appends a pair as zap.Any converts it: []byte as base64, zap's
-// own types (appendZapValue), errors and Stringers as their text, []error
-// as a list of objects, anything else through encoding/json without HTML
-// escaping, which keeps its escaping of U+2028 and U+2029. keyError says
-// why a value could not be written.
+// own types, errors and Stringers as their text, []error as a list of
+// objects, anything else through encoding/json without HTML escaping (which
+// still escapes U+2028 and U+2029). keyError says why a value failed.
 func appendAny(b []byte, key string, value any) []byte {
 	if data, ok := value.([]byte); ok {
 		b = append(appendKey(b, key), '"')
 		return append(base64.StdEncoding.AppendEncode(b, data), '"')
 	}
-	// Before error and fmt.Stringer: time.Duration and time.Time are
-	// Stringers, and so are pointers to them. Where the value is not one of
-	// zap's own types, the key appended here is cut off again.
+	// Before fmt.Stringer, which time.Duration and time.Time are. When it
+	// fails, the key it was given is dropped with its answer.
 	if out, ok := appendZapValue(appendKey(b, key), value); ok {
 		return out
 	}
@@ -146,7 +130,6 @@ func appendAny(b []byte, key string, value any) []byte {
 	case []error:
 		b, problem = appendErrors(appendKey(b, key), v)
 	default:
-		// As zap's reflected encoder: encoding/json without escaping HTML.
 		var encoded bytes.Buffer
 		encoder := json.NewEncoder(&encoded)
 		encoder.SetEscapeHTML(false)
@@ -179,8 +162,7 @@ func appendZapValue(b []byte, value any) ([]byte, bool) {
 		if v.IsNil() {
 			return append(b, "null"...), true
 		}
-		b, _ = appendScalar(b, v.Elem().Interface())
-		return b, true
+		return appendScalar(b, v.Elem().Interface())
 	}
 	b = append(b, '[')
 	for i := range v.Len() {
@@ -216,10 +198,9 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 	return b, false
 }
 
-// appendText appends a fmt.Stringer's String, or an error's message and,
-// when it has them, its causes or its verbose form. A panic in those methods
-// is returned for keyError, but for a nil pointer, which most likely has a
-// method that does not expect it: that is written as "<nil>".
+// appendText appends a fmt.Stringer's String, or an error's message and its
+// causes or verbose form, if any. A panic in those methods is returned for
+// keyError, but for a nil pointer's, which is written as "<nil>".
 func appendText(b []byte, key string, value any) (out []byte, problem error) {
 	out = b
 	defer func() {
@@ -267,8 +248,7 @@ func appendErrors(b []byte, errs []error) ([]byte, error) {
 }
 
 // appendSlog appends a slog value as zapr does: a group as an object (an
-// empty group not at all, one without a key inline), anything else as its
-// Go value.
+// empty one not at all, one without a key inline), else its Go value.
 func appendSlog(b []byte, key string, value slog.Value) []byte {
 	if key == "" && value.Equal(slog.Value{}) {
 		return b
@@ -277,14 +257,13 @@ func appendSlog(b []byte, key string, value slog.Value) []byte {
 	if value.Kind() != slog.KindGroup {
 		return appendAny(b, key, value.Any())
 	}
-	group := value.Group()
 	if key == "" {
-		for _, member := range group {
+		for _, member := range value.Group() {
 			b = appendSlog(b, member.Key, member.Value)
 		}
 		return b
 	}
-	if len(group) == 0 {
+	if len(value.Group()) == 0 {
 		return b
 	}
 	return append(appendSlog(append(appendKey(b, key), '{'), "", value), '}')
