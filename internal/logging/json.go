@@ -2,10 +2,10 @@ package logging
 
 import (
 	"io"
+	"path"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,7 +14,7 @@ import (
 
 // jsonSink writes each call as one JSON line, byte for byte as
 // component-base's JSON format (zap through zapr) writes it: info lines to
-// info, error lines to errs.
+// info (klog's warnings too: JSON has no severities), error lines to errs.
 type jsonSink struct {
 	info, errs io.Writer
 	name       string // the WithName names, joined with dots
@@ -58,12 +58,8 @@ func (s *jsonSink) caller() string {
 	if !ok {
 		return ""
 	}
-	if slash := strings.LastIndexByte(file, '/'); slash >= 0 {
-		if dirSlash := strings.LastIndexByte(file[:slash], '/'); dirSlash >= 0 {
-			file = file[dirSlash+1:]
-		}
-	}
-	return file + ":" + strconv.Itoa(line)
+	dir, name := path.Split(file)
+	return path.Join(path.Base(dir), name) + ":" + strconv.Itoa(line)
 }
 
 // appendPairs appends the pairs up to the first key that is not a string or

@@ -182,14 +182,10 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 		return strconv.AppendInt(b, reflect.ValueOf(v).Int(), 10), true
 	case uint, uint8, uint16, uint32, uint64, uintptr:
 		return strconv.AppendUint(b, reflect.ValueOf(v).Uint(), 10), true
-	case float32:
-		return appendFloat(b, float64(v), 32), true
-	case float64:
-		return appendFloat(b, v, 64), true
-	case complex64:
-		return appendComplex(b, complex128(v), 32), true
-	case complex128:
-		return appendComplex(b, v, 64), true
+	case float32, float64:
+		return appendFloat(b, reflect.ValueOf(v).Float(), reflect.TypeOf(v).Bits()), true
+	case complex64, complex128:
+		return appendComplex(b, reflect.ValueOf(v).Complex(), reflect.TypeOf(v).Bits()/2), true
 	case time.Duration:
 		return appendString(b, v.String()), true
 	case time.Time:

@@ -11,9 +11,8 @@ import (
 // v2.10 and older still pass. It only records the value; Apply decides
 // whether klog gets to see it.
 type legacyFlag struct {
-	name, value, usage string
-	isBool             bool
-	isMegabytes        bool
+	name, value, usage  string
+	isBool, isMegabytes bool
 }
 
 func (f *legacyFlag) String() string { return f.value }
@@ -51,8 +50,7 @@ func newLegacyFlags() []*legacyFlag {
 }
 
 // IsLegacyFlag tells whether f is one of klog's own flags that AddFlags
-// registered: deprecated, kept only for manifests written for upstream v2.10
-// and older.
+// registered, which are deprecated.
 func (o *Options) IsLegacyFlag(f *flag.Flag) bool {
 	legacy, ok := f.Value.(*legacyFlag)
 	return ok && slices.Contains(o.legacy, legacy)

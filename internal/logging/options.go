@@ -1,19 +1,14 @@
 // Package logging configures klog from the logging flags that Kubernetes
-// components share (-v, --vmodule, --logging-format, --log-flush-frequency
-// and the split-stream options), without k8s.io/component-base, whose
-// logging was measured at 3 MB of binary. docs/flags.md describes the flags
-// and the keys of a JSON line.
-//
-// Text is klog's format, written by klog's textlogger; JSON is byte for byte
-// component-base's (test/logconformance runs both), but for time.Time values.
-// With a split stream, info lines go to stdout, optionally buffered, and the
-// rest to stderr (JSON has no severities: klog's warnings are info).
-// Programs must call klog.Flush before they exit.
+// components share, without k8s.io/component-base, whose logging was
+// measured at 3 MB of binary; docs/flags.md describes them. Text is klog's
+// format; JSON is component-base's, byte for byte but for time.Time values
+// (test/logconformance compares them). Programs must call klog.Flush before
+// they exit.
 //
 // klog's own flags (--logtostderr, --log_file, ...), which upstream v2.10
 // and older accepted, are accepted with a deprecation warning each. klog
-// honours them only with the text format and no split stream, writing as in
-// v2.10: to files, or to os.Stderr rather than Apply's writer.
+// honours them only with the text format and no split stream, and then
+// writes itself, to files or os.Stderr rather than Apply's writers.
 package logging
 
 import (
@@ -91,9 +86,9 @@ func (o *Options) streams() (selected, other *streamOptions) {
 }
 
 // Apply validates the flag values, configures klog's global logger and logs
-// one deprecation warning for each of klog's own flags that was set on fs.
-// The error says what to change. Apply changes process-wide state: call it
-// once, before logging.
+// a deprecation warning for each of klog's own flags set on fs. The error
+// says what to change. Apply changes process-wide state: call it once,
+// before logging.
 func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -115,8 +110,7 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	// klog reads the flush callback without a lock: keep the daemon stopped
 	// while the logger is replaced.
 	klog.StopFlushDaemon()
-	// klog.V checks -v and --vmodule itself, before a call reaches the
-	// logger. They are klog's flags, set as the legacy ones it honours.
+	// klog.V checks -v and --vmodule itself: they are klog's flags too.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	settings := []*legacyFlag{{name: "v", value: strconv.Itoa(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
@@ -129,10 +123,9 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(honoured) > 0 {
-		// klog writes its output itself, to files through buffers only its
-		// daemon flushes. Otherwise nothing needs the daemon: stderr is
-		// written at once, and an info buffer flushes itself (lineWriter),
-		// so an idle registrar is not woken every few seconds.
+		// klog writes to files through buffers only its daemon flushes.
+		// Otherwise nothing needs the daemon: stderr is written at once, and
+		// an info buffer flushes itself, so an idle registrar sleeps.
 		klog.ClearLogger()
 		klog.StartFlushDaemon(o.flushFrequency)
 	} else {
@@ -173,8 +166,8 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// setLogger gives klog a logger for the selected format writing to stdout and
-// stderr, and lets klog.Flush empty the info buffer if there is one.
+// setLogger gives klog a logger of the selected format, and lets klog.Flush
+// empty the info buffer if there is one.
 func (o *Options) setLogger(stdout, stderr io.Writer) {
 	options := []klog.LoggerOption{klog.ContextualLogger(true)}
 	errs := &lineWriter{out: stderr}
@@ -190,10 +183,7 @@ func (o *Options) setLogger(stdout, stderr io.Writer) {
 		klog.SetLoggerWithOptions(logr.New(&jsonSink{info: info, errs: errs}), options...)
 		return
 	}
-	var out io.Writer = errs
-	if info != errs {
-		out = severityRouter{info: info, errors: errs}
-	}
+	out := severityRouter{info: info, errors: errs}
 	config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
 	_ = config.VModule().Set(o.vmodule) // validated
 	logger := textlogger.NewLogger(config)
