@@ -69,16 +69,6 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 	return strconv.AppendFloat(b, f, 'f', -1, bits)
 }
 
-func appendComplex(b []byte, c complex128, bits int) []byte {
-	b = append(b, '"')
-	b = strconv.AppendFloat(b, real(c), 'f', -1, bits)
-	if imag(c) >= 0 {
-		b = append(b, '+')
-	}
-	b = strconv.AppendFloat(b, imag(c), 'f', -1, bits)
-	return append(b, 'i', '"')
-}
-
 // appendTime writes a time as Kubernetes' JSON format writes ts: a float
 // number of milliseconds since the Unix epoch.
 func appendTime(b []byte, t time.Time) []byte {
@@ -118,8 +108,8 @@ func appendAny(b []byte, key string, value any) []byte {
 		b = append(appendKey(b, key), '"')
 		return append(base64.StdEncoding.AppendEncode(b, data), '"')
 	}
-	// Before fmt.Stringer, which time.Duration and time.Time are. When it
-	// fails, the key it was given is dropped with its answer.
+	// Before fmt.Stringer, which time.Duration and time.Time are. For other
+	// types, the key appended for it is left out again: b goes on as it was.
 	if out, ok := appendZapValue(appendKey(b, key), value); ok {
 		return out
 	}
@@ -185,7 +175,13 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 	case float32, float64:
 		return appendFloat(b, reflect.ValueOf(v).Float(), reflect.TypeOf(v).Bits()), true
 	case complex64, complex128:
-		return appendComplex(b, reflect.ValueOf(v).Complex(), reflect.TypeOf(v).Bits()/2), true
+		// As a string such as "1-2i", each part in the precision of its type.
+		c, bits := reflect.ValueOf(v).Complex(), reflect.TypeOf(v).Bits()/2
+		b = strconv.AppendFloat(append(b, '"'), real(c), 'f', -1, bits)
+		if imag(c) >= 0 {
+			b = append(b, '+')
+		}
+		return append(strconv.AppendFloat(b, imag(c), 'f', -1, bits), 'i', '"'), true
 	case time.Duration:
 		return appendString(b, v.String()), true
 	case time.Time:

@@ -45,30 +45,23 @@ func (s *byteSize) String() string {
 	return s.text
 }
 
+// Set takes a number of bytes or a quantity, rounded up to a whole byte and
+// capped at maxInfoBufferSize.
 func (s *byteSize) Set(text string) error {
-	n, err := parseByteSize(text)
-	if err == nil {
-		s.bytes, s.text = n, text
-	}
-	return err
-}
-
-// parseByteSize returns the number of bytes text stands for, rounded up to a
-// whole byte and capped at maxInfoBufferSize.
-func parseByteSize(text string) (int64, error) {
 	number := strings.TrimRight(text, "kKMGTPEi")
 	multiplier, knownSuffix := sizeMultipliers[text[len(number):]]
 	size, isNumber := new(big.Rat).SetString(number)
 	// Digits and a point only: big.Rat also takes signs, fractions and
 	// exponents.
 	if !knownSuffix || !isNumber || strings.Trim(number, "0123456789.") != "" {
-		return 0, fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
+		return fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
 	}
 	size.Mul(size, new(big.Rat).SetInt64(multiplier))
-	if size.Cmp(new(big.Rat).SetInt64(maxInfoBufferSize)) >= 0 {
-		return maxInfoBufferSize, nil
+	s.bytes, s.text = maxInfoBufferSize, text
+	if size.Cmp(new(big.Rat).SetInt64(maxInfoBufferSize)) < 0 {
+		// Rounded up: (numerator + denominator - 1) / denominator.
+		whole := new(big.Int).Add(size.Num(), size.Denom())
+		s.bytes = whole.Sub(whole, big.NewInt(1)).Quo(whole, size.Denom()).Int64()
 	}
-	// Rounded up: (numerator + denominator - 1) / denominator.
-	whole := new(big.Int).Add(size.Num(), size.Denom())
-	return whole.Sub(whole, big.NewInt(1)).Quo(whole, size.Denom()).Int64(), nil
+	return nil
 }
