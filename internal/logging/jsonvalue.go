@@ -222,21 +222,17 @@ func appendText(b []byte, key string, value any) (out []byte, problem error) {
 }
 
 // appendErrors appends a list of errors: an object for each error that is
-// not nil, with the keys appendText writes under "error".
+// not nil, with the keys appendText writes under "error", up to a problem.
 func appendErrors(b []byte, errs []error) ([]byte, error) {
+	var problem error
 	b = append(b, '[')
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		var problem error
-		b, problem = appendText(append(appendSeparator(b), '{'), "error", err)
-		b = append(b, '}')
-		if problem != nil {
-			return append(b, ']'), problem
+	for i := 0; i < len(errs) && problem == nil; i++ {
+		if errs[i] != nil {
+			b, problem = appendText(append(appendSeparator(b), '{'), "error", errs[i])
+			b = append(b, '}')
 		}
 	}
-	return append(b, ']'), nil
+	return append(b, ']'), problem
 }
 
 // appendSlog appends a slog value as zapr does: a group as an object (an
