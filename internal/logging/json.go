@@ -2,21 +2,19 @@ package logging
 
 import (
 	"io"
+	"path"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 )
 
-// jsonSink writes each call as one JSON object per line, byte for byte as
-// k8s.io/component-base's JSON format (zap through zapr) writes the same
-// calls. Info lines go to info and error lines to errs (the same writer
-// when streams are not split).
+// jsonSink writes each call as one JSON line, byte for byte as
+// component-base's JSON format (zap through zapr) writes it: info lines to
+// info (klog's warnings too: JSON has no severities), error lines to errs.
 type jsonSink struct {
 	info, errs io.Writer
 	name       string // the WithName names, joined with dots
@@ -26,15 +24,12 @@ type jsonSink struct {
 	callDepth int // frames between the caller and jsonSink's methods
 }
 
-var _ logr.CallDepthLogSink = &jsonSink{}
-
 func (s *jsonSink) Init(info logr.RuntimeInfo) {
 	s.callDepth += info.CallDepth
 }
 
-// Enabled applies -v and --vmodule, which klog holds, to the caller. klog.V
-// checks them itself, but contextual calls (klog.FromContext(ctx).V(4).Info)
-// reach the sink directly.
+// Enabled applies -v and --vmodule, which klog holds, to contextual calls
+// (klog.FromContext(ctx).V(4).Info), which do not go through klog.V.
 func (s *jsonSink) Enabled(level int) bool {
 	return klog.VDepth(1+s.callDepth, klog.Level(level)).Enabled()
 }
@@ -55,26 +50,20 @@ func (s *jsonSink) Error(err error, msg string, keysAndValues ...any) {
 	s.end(s.errs, line)
 }
 
-// caller returns where Info, Error or WithValues was called from, as zap's
-// short caller encoder writes it: the source file's directory and name and
-// the line, as in "registration/server.go:42".
+// caller returns where Info, Error or WithValues was called from as zap's
+// short caller encoder writes it, as in "registration/server.go:42".
 func (s *jsonSink) caller() string {
 	// Skip caller and the jsonSink method; callDepth counts logr's frame.
 	_, file, line, ok := runtime.Caller(2 + s.callDepth)
 	if !ok {
 		return ""
 	}
-	if slash := strings.LastIndexByte(file, '/'); slash >= 0 {
-		if dirSlash := strings.LastIndexByte(file[:slash], '/'); dirSlash >= 0 {
-			file = file[dirSlash+1:]
-		}
-	}
-	return file + ":" + strconv.Itoa(line)
+	dir, name := path.Split(file)
+	return path.Join(path.Base(dir), name) + ":" + strconv.Itoa(line)
 }
 
 // appendPairs appends the pairs up to the first key that is not a string or
-// has no value. Like zapr, it reports that key first, on a line of its own
-// to errs with zapr's message and key.
+// has no value, which it reports first on a line of its own, as zapr does.
 func (s *jsonSink) appendPairs(line []byte, caller string, pairs []any) []byte {
 	for i := 0; i < len(pairs); i += 2 {
 		key, isString := pairs[i].(string)
@@ -91,16 +80,14 @@ func (s *jsonSink) appendPairs(line []byte, caller string, pairs []any) []byte {
 	return line
 }
 
-// report writes a problem with a call's pairs, with the logger's name and
-// values.
+// report writes a problem with a call's pairs.
 func (s *jsonSink) report(caller, problem, label string, key any) {
 	s.end(s.errs, appendField(s.begin(caller, problem), label, key))
 }
 
 // begin starts a line: ts, logger, caller, msg and the WithValues pairs.
 func (s *jsonSink) begin(caller, msg string) []byte {
-	line := (*linePool.Get().(*[]byte))[:0]
-	line = append(line, '{')
+	line := append(make([]byte, 0, 256), '{')
 	line = appendTime(appendKey(line, "ts"), time.Now())
 	if s.name != "" {
 		line = appendString(appendKey(line, "logger"), s.name)
@@ -115,24 +102,14 @@ func (s *jsonSink) begin(caller, msg string) []byte {
 	return line
 }
 
-// end closes the line and writes it with one Write.
+// end closes the line and writes it with one Write. Nothing better can be
+// done with an error writing the log.
 func (s *jsonSink) end(out io.Writer, line []byte) {
-	line = append(line, '}', '\n')
-	// Nothing better can be done with an error writing the log.
-	_, _ = out.Write(line)
-	if cap(line) <= maxPooledLine {
-		linePool.Put(&line)
-	}
+	_, _ = out.Write(append(line, '}', '\n'))
 }
 
-// linePool keeps the buffers of lines written, up to maxPooledLine bytes.
-var linePool = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxPooledLine = 64 << 10
-
-// WithValues encodes the pairs at once, as zap does. A bad key is reported
-// now, from the caller of WithValues, with the values the logger had so far;
-// the pairs before it are kept.
+// WithValues encodes the pairs at once, as zap does: a bad key is reported
+// now, with the values the logger had so far.
 func (s *jsonSink) WithValues(keysAndValues ...any) logr.LogSink {
 	clone := *s
 	clone.values = s.appendPairs(slices.Clone(s.values), s.caller(), keysAndValues)

@@ -17,32 +17,23 @@ import (
 )
 
 // This file encodes key/value pairs as component-base's JSON format does:
-// zapr turns each pair into a zap field with zap.Any, and zap's JSON encoder
-// writes it. One deliberate difference: a time.Time value is written as its
-// own milliseconds since the epoch, where component-base's time encoder
-// ignores the value and writes the current time.
+// zapr turns each into a zap field with zap.Any, which zap's JSON encoder
+// writes. One deliberate difference: a time.Time value is written as its own
+// time, where component-base's time encoder writes the current time.
 
-// appendKey appends a comma unless the key is the first of its object, and
-// the key.
+// appendKey appends the key, after a comma where one is due.
 func appendKey(b []byte, key string) []byte {
 	return append(appendString(appendSeparator(b), key), ':')
 }
 
-// appendSeparator appends the comma between two elements of an object or an
-// array, as zap does: unless the last byte opens the object or array, or
-// ends a key.
+// appendSeparator appends the comma before an element of an object or an
+// array, as zap does: unless b is empty or ends with '{', '[', ':' or ','.
 func appendSeparator(b []byte) []byte {
-	if len(b) == 0 {
-		return b
-	}
-	switch b[len(b)-1] {
-	case '{', '[', ':', ',':
+	if len(b) == 0 || strings.IndexByte("{[:,", b[len(b)-1]) >= 0 {
 		return b
 	}
 	return append(b, ',')
 }
-
-const hexDigits = "0123456789abcdef"
 
 // appendString appends s quoted and escaped as zap escapes it: each byte
 // that is not UTF-8 as \ufffd, and <, >, & and U+2028 as they are.
@@ -61,7 +52,7 @@ func appendString(b []byte, s string) []byte {
 		case r == '\t':
 			b = append(b, `\t`...)
 		case r < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+			b = fmt.Appendf(b, `\u%04x`, r)
 		default:
 			b = utf8.AppendRune(b, r)
 		}
@@ -70,27 +61,12 @@ func appendString(b []byte, s string) []byte {
 }
 
 // appendFloat writes a float without an exponent, with the precision of its
-// type, and NaN and the infinities as strings.
+// type, and NaN, +Inf and -Inf as strings.
 func appendFloat(b []byte, f float64, bits int) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(b, `"NaN"`...)
-	case math.IsInf(f, 1):
-		return append(b, `"+Inf"`...)
-	case math.IsInf(f, -1):
-		return append(b, `"-Inf"`...)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return strconv.AppendQuote(b, strconv.FormatFloat(f, 'f', -1, bits))
 	}
 	return strconv.AppendFloat(b, f, 'f', -1, bits)
-}
-
-func appendComplex(b []byte, c complex128, bits int) []byte {
-	b = append(b, '"')
-	b = strconv.AppendFloat(b, real(c), 'f', -1, bits)
-	if imag(c) >= 0 {
-		b = append(b, '+')
-	}
-	b = strconv.AppendFloat(b, imag(c), 'f', -1, bits)
-	return append(b, 'i', '"')
 }
 
 // appendTime writes a time as Kubernetes' JSON format writes ts: a float
@@ -124,18 +100,16 @@ func marshalLog(key string, marshaler logr.Marshaler) (replacedKey string, repla
 }
 
 // appendAny appends a pair as zap.Any converts it: []byte as base64, zap's
-// own types (appendZapValue), errors and Stringers as their text, []error
-// as a list of objects, anything else through encoding/json without HTML
-// escaping, which keeps its escaping of U+2028 and U+2029. keyError says
-// why a value could not be written.
+// own types, errors and Stringers as their text, []error as a list of
+// objects, anything else through encoding/json without HTML escaping (which
+// still escapes U+2028 and U+2029). keyError says why a value failed.
 func appendAny(b []byte, key string, value any) []byte {
 	if data, ok := value.([]byte); ok {
 		b = append(appendKey(b, key), '"')
 		return append(base64.StdEncoding.AppendEncode(b, data), '"')
 	}
-	// Before error and fmt.Stringer: time.Duration and time.Time are
-	// Stringers, and so are pointers to them. Where the value is not one of
-	// zap's own types, the key appended here is cut off again.
+	// Before fmt.Stringer, which time.Duration and time.Time are. For other
+	// types, the key appended for it is left out again: b goes on as it was.
 	if out, ok := appendZapValue(appendKey(b, key), value); ok {
 		return out
 	}
@@ -146,7 +120,6 @@ func appendAny(b []byte, key string, value any) []byte {
 	case []error:
 		b, problem = appendErrors(appendKey(b, key), v)
 	default:
-		// As zap's reflected encoder: encoding/json without escaping HTML.
 		var encoded bytes.Buffer
 		encoder := json.NewEncoder(&encoded)
 		encoder.SetEscapeHTML(false)
@@ -179,8 +152,7 @@ func appendZapValue(b []byte, value any) ([]byte, bool) {
 		if v.IsNil() {
 			return append(b, "null"...), true
 		}
-		b, _ = appendScalar(b, v.Elem().Interface())
-		return b, true
+		return appendScalar(b, v.Elem().Interface())
 	}
 	b = append(b, '[')
 	for i := range v.Len() {
@@ -200,14 +172,16 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 		return strconv.AppendInt(b, reflect.ValueOf(v).Int(), 10), true
 	case uint, uint8, uint16, uint32, uint64, uintptr:
 		return strconv.AppendUint(b, reflect.ValueOf(v).Uint(), 10), true
-	case float32:
-		return appendFloat(b, float64(v), 32), true
-	case float64:
-		return appendFloat(b, v, 64), true
-	case complex64:
-		return appendComplex(b, complex128(v), 32), true
-	case complex128:
-		return appendComplex(b, v, 64), true
+	case float32, float64:
+		return appendFloat(b, reflect.ValueOf(v).Float(), reflect.TypeOf(v).Bits()), true
+	case complex64, complex128:
+		// As a string such as "1-2i", each part in the precision of its type.
+		c, bits := reflect.ValueOf(v).Complex(), reflect.TypeOf(v).Bits()/2
+		b = strconv.AppendFloat(append(b, '"'), real(c), 'f', -1, bits)
+		if imag(c) >= 0 {
+			b = append(b, '+')
+		}
+		return append(strconv.AppendFloat(b, imag(c), 'f', -1, bits), 'i', '"'), true
 	case time.Duration:
 		return appendString(b, v.String()), true
 	case time.Time:
@@ -216,10 +190,9 @@ func appendScalar(b []byte, value any) ([]byte, bool) {
 	return b, false
 }
 
-// appendText appends a fmt.Stringer's String, or an error's message and,
-// when it has them, its causes or its verbose form. A panic in those methods
-// is returned for keyError, but for a nil pointer, which most likely has a
-// method that does not expect it: that is written as "<nil>".
+// appendText appends a fmt.Stringer's String, or an error's message and its
+// causes or verbose form, if any. A panic in those methods is returned for
+// keyError, but for a nil pointer's, which is written as "<nil>".
 func appendText(b []byte, key string, value any) (out []byte, problem error) {
 	out = b
 	defer func() {
@@ -249,26 +222,21 @@ func appendText(b []byte, key string, value any) (out []byte, problem error) {
 }
 
 // appendErrors appends a list of errors: an object for each error that is
-// not nil, with the keys appendText writes under "error".
+// not nil, with the keys appendText writes under "error", up to a problem.
 func appendErrors(b []byte, errs []error) ([]byte, error) {
+	var problem error
 	b = append(b, '[')
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		var problem error
-		b, problem = appendText(append(appendSeparator(b), '{'), "error", err)
-		b = append(b, '}')
-		if problem != nil {
-			return append(b, ']'), problem
+	for i := 0; i < len(errs) && problem == nil; i++ {
+		if errs[i] != nil {
+			b, problem = appendText(append(appendSeparator(b), '{'), "error", errs[i])
+			b = append(b, '}')
 		}
 	}
-	return append(b, ']'), nil
+	return append(b, ']'), problem
 }
 
 // appendSlog appends a slog value as zapr does: a group as an object (an
-// empty group not at all, one without a key inline), anything else as its
-// Go value.
+// empty one not at all, one without a key inline), else its Go value.
 func appendSlog(b []byte, key string, value slog.Value) []byte {
 	if key == "" && value.Equal(slog.Value{}) {
 		return b
@@ -277,14 +245,13 @@ func appendSlog(b []byte, key string, value slog.Value) []byte {
 	if value.Kind() != slog.KindGroup {
 		return appendAny(b, key, value.Any())
 	}
-	group := value.Group()
 	if key == "" {
-		for _, member := range group {
+		for _, member := range value.Group() {
 			b = appendSlog(b, member.Key, member.Value)
 		}
 		return b
 	}
-	if len(group) == 0 {
+	if len(value.Group()) == 0 {
 		return b
 	}
 	return append(appendSlog(append(appendKey(b, key), '{'), "", value), '}')

@@ -1,29 +1,24 @@
-// Package logging turns the logging flags that Kubernetes components share
-// (-v, --vmodule, --logging-format, --log-flush-frequency and the
-// split-stream options) into a configured klog, without
-// k8s.io/component-base, whose logging was measured at 3 MB of binary.
-// docs/flags.md describes the flags and the keys of a JSON line.
-//
-// Text is klog's format, written by klog's textlogger; JSON is byte for byte
-// component-base's (test/logconformance runs both), but for time.Time values.
-// With the selected format's split stream, info lines go to stdout,
-// optionally buffered, and the rest to stderr (in JSON, which has no
-// severities, klog's warnings are info). Programs must call klog.Flush before
+// Package logging configures klog from the logging flags that Kubernetes
+// components share, without k8s.io/component-base, whose logging was
+// measured at 3 MB of binary; docs/flags.md describes them. Text is klog's
+// format; JSON is component-base's, byte for byte but for time.Time values
+// (test/logconformance compares them). Programs must call klog.Flush before
 // they exit.
 //
-// klog's own flags (--logtostderr, --log_file, ...), accepted by upstream
-// v2.10 and older, are accepted again with a deprecation warning each. klog
-// honours them only with the text format and no split stream, writing its
-// own output as in v2.10: to files, or to os.Stderr rather than Apply's
-// writer.
+// klog's own flags (--logtostderr, --log_file, ...), which upstream v2.10
+// and older accepted, are accepted with a deprecation warning each. klog
+// honours them only with the text format and no split stream, and then
+// writes itself, to files or os.Stderr rather than Apply's writers.
 package logging
 
 import (
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,10 +26,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 )
 
-const (
-	formatText = "text"
-	formatJSON = "json"
-)
+const formatText, formatJSON = "text", "json"
 
 // Options holds the logging flags.
 type Options struct {
@@ -48,6 +40,7 @@ type Options struct {
 
 // streamOptions are the output options each format has under its own flags.
 type streamOptions struct {
+	format         string
 	splitStream    bool
 	infoBufferSize byteSize
 }
@@ -55,7 +48,13 @@ type streamOptions struct {
 // NewOptions returns the options with Kubernetes' defaults: text format,
 // verbosity 0, flushes every 5s, everything to stderr.
 func NewOptions() *Options {
-	return &Options{format: formatText, flushFrequency: 5 * time.Second, legacy: newLegacyFlags()}
+	return &Options{
+		format:         formatText,
+		flushFrequency: 5 * time.Second,
+		text:           streamOptions{format: formatText},
+		json:           streamOptions{format: formatJSON},
+		legacy:         newLegacyFlags(),
+	}
 }
 
 // AddFlags registers the flags on fs.
@@ -64,24 +63,32 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.vmodule, "vmodule", o.vmodule, "comma-separated list of pattern=N settings for file-filtered logging; a pattern is a source file name without .go, * and ? match any characters")
 	fs.StringVar(&o.format, "logging-format", o.format, `log format: "text" or "json"`)
 	fs.DurationVar(&o.flushFrequency, "log-flush-frequency", o.flushFrequency, "maximum time between log flushes")
-	o.text.addFlags(fs, formatText, "warnings and errors")
-	o.json.addFlags(fs, formatJSON, "errors")
+	o.text.addFlags(fs, "warnings and errors")
+	o.json.addFlags(fs, "errors")
 	for _, f := range o.legacy {
 		fs.Var(f, f.name, "DEPRECATED, will be removed; only honoured with --logging-format=text without --log-text-split-stream: "+f.usage)
 	}
 }
 
-func (s *streamOptions) addFlags(fs *flag.FlagSet, format, toStderr string) {
-	fs.BoolVar(&s.splitStream, "log-"+format+"-split-stream", s.splitStream,
-		"in "+format+" format, write info messages to stdout and "+toStderr+" to stderr; without it everything goes to stderr")
-	fs.Var(&s.infoBufferSize, "log-"+format+"-info-buffer-size",
-		"in "+format+" format with split streams, buffer up to this `size` of info messages between flushes, in bytes (65536) or as a quantity (64Ki, 1Mi, 500k), at most 2Gi; 0 writes them at once")
+func (s *streamOptions) addFlags(fs *flag.FlagSet, toStderr string) {
+	fs.BoolVar(&s.splitStream, "log-"+s.format+"-split-stream", s.splitStream,
+		"in "+s.format+" format, write info messages to stdout and "+toStderr+" to stderr; without it everything goes to stderr")
+	fs.Var(&s.infoBufferSize, "log-"+s.format+"-info-buffer-size",
+		"in "+s.format+" format with split streams, buffer up to this `size` of info messages between flushes, in bytes (65536) or as a quantity (64Ki, 1Mi, 500k), at most 2Gi; 0 writes them at once")
+}
+
+// streams returns the selected format's stream options, and the other's.
+func (o *Options) streams() (selected, other *streamOptions) {
+	if o.format == formatJSON {
+		return &o.json, &o.text
+	}
+	return &o.text, &o.json
 }
 
 // Apply validates the flag values, configures klog's global logger and logs
-// one deprecation warning for each of klog's own flags that was set on fs.
-// The error says what to change. Apply changes process-wide state: call it
-// once, before logging.
+// a deprecation warning for each of klog's own flags set on fs. The error
+// says what to change. Apply changes process-wide state: call it once,
+// before logging.
 func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -92,86 +99,57 @@ func (o *Options) Apply(fs *flag.FlagSet, stdout, stderr io.Writer) error {
 			legacy = append(legacy, given.Value.(*legacyFlag))
 		}
 	})
-	var honoured []*legacyFlag // the legacy flags klog takes
-	effect := "klog still honours it for now because the text format is used without a split stream"
-	switch {
-	case o.format == formatJSON:
-		effect = "it has no effect with --logging-format=json"
-	case o.text.splitStream:
-		effect = "it has no effect with --log-text-split-stream"
-	default:
-		honoured = legacy
+	honoured, effect := legacy, "klog still honours it for now because the text format is used without a split stream"
+	if o.format == formatJSON {
+		honoured, effect = nil, "it has no effect with --logging-format=json"
+	} else if o.text.splitStream {
+		honoured, effect = nil, "it has no effect with --log-text-split-stream"
 	}
 
 	before := klog.CaptureState()
 	// klog reads the flush callback without a lock: keep the daemon stopped
 	// while the logger is replaced.
 	klog.StopFlushDaemon()
-	if err := o.configureKlog(honoured, stdout, stderr); err != nil {
-		// Only klog can check the values of its own flags, by taking them:
-		// undo what was taken before one failed.
-		before.Restore()
-		return err
+	// klog.V checks -v and --vmodule itself: they are klog's flags too.
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	settings := []*legacyFlag{{name: "v", value: strconv.Itoa(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
+	for _, f := range append(settings, honoured...) {
+		if err := klogFlags.Set(f.name, f.value); err != nil {
+			// Only klog can check the values of its own flags, by taking
+			// them: undo what was taken before one failed.
+			before.Restore()
+			return fmt.Errorf("--%s=%q is not valid: %w", f.name, f.value, err)
+		}
 	}
 	if len(honoured) > 0 {
-		// klog writes its files itself, through buffers only its daemon
-		// flushes. Otherwise nothing needs it: stderr is written at once,
-		// and a buffer of info lines flushes itself (lineWriter), so an
-		// idle registrar is not woken every few seconds.
+		// klog writes to files through buffers only its daemon flushes.
+		// Otherwise nothing needs the daemon: stderr is written at once, and
+		// an info buffer flushes itself, so an idle registrar sleeps.
+		klog.ClearLogger()
 		klog.StartFlushDaemon(o.flushFrequency)
+	} else {
+		o.setLogger(stdout, stderr)
 	}
 	for _, f := range legacy {
 		klog.Warningf("flag --%s is deprecated and will be removed; %s", f.name, effect)
 	}
-	if selected := o.selected(); selected.infoBufferSize.bytes > 0 && !selected.splitStream {
+	if selected, _ := o.streams(); selected.infoBufferSize.bytes > 0 && !selected.splitStream {
 		klog.Warningf("--log-%s-info-buffer-size has no effect without --log-%[1]s-split-stream: all messages go unbuffered to stderr", o.format)
 	}
 	return nil
 }
 
-// configureKlog sets klog's verbosity and either hands it the legacy flags
-// it honours, so that it writes its output itself, or gives it a logger.
-func (o *Options) configureKlog(honoured []*legacyFlag, stdout, stderr io.Writer) error {
-	// klog.V checks -v and --vmodule itself before a call reaches the
-	// logger. They are klog's flags, set as the legacy ones are.
-	settings := []*legacyFlag{{name: "v", value: fmt.Sprint(o.verbosity)}, {name: "vmodule", value: o.vmodule}}
-	if len(honoured) > 0 {
-		settings = append(settings, honoured...)
-		klog.ClearLogger()
-	} else {
-		o.setLogger(stdout, stderr)
-	}
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for _, f := range settings {
-		if err := klogFlags.Set(f.name, f.value); err != nil {
-			return fmt.Errorf("--%s=%q is not valid: %w", f.name, f.value, err)
-		}
-	}
-	return nil
-}
-
-func (o *Options) selected() *streamOptions {
-	if o.format == formatJSON {
-		return &o.json
-	}
-	return &o.text
-}
-
 // validate checks everything that can be checked without changing klog.
 func (o *Options) validate() error {
 	var errs []error
-	switch o.format {
+	switch _, other := o.streams(); o.format {
 	case formatText, formatJSON:
-		other, otherOptions := formatJSON, &o.json
-		if o.format == formatJSON {
-			other, otherOptions = formatText, &o.text
+		if other.splitStream {
+			errs = append(errs, fmt.Errorf("--log-%s-split-stream only applies to --logging-format=%[1]s: remove it, or use --log-%s-split-stream with --logging-format=%[2]s", other.format, o.format))
 		}
-		if otherOptions.splitStream {
-			errs = append(errs, fmt.Errorf("--log-%s-split-stream only applies to --logging-format=%[1]s: remove it, or use --log-%s-split-stream with --logging-format=%[2]s", other, o.format))
-		}
-		if otherOptions.infoBufferSize.bytes != 0 {
-			errs = append(errs, fmt.Errorf("--log-%s-info-buffer-size only applies to --logging-format=%[1]s: remove it, or use --log-%s-info-buffer-size with --logging-format=%[2]s", other, o.format))
+		if other.infoBufferSize.bytes != 0 {
+			errs = append(errs, fmt.Errorf("--log-%s-info-buffer-size only applies to --logging-format=%[1]s: remove it, or use --log-%s-info-buffer-size with --logging-format=%[2]s", other.format, o.format))
 		}
 	default:
 		errs = append(errs, fmt.Errorf(`--logging-format=%q is not supported: use "text" or "json"`, o.format))
@@ -188,28 +166,24 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// setLogger gives klog a logger for the selected format writing to stdout and
-// stderr, and lets klog.Flush empty the info buffer if there is one.
+// setLogger gives klog a logger of the selected format, and lets klog.Flush
+// empty the info buffer if there is one.
 func (o *Options) setLogger(stdout, stderr io.Writer) {
 	options := []klog.LoggerOption{klog.ContextualLogger(true)}
 	errs := &lineWriter{out: stderr}
-	var info io.Writer = errs
-	if selected := o.selected(); selected.splitStream {
-		info = &lineWriter{out: stdout}
+	info := errs
+	if selected, _ := o.streams(); selected.splitStream {
+		info = &lineWriter{out: stdout, every: o.flushFrequency}
 		if size := selected.infoBufferSize.bytes; size > 0 {
-			buffered := newBufferedWriter(stdout, int(size), o.flushFrequency)
-			info = buffered
-			options = append(options, klog.FlushLogger(buffered.Flush))
+			info.buf = bufio.NewWriterSize(stdout, int(size))
+			options = append(options, klog.FlushLogger(info.Flush))
 		}
 	}
 	if o.format == formatJSON {
 		klog.SetLoggerWithOptions(logr.New(&jsonSink{info: info, errs: errs}), options...)
 		return
 	}
-	var out io.Writer = errs
-	if info != errs {
-		out = severityRouter{info: info, errors: errs}
-	}
+	out := severityRouter{info: info, errors: errs}
 	config := textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(out))
 	_ = config.VModule().Set(o.vmodule) // validated
 	logger := textlogger.NewLogger(config)

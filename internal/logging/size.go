@@ -7,15 +7,13 @@ import (
 	"strings"
 )
 
-// maxInfoBufferSize caps the info buffer at 2 GiB, as Kubernetes does: the
-// whole buffer is allocated up front. Where int has 32 bits (linux/arm) the
-// cap is one byte less, the largest buffer bufio takes there: 2 GiB would
-// wrap to a negative size, which bufio replaces with 4 KiB.
+// maxInfoBufferSize is Kubernetes' cap, 2 GiB, as the buffer is allocated
+// up front; one byte less where int has 32 bits (linux/arm), where bufio
+// would replace the negative size 2 GiB wraps to with 4 KiB.
 const maxInfoBufferSize = min(2<<30, math.MaxInt)
 
 // sizeMultipliers are the suffixes of Kubernetes quantities that make sense
-// for a number of bytes. Kubernetes spells kilo "k"; "K" is accepted too
-// because Kubernetes' own flag help writes "1K".
+// for bytes, and "K", which Kubernetes' own flag help writes for "k".
 var sizeMultipliers = map[string]int64{
 	"":   1,
 	"k":  1e3,
@@ -33,8 +31,8 @@ var sizeMultipliers = map[string]int64{
 	"Ei": 1 << 60,
 }
 
-// byteSize is a flag.Value holding a size in bytes, written either as a plain
-// number of bytes or as a Kubernetes quantity such as 64Ki or 1.5M.
+// byteSize is a flag.Value holding a number of bytes, given as such or as a
+// Kubernetes quantity such as 64Ki or 1.5M.
 type byteSize struct {
 	bytes int64
 	text  string
@@ -47,31 +45,23 @@ func (s *byteSize) String() string {
 	return s.text
 }
 
+// Set takes a number of bytes or a quantity, rounded up to a whole byte and
+// capped at maxInfoBufferSize.
 func (s *byteSize) Set(text string) error {
-	n, err := parseByteSize(text)
-	if err != nil {
-		return err
-	}
-	s.bytes, s.text = n, text
-	return nil
-}
-
-// parseByteSize returns the number of bytes text stands for, rounded up to a
-// whole byte and capped at maxInfoBufferSize.
-func parseByteSize(text string) (int64, error) {
 	number := strings.TrimRight(text, "kKMGTPEi")
 	multiplier, knownSuffix := sizeMultipliers[text[len(number):]]
 	size, isNumber := new(big.Rat).SetString(number)
-	// Digits and a point only: big.Rat also takes signs, fractions (1/2) and
-	// exponents (1e3).
+	// Digits and a point only: big.Rat also takes signs, fractions and
+	// exponents.
 	if !knownSuffix || !isNumber || strings.Trim(number, "0123456789.") != "" {
-		return 0, fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
+		return fmt.Errorf("%q is not a size: use a number of bytes (65536) or a quantity such as 64Ki, 1Mi or 500k", text)
 	}
 	size.Mul(size, new(big.Rat).SetInt64(multiplier))
-	if size.Cmp(new(big.Rat).SetInt64(maxInfoBufferSize)) >= 0 {
-		return maxInfoBufferSize, nil
+	s.bytes, s.text = maxInfoBufferSize, text
+	if size.Cmp(new(big.Rat).SetInt64(maxInfoBufferSize)) < 0 {
+		// Rounded up: (numerator + denominator - 1) / denominator.
+		whole := new(big.Int).Add(size.Num(), size.Denom())
+		s.bytes = whole.Sub(whole, big.NewInt(1)).Quo(whole, size.Denom()).Int64()
 	}
-	// Rounded up: (numerator + denominator - 1) / denominator.
-	whole := new(big.Int).Add(size.Num(), size.Denom())
-	return whole.Sub(whole, big.NewInt(1)).Quo(whole, size.Denom()).Int64(), nil
+	return nil
 }

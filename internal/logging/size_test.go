@@ -75,3 +75,11 @@ func FuzzParseByteSize(f *testing.F) {
 		}
 	})
 }
+
+// parseByteSize returns what byteSize.Set makes of text: the number of
+// bytes, or the error and 0.
+func parseByteSize(text string) (int64, error) {
+	var size byteSize
+	err := size.Set(text)
+	return size.bytes, err
+}

@@ -1,6 +1,7 @@
 package logging
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,7 +174,7 @@ func TestBufferedWriterWritesWholeLines(t *testing.T) {
 		writes = append(writes, string(p))
 		return len(p), nil
 	})
-	buffered := newBufferedWriter(out, 16, time.Hour)
+	buffered := &lineWriter{out: out, buf: bufio.NewWriterSize(out, 16), every: time.Hour}
 	steps := []struct {
 		write, flush bool
 		line         string

@@ -7,25 +7,20 @@ import (
 	"time"
 )
 
-// lineWriter serialises writes, so that lines written concurrently by
-// several goroutines never interleave, whatever the injected writer is.
+// lineWriter serialises writes, so that lines written concurrently never
+// interleave, whatever out is.
 //
-// With a buffer, it holds info output in memory until it is flushed: by
-// klog.Flush, when the buffer is full, or at the latest `every` after a line
-// went into an empty buffer. Nothing wakes it while the buffer is empty,
-// unlike klog's flush daemon, which ticks for ever. A line that does not fit
-// in what is left of the buffer first flushes the buffer, so the underlying
-// writer only ever receives whole lines.
+// With buf, it holds info lines until klog.Flush, a full buffer, or `every`
+// after a line went into an empty buffer; unlike klog's flush daemon, which
+// ticks for ever, nothing wakes it while the buffer is empty. A line that
+// does not fit in what is left first flushes the buffer, so that out only
+// receives whole lines.
 type lineWriter struct {
 	mu    sync.Mutex
 	out   io.Writer
 	buf   *bufio.Writer // nil: writes go straight to out
 	every time.Duration
 	timer *time.Timer // armed while lines wait in the buffer
-}
-
-func newBufferedWriter(out io.Writer, size int, every time.Duration) *lineWriter {
-	return &lineWriter{out: out, buf: bufio.NewWriterSize(out, size), every: every}
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
@@ -60,9 +55,8 @@ func (w *lineWriter) Flush() {
 	}
 }
 
-// severityRouter splits klog's text output: each write is one formatted
-// entry whose header starts with the severity letter, I for info, and W, E
-// or F for the rest.
+// severityRouter splits klog's text output: each write is one entry whose
+// header starts with its severity, I for info, and W, E or F for the rest.
 type severityRouter struct {
 	info, errors io.Writer
 }
