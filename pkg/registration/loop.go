@@ -45,9 +45,11 @@ type loop struct {
 	watches uint64
 	// gens counts the publications, for their generation.
 	gens uint64
-	// timer wakes the loop at the machine's next deadline, timerAt.
+	// timer wakes the loop at the machine's next deadline, timerAt,
+	// through fire; nil while none runs.
 	timer   clock.Timer
 	timerAt time.Time
+	fire    <-chan time.Time
 }
 
 func (l *loop) run(watcher *fsnotify.Watcher) error {
@@ -110,8 +112,8 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 		l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
 		return l.apply(pathChanged{})
 
-	case <-l.timerChannel():
-		l.timer, l.timerAt = nil, time.Time{}
+	case <-l.fire:
+		l.timer, l.timerAt, l.fire = nil, time.Time{}, nil
 		now := l.s.cfg.Clock.Now()
 		for t := range timers {
 			if due := l.m.due[t]; !due.IsZero() && !due.After(now) {
@@ -171,7 +173,8 @@ func (l *loop) do(e effect) error {
 		if e.at.kind == atUnknown {
 			l.logger.Error(e.at.Err, e.msg, "path", l.m.path)
 		} else {
-			l.logger.Error(nil, e.msg, "path", l.m.path, "found", found(e.at, l.m.name))
+			_, found := e.at.Found(l.m.name)
+			l.logger.Error(nil, e.msg, "path", l.m.path, "found", found)
 		}
 	case fail:
 		return e.err
@@ -179,11 +182,6 @@ func (l *loop) do(e effect) error {
 		panic(fmt.Sprintf("registration: unknown effect %T", e))
 	}
 	return nil
-}
-
-func found(at At, driver string) string {
-	_, reason := at.Found(driver)
-	return reason
 }
 
 // told logs what an event changed, once: each line at the default level
@@ -223,15 +221,6 @@ func (l *loop) told(ev any, before State) {
 	}
 }
 
-// timerChannel is the channel of the timer at the machine's next
-// deadline, nil when none runs.
-func (l *loop) timerChannel() <-chan time.Time {
-	if l.timer == nil {
-		return nil
-	}
-	return l.timer.C()
-}
-
 // arm sets the loop's one timer to the machine's next deadline.
 func (l *loop) arm() {
 	next := l.m.next()
@@ -240,11 +229,12 @@ func (l *loop) arm() {
 	}
 	if l.timer != nil {
 		l.timer.Stop()
-		l.timer = nil
+		l.timer, l.fire = nil, nil
 	}
 	l.timerAt = next
 	if !next.IsZero() {
 		l.timer = l.s.cfg.Clock.NewTimer(next.Sub(l.s.cfg.Clock.Now()))
+		l.fire = l.timer.C()
 	}
 }
 
