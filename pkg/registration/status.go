@@ -2,6 +2,7 @@ package registration
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -107,7 +108,7 @@ func (sn *snapshot) status(reachable bool) Status {
 		SocketPath:           m.path,
 		State:                m.state,
 		RegistrationFailures: m.log.failures,
-		Publications:         make(map[string]uint64, len(m.log.publications)),
+		Publications:         maps.Clone(m.log.publications),
 		KubeletCalls:         m.log.calls,
 		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
 		LastNotify:           timeOrNil(m.log.lastNotify),
@@ -120,9 +121,6 @@ func (sn *snapshot) status(reachable bool) Status {
 		LastPublished:        timeOrNil(m.log.lastPublish),
 		KubeletSilent:        m.state == KubeletSilent,
 		Withdrawn:            m.withdrawn,
-	}
-	for reason, n := range m.log.publications {
-		out.Publications[reason] = n
 	}
 	if m.log.lastVerdict != nil {
 		v := *m.log.lastVerdict
