@@ -16,12 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -41,7 +39,7 @@ type Options struct {
 	// Version is reported in /status and in the build_info metric.
 	Version string
 	// MoreMetrics, when set, adds families to /metrics at each scrape.
-	MoreMetrics func() []*dto.MetricFamily
+	MoreMetrics func() []Family
 	// SELinux, when set, is what SELinux says of the registration socket,
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
@@ -63,7 +61,7 @@ type Server struct {
 	// The driver's GetPluginInfo calls, which no status snapshot holds:
 	// counted as they happen, for /metrics.
 	callsMu          sync.Mutex
-	pluginInfo       *histogram.Histogram
+	pluginInfo       *Histogram
 	pluginInfoErrors map[string]uint64 // by gRPC code
 
 	lastCode atomic.Int64 // of /healthz, so that only a change is logged
@@ -79,7 +77,7 @@ func New(reg *registration.Server, opts Options) *Server {
 		mux:              http.NewServeMux(),
 		registration:     reg,
 		revision:         vcsRevision(),
-		pluginInfo:       histogram.New(pluginInfoBuckets),
+		pluginInfo:       NewHistogram(pluginInfoBuckets),
 		pluginInfoErrors: map[string]uint64{},
 	}
 	s.lastCode.Store(http.StatusOK)
