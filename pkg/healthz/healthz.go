@@ -149,7 +149,8 @@ func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.logChange(r.Context(), code, reason)
-	writeText(w, code, reason)
+	// http.Error writes any answer as plain text, a 200 too.
+	http.Error(w, reason, code)
 }
 
 // serveReadyz answers 200 only once kubelet has confirmed the current
@@ -163,7 +164,7 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusServiceUnavailable
 	}
 	klog.FromContext(r.Context()).V(5).Info("Readiness probe", "status", code, "reason", st.Reason)
-	writeText(w, code, st.Reason)
+	http.Error(w, st.Reason, code)
 }
 
 // statusDocument is what /status returns.
@@ -186,29 +187,19 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
 }
 
-func writeText(w http.ResponseWriter, code int, body string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	fmt.Fprintln(w, body)
-}
-
 // statusCode maps a check of the registration path to the answer a
-// liveness probe expects.
-// A socket published by a newer instance of the driver is healthy: a
+// liveness probe expects. A socket published by a newer instance of the driver is healthy: a
 // restart of this older instance would take the registration back from
 // it. A missing socket is 404, as upstream answers.
 func statusCode(h registration.Health) int {
 	switch {
 	case h.State == registration.Stopped:
-		return http.StatusInternalServerError
 	case h.Found == registration.NotLooked, h.Found == registration.FoundOurs, h.Found == registration.FoundOther:
 		return http.StatusOK
 	case h.Found == registration.FoundNothing:
 		return http.StatusNotFound
-	default:
-		return http.StatusInternalServerError
 	}
+	return http.StatusInternalServerError
 }
 
 // logChange logs each probe at V(5) and only a change of outcome at the

@@ -28,12 +28,11 @@ type Family struct {
 	Series []Series
 }
 
-// Series is one line of a family.
+// Series is one line of a family: its name's suffix (_bucket, _sum or
+// _count in a histogram or a summary), its labels as name, value pairs, and
+// its value.
 type Series struct {
-	// Suffix follows the family's name: "_bucket", "_sum" or "_count" in a
-	// histogram or a summary, "" otherwise.
 	Suffix string
-	// Labels are name, value pairs.
 	Labels []string
 	Value  float64
 }
@@ -94,14 +93,15 @@ func formatFloat(v float64) string {
 // concurrent use: its owner holds the lock it already takes for its other
 // counts.
 type Histogram struct {
-	bounds []float64 // upper bounds, ascending; +Inf is implied
-	counts []uint64  // per bucket, not cumulative; the last is +Inf
+	bounds []float64 // upper bounds, ascending, +Inf last
+	counts []uint64  // per bucket, not cumulative
 	sum    float64
 }
 
-// NewHistogram is an empty histogram with these upper bounds, ascending.
+// NewHistogram is an empty histogram with these upper bounds, ascending,
+// and +Inf.
 func NewHistogram(bounds []float64) *Histogram {
-	return &Histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+	return &Histogram{bounds: append(slices.Clip(bounds), math.Inf(1)), counts: make([]uint64, len(bounds)+1)}
 }
 
 // Observe records one value.
@@ -112,16 +112,12 @@ func (h *Histogram) Observe(v float64) {
 }
 
 // Series are the histogram's lines with these labels: the cumulative
-// count of each bucket, +Inf's last, then the sum and the count.
+// count of each bucket, then the sum and the count.
 func (h *Histogram) Series(labels ...string) []Series {
 	var out []Series
 	var cumulative uint64
-	for i, n := range h.counts {
-		cumulative += n
-		upper := math.Inf(1)
-		if i < len(h.bounds) {
-			upper = h.bounds[i]
-		}
+	for i, upper := range h.bounds {
+		cumulative += h.counts[i]
 		out = append(out, Series{"_bucket", append(slices.Clip(labels), "le", formatFloat(upper)), float64(cumulative)})
 	}
 	return append(out, Series{"_sum", labels, h.sum}, Series{"_count", labels, float64(cumulative)})
