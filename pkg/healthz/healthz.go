@@ -188,18 +188,20 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // statusCode maps a check of the registration path to the answer a
-// liveness probe expects. A socket published by a newer instance of the driver is healthy: a
-// restart of this older instance would take the registration back from
-// it. A missing socket is 404, as upstream answers.
+// liveness probe expects. A socket published by a newer instance of the
+// driver is healthy: a restart of this older instance would take the
+// registration back from it. A missing socket is 404, as upstream answers.
 func statusCode(h registration.Health) int {
 	switch {
 	case h.State == registration.Stopped:
+		return http.StatusInternalServerError
 	case h.Found == registration.NotLooked, h.Found == registration.FoundOurs, h.Found == registration.FoundOther:
 		return http.StatusOK
 	case h.Found == registration.FoundNothing:
 		return http.StatusNotFound
+	default:
+		return http.StatusInternalServerError
 	}
-	return http.StatusInternalServerError
 }
 
 // logChange logs each probe at V(5) and only a change of outcome at the
