@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
 
 // DefaultTimeout is livenessprobe's --probe-timeout default.
@@ -49,7 +49,7 @@ type Prober struct {
 	// nil before the first: only changes are logged at level 0.
 	lastOutcome *string
 	// series are the metric's, by label set.
-	series map[series]*histogram.Histogram
+	series map[series]*healthz.Histogram
 }
 
 // New probes the driver listening on the Unix socket at path; each probe
@@ -58,7 +58,7 @@ func New(path string, timeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Prober{path: path, timeout: timeout, series: map[series]*histogram.Histogram{}}
+	return &Prober{path: path, timeout: timeout, series: map[series]*healthz.Histogram{}}
 }
 
 // DriverFound tells the Prober that a driver named name answers on a

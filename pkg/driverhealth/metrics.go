@@ -1,15 +1,16 @@
 package driverhealth
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
 
 // OperationsMetric is the histogram that csi-lib-utils' metrics manager
@@ -46,7 +47,7 @@ func (p *Prober) observe(driver string, err error, d time.Duration) {
 	defer p.mu.Unlock()
 	h := p.series[key]
 	if h == nil {
-		h = histogram.New(operationsBuckets)
+		h = healthz.NewHistogram(operationsBuckets)
 		p.series[key] = h
 	}
 	h.Observe(d.Seconds())
@@ -55,34 +56,22 @@ func (p *Prober) observe(driver string, err error, d time.Duration) {
 // Families is the histogram for /metrics, its series sorted by labels as
 // client_golang's registry sorts them: no family before the first probe,
 // as csi-lib-utils' registry writes none.
-func (p *Prober) Families() []*dto.MetricFamily {
+func (p *Prober) Families() []healthz.Family {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.series) == 0 {
 		return nil
 	}
-	family := &dto.MetricFamily{
-		Name: proto.String(OperationsMetric),
-		Help: proto.String("[ALPHA] Container Storage Interface operation duration with gRPC error code status total"),
-		Type: dto.MetricType_HISTOGRAM.Enum(),
-	}
-	keys := make([]series, 0, len(p.series))
-	for k := range p.series {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		return a.driver < b.driver || a.driver == b.driver && a.code < b.code
+	keys := slices.SortedFunc(maps.Keys(p.series), func(a, b series) int {
+		return cmp.Or(strings.Compare(a.driver, b.driver), strings.Compare(a.code, b.code))
 	})
-	for _, k := range keys {
-		family.Metric = append(family.Metric, &dto.Metric{
-			Label: []*dto.LabelPair{
-				{Name: proto.String("driver_name"), Value: proto.String(k.driver)},
-				{Name: proto.String("grpc_status_code"), Value: proto.String(k.code)},
-				{Name: proto.String("method_name"), Value: proto.String(csi.Identity_Probe_FullMethodName)},
-			},
-			Histogram: p.series[k].Proto(),
-		})
+	family := healthz.Family{
+		Name: OperationsMetric,
+		Help: "[ALPHA] Container Storage Interface operation duration with gRPC error code status total",
+		Type: "histogram",
 	}
-	return []*dto.MetricFamily{family}
+	for _, k := range keys {
+		family.Series = append(family.Series, p.series[k].Series("driver_name", k.driver, "grpc_status_code", k.code, "method_name", csi.Identity_Probe_FullMethodName)...)
+	}
+	return []healthz.Family{family}
 }

@@ -258,16 +258,22 @@ func TestRuntimeFiguresRight(t *testing.T) {
 	}
 }
 
-// readRuntimeFamilies is runtimeFamilies by name; it fails t on an error.
+// readRuntimeFamilies is runtimeFamilies as WriteMetrics writes them and
+// Prometheus' text parser reads them; it fails t on an error.
 func readRuntimeFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	families, err := runtimeFamilies()
 	if err != nil {
 		t.Fatalf("runtimeFamilies: %v", err)
 	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range families {
-		byName[f.GetName()] = f
+	var text strings.Builder
+	if err := WriteMetrics(&text, families); err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	byName, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
+	if err != nil {
+		t.Fatalf("the runtime's families are not in the Prometheus text format: %v\n%s", err, text.String())
 	}
 	return byName
 }

@@ -16,12 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/histogram"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -41,7 +39,7 @@ type Options struct {
 	// Version is reported in /status and in the build_info metric.
 	Version string
 	// MoreMetrics, when set, adds families to /metrics at each scrape.
-	MoreMetrics func() []*dto.MetricFamily
+	MoreMetrics func() []Family
 	// SELinux, when set, is what SELinux says of the registration socket,
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
@@ -63,7 +61,7 @@ type Server struct {
 	// The driver's GetPluginInfo calls, which no status snapshot holds:
 	// counted as they happen, for /metrics.
 	callsMu          sync.Mutex
-	pluginInfo       *histogram.Histogram
+	pluginInfo       *Histogram
 	pluginInfoErrors map[string]uint64 // by gRPC code
 
 	lastCode atomic.Int64 // of /healthz, so that only a change is logged
@@ -79,7 +77,7 @@ func New(reg *registration.Server, opts Options) *Server {
 		mux:              http.NewServeMux(),
 		registration:     reg,
 		revision:         vcsRevision(),
-		pluginInfo:       histogram.New(pluginInfoBuckets),
+		pluginInfo:       NewHistogram(pluginInfoBuckets),
 		pluginInfoErrors: map[string]uint64{},
 	}
 	s.lastCode.Store(http.StatusOK)
@@ -151,7 +149,8 @@ func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.logChange(r.Context(), code, reason)
-	writeText(w, code, reason)
+	// http.Error writes any answer as plain text, a 200 too.
+	http.Error(w, reason, code)
 }
 
 // serveReadyz answers 200 only once kubelet has confirmed the current
@@ -165,7 +164,7 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusServiceUnavailable
 	}
 	klog.FromContext(r.Context()).V(5).Info("Readiness probe", "status", code, "reason", st.Reason)
-	writeText(w, code, st.Reason)
+	http.Error(w, st.Reason, code)
 }
 
 // statusDocument is what /status returns.
@@ -188,18 +187,10 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
 }
 
-func writeText(w http.ResponseWriter, code int, body string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	fmt.Fprintln(w, body)
-}
-
 // statusCode maps a check of the registration path to the answer a
-// liveness probe expects.
-// A socket published by a newer instance of the driver is healthy: a
-// restart of this older instance would take the registration back from
-// it. A missing socket is 404, as upstream answers.
+// liveness probe expects. A socket published by a newer instance of the
+// driver is healthy: a restart of this older instance would take the
+// registration back from it. A missing socket is 404, as upstream answers.
 func statusCode(h registration.Health) int {
 	switch {
 	case h.State == registration.Stopped:

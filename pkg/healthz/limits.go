@@ -11,26 +11,22 @@ import (
 // pod of the cluster can open connections to it: these limits bound what
 // they make the registrar hold in memory.
 const (
-	// maxHeaderBytes bounds a request's head (net/http reads up to 4 KiB
-	// more before it answers 431): kubelet's probes send about 100 bytes,
-	// a scrape's "Authorization: Bearer" JWT a few KiB: a token several
-	// times larger than usual still fits.
+	// maxHeaderBytes bounds a request's head (net/http reads 4 KiB more
+	// before it answers 431): kubelet's probes send about 100 bytes, a
+	// scrape's bearer token a few KiB; one several times larger still fits.
 	maxHeaderBytes = 16 << 10
-	// maxConnections bounds the open connections, and so their memory:
-	// each costs its goroutine, its buffers and a head of up to
-	// maxHeaderBytes being read (README.md, "Limits of the HTTP endpoint",
-	// has the figures; make bench's flood group measures them).
-	// Legitimate clients need a few.
+	// maxConnections bounds the open connections, each with its goroutine,
+	// its buffers and a head being read (README.md, "Limits of the HTTP
+	// endpoint", has the figures). Legitimate clients need a few.
 	maxConnections = 256
 )
 
 // connLimiter is an http.Server's ConnState hook that keeps at most
-// maxConnections open: when a new one would make one too many, it closes the
-// one whose state changed least recently, such as a connection that was
-// opened and never sent a byte, or a head that is never finished. Unlike a
-// listener that stops accepting at a limit (golang.org/x/net/netutil's
-// LimitListener), it never makes a new client wait, so kubelet's probe is
-// answered while a flood holds connections.
+// maxConnections open: a new one past the limit closes the one whose state
+// changed least recently, such as one that never sent a byte or never
+// finished its head. Unlike a listener that stops accepting at a limit
+// (golang.org/x/net/netutil's LimitListener), it never makes a new client
+// wait, so kubelet's probe is answered while a flood holds connections.
 type connLimiter struct {
 	mu sync.Mutex
 	// recent holds the open connections, the least recently changed

@@ -4,20 +4,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strings"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/proto"
 )
 
 // The go_* and process_* families are those of client_golang's default Go
-// and process collectors, with their names, types, help texts and figures,
-// so that dashboards and alerts written for any Go exporter read the
-// registrar too. They are written here because importing client_golang
-// costs 0.25 MB of binary and 0.3 MB of memory: its init builds the
-// default registry's collectors. As in client_golang, a family named
-// *_total is a counter and the others are gauges.
+// and process collectors (names, types, help texts and figures), so that
+// dashboards and alerts written for any Go exporter read the registrar too.
+// Importing client_golang would cost 0.25 MB of binary and 0.3 MB of
+// memory: its init builds the default registry's collectors.
 
 // goFamiliesFromRuntime are read from runtime/metrics, which does not stop
 // the world as runtime.ReadMemStats does; each value is the sum of its
@@ -69,7 +63,7 @@ var processHelp = map[string]string{
 
 // runtimeFamilies reads the Go runtime's and the process's figures now. A
 // process figure that cannot be read is left out and its error returned.
-func runtimeFamilies() ([]*dto.MetricFamily, error) {
+func runtimeFamilies() ([]Family, error) {
 	var samples []metrics.Sample
 	for _, f := range goFamiliesFromRuntime {
 		for _, name := range f.samples {
@@ -77,7 +71,7 @@ func runtimeFamilies() ([]*dto.MetricFamily, error) {
 		}
 	}
 	metrics.Read(samples)
-	var out []*dto.MetricFamily
+	var out []Family
 	for _, f := range goFamiliesFromRuntime {
 		var sum float64
 		for _, s := range samples[:len(f.samples)] {
@@ -91,37 +85,28 @@ func runtimeFamilies() ([]*dto.MetricFamily, error) {
 				f.help = d.Description + " Sourced from " + d.Name + "."
 			}
 		}
-		out = append(out, scalarFamily(f.name, f.help, sum))
+		out = append(out, family(f.name, f.help, sample(sum)))
 	}
 
 	var gc debug.GCStats
 	gc.PauseQuantiles = make([]time.Duration, 5)
 	debug.ReadGCStats(&gc)
-	pauses := &dto.Summary{SampleCount: proto.Uint64(uint64(gc.NumGC)), SampleSum: proto.Float64(gc.PauseTotal.Seconds())}
+	var pauses []Series
 	for i, pause := range gc.PauseQuantiles {
-		pauses.Quantile = append(pauses.Quantile, &dto.Quantile{Quantile: proto.Float64(float64(i) / 4), Value: proto.Float64(pause.Seconds())})
+		pauses = append(pauses, sample(pause.Seconds(), "quantile", formatFloat(float64(i)/4)))
 	}
+	pauses = append(pauses, Series{"_sum", nil, gc.PauseTotal.Seconds()}, Series{"_count", nil, float64(gc.NumGC)})
 	threads, _ := runtime.ThreadCreateProfile(nil)
 	out = append(out,
-		family("go_gc_duration_seconds", "A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles.",
-			dto.MetricType_SUMMARY, &dto.Metric{Summary: pauses}),
-		family("go_info", "Information about the Go environment.", dto.MetricType_GAUGE, gauge(1, "version", runtime.Version())),
-		scalarFamily("go_goroutines", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine())),
-		scalarFamily("go_threads", "Number of OS threads created.", float64(threads)),
-		scalarFamily("go_memstats_last_gc_time_seconds", "Number of seconds since 1970 of last garbage collection.", float64(gc.LastGC.UnixNano())/1e9))
+		Family{"go_gc_duration_seconds", "A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles.", "summary", pauses},
+		family("go_info", "Information about the Go environment.", sample(1, "version", runtime.Version())),
+		family("go_goroutines", "Number of goroutines that currently exist.", sample(float64(runtime.NumGoroutine()))),
+		family("go_threads", "Number of OS threads created.", sample(float64(threads))),
+		family("go_memstats_last_gc_time_seconds", "Number of seconds since 1970 of last garbage collection.", sample(float64(gc.LastGC.UnixNano())/1e9)))
 
 	figures, err := processFigures()
 	for name, v := range figures {
-		out = append(out, scalarFamily(name, processHelp[name], v))
+		out = append(out, family(name, processHelp[name], sample(v)))
 	}
 	return out, err
-}
-
-// scalarFamily is a family of one unlabelled value: a counter when its name
-// ends in _total, a gauge otherwise.
-func scalarFamily(name, help string, v float64) *dto.MetricFamily {
-	if strings.HasSuffix(name, "_total") {
-		return family(name, help, dto.MetricType_COUNTER, &dto.Metric{Counter: &dto.Counter{Value: proto.Float64(v)}})
-	}
-	return family(name, help, dto.MetricType_GAUGE, gauge(v))
 }

@@ -8,21 +8,27 @@ package metricsconformance
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
 
 const driverName = "conformance.csi.example.com"
@@ -99,8 +105,16 @@ func TestOperationsHistogramIsCSILibUtils(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := family(t, gathered, driverhealth.OperationsMetric)
-	got := family(t, prober.Families(), driverhealth.OperationsMetric)
+	// Each as it is served (the registrar's by its own writer, csi-lib-utils'
+	// by Prometheus' encoder) and read by Prometheus' parser.
+	var ours, theirs strings.Builder
+	if err := healthz.WriteMetrics(&ours, prober.Families()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expfmt.MetricFamilyToText(&theirs, family(t, gathered, driverhealth.OperationsMetric)); err != nil {
+		t.Fatal(err)
+	}
+	got, want := parse(t, ours.String()), parse(t, theirs.String())
 	if got.GetHelp() != want.GetHelp() || got.GetType() != want.GetType() {
 		t.Errorf("help %q, type %v; csi-lib-utils: %q, %v", got.GetHelp(), got.GetType(), want.GetHelp(), want.GetType())
 	}
@@ -138,6 +152,17 @@ func family(t *testing.T, families []*dto.MetricFamily, name string) *dto.Metric
 	}
 	t.Fatalf("no family %s", name)
 	return nil
+}
+
+// parse is the family of the operations histogram in text.
+func parse(t *testing.T, text string) *dto.MetricFamily {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("not in the Prometheus text format: %v\n%s", err, text)
+	}
+	return family(t, slices.Collect(maps.Values(families)), driverhealth.OperationsMetric)
 }
 
 func labels(m *dto.Metric) string {
