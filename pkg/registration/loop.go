@@ -354,10 +354,10 @@ func (l *loop) install(sock *sockfile.Socket) uint64 {
 	pub.grpc = srv
 	l.unfollow()
 	go func() {
-		// Serve returns nil once the server is stopped; an error when
-		// accepting fails otherwise, or the listener was closed for a
-		// handover.
-		if err := srv.Serve(pub.sock); err != nil {
+		// Serve returns nil once the server is stopped, ErrServerStopped
+		// when it was stopped before Serve began; an error when accepting
+		// fails otherwise, or the listener was closed for a handover.
+		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			l.s.send(serveEnded{gen: pub.gen, err: err})
 		}
 	}()
