@@ -28,6 +28,7 @@ const (
 	atOwner                     // the socket of the instance followed
 	atNotSocket                 // a file that is not a socket
 	atUnknown                   // cannot be inspected
+	atSocket                    // another socket, not asked yet (lookAtFile)
 	atLive                      // another instance of the same driver
 	atOtherDriver               // a registration socket of another driver
 	atRefused                   // a socket that refuses connections
@@ -51,8 +52,30 @@ type At struct {
 // socket is asked its driver's name, and whether it accepts connections
 // when it does not answer.
 func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout time.Duration) At {
+	at := lookAtFile(path, ours, owner)
+	if at.kind != atSocket {
+		return at
+	}
+	var info *registerapi.PluginInfo
+	info, at.Err = askInfo(ctx, path, timeout)
+	switch {
+	case at.Err == nil:
+		at.kind, at.Driver = atLive, info.Name
+	case ctx.Err() != nil:
+		at.kind = atUnknown
+	case sockfile.Answers(path, timeout):
+		at.kind = atSilent
+	default:
+		at.kind = atRefused
+	}
+	return at
+}
+
+// lookAtFile is lookAt without a call: it costs one lstat, and another
+// socket stays atSocket.
+func lookAtFile(path string, ours, owner fs.FileInfo) At {
 	fi, err := os.Lstat(path)
-	at := At{path: path, File: fi, Err: err}
+	at := At{kind: atSocket, path: path, File: fi, Err: err}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		at.kind, at.Err = atNothing, nil
@@ -64,19 +87,6 @@ func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout t
 		at.kind = atNotSocket
 	case owner != nil && os.SameFile(fi, owner):
 		at.kind = atOwner
-	default:
-		var info *registerapi.PluginInfo
-		info, at.Err = askInfo(ctx, path, timeout)
-		switch {
-		case at.Err == nil:
-			at.kind, at.Driver = atLive, info.Name
-		case ctx.Err() != nil:
-			at.kind = atUnknown
-		case sockfile.Answers(path, timeout):
-			at.kind = atSilent
-		default:
-			at.kind = atRefused
-		}
 	}
 	return at
 }
@@ -120,6 +130,8 @@ func (at At) Found(driver string) (Found, string) {
 		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
 	case atNotSocket:
 		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.File.Mode()))
+	case atSocket:
+		return FoundBroken, fmt.Sprintf("%s is a socket that another process published", at.path)
 	case atOtherDriver:
 		return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
 	case atRefused, atSilent:

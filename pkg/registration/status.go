@@ -3,7 +3,6 @@ package registration
 import (
 	"fmt"
 	"maps"
-	"os"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
@@ -135,7 +134,12 @@ func (sn *snapshot) status(reachable bool) Status {
 	case KubeletSilent:
 		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running, or waits out its backoff (up to 2m2s) after failures at this path"
 	case Registered:
-		out.Ready, out.Reason = socketStillOurs(sn.pub)
+		// Registered through the socket at the path, while it is ours.
+		at := lookAtFile(m.path, sn.pub.file(), nil)
+		out.Ready, out.Reason = at.kind == atOurs, "registered"
+		if !out.Ready {
+			_, out.Reason = at.Found(m.name)
+		}
 	case Rejected:
 		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%d times since %s", m.log.lastVerdict.Reason, m.attempts, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
@@ -161,20 +165,6 @@ func (sn *snapshot) status(reachable bool) Status {
 		out.Reason = "cannot publish the registration socket, trying again: " + m.publishError
 	}
 	return out
-}
-
-func socketStillOurs(pub *publication) (bool, string) {
-	if pub == nil {
-		return false, "no registration socket is published"
-	}
-	fi, err := os.Lstat(pub.path)
-	switch {
-	case err != nil:
-		return false, fmt.Sprintf("the registration socket is gone: %v", err)
-	case !os.SameFile(fi, pub.sock.File):
-		return false, "the registration socket was replaced"
-	}
-	return true, "registered"
 }
 
 func timeOrNil(t time.Time) *time.Time {
