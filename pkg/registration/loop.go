@@ -37,8 +37,9 @@ type loop struct {
 	logger logr.Logger
 	m      machine
 	pub    *publication // nil while none is served
-	// retired counts the graceful stops of old publications.
-	retired sync.WaitGroup
+	// retired counts the graceful stops of old publications, looks the
+	// looks at the path under way.
+	retired, looks sync.WaitGroup
 	// watch is the connection to the instance followed while standing
 	// aside; watches counts them, for their ids.
 	watch   *ownerWatch
@@ -83,6 +84,9 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 			l.share()
 			call.reply <- err
 			return nil
+		}
+		if r, ok := ev.(lookResult); ok {
+			return l.lookedAt(r)
 		}
 		if lost, ok := ev.(ownerLostID); ok {
 			if l.watch == nil || l.watch.id != lost.id {
@@ -150,14 +154,7 @@ func (l *loop) do(e effect) error {
 	case publish:
 		return l.publish(nil, e.reason)
 	case look:
-		if l.ctx.Err() != nil {
-			return nil // stopping: nothing to publish again
-		}
-		at := lookAt(l.ctx, l.m.path, l.pub.file(), l.m.owner, l.s.cfg.CheckTimeout)
-		if at.kind == atRefused || at.kind == atSilent {
-			l.logger.V(2).Info("The socket at the path does not answer", "path", l.m.path, "err", at.Err)
-		}
-		return l.apply(looked{at.ofDriver(l.m.name), e.purpose})
+		l.look(e.purpose)
 	case stepAside:
 		l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", l.m.path)
 		if pub := l.pub; pub != nil {
@@ -442,6 +439,48 @@ func (l *loop) unfollow() {
 	}
 }
 
+// look looks at the path for purpose on a goroutine of its own: a socket
+// there that another process published is asked GetInfo, which may take
+// the check timeout, and the loop does not wait for another process. The
+// outcome comes back as a lookResult.
+func (l *loop) look(why purpose) {
+	if l.ctx.Err() != nil {
+		return // stopping: nothing to publish again
+	}
+	r := lookResult{purpose: why, gen: l.m.gen, path: l.m.path, owner: l.m.owner}
+	ours := l.pub.file()
+	l.looks.Add(1)
+	go func() {
+		defer l.looks.Done()
+		r.at = lookAt(l.ctx, r.path, ours, r.owner, l.s.cfg.CheckTimeout)
+		l.s.send(r)
+	}()
+}
+
+// lookResult is what a look found at path while publication gen was
+// current and owner was followed.
+type lookResult struct {
+	at      At
+	purpose purpose
+	gen     uint64
+	path    string
+	owner   fs.FileInfo
+}
+
+// lookedAt gives the machine what a look found, unless the publication,
+// the path or the owner changed meanwhile: the look took another socket
+// for ours or the owner's, so it is made again.
+func (l *loop) lookedAt(r lookResult) error {
+	if r.gen != l.m.gen || r.path != l.m.path || r.owner != l.m.owner {
+		l.look(r.purpose)
+		return nil
+	}
+	if r.at.kind == atRefused || r.at.kind == atSilent {
+		l.logger.V(2).Info("The socket at the path does not answer", "path", r.path, "err", r.at.Err)
+	}
+	return l.apply(looked{r.at.ofDriver(l.m.name), r.purpose})
+}
+
 // ownerWatch is the connection to the instance followed (follow).
 type ownerWatch struct {
 	id     uint64
@@ -483,4 +522,5 @@ func (l *loop) shutdown() {
 		l.stopGRPC(pub)
 	}
 	l.retired.Wait()
+	l.looks.Wait()
 }

@@ -285,24 +285,3 @@ func TestSaysWhenKubeletNeverCalls(t *testing.T) {
 		return st.State == WaitingForKubelet && !st.KubeletSilent && !strings.Contains(st.Reason, "plugins_registry") && st.FailingSince == nil
 	})
 }
-
-// Registered, the registration is ready only while the socket at the path
-// is the one kubelet accepted: /status says what is there instead.
-func TestNotReadyWhileTheRegisteredSocketIsGone(t *testing.T) {
-	fake := testingclock.NewFakeClock(time.Now())
-	r := startRegistered(t, shortTempDir(t), func(c *Config) { c.Clock = fake })
-	path := r.srv.SocketPathForTest()
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	// The fake clock holds the publication after the vacancy grace back.
-	if st := r.srv.Status(); st.State != Registered || st.Ready || !strings.Contains(st.Reason, "does not exist") {
-		t.Errorf("Status with the socket deleted = %s ready %v %q, want registered, not ready, the socket does not exist", st.State, st.Ready, st.Reason)
-	}
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if st := r.srv.Status(); st.Ready || !strings.Contains(st.Reason, "is a regular file, not a socket") {
-		t.Errorf("Status with a file at the path = ready %v %q, want not ready, a regular file", st.Ready, st.Reason)
-	}
-}

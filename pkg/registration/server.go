@@ -309,12 +309,15 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("cannot watch the registration directory %q: %w", s.cfg.Dir, err)
 	}
 
-	l := &loop{s: s, ctx: ctx, logger: logger, m: newMachine(s.cfg, s.started)}
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started)}
 	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the
-	// gRPC servers would wait for them.
+	// gRPC servers would wait for them; looks under way end at once.
 	s.closeDone()
+	cancel()
 	l.shutdown()
 	return err
 }
