@@ -51,15 +51,12 @@ func checkSocketPath(path string) (socketExists bool, err error) {
 	if len(path) > MaxSocketPathLength {
 		return false, dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))
 	}
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("cannot inspect %q: %w", path, err)
-	case fi.Mode().Type() == fs.ModeSocket:
-		return true, nil
+	switch at := lookAtFile(path, nil, nil); at.kind {
+	case atUnknown:
+		return false, fmt.Errorf("cannot inspect %q: %w", path, at.Err)
+	case atNotSocket:
+		return false, &sockfile.NotASocketError{Path: path, Mode: at.File.Mode()}
 	default:
-		return false, &sockfile.NotASocketError{Path: path, Mode: fi.Mode()}
+		return at.kind == atSocket, nil
 	}
 }
