@@ -77,25 +77,25 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 		}
 
 	case ev := <-l.s.events:
-		if call, ok := ev.(*handoverCall); ok {
-			err := l.handOver(call)
+		switch ev := ev.(type) {
+		case *handoverCall:
+			err := l.handOver(ev)
 			// The caller, and tests, see the outcome in the snapshot as
 			// soon as the reply is out.
 			l.share()
-			call.reply <- err
+			ev.reply <- err
 			return nil
-		}
-		if r, ok := ev.(lookResult); ok {
-			return l.lookedAt(r)
-		}
-		if lost, ok := ev.(ownerLostID); ok {
-			if l.watch == nil || l.watch.id != lost.id {
+		case lookResult:
+			return l.lookedAt(ev)
+		case ownerLostID:
+			if l.watch == nil || l.watch.id != ev.id {
 				return nil // a watch replaced meanwhile
 			}
 			l.watch = nil
 			return l.apply(ownerLost{})
+		default:
+			return l.apply(ev)
 		}
-		return l.apply(ev)
 
 	case event, ok := <-watcher.Events:
 		if !ok {
