@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,8 +39,11 @@ type loop struct {
 	m      machine
 	pub    *publication // nil while none is served
 	// retired counts the graceful stops of old publications, looks the
-	// looks at the path under way.
+	// looks at the path under way: one at most (looking), the purposes of
+	// those asked for meanwhile queued.
 	retired, looks sync.WaitGroup
+	looking        bool
+	queued         []purpose
 	// watch is the connection to the instance followed while standing
 	// aside; watches counts them, for their ids.
 	watch   *ownerWatch
@@ -442,11 +446,21 @@ func (l *loop) unfollow() {
 // look looks at the path for purpose on a goroutine of its own: a socket
 // there that another process published is asked GetInfo, which may take
 // the check timeout, and the loop does not wait for another process. The
-// outcome comes back as a lookResult.
+// outcome comes back as a lookResult. One look runs at a time, as when
+// the loop looked itself: a look asked for meanwhile waits for its
+// outcome, so that a burst of events in the directory does not dial the
+// same socket again and again.
 func (l *loop) look(why purpose) {
 	if l.ctx.Err() != nil {
 		return // stopping: nothing to publish again
 	}
+	if l.looking {
+		if !slices.Contains(l.queued, why) {
+			l.queued = append(l.queued, why)
+		}
+		return
+	}
+	l.looking = true
 	r := lookResult{purpose: why, gen: l.m.gen, path: l.m.path, owner: l.m.owner}
 	ours := l.pub.file()
 	l.looks.Add(1)
@@ -469,16 +483,25 @@ type lookResult struct {
 
 // lookedAt gives the machine what a look found, unless the publication,
 // the path or the owner changed meanwhile: the look took another socket
-// for ours or the owner's, so it is made again.
+// for ours or the owner's, so it is made again. Then the next look asked
+// for runs.
 func (l *loop) lookedAt(r lookResult) error {
+	l.looking = false
+	var err error
 	if r.gen != l.m.gen || r.path != l.m.path || r.owner != l.m.owner {
 		l.look(r.purpose)
-		return nil
+	} else {
+		if r.at.kind == atRefused || r.at.kind == atSilent {
+			l.logger.V(2).Info("The socket at the path does not answer", "path", r.path, "err", r.at.Err)
+		}
+		err = l.apply(looked{r.at.ofDriver(l.m.name), r.purpose})
 	}
-	if r.at.kind == atRefused || r.at.kind == atSilent {
-		l.logger.V(2).Info("The socket at the path does not answer", "path", r.path, "err", r.at.Err)
+	for len(l.queued) > 0 && !l.looking && err == nil {
+		why := l.queued[0]
+		l.queued = l.queued[1:]
+		l.look(why)
 	}
-	return l.apply(looked{r.at.ofDriver(l.m.name), r.purpose})
+	return err
 }
 
 // ownerWatch is the connection to the instance followed (follow).

@@ -2,6 +2,7 @@ package registration
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,4 +36,50 @@ func TestStaleLookIsMadeAgain(t *testing.T) {
 		t.Fatal("the path was not looked at again")
 	}
 	l.looks.Wait()
+}
+
+// A look asked for while one runs waits for its outcome, once per purpose:
+// a burst of events in the directory does not dial the same socket again
+// and again.
+func TestLooksRunOneAtATime(t *testing.T) {
+	srv := newServer(t, shortTempDir(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &loop{s: srv, ctx: ctx, logger: klog.Background(), m: newMachine(srv.cfg, time.Now())}
+	l.m.name, l.m.path = testDriver, SocketPath(srv.cfg.Dir, testDriver)
+
+	l.look(lookChange)
+	l.look(lookChange)
+	l.look(lookVacancy)
+	if !slices.Equal(l.queued, []purpose{lookChange, lookVacancy}) {
+		t.Errorf("looks waiting while one runs = %v, want one each of lookChange and lookVacancy", l.queued)
+	}
+	for _, want := range []purpose{lookChange, lookChange} {
+		r := nextLook(t, srv)
+		if r.purpose != want {
+			t.Errorf("look for purpose %v, want %v", r.purpose, want)
+		}
+		if err := l.lookedAt(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := nextLook(t, srv); r.purpose != lookVacancy || len(l.queued) != 0 {
+		t.Errorf("last look for purpose %v with %v still waiting, want lookVacancy and none", r.purpose, l.queued)
+	}
+	l.looks.Wait()
+}
+
+func nextLook(t *testing.T, srv *Server) lookResult {
+	t.Helper()
+	select {
+	case ev := <-srv.events:
+		r, ok := ev.(lookResult)
+		if !ok {
+			t.Fatalf("event %+v, want a look's outcome", ev)
+		}
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no look ran")
+	}
+	return lookResult{}
 }
