@@ -266,14 +266,6 @@ func readRuntimeFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if err != nil {
 		t.Fatalf("runtimeFamilies: %v", err)
 	}
-	var text strings.Builder
-	if err := WriteMetrics(&text, families); err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	byName, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
-	if err != nil {
-		t.Fatalf("the runtime's families are not in the Prometheus text format: %v\n%s", err, text.String())
-	}
+	byName, _ := writeAndParse(t, families)
 	return byName
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -25,17 +26,9 @@ func TestWriteMetricsAsExpfmt(t *testing.T) {
 		{"m_seconds", "A histogram.", "histogram", h.Series("driver", "d")},
 		{"s_seconds", "A summary.", "summary", []Series{sample(0.5, "quantile", "0"), sample(2, "quantile", "1"), {"_sum", nil, 2.5}, {"_count", nil, 2}}},
 	}
-	var ours strings.Builder
-	if err := WriteMetrics(&ours, families); err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	parsed, err := parser.TextToMetricFamilies(strings.NewReader(ours.String()))
-	if err != nil {
-		t.Fatalf("not in the Prometheus text format: %v\n%s", err, ours.String())
-	}
+	parsed, ours := writeAndParse(t, families)
 	if len(parsed) != len(families) {
-		t.Errorf("%d families read back, want %d:\n%s", len(parsed), len(families), ours.String())
+		t.Errorf("%d families read back, want %d:\n%s", len(parsed), len(families), ours)
 	}
 	var theirs strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(parsed)) {
@@ -43,13 +36,29 @@ func TestWriteMetricsAsExpfmt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ours.String() != theirs.String() {
-		t.Errorf("WriteMetrics wrote:\n%s\nPrometheus' encoder writes:\n%s", ours.String(), theirs.String())
+	if ours != theirs.String() {
+		t.Errorf("WriteMetrics wrote:\n%s\nPrometheus' encoder writes:\n%s", ours, theirs.String())
 	}
-	if want := `m_seconds_bucket{driver="d",le="0.25"} 2`; !strings.Contains(ours.String(), want+"\n") {
-		t.Errorf("no line %q in:\n%s", want, ours.String())
+	if want := `m_seconds_bucket{driver="d",le="0.25"} 2`; !strings.Contains(ours, want+"\n") {
+		t.Errorf("no line %q in:\n%s", want, ours)
 	}
-	if want := `m_seconds_bucket{driver="d",le="+Inf"} 5`; !strings.Contains(ours.String(), want+"\n") {
-		t.Errorf("no line %q in:\n%s", want, ours.String())
+	if want := `m_seconds_bucket{driver="d",le="+Inf"} 5`; !strings.Contains(ours, want+"\n") {
+		t.Errorf("no line %q in:\n%s", want, ours)
 	}
+}
+
+// writeAndParse writes families with WriteMetrics and reads the text back
+// with Prometheus' parser; it fails t where the text is not in the format.
+func writeAndParse(t *testing.T, families []Family) (map[string]*dto.MetricFamily, string) {
+	t.Helper()
+	var text strings.Builder
+	if err := WriteMetrics(&text, families); err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	parsed, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
+	if err != nil {
+		t.Fatalf("not in the Prometheus text format: %v\n%s", err, text.String())
+	}
+	return parsed, text.String()
 }
