@@ -69,9 +69,9 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 	}
 }
 
-// handOver is A's side, run by the event loop: it either hands the
-// current publication over and steps aside, or refuses and changes
-// nothing.
+// handOver is A's side, run by the event loop: it refuses at once, or
+// offers the current publication on a goroutine (talk), whose outcome
+// (offered) steps aside or refuses and changes nothing.
 func (l *loop) handOver(call *handoverCall) error {
 	if err := call.ctx.Err(); err != nil {
 		return err
@@ -96,16 +96,36 @@ func (l *loop) handOver(call *handoverCall) error {
 		Timeout: l.s.cfg.CheckTimeout,
 		Verdict: l.m.log.lastVerdict,
 	}
-	if err := handover.Offer(call.ctx, owner, call.req); err != nil {
-		return err
+	l.talk(func() any { return offered{call, pub, handover.Offer(call.ctx, owner, call.req)} })
+	return nil
+}
+
+// offered is the outcome of the offer of publication pub for call.
+type offered struct {
+	call *handoverCall
+	pub  *publication
+	err  error
+}
+
+// offered steps aside once the socket was handed over, and answers the
+// call.
+func (l *loop) offered(o offered) error {
+	var err error
+	if o.err == nil {
+		// The socket is the new instance's: its file at the path must
+		// never be removed from here. Nothing replaced the publication
+		// during the conversation. The HandOver call itself is in flight
+		// on this server.
+		l.pub = nil
+		l.stopInBackground(o.pub)
+		l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", o.pub.path)
+		err = l.apply(handedOff{o.pub.sock.File})
 	}
-	// The socket is the new instance's: its file at the path must never be
-	// removed from here. The HandOver call itself is in flight on this
-	// server.
-	l.pub = nil
-	l.stopInBackground(pub)
-	l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", pub.path)
-	return l.apply(handedOff{pub.sock.File})
+	// The caller, and tests, see the outcome in the snapshot as soon as
+	// the reply is out.
+	l.share()
+	o.call.reply <- o.err
+	return err
 }
 
 // canHandOver asks the socket at path whether it serves the registrar's

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -38,18 +37,24 @@ type loop struct {
 	logger logr.Logger
 	m      machine
 	pub    *publication // nil while none is served
-	// retired counts the graceful stops of old publications, looks the
-	// looks at the path under way: one at most (looking), the purposes of
-	// those asked for meanwhile queued.
-	retired, looks sync.WaitGroup
-	looking        bool
-	queued         []purpose
+	// retired counts the graceful stops of old publications.
+	retired sync.WaitGroup
 	// watch is the connection to the instance followed while standing
 	// aside; watches counts them, for their ids.
 	watch   *ownerWatch
 	watches uint64
 	// gens counts the publications, for their generation.
 	gens uint64
+	// talking: a conversation with another process about the path runs
+	// on a goroutine of its own (talk): a look at a socket another
+	// process published, taking it over, or handing this one's over. Its
+	// outcome comes back on talked. Meanwhile the loop goes on with
+	// kubelet's calls and holds every other event, which could change the
+	// publication under the conversation, until the outcome is in: one
+	// conversation runs at a time, about the publication it started with.
+	talking bool
+	talked  chan any
+	held    []any
 	// timer wakes the loop at the machine's next deadline, timerAt,
 	// through fire; nil while none runs.
 	timer   clock.Timer
@@ -70,38 +75,36 @@ func (l *loop) run(watcher *fsnotify.Watcher) error {
 
 // next waits for one event and acts on it.
 func (l *loop) next(watcher *fsnotify.Watcher) error {
+	dir, dirErrors, fire, stop := watcher.Events, watcher.Errors, l.fire, l.ctx.Done()
+	if l.talking {
+		// Held: a stop, too, waits for the conversation, which its
+		// timeouts bound.
+		dir, dirErrors, fire, stop = nil, nil, nil, nil
+	}
 	select {
-	case <-l.ctx.Done():
+	case <-stop:
 		return nil
+
+	case outcome := <-l.talked:
+		l.talking = false
+		err := l.settle(outcome)
+		for err == nil && !l.talking && len(l.held) > 0 {
+			ev := l.held[0]
+			l.held = l.held[1:]
+			err = l.handle(ev)
+		}
+		return err
 
 	case news := <-l.s.driver:
 		l.s.reachable.Store(news.reachable)
 		if news.name != "" {
-			return l.apply(named{news.name})
+			return l.handle(named{news.name})
 		}
 
 	case ev := <-l.s.events:
-		switch ev := ev.(type) {
-		case *handoverCall:
-			err := l.handOver(ev)
-			// The caller, and tests, see the outcome in the snapshot as
-			// soon as the reply is out.
-			l.share()
-			ev.reply <- err
-			return nil
-		case lookResult:
-			return l.lookedAt(ev)
-		case ownerLostID:
-			if l.watch == nil || l.watch.id != ev.id {
-				return nil // a watch replaced meanwhile
-			}
-			l.watch = nil
-			return l.apply(ownerLost{})
-		default:
-			return l.apply(ev)
-		}
+		return l.handle(ev)
 
-	case event, ok := <-watcher.Events:
+	case event, ok := <-dir:
 		if !ok {
 			return errors.New("the watch of the registration directory ended")
 		}
@@ -112,7 +115,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 			return l.apply(pathChanged{})
 		}
 
-	case err, ok := <-watcher.Errors:
+	case err, ok := <-dirErrors:
 		if !ok {
 			return errors.New("the watch of the registration directory ended")
 		}
@@ -120,7 +123,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 		l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
 		return l.apply(pathChanged{})
 
-	case <-l.fire:
+	case <-fire:
 		l.timer, l.timerAt, l.fire = nil, time.Time{}, nil
 		now := l.s.cfg.Clock.Now()
 		for t := range timers {
@@ -133,6 +136,62 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 		l.arm()
 	}
 	return nil
+}
+
+// handle acts on an event sent to the loop, or holds it while a
+// conversation runs.
+func (l *loop) handle(ev any) error {
+	switch ev := ev.(type) {
+	case kubeletCall:
+		// Even during a conversation: it changes no publication.
+		return l.apply(ev)
+	}
+	if l.talking {
+		l.held = append(l.held, ev)
+		return nil
+	}
+	switch ev := ev.(type) {
+	case *handoverCall:
+		if err := l.handOver(ev); err != nil {
+			ev.reply <- err
+		}
+		return nil
+	case ownerLostID:
+		if l.watch == nil || l.watch.id != ev.id {
+			return nil // a watch replaced meanwhile
+		}
+		l.watch = nil
+		return l.apply(ownerLost{})
+	default:
+		return l.apply(ev)
+	}
+}
+
+// talk runs a conversation with another process on a goroutine of its
+// own; its outcome is settled by the loop. Only kubelet's calls are
+// handled during a conversation, and they start none.
+func (l *loop) talk(conversation func() any) {
+	l.talking = true
+	go func() { l.talked <- conversation() }()
+}
+
+// settle acts on the outcome of a conversation.
+func (l *loop) settle(outcome any) error {
+	switch r := outcome.(type) {
+	case claimed:
+		return l.claimed(r)
+	case offered:
+		return l.offered(r)
+	case looked:
+		if l.ctx.Err() != nil {
+			return nil // stopping: nothing to publish again
+		}
+		if r.at.kind == atRefused || r.at.kind == atSilent {
+			l.logger.V(2).Info("The socket at the path does not answer", "path", l.m.path, "err", r.at.Err)
+		}
+		return l.apply(r)
+	}
+	panic(fmt.Sprintf("registration: unknown outcome %T", outcome))
 }
 
 // apply steps the machine through ev and carries out its effects, whose
@@ -247,7 +306,9 @@ func (l *loop) share() {
 
 // claim puts the driver's socket in place for the first time, or under a
 // new name: it takes over the socket of an older instance at the path,
-// defers to a live registrar that cannot hand it over, or publishes.
+// defers to a live registrar that cannot hand it over, or publishes. The
+// sockets at the path are asked on a goroutine (talk); claimed acts on
+// what they said.
 func (l *loop) claim(reason string) error {
 	name, path := l.m.name, l.m.path
 	if reason == ReasonRenamed {
@@ -257,10 +318,26 @@ func (l *loop) claim(reason string) error {
 	if err != nil {
 		return err
 	}
+	l.talk(func() any { return l.ask(claimed{reason: reason}, name, path, exists) })
+	return nil
+}
+
+// claimed is what the sockets at the path said to a claim: the socket
+// taken over, the owner to defer to, or neither, with a receiving socket
+// to publish instead (spare) when there is one.
+type claimed struct {
+	reason string
+	taken  *handover.Taken
+	owner  fs.FileInfo
+	spare  *sockfile.Socket
+}
+
+// ask is claim's conversation: it removes the hidden sockets that earlier
+// registrars left behind and asks the socket at path, if there is one.
+func (l *loop) ask(c claimed, name, path string, exists bool) claimed {
 	for _, leftover := range sockfile.RemoveLeftovers(path, l.s.cfg.CheckTimeout) {
 		l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 	}
-	var spare *sockfile.Socket // a receiving socket to publish instead
 	if exists && handover.Supported {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
@@ -271,22 +348,42 @@ func (l *loop) claim(reason string) error {
 		case can:
 			taken, sock, err := l.takeOver(name, path)
 			if err == nil {
-				return l.adopt(taken)
+				c.taken = taken
+				return c
 			}
 			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
-			spare = sock
+			c.spare = sock
 		default:
-			if owner := l.deferTo(name, path); owner != nil {
-				l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
-					"driver", name, "path", path, "endpoint", l.s.cfg.Endpoint)
-				return l.apply(deferred{owner})
+			if c.owner = l.deferTo(name, path); c.owner != nil {
+				return c
 			}
 		}
 	}
 	if exists {
 		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", sockfile.Answers(path, l.s.cfg.CheckTimeout))
 	}
-	return l.publish(spare, reason)
+	return c
+}
+
+// claimed serves the socket taken over, defers, or publishes. A socket
+// taken over during a stop is served too, so that the stop withdraws it
+// like any other; nothing else is published then.
+func (l *loop) claimed(c claimed) error {
+	switch {
+	case c.taken != nil:
+		return l.adopt(c.taken)
+	case l.ctx.Err() != nil:
+		if c.spare != nil {
+			_ = c.spare.Close()
+			_, _ = c.spare.Remove()
+		}
+		return nil
+	case c.owner != nil:
+		l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
+			"driver", l.m.name, "path", l.m.path, "endpoint", l.s.cfg.Endpoint)
+		return l.apply(deferred{c.owner})
+	}
+	return l.publish(c.spare, c.reason)
 }
 
 // deferTo returns the socket at path when a live registrar for the same
@@ -443,65 +540,16 @@ func (l *loop) unfollow() {
 	}
 }
 
-// look looks at the path for purpose on a goroutine of its own: a socket
-// there that another process published is asked GetInfo, which may take
-// the check timeout, and the loop does not wait for another process. The
-// outcome comes back as a lookResult. One look runs at a time, as when
-// the loop looked itself: a look asked for meanwhile waits for its
-// outcome, so that a burst of events in the directory does not dial the
-// same socket again and again.
+// look looks at the path for purpose (talk): a socket there that another
+// process published is asked GetInfo, which may take the check timeout.
 func (l *loop) look(why purpose) {
 	if l.ctx.Err() != nil {
 		return // stopping: nothing to publish again
 	}
-	if l.looking {
-		if !slices.Contains(l.queued, why) {
-			l.queued = append(l.queued, why)
-		}
-		return
-	}
-	l.looking = true
-	r := lookResult{purpose: why, gen: l.m.gen, path: l.m.path, owner: l.m.owner}
-	ours := l.pub.file()
-	l.looks.Add(1)
-	go func() {
-		defer l.looks.Done()
-		r.at = lookAt(l.ctx, r.path, ours, r.owner, l.s.cfg.CheckTimeout)
-		l.s.send(r)
-	}()
-}
-
-// lookResult is what a look found at path while publication gen was
-// current and owner was followed.
-type lookResult struct {
-	at      At
-	purpose purpose
-	gen     uint64
-	path    string
-	owner   fs.FileInfo
-}
-
-// lookedAt gives the machine what a look found, unless the publication,
-// the path or the owner changed meanwhile: the look took another socket
-// for ours or the owner's, so it is made again. Then the next look asked
-// for runs.
-func (l *loop) lookedAt(r lookResult) error {
-	l.looking = false
-	var err error
-	if r.gen != l.m.gen || r.path != l.m.path || r.owner != l.m.owner {
-		l.look(r.purpose)
-	} else {
-		if r.at.kind == atRefused || r.at.kind == atSilent {
-			l.logger.V(2).Info("The socket at the path does not answer", "path", r.path, "err", r.at.Err)
-		}
-		err = l.apply(looked{r.at.ofDriver(l.m.name), r.purpose})
-	}
-	for len(l.queued) > 0 && !l.looking && err == nil {
-		why := l.queued[0]
-		l.queued = l.queued[1:]
-		l.look(why)
-	}
-	return err
+	path, ours, owner, name := l.m.path, l.pub.file(), l.m.owner, l.m.name
+	l.talk(func() any {
+		return looked{lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout).ofDriver(name), why}
+	})
 }
 
 // ownerWatch is the connection to the instance followed (follow).
@@ -517,6 +565,12 @@ type ownerLostID struct{ id uint64 }
 // shutdown withdraws the registration before it stops answering, so that
 // kubelet deregisters the driver rather than failing to reach it.
 func (l *loop) shutdown() {
+	if l.talking {
+		l.talking = false
+		if err := l.settle(<-l.talked); err != nil {
+			l.logger.Error(err, "Ending a conversation with another instance")
+		}
+	}
 	l.unfollow()
 	if l.timer != nil {
 		l.timer.Stop()
@@ -545,5 +599,4 @@ func (l *loop) shutdown() {
 		l.stopGRPC(pub)
 	}
 	l.retired.Wait()
-	l.looks.Wait()
 }

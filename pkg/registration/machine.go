@@ -9,7 +9,9 @@ package registration
 //
 // State by state (the events not named change nothing):
 //
-//	waiting-for-driver  named                  -> claim the path (start)
+//	waiting-for-driver  named                  -> claim the path (start): claiming
+//	                                              until the socket is taken over
+//	                                              (adopted) or published, or deferred
 //	waiting-for-kubelet calledGetInfo          -> (silence timer stops)
 //	                    silence timer          -> kubelet-silent
 //	kubelet-silent      calledGetInfo          -> waiting-for-kubelet
@@ -80,6 +82,10 @@ type machine struct {
 	name, path string
 	// gen is the current publication, 0 when none is served.
 	gen uint64
+	// claiming: the driver named itself, and the loop claims its path
+	// (claim) until the socket is taken over or published, or another
+	// registrar is deferred to.
+	claiming bool
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
 	// due holds each timer's deadline; zero when it is not running.
@@ -233,7 +239,7 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		if m.name != "" {
 			reason = ReasonRenamed
 		}
-		m.name, m.path = ev.name, SocketPath(m.cfg.Dir, ev.name)
+		m.name, m.path, m.claiming = ev.name, SocketPath(m.cfg.Dir, ev.name), true
 		m.attempts, m.due[retryTimer] = 0, time.Time{}
 		return []effect{claim{reason}}
 
@@ -262,7 +268,7 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		return []effect{follow(ev)}
 
 	case publishFailed:
-		m.publishError, m.pending = ev.err.Error(), ev.reason
+		m.publishError, m.pending, m.claiming = ev.err.Error(), ev.reason, false
 		m.due[shortageTimer] = now.Add(m.shortBackoff)
 		m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
 
@@ -322,14 +328,14 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		return []effect{look{lookChange}}
 
 	case stopping:
-		m.state, m.gen, m.due = Stopped, 0, [timers]time.Time{}
+		m.state, m.gen, m.due, m.claiming = Stopped, 0, [timers]time.Time{}, false
 	}
 	return nil
 }
 
 // publishedAt records that publication gen serves the path since now.
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
-	m.gen, m.handedOver, m.owner = gen, false, nil
+	m.gen, m.handedOver, m.owner, m.claiming = gen, false, nil, false
 	m.log.publications[reason]++
 	m.log.lastPublish = now
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
@@ -340,7 +346,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
 
 // standAside leaves the path to another instance, whose socket is owner.
 func (m *machine) standAside(state State, owner fs.FileInfo) {
-	m.state, m.gen, m.owner, m.handedOver = state, 0, owner, false
+	m.state, m.gen, m.owner, m.handedOver, m.claiming = state, 0, owner, false, false
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}

@@ -283,3 +283,29 @@ func TestFailingSince(t *testing.T) {
 		t.Errorf("a new registration: %s failing since %v, want waiting for the driver since the start", w.state, w.failingSince)
 	}
 }
+
+// From the driver's name to the claim's outcome the status says that the
+// path is claimed, and is not ready; each outcome ends the claim.
+func TestClaimingUntilItsOutcome(t *testing.T) {
+	fileA, _ := testFiles(t)
+	outcomes := map[string]any{
+		"published":           published{1, ReasonStart},
+		"taken over":          adopted{1, nil},
+		"deferred":            deferred{fileA},
+		"short of a resource": publishFailed{ReasonStart, syscall.EMFILE},
+		"stopped":             stopping{},
+	}
+	for name, outcome := range outcomes {
+		t.Run(name, func(t *testing.T) {
+			m := testMachine()
+			m.step(t0, named{testDriver})
+			if st := (&snapshot{m: m}).status(true); st.Ready || !strings.HasPrefix(st.Reason, "claiming the registration socket for "+testDriver) {
+				t.Errorf("while the path is claimed: ready %v, %q", st.Ready, st.Reason)
+			}
+			m.step(t0, outcome)
+			if st := (&snapshot{m: m}).status(true); m.claiming || strings.HasPrefix(st.Reason, "claiming") {
+				t.Errorf("after the claim: claiming %v, %q", m.claiming, st.Reason)
+			}
+		})
+	}
+}

@@ -311,11 +311,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started)}
+	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), talked: make(chan any, 1)}
 	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the
-	// gRPC servers would wait for them; looks under way end at once.
+	// gRPC servers would wait for them; a conversation under way ends.
 	s.closeDone()
 	cancel()
 	l.shutdown()

@@ -160,6 +160,10 @@ func (sn *snapshot) status(reachable bool) Status {
 	case Stopped:
 		out.Reason = "stopped"
 	}
+	if m.claiming {
+		out.Ready = false
+		out.Reason = "claiming the registration socket for " + m.name + ": asking the instance serving it, if any, to hand it over"
+	}
 	if m.publishError != "" {
 		out.Ready = false
 		out.Reason = "cannot publish the registration socket, trying again: " + m.publishError

@@ -1,0 +1,252 @@
+//go:build unix
+
+package registration
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
+)
+
+// mute listens at path, accepts connections and never says anything: a
+// process that hangs. Each connection is passed on accepted; shut closes
+// the socket and every connection, which ends the calls waiting on it.
+type mute struct {
+	accepted chan net.Conn
+	shut     func()
+}
+
+func listenMute(t *testing.T, l net.Listener) *mute {
+	t.Helper()
+	m := &mute{accepted: make(chan net.Conn, 16)}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			m.accepted <- c
+		}
+	}()
+	m.shut = sync.OnceFunc(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	t.Cleanup(m.shut)
+	return m
+}
+
+func (m *mute) next(t *testing.T, what string) net.Conn {
+	t.Helper()
+	select {
+	case c := <-m.accepted:
+		return c
+	case <-time.After(poll.Timeout):
+		t.Fatalf("no connection to the hanging socket: %s", what)
+		return nil
+	}
+}
+
+// longChecks lets a call to a hanging process wait a minute, far longer
+// than the test.
+func longChecks(cfg *Config) { cfg.CheckTimeout = time.Minute }
+
+// The driver's new name's path holds a socket whose process hangs: while
+// the claim asks it, the loop goes on counting kubelet's calls on the
+// socket of the old name, and says that it claims the path.
+func TestClaimDoesNotHoldTheLoop(t *testing.T) {
+	dir := shortTempDir(t)
+	r := startRegistered(t, dir, longChecks)
+	oldPath := r.srv.SocketPathForTest()
+	const renamed = "other.example.com"
+	newPath := SocketPath(dir, renamed)
+	hung := listenMute(t, leaveSocket(t, newPath, true))
+
+	r.srv.DriverFound(renamed)
+	hung.next(t, "the claim asks whether it can hand its socket over")
+	poll.Until(t, "the status says the path is claimed", func() bool {
+		st := r.srv.Status()
+		return st.DriverName == renamed && strings.HasPrefix(st.Reason, "claiming the registration socket") && !st.Ready
+	})
+
+	calls := r.srv.Status().KubeletCalls
+	if _, err := client(t, oldPath).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "kubelet's GetInfo is counted while the claim waits", func() bool {
+		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
+	})
+	if st := r.srv.Status(); !strings.HasPrefix(st.Reason, "claiming") || st.Publications[ReasonRenamed] != 0 {
+		t.Fatalf("Status = %q, publications %v: want the claim still waiting for the hanging socket", st.Reason, st.Publications)
+	}
+
+	// The process dies: its socket is replaced.
+	hung.shut()
+	poll.Until(t, "the socket is published under the new name", func() bool {
+		st := r.srv.Status()
+		return st.Publications[ReasonRenamed] == 1 && st.State == WaitingForKubelet
+	})
+	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+		t.Errorf("Health after the claim = %+v, want our socket at %s", h, newPath)
+	}
+}
+
+// A newer instance that hangs in the middle of the handover: while the
+// owner offers its socket, the loop goes on counting kubelet's calls; when
+// the newer one dies, the owner keeps its socket and its registration.
+func TestOfferDoesNotHoldTheLoop(t *testing.T) {
+	dir := shortTempDir(t)
+	r := startRegistered(t, dir, longChecks)
+	path := r.srv.SocketPathForTest()
+	published := lstat(t, path)
+
+	recv, err := sockfile.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Remove()
+	hung := listenMute(t, recv.UnixListener)
+	req := handover.Request{Version: handover.Version, Driver: testDriver, Endpoint: testEndpoint, Address: recv.Hidden}
+	askHandover := func() error {
+		return unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)
+	}
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- askHandover() }()
+
+	// The owner sent its socket, and waits for the newer one's answer.
+	conn := hung.next(t, "the owner offers its socket")
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("reading the owner's offer: %v", err)
+	}
+
+	calls := r.srv.Status().KubeletCalls
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "kubelet's GetInfo is counted while the offer waits", func() bool {
+		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
+	})
+	// A second request waits for the first to end.
+	go func() { second <- askHandover() }()
+
+	hung.shut()
+	for _, call := range []chan error{first, second} {
+		select {
+		case err := <-call:
+			if grpcstatus.Code(err) != codes.FailedPrecondition {
+				t.Errorf("handover to a newer instance that died = %v, want refused", err)
+			}
+		case <-time.After(poll.Timeout):
+			t.Fatal("a handover call did not end when the newer instance died")
+		}
+	}
+	st := r.srv.Status()
+	if st.State != Registered || !st.Ready || !os.SameFile(lstat(t, path), published) {
+		t.Errorf("after a failed handover: Status %s ready %v %q, want the owner registered, serving the same socket", st.State, st.Ready, st.Reason)
+	}
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Errorf("GetInfo after a failed handover: %v", err)
+	}
+}
+
+// A process that hangs put a socket at the path in place of ours: while
+// the look asks it, the loop goes on counting kubelet's calls (through the
+// socket's hidden name, which is still ours); once it died, its socket is
+// replaced.
+func TestLookDoesNotHoldTheLoop(t *testing.T) {
+	dir := shortTempDir(t)
+	r := startRegistered(t, dir, longChecks)
+	path := r.srv.SocketPathForTest()
+	hidden := hiddenName(t, path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	hung := listenMute(t, leaveSocket(t, path, true))
+	hung.next(t, "the look asks it GetInfo")
+
+	calls := r.srv.Status().KubeletCalls
+	if _, err := client(t, hidden).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "kubelet's GetInfo is counted while the look waits", func() bool {
+		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
+	})
+	if st := r.srv.Status(); st.Publications[ReasonStale] != 0 || st.State != Registered {
+		t.Fatalf("Status = %s, publications %v: want the look still waiting for the hanging socket", st.State, st.Publications)
+	}
+
+	hung.shut()
+	poll.Until(t, "the dead socket is replaced", func() bool { return r.srv.Status().Publications[ReasonStale] == 1 })
+	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+		t.Errorf("Health after the replacement = %+v, want our socket", h)
+	}
+}
+
+// hiddenName is the hidden second name of the socket at path.
+func hiddenName(t *testing.T, path string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if sockfile.IsHiddenName(path, e.Name()) {
+			return filepath.Join(filepath.Dir(path), e.Name())
+		}
+	}
+	t.Fatalf("no hidden name of %s", path)
+	return ""
+}
+
+// A stop during a claim ends the conversation, publishes nothing and
+// leaves the socket found at the path alone.
+func TestStopDuringAClaim(t *testing.T) {
+	dir := shortTempDir(t)
+	path := SocketPath(dir, testDriver)
+	leaveSocket(t, path, true) // accepts, never answers
+	r := startWaiting(t, dir)  // the check timeout is a second
+	r.srv.DriverFound(testDriver)
+	poll.Until(t, "the claim runs", func() bool { return strings.HasPrefix(r.srv.Status().Reason, "claiming") })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.srv.Status(); st.State != Stopped || len(st.Publications) != 0 {
+		t.Errorf("Status after a stop during the claim = %s, publications %v: want stopped, nothing published", st.State, st.Publications)
+	}
+	assertOnly(t, dir, path)
+}
+
+// assertOnly checks that dir holds the file at path and nothing else.
+func assertOnly(t *testing.T, dir, path string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != filepath.Base(path) {
+		t.Errorf("registry directory holds %v, want %s alone", entries, filepath.Base(path))
+	}
+}
