@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -105,6 +105,6 @@ func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (str
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
-	return info.GetName(), err
+	info, err := csiidentity.GetPluginInfo(ctx, conn)
+	return info.Name, err
 }

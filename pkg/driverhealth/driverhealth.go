@@ -20,11 +20,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
@@ -137,15 +137,10 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+	ready, err := csiidentity.Probe(ctx, conn, grpc.WaitForReady(true))
 	p.observe(name, err, time.Since(start))
-	if err != nil {
-		return err
-	}
-	// The CSI spec: when ready is not present, the caller assumes the
-	// plugin is ready.
-	if ready := resp.GetReady(); ready != nil && !ready.GetValue() {
+	if err == nil && !ready {
 		return ErrNotReady
 	}
-	return nil
+	return err
 }
