@@ -359,7 +359,7 @@ func (l *loop) ask(c claimed, name, path string, exists bool) claimed {
 			}
 		}
 	}
-	if exists {
+	if exists && l.ctx.Err() == nil {
 		l.logger.Info("Replacing the registration socket left at the path", "path", path, "live", sockfile.Answers(path, l.s.cfg.CheckTimeout))
 	}
 	return c
