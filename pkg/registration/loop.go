@@ -40,9 +40,8 @@ type loop struct {
 	// retired counts the graceful stops of old publications.
 	retired sync.WaitGroup
 	// watch is the connection to the instance followed while standing
-	// aside; watches counts them, for their ids.
-	watch   *ownerWatch
-	watches uint64
+	// aside.
+	watch *ownerWatch
 	// gens counts the publications, for their generation.
 	gens uint64
 	// talking: a conversation with another process about the path runs
@@ -156,8 +155,8 @@ func (l *loop) handle(ev any) error {
 			ev.reply <- err
 		}
 		return nil
-	case ownerLostID:
-		if l.watch == nil || l.watch.id != ev.id {
+	case watchLost:
+		if l.watch != ev.watch {
 			return nil // a watch replaced meanwhile
 		}
 		l.watch = nil
@@ -515,10 +514,9 @@ func (l *loop) stopGRPC(pub *publication) {
 // path again.
 func (l *loop) follow(owner fs.FileInfo) {
 	l.unfollow()
-	l.watches++
 	ctx, cancel := context.WithCancel(l.ctx)
-	l.watch = &ownerWatch{id: l.watches, file: owner, cancel: cancel}
-	id, path := l.watches, l.m.path
+	watch, path := &ownerWatch{file: owner, cancel: cancel}, l.m.path
+	l.watch = watch
 	go func() {
 		err := unixgrpc.Hold(ctx, path, l.s.cfg.CheckTimeout, func() error {
 			// The connection may have reached a socket that replaced owner.
@@ -528,7 +526,7 @@ func (l *loop) follow(owner fs.FileInfo) {
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			l.s.send(ownerLostID{id})
+			l.s.send(watchLost{watch})
 		}
 	}()
 }
@@ -554,13 +552,12 @@ func (l *loop) look(why purpose) {
 
 // ownerWatch is the connection to the instance followed (follow).
 type ownerWatch struct {
-	id     uint64
 	file   fs.FileInfo
 	cancel context.CancelFunc
 }
 
-// ownerLostID: the connection of owner watch id failed.
-type ownerLostID struct{ id uint64 }
+// watchLost: the connection of an owner watch failed.
+type watchLost struct{ watch *ownerWatch }
 
 // shutdown withdraws the registration before it stops answering, so that
 // kubelet deregisters the driver rather than failing to reach it.
