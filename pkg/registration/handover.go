@@ -40,33 +40,26 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 	}
 	r.logger.V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
 	call := &handoverCall{ctx: ctx, gen: r.gen, req: req, reply: make(chan error, 1)}
-	select {
-	case r.s.events <- call:
-	case <-r.s.done:
-		return nil, grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
-	case <-ctx.Done():
-		return nil, grpcstatus.FromContextError(ctx.Err()).Err()
-	}
-	answer := func(err error) (*wrapperspb.StringValue, error) {
-		if err != nil {
-			return nil, grpcstatus.Error(codes.FailedPrecondition, err.Error())
-		}
-		return &wrapperspb.StringValue{Value: "handed over"}, nil
+	stopping := grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
+	if !r.s.send(call) {
+		return nil, stopping
 	}
 	select {
-	case err := <-call.reply:
-		return answer(err)
+	case err = <-call.reply:
 	case <-ctx.Done():
 		return nil, grpcstatus.FromContextError(ctx.Err()).Err()
 	case <-r.s.done:
-		// The loop replies before it returns, if it took the call.
+		// The loop replied before it returned if it acted on the call.
 		select {
-		case err := <-call.reply:
-			return answer(err)
+		case err = <-call.reply:
 		default:
-			return nil, grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
+			return nil, stopping
 		}
 	}
+	if err != nil {
+		return nil, grpcstatus.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &wrapperspb.StringValue{Value: "handed over"}, nil
 }
 
 // handOver is A's side, run by the event loop: it refuses at once, or
