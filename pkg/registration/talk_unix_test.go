@@ -92,6 +92,11 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 		return st.DriverName == renamed && strings.HasPrefix(st.Reason, "claiming the registration socket") && !st.Ready
 	})
 
+	// The claim's conversation says what the path holds; a probe meanwhile
+	// does not ask the hanging socket itself.
+	if h := r.srv.Health(context.Background()); h.Found != NotLooked {
+		t.Errorf("Health during the claim = %+v, want the path not looked at", h)
+	}
 	calls := r.srv.Status().KubeletCalls
 	if _, err := client(t, oldPath).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
 		t.Fatal(err)
