@@ -309,7 +309,8 @@ func (l *loop) share() {
 // sockets at the path are asked on a goroutine (talk); claimed acts on
 // what they said.
 func (l *loop) claim(reason string) error {
-	name, path := l.m.name, l.m.path
+	name := l.m.claim
+	path := SocketPath(l.s.cfg.Dir, name)
 	if reason == ReasonRenamed {
 		l.logger.Info("The CSI driver changed its name: registering under the new one", "newName", name)
 	}
@@ -368,6 +369,9 @@ func (l *loop) ask(c claimed, name, path string, exists bool) claimed {
 // taken over during a stop is served too, so that the stop withdraws it
 // like any other; nothing else is published then.
 func (l *loop) claimed(c claimed) error {
+	if err := l.apply(claimOver{}); err != nil {
+		return err
+	}
 	switch {
 	case c.taken != nil:
 		return l.adopt(c.taken)

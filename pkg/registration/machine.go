@@ -9,9 +9,9 @@ package registration
 //
 // State by state (the events not named change nothing):
 //
-//	waiting-for-driver  named                  -> claim the path (start): claiming
-//	                                              until the socket is taken over
-//	                                              (adopted) or published, or deferred
+//	waiting-for-driver  named                  -> claim the path (start); the name
+//	                                              and path are the claim's until
+//	                                              claimOver takes them
 //	waiting-for-kubelet calledGetInfo          -> (silence timer stops)
 //	                    silence timer          -> kubelet-silent
 //	kubelet-silent      calledGetInfo          -> waiting-for-kubelet
@@ -82,10 +82,10 @@ type machine struct {
 	name, path string
 	// gen is the current publication, 0 when none is served.
 	gen uint64
-	// claiming: the driver named itself, and the loop claims its path
-	// (claim) until the socket is taken over or published, or another
-	// registrar is deferred to.
-	claiming bool
+	// claim is the name the driver gave itself while the loop claims its
+	// path (claim): name and path stay those of the registration that
+	// stands until the claim is over; "" when none runs.
+	claim string
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
 	// due holds each timer's deadline; zero when it is not running.
@@ -139,6 +139,10 @@ func newMachine(cfg Config, now time.Time) machine {
 type (
 	// named: the driver named itself (again).
 	named struct{ name string }
+	// claimOver: the conversation about the path claimed is over; the
+	// loop takes its socket over, defers or publishes, under the name
+	// claimed.
+	claimOver struct{}
 	// published: publication gen is served at the path.
 	published struct {
 		gen    uint64
@@ -239,9 +243,14 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		if m.name != "" {
 			reason = ReasonRenamed
 		}
-		m.name, m.path, m.claiming = ev.name, SocketPath(m.cfg.Dir, ev.name), true
+		m.claim = ev.name
 		m.attempts, m.due[retryTimer] = 0, time.Time{}
 		return []effect{claim{reason}}
+
+	case claimOver:
+		if m.claim != "" {
+			m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
+		}
 
 	case published:
 		m.publishedAt(now, ev.gen, ev.reason)
@@ -268,7 +277,7 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		return []effect{follow(ev)}
 
 	case publishFailed:
-		m.publishError, m.pending, m.claiming = ev.err.Error(), ev.reason, false
+		m.publishError, m.pending = ev.err.Error(), ev.reason
 		m.due[shortageTimer] = now.Add(m.shortBackoff)
 		m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
 
@@ -328,14 +337,14 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		return []effect{look{lookChange}}
 
 	case stopping:
-		m.state, m.gen, m.due, m.claiming = Stopped, 0, [timers]time.Time{}, false
+		m.state, m.gen, m.due, m.claim = Stopped, 0, [timers]time.Time{}, ""
 	}
 	return nil
 }
 
 // publishedAt records that publication gen serves the path since now.
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
-	m.gen, m.handedOver, m.owner, m.claiming = gen, false, nil, false
+	m.gen, m.handedOver, m.owner = gen, false, nil
 	m.log.publications[reason]++
 	m.log.lastPublish = now
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
@@ -346,7 +355,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
 
 // standAside leaves the path to another instance, whose socket is owner.
 func (m *machine) standAside(state State, owner fs.FileInfo) {
-	m.state, m.gen, m.owner, m.handedOver, m.claiming = state, 0, owner, false, false
+	m.state, m.gen, m.owner, m.handedOver = state, 0, owner, false
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}

@@ -44,6 +44,7 @@ func testMachine() machine {
 func publishedIn(state State) machine {
 	m := testMachine()
 	m.step(t0, named{testDriver})
+	m.step(t0, claimOver{})
 	m.step(t0, published{1, ReasonStart})
 	switch state {
 	case Registered:
@@ -124,6 +125,7 @@ func TestTransitions(t *testing.T) {
 		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
 			m := rejected()
 			m.step(later, named{"other.example.com"})
+			m.step(later, claimOver{})
 			return m
 		}(), later, published{2, ReasonRenamed},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: later.Add(10 * time.Second)}}},
@@ -284,28 +286,22 @@ func TestFailingSince(t *testing.T) {
 	}
 }
 
-// From the driver's name to the claim's outcome the status says that the
-// path is claimed, and is not ready; each outcome ends the claim.
-func TestClaimingUntilItsOutcome(t *testing.T) {
-	fileA, _ := testFiles(t)
-	outcomes := map[string]any{
-		"published":           published{1, ReasonStart},
-		"taken over":          adopted{1, nil},
-		"deferred":            deferred{fileA},
-		"short of a resource": publishFailed{ReasonStart, syscall.EMFILE},
-		"stopped":             stopping{},
-	}
-	for name, outcome := range outcomes {
-		t.Run(name, func(t *testing.T) {
-			m := testMachine()
-			m.step(t0, named{testDriver})
-			if st := (&snapshot{m: m}).status(true); st.Ready || !strings.HasPrefix(st.Reason, "claiming the registration socket for "+testDriver) {
-				t.Errorf("while the path is claimed: ready %v, %q", st.Ready, st.Reason)
-			}
-			m.step(t0, outcome)
-			if st := (&snapshot{m: m}).status(true); m.claiming || strings.HasPrefix(st.Reason, "claiming") {
-				t.Errorf("after the claim: claiming %v, %q", m.claiming, st.Reason)
-			}
-		})
+// From the driver's name to the end of the claim, the status is the
+// registration that stands, not ready, saying that the path is claimed;
+// then the name and path are the new ones.
+func TestClaimUntilItIsOver(t *testing.T) {
+	for _, m := range []machine{testMachine(), publishedIn(Registered)} {
+		name, path, state := m.name, m.path, m.state
+		m.step(t0, named{"other.example.com"})
+		st := (&snapshot{m: m}).status(true)
+		if st.DriverName != name || st.SocketPath != path || st.State != state || st.Ready ||
+			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
+			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
+		}
+		m.step(t0, claimOver{})
+		st = (&snapshot{m: m}).status(true)
+		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
+			t.Errorf("after the claim: %+v, want the new name and path", st)
+		}
 	}
 }

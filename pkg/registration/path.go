@@ -104,9 +104,8 @@ type Found int
 
 const (
 	// NotLooked: the path was not looked at, as there is none yet (the
-	// driver is not known: State WaitingForDriver), the loop is claiming
-	// it (the conversation with a socket there says what it holds), or
-	// Run has returned (State Stopped).
+	// driver is not known, or the loop claims the path it named: State
+	// WaitingForDriver) or Run has returned (State Stopped).
 	NotLooked Found = iota
 	// FoundOurs: the socket this process published.
 	FoundOurs
@@ -160,10 +159,10 @@ func (s *Server) Health(ctx context.Context) Health {
 	switch {
 	case m.state == Stopped:
 		return Health{m.state, NotLooked, "the registration server has stopped"}
+	case m.claim != "" && m.path == "":
+		return Health{m.state, NotLooked, "claiming the registration socket for " + m.claim}
 	case m.path == "":
 		return Health{m.state, NotLooked, "waiting for the CSI driver"}
-	case m.claiming:
-		return Health{m.state, NotLooked, "claiming the registration socket for " + m.name}
 	}
 	at := lookAt(ctx, m.path, shared.pub.file(), m.owner, s.cfg.CheckTimeout).ofDriver(m.name)
 	found, reason := at.Found(m.name)

@@ -160,9 +160,10 @@ func (sn *snapshot) status(reachable bool) Status {
 	case Stopped:
 		out.Reason = "stopped"
 	}
-	if m.claiming {
+	if m.claim != "" {
+		// The driver's new name is not registered yet.
 		out.Ready = false
-		out.Reason = "claiming the registration socket for " + m.name + ": asking the instance serving it, if any, to hand it over"
+		out.Reason = "claiming the registration socket for " + m.claim + ": asking the instance serving it, if any, to hand it over"
 	}
 	if m.publishError != "" {
 		out.Ready = false

@@ -76,7 +76,8 @@ func longChecks(cfg *Config) { cfg.CheckTimeout = time.Minute }
 
 // The driver's new name's path holds a socket whose process hangs: while
 // the claim asks it, the loop goes on counting kubelet's calls on the
-// socket of the old name, and says that it claims the path.
+// socket of the old name, which its status still describes, and says that
+// it claims the new path.
 func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 	dir := shortTempDir(t)
 	r := startRegistered(t, dir, longChecks)
@@ -88,14 +89,13 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 	r.srv.DriverFound(renamed)
 	hung.next(t, "the claim asks whether it can hand its socket over")
 	poll.Until(t, "the status says the path is claimed", func() bool {
-		st := r.srv.Status()
-		return st.DriverName == renamed && strings.HasPrefix(st.Reason, "claiming the registration socket") && !st.Ready
+		return strings.HasPrefix(r.srv.Status().Reason, "claiming the registration socket for "+renamed)
 	})
-
-	// The claim's conversation says what the path holds; a probe meanwhile
-	// does not ask the hanging socket itself.
-	if h := r.srv.Health(context.Background()); h.Found != NotLooked {
-		t.Errorf("Health during the claim = %+v, want the path not looked at", h)
+	if st := r.srv.Status(); st.DriverName != testDriver || st.SocketPath != oldPath || st.State != Registered || st.Ready {
+		t.Errorf("Status during the claim = %+v, want the old name's registration, not ready", st)
+	}
+	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+		t.Errorf("Health during the claim = %+v, want the old name's socket, ours", h)
 	}
 	calls := r.srv.Status().KubeletCalls
 	if _, err := client(t, oldPath).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
@@ -112,7 +112,7 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 	hung.shut()
 	poll.Until(t, "the socket is published under the new name", func() bool {
 		st := r.srv.Status()
-		return st.Publications[ReasonRenamed] == 1 && st.State == WaitingForKubelet
+		return st.Publications[ReasonRenamed] == 1 && st.State == WaitingForKubelet && st.DriverName == renamed && st.SocketPath == newPath
 	})
 	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
 		t.Errorf("Health after the claim = %+v, want our socket at %s", h, newPath)
