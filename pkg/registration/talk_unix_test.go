@@ -97,13 +97,7 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
 		t.Errorf("Health during the claim = %+v, want the old name's socket, ours", h)
 	}
-	calls := r.srv.Status().KubeletCalls
-	if _, err := client(t, oldPath).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "kubelet's GetInfo is counted while the claim waits", func() bool {
-		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
-	})
+	getInfoCounted(t, r.srv, oldPath, "the claim")
 	if st := r.srv.Status(); !strings.HasPrefix(st.Reason, "claiming") || st.Publications[ReasonRenamed] != 0 {
 		t.Fatalf("Status = %q, publications %v: want the claim still waiting for the hanging socket", st.Reason, st.Publications)
 	}
@@ -147,13 +141,7 @@ func TestOfferDoesNotHoldTheLoop(t *testing.T) {
 		t.Fatalf("reading the owner's offer: %v", err)
 	}
 
-	calls := r.srv.Status().KubeletCalls
-	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "kubelet's GetInfo is counted while the offer waits", func() bool {
-		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
-	})
+	getInfoCounted(t, r.srv, path, "the offer")
 	// A second request waits for the first to end.
 	go func() { second <- askHandover() }()
 
@@ -192,13 +180,7 @@ func TestLookDoesNotHoldTheLoop(t *testing.T) {
 	hung := listenMute(t, leaveSocket(t, path, true))
 	hung.next(t, "the look asks it GetInfo")
 
-	calls := r.srv.Status().KubeletCalls
-	if _, err := client(t, hidden).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, "kubelet's GetInfo is counted while the look waits", func() bool {
-		return r.srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
-	})
+	getInfoCounted(t, r.srv, hidden, "the look")
 	if st := r.srv.Status(); st.Publications[ReasonStale] != 0 || st.State != Registered {
 		t.Fatalf("Status = %s, publications %v: want the look still waiting for the hanging socket", st.State, st.Publications)
 	}
@@ -242,6 +224,20 @@ func TestStopDuringAClaim(t *testing.T) {
 		t.Errorf("Status after a stop during the claim = %s, publications %v: want stopped, nothing published", st.State, st.Publications)
 	}
 	assertOnly(t, dir, path)
+}
+
+// getInfoCounted calls GetInfo on the socket at path as kubelet does and
+// waits until srv counts it, while what is named still waits: the loop
+// goes on meanwhile.
+func getInfoCounted(t *testing.T, srv *Server, path, while string) {
+	t.Helper()
+	calls := srv.Status().KubeletCalls
+	if _, err := client(t, path).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "kubelet's GetInfo is counted while "+while+" waits", func() bool {
+		return srv.Status().KubeletCalls.GetInfo == calls.GetInfo+1
+	})
 }
 
 // assertOnly checks that dir holds the file at path and nothing else.
