@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -105,6 +105,11 @@ func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (str
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	info, err := csiidentity.GetPluginInfo(ctx, conn)
-	return info.Name, err
+	name, err := rpc.GetDriverName(ctx, conn)
+	if _, isStatus := status.FromError(err); !isStatus {
+		// GetDriverName's own refusal of an empty name: ValidateName says it
+		// with the rule.
+		return "", nil
+	}
+	return name, err
 }
