@@ -134,7 +134,8 @@ func TestFollowFindsADriverThatListensAfterARefusal(t *testing.T) {
 // "net.Listen" binds and listens at once, as a Go driver does, racing the
 // attempt that the socket's creation brings. Reported: the median, the
 // 99th percentile and the slowest of the run, and the share of restarts
-// found more than 20 ms after the listen.
+// found more than 20 ms after the listen, and of restarts where Follow
+// paused 100 ms (the first backoff step) or more between two attempts.
 func BenchmarkFindListeningDriver(b *testing.B) {
 	b.Run("after a refusal", func(b *testing.B) {
 		l := &listenOnRefusal{t: b}
@@ -161,17 +162,42 @@ func BenchmarkFindListeningDriver(b *testing.B) {
 func benchmarkFind(b *testing.B, onAttempt func(time.Duration, error), start func(path string) *fakeDriver, listened func() time.Time) {
 	path := filepath.Join(socketDir(b), "csi.sock")
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	cfg := driver.Config{Address: driver.Address{Path: path}, OnAttempt: onAttempt}
+	// The longest pause between two attempts of the current restart: the
+	// first backoff step is 100 ms, and a timer never fires early.
+	var mu sync.Mutex
+	var lastEnd time.Time
+	var longestPause time.Duration
+	cfg := driver.Config{Address: driver.Address{Path: path}, OnAttempt: func(took time.Duration, err error) {
+		now := time.Now()
+		mu.Lock()
+		if !lastEnd.IsZero() {
+			longestPause = max(longestPause, now.Add(-took).Sub(lastEnd))
+		}
+		lastEnd = now
+		mu.Unlock()
+		if onAttempt != nil {
+			onAttempt(took, err)
+		}
+	}}
 	current := start(path)
 	f := followAsync(b, ctx, cfg)
 	f.expect(b, reachable(testDriverName))
 	var took []time.Duration
+	backedOff := 0
 	for b.Loop() {
 		current.stop(b, path)
 		f.expect(b, gone)
+		mu.Lock()
+		lastEnd, longestPause = time.Time{}, 0
+		mu.Unlock()
 		current = start(path)
 		f.expect(b, reachable(testDriverName))
 		took = append(took, time.Since(listened()))
+		mu.Lock()
+		if longestPause >= driver.DefaultInitialBackoff {
+			backedOff++
+		}
+		mu.Unlock()
 	}
 	slices.Sort(took)
 	late := 0
@@ -185,4 +211,5 @@ func benchmarkFind(b *testing.B, onAttempt func(time.Duration, error), start fun
 	b.ReportMetric(ms(took[len(took)*99/100]), "ms/p99")
 	b.ReportMetric(ms(took[len(took)-1]), "ms/max")
 	b.ReportMetric(100*float64(late)/float64(len(took)), "%>20ms")
+	b.ReportMetric(100*float64(backedOff)/float64(len(took)), "%paused>=100ms")
 }
