@@ -31,7 +31,6 @@ FUZZ_TARGETS := \
 	./pkg/registration/handover:FuzzHandoverState \
 	./pkg/registration/handover:FuzzReadLine \
 	./internal/logging:FuzzParseByteSize \
-	./internal/csiidentity:FuzzAnswers \
 	./cmd/registrar:FuzzCommandLine
 # The environment the Linux image sets (its ENV lines): make bench runs the
 # binary with it, as it runs in its container.

@@ -2,6 +2,13 @@
 // driver's Unix socket, asks its Identity service for its name
 // (GetPluginInfo), checks that name against the CSI specification, and
 // follows the driver's restarts.
+//
+// The name is asked with csi-lib-utils' rpc.GetDriverName, and the
+// connection held to a driver that answers is csi-lib-utils'
+// connection.Connect. Each attempt to find the driver dials by itself, once
+// (internal/unixgrpc): Connect retries on gRPC's backoff until its timeout,
+// while the follower must see a refusal at once and time its next attempt
+// by the socket's file system events.
 package driver
 
 import (

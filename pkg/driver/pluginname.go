@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -20,6 +20,17 @@ const stillWaitingInterval = 30 * time.Second
 // maxReportedErrors bounds the distinct unexpected errors logged at level 0,
 // in case a driver puts something changing (a time, a counter) in its messages.
 const maxReportedErrors = 16
+
+// A socket that refuses connections is first taken for one its driver has
+// bound and is about to listen on: bind creates the file, listen comes
+// after it and no file system event tells. For listenWait from the first
+// refusal it is asked again every listenPoll, not after a backoff step;
+// after that it is a socket left by a driver that died, and waits as any
+// other failure.
+const (
+	listenWait = 100 * time.Millisecond
+	listenPoll = 2 * time.Millisecond
+)
 
 // errSocketRemoved ends a search when the socket is removed: Follow then
 // waits for a new socket without attempts.
@@ -35,13 +46,15 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 	delay := f.cfg.InitialBackoff
 	var waitingSince, lastReminder time.Time
 	reported := map[string]bool{}
+	var refusing os.FileInfo    // the socket that refused the last attempt
+	var refusingSince time.Time // its first refusal
 	for attempt := 1; ; attempt++ {
 		// Before the attempt: a socket replaced during the attempt must not
 		// pass for the one that answered.
 		socket, _ := os.Lstat(path)
 		f.logger.V(4).Info("Calling GetPluginInfo", "path", path, "attempt", attempt)
 		start := time.Now()
-		name, err := getPluginInfo(ctx, path, f.cfg.Timeout)
+		name, connectFailed, err := getPluginInfo(ctx, path, f.cfg.Timeout)
 		if f.cfg.OnAttempt != nil {
 			f.cfg.OnAttempt(time.Since(start), err)
 		}
@@ -81,7 +94,16 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 				"waited", now.Sub(waitingSince).Round(time.Second), "attempts", attempt, "reason", err)
 		}
 
-		change, err := f.watcher.next(ctx, now.Add(delay), socket)
+		wait := delay
+		if connectFailed && socket != nil {
+			if refusing == nil || !sameSocket(refusing, socket) {
+				refusing, refusingSince = socket, now
+			}
+			if now.Sub(refusingSince) < listenWait {
+				wait = min(delay, listenPoll)
+			}
+		}
+		change, err := f.watcher.next(ctx, now.Add(wait), socket)
 		switch {
 		case err != nil:
 			return "", nil, err
@@ -90,21 +112,38 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 		case change == socketCreated:
 			f.logger.V(4).Info("CSI driver socket created", "path", path)
 			delay = f.cfg.InitialBackoff
-		default:
+		case wait == delay:
 			delay = min(2*delay, f.cfg.MaxBackoff)
 		}
 	}
 }
 
-// getPluginInfo asks the driver for its name once, on a connection of its own.
-func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (string, error) {
-	conn, err := unixgrpc.NewClient(path)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = conn.Close() }()
+// getPluginInfo asks the driver for its name once, on a connection of its
+// own; connectFailed tells that no connection was made (refused, on a
+// socket file that is there). A failure to connect is Unavailable, as gRPC
+// says it, or ctx's error as a status.
+func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (name string, connectFailed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	info, err := csiidentity.GetPluginInfo(ctx, conn)
-	return info.Name, err
+	conn, err := unixgrpc.Once(ctx, path)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", false, status.FromContextError(ctx.Err()).Err()
+		}
+		return "", true, status.Error(codes.Unavailable, err.Error())
+	}
+	defer func() { _ = conn.Close() }()
+	name, err = rpc.GetDriverName(ctx, conn)
+	if _, isStatus := status.FromError(err); !isStatus {
+		// GetDriverName's own refusal of an empty name: ValidateName says it
+		// with the rule.
+		return "", false, nil
+	}
+	return name, false, err
+}
+
+// sameSocket tells whether a and b are one socket file: the same inode,
+// not reused by a socket made since.
+func sameSocket(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }

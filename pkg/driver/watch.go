@@ -168,7 +168,7 @@ func (w *socketWatcher) look(known os.FileInfo) socketChange {
 	switch {
 	case err != nil && known != nil:
 		return socketRemoved
-	case err == nil && (known == nil || !os.SameFile(known, info) || !known.ModTime().Equal(info.ModTime())):
+	case err == nil && (known == nil || !sameSocket(known, info)):
 		return socketCreated
 	}
 	return noChange

@@ -20,11 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
@@ -110,9 +110,11 @@ func (p *Prober) client() (*grpc.ClientConn, string, error) {
 		// while the driver is away; never closed for being idle.
 		retry := backoff.DefaultConfig
 		retry.MaxDelay = time.Second
+		// A probe waits for the connection, up to its timeout.
 		conn, err := unixgrpc.NewClient(p.path,
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: retry}),
-			grpc.WithIdleTimeout(0))
+			grpc.WithIdleTimeout(0),
+			grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 		if err != nil {
 			return nil, p.driverName, err
 		}
@@ -137,7 +139,7 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	ready, err := csiidentity.Probe(ctx, conn, grpc.WaitForReady(true))
+	ready, err := rpc.Probe(ctx, conn)
 	p.observe(name, err, time.Since(start))
 	if err == nil && !ready {
 		return ErrNotReady

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
 
@@ -71,7 +71,7 @@ func (p *Prober) Families() []healthz.Family {
 		Type: "histogram",
 	}
 	for _, k := range keys {
-		family.Series = append(family.Series, p.series[k].Series("driver_name", k.driver, "grpc_status_code", k.code, "method_name", csiidentity.ProbeMethod)...)
+		family.Series = append(family.Series, p.series[k].Series("driver_name", k.driver, "grpc_status_code", k.code, "method_name", csi.Identity_Probe_FullMethodName)...)
 	}
 	return []healthz.Family{family}
 }

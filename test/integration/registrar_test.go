@@ -430,6 +430,11 @@ func TestWaitsForALateDriver(t *testing.T) {
 	poll.UntilWithin(t, slowTimeout, "the registrar waits for the driver", func() bool {
 		return strings.Contains(registrar.stderr.String(), "Waiting for the CSI driver")
 	})
+	// The HTTP server starts beside the first attempt, not before it.
+	poll.UntilWithin(t, slowTimeout, "the HTTP endpoint listens", func() bool {
+		code, _ := n.healthz(t)
+		return code != 0
+	})
 	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "waiting") {
 		t.Errorf("/healthz while waiting = %d %q, want 200", code, body)
 	}
