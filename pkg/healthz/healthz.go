@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -38,8 +39,9 @@ type Options struct {
 	EnablePprof bool
 	// Version is reported in /status and in the build_info metric.
 	Version string
-	// MoreMetrics, when set, adds families to /metrics at each scrape.
-	MoreMetrics func() []Family
+	// MoreMetrics, when set, adds what it gathers to /metrics at each
+	// scrape.
+	MoreMetrics prometheus.Gatherer
 	// SELinux, when set, is what SELinux says of the registration socket,
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
@@ -56,13 +58,11 @@ type Server struct {
 	opts         Options
 	mux          *http.ServeMux
 	registration *registration.Server
-	revision     string
 
 	// The driver's GetPluginInfo calls, which no status snapshot holds:
 	// counted as they happen, for /metrics.
-	callsMu          sync.Mutex
-	pluginInfo       *Histogram
-	pluginInfoErrors map[string]uint64 // by gRPC code
+	pluginInfo       prometheus.Histogram
+	pluginInfoErrors *prometheus.CounterVec // by gRPC code
 
 	lastCode atomic.Int64 // of /healthz, so that only a change is logged
 }
@@ -73,18 +73,16 @@ func New(reg *registration.Server, opts Options) *Server {
 		opts.Clock = clock.RealClock{}
 	}
 	s := &Server{
-		opts:             opts,
-		mux:              http.NewServeMux(),
-		registration:     reg,
-		revision:         vcsRevision(),
-		pluginInfo:       NewHistogram(pluginInfoBuckets),
-		pluginInfoErrors: map[string]uint64{},
+		opts:         opts,
+		mux:          http.NewServeMux(),
+		registration: reg,
 	}
+	s.pluginInfo, s.pluginInfoErrors = newPluginInfoMetrics()
 	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
-	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.MoreMetrics))
 	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -107,11 +105,9 @@ func (s *Server) nodeGateStatus() *nodegate.Status {
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
 // /metrics.
 func (s *Server) ObservePluginInfo(d time.Duration, err error) {
-	s.callsMu.Lock()
-	defer s.callsMu.Unlock()
 	s.pluginInfo.Observe(d.Seconds())
 	if err != nil {
-		s.pluginInfoErrors[status.Code(err).String()]++
+		s.pluginInfoErrors.WithLabelValues(status.Code(err).String()).Inc()
 	}
 }
 
