@@ -3,21 +3,22 @@ package driverhealth
 import (
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 )
 
-// OperationsMetric is the histogram that csi-lib-utils' metrics manager
-// keeps for every CSI sidecar (livenessprobe included), kept here by that
-// manager, so that dashboards written for the sidecars read the probes
-// here.
+// OperationsMetric is the histogram of CSI calls that every CSI sidecar
+// (livenessprobe included) serves through csi-lib-utils' metrics manager.
+// The same manager keeps it here, so that dashboards written for the
+// sidecars read the probes here.
 const OperationsMetric = "csi_sidecar_operations_seconds"
 
 // newMetricsManager is csi-lib-utils' manager for the sidecars, without
-// its process_start_time_seconds: the registrar's /metrics serves
-// client_golang's, with another help text, and a scrape of two families
-// of one name but two help texts fails.
+// its process_start_time_seconds: /metrics serves client_golang's, whose
+// help text differs, and two families of one name with two help texts
+// fail the gathering.
 func newMetricsManager() metrics.CSIMetricsManager {
 	return metrics.NewCSIMetricsManagerWithOptions("", metrics.WithProcessStartTime(false))
 }
@@ -30,7 +31,7 @@ func (p *Prober) observe(driver string, err error, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.metrics.SetDriverName(driver)
-	p.metrics.RecordMetrics(csi.Identity_Probe_FullMethodName, err, d)
+	p.metrics.RecordMetrics(csiidentity.ProbeMethod, err, d)
 }
 
 // Metrics gathers the histogram for /metrics: no family before the first
