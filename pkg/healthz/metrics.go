@@ -15,12 +15,6 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// /metrics is client_golang's: a registry of its Go and process collectors
-// (the go_* and process_* families every Go exporter serves), of the
-// driver's GetPluginInfo calls, counted as they happen, and of collectors
-// that read the registration's and the node gate's status at each scrape,
-// so that the metrics own no state of their own.
-
 // publicationReasons are exported before they first happen, so that
 // rate() and increase() see the first one.
 var publicationReasons = []string{
@@ -62,8 +56,8 @@ func newMetricsHandler(registry *prometheus.Registry, more prometheus.Gatherer) 
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: gatherErrorLog{}, ErrorHandling: promhttp.ContinueOnError})
 }
 
-// gatherErrorLog logs what promhttp could not gather or write: at V(4),
-// as a scrape that fails again does at each scrape.
+// gatherErrorLog logs what promhttp could not gather or write, at V(4): a
+// figure that cannot be read fails again at every scrape.
 type gatherErrorLog struct{}
 
 func (gatherErrorLog) Println(v ...any) {
@@ -75,18 +69,18 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	registeredDesc = desc("csi_node_driver_registrar_registered", "1 when kubelet has accepted the driver through the current registration socket, 0 otherwise.")
-	stateDesc      = desc("csi_node_driver_registrar_state", "The registration's state: 1 for the current one.", "state")
-	kubeletRPCs    = desc("csi_node_driver_registrar_kubelet_rpcs_total", "Calls by kubelet on the registration socket, by method and result.", "method", "result")
-	publications   = desc("csi_node_driver_registrar_socket_publications_total", "Registration sockets published, by reason.", "reason")
-	failuresDesc   = desc("csi_node_driver_registrar_registration_failures_total", "Rejections of the driver by kubelet.")
-	lastFailure    = desc("csi_node_driver_registrar_last_registration_failure_timestamp_seconds", "Time of kubelet's last rejection of the driver, in seconds since the epoch; 0 if none.")
-	reachableDesc  = desc("csi_node_driver_registrar_driver_reachable", "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.")
-	buildInfo      = desc("csi_node_driver_registrar_build_info", "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.",
+	registeredDesc   = desc("csi_node_driver_registrar_registered", "1 when kubelet has accepted the driver through the current registration socket, 0 otherwise.")
+	stateDesc        = desc("csi_node_driver_registrar_state", "The registration's state: 1 for the current one.", "state")
+	kubeletRPCsDesc  = desc("csi_node_driver_registrar_kubelet_rpcs_total", "Calls by kubelet on the registration socket, by method and result.", "method", "result")
+	publicationsDesc = desc("csi_node_driver_registrar_socket_publications_total", "Registration sockets published, by reason.", "reason")
+	failuresDesc     = desc("csi_node_driver_registrar_registration_failures_total", "Rejections of the driver by kubelet.")
+	lastFailureDesc  = desc("csi_node_driver_registrar_last_registration_failure_timestamp_seconds", "Time of kubelet's last rejection of the driver, in seconds since the epoch; 0 if none.")
+	reachableDesc    = desc("csi_node_driver_registrar_driver_reachable", "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.")
+	buildInfoDesc    = desc("csi_node_driver_registrar_build_info", "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.",
 		"version", "revision", "goversion", "driver_name")
-	updatePending = desc("csi_node_driver_registrar_node_update_pending",
+	updatePendingDesc = desc("csi_node_driver_registrar_node_update_pending",
 		"1 while the Node does not show yet what the registrar knows of the driver's registration (its startup taints, its condition), 0 otherwise.")
-	nodeAPIRequests = desc("csi_node_driver_registrar_node_api_requests_total",
+	nodeAPIRequestsDesc = desc("csi_node_driver_registrar_node_api_requests_total",
 		"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).", "request", "code")
 )
 
@@ -104,7 +98,7 @@ type registrationCollector struct {
 }
 
 func (c registrationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{registeredDesc, stateDesc, kubeletRPCs, publications, failuresDesc, lastFailure, reachableDesc, buildInfo} {
+	for _, d := range []*prometheus.Desc{registeredDesc, stateDesc, kubeletRPCsDesc, publicationsDesc, failuresDesc, lastFailureDesc, reachableDesc, buildInfoDesc} {
 		ch <- d
 	}
 }
@@ -121,20 +115,20 @@ func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, state := range registration.States {
 		gauge(stateDesc, oneIf(st.State == state), string(state))
 	}
-	counter(kubeletRPCs, st.KubeletCalls.GetInfo, "GetInfo", "ok")
-	counter(kubeletRPCs, st.KubeletCalls.NotifyRegistered, "NotifyRegistrationStatus", "registered")
-	counter(kubeletRPCs, st.KubeletCalls.NotifyRejected, "NotifyRegistrationStatus", "rejected")
+	counter(kubeletRPCsDesc, st.KubeletCalls.GetInfo, "GetInfo", "ok")
+	counter(kubeletRPCsDesc, st.KubeletCalls.NotifyRegistered, "NotifyRegistrationStatus", "registered")
+	counter(kubeletRPCsDesc, st.KubeletCalls.NotifyRejected, "NotifyRegistrationStatus", "rejected")
 	for _, reason := range publicationReasons {
-		counter(publications, st.Publications[reason], reason)
+		counter(publicationsDesc, st.Publications[reason], reason)
 	}
 	counter(failuresDesc, st.RegistrationFailures)
 	var failedAt float64
 	if st.LastFailure != nil {
 		failedAt = float64(st.LastFailure.UnixNano()) / 1e9
 	}
-	gauge(lastFailure, failedAt)
+	gauge(lastFailureDesc, failedAt)
 	gauge(reachableDesc, oneIf(st.DriverReachable))
-	gauge(buildInfo, 1, c.version, c.revision, runtime.Version(), st.DriverName)
+	gauge(buildInfoDesc, 1, c.version, c.revision, runtime.Version(), st.DriverName)
 }
 
 // nodeGateCollector reads the node gate's status at each scrape, with
@@ -142,22 +136,25 @@ func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
 type nodeGateCollector struct{ gate NodeGate }
 
 func (c nodeGateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- updatePending
-	ch <- nodeAPIRequests
+	ch <- updatePendingDesc
+	ch <- nodeAPIRequestsDesc
 }
 
 func (c nodeGateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.gate.Status()
-	ch <- prometheus.MustNewConstMetric(updatePending, prometheus.GaugeValue, oneIf(st.Pending))
+	ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, oneIf(st.Pending))
 	for _, request := range []string{nodegate.RequestGetNode, nodegate.RequestRemoveTaints, nodegate.RequestSetCondition} {
 		for _, code := range nodegate.Codes(st.Requests[request]) {
-			ch <- prometheus.MustNewConstMetric(nodeAPIRequests, prometheus.CounterValue, float64(st.Requests[request][code]), request, code)
+			ch <- prometheus.MustNewConstMetric(nodeAPIRequestsDesc, prometheus.CounterValue, float64(st.Requests[request][code]), request, code)
 		}
 	}
 }
 
-// newRegistry registers the registrar's metrics, those of s's
-// registration and node gate, and the Go runtime's and the process's.
+// newRegistry is the registry of /metrics: client_golang's Go and process
+// collectors (the go_* and process_* families every Go exporter serves),
+// the driver's GetPluginInfo calls, which no status holds, counted as they
+// happen, and collectors that read the registration's and the node gate's
+// status at each scrape, which stay the only owners of what they report.
 func (s *Server) newRegistry() *prometheus.Registry {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(runtimeCollectors()...)
@@ -169,13 +166,17 @@ func (s *Server) newRegistry() *prometheus.Registry {
 	return registry
 }
 
+// newPluginInfoMetrics count the driver's GetPluginInfo calls: their
+// durations, and the failed ones by gRPC code.
 func newPluginInfoMetrics() (prometheus.Histogram, *prometheus.CounterVec) {
-	return prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
-			Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
-			Buckets: pluginInfoBuckets,
-		}), prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
-			Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
-		}, []string{"code"})
+	durations := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
+		Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
+		Buckets: pluginInfoBuckets,
+	})
+	errors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
+		Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
+	}, []string{"code"})
+	return durations, errors
 }
