@@ -4,7 +4,6 @@
 package healthz
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -222,7 +222,7 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 // scrape) reaches whoever listens on the address now.
 func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	srv := NewHTTPServer(ctx, s.mux)
+	srv := httpserver.New(ctx, s.mux)
 	var serving sync.WaitGroup
 	defer serving.Wait()
 	var mu sync.Mutex
@@ -252,34 +252,7 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				lost(l)
 			})
 		case <-ctx.Done():
-			return Shutdown(ctx, srv, shutdownTimeout)
+			return httpserver.Shutdown(ctx, srv, shutdownTimeout)
 		}
 	}
-}
-
-// NewHTTPServer is an HTTP server for handler with the endpoint's limits
-// (see limits.go), for another listener on the pod network: its requests
-// carry ctx.
-func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ConnState:         (&connLimiter{byConn: map[net.Conn]*list.Element{}}).track,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-}
-
-// Shutdown gives open requests up to timeout to finish, then closes their
-// connections.
-func Shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
-	// The base context is done, so the shutdown gets a fresh one.
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = srv.Close()
-	}
-	return err
 }
