@@ -62,7 +62,7 @@ WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy test/docs test/node test/logconformance test/metricsconformance test/selinuxvm
+MODULES := . test/e2e test/deploy test/docs test/node test/logconformance test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -74,7 +74,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance metrics-conformance lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
 
@@ -217,15 +217,8 @@ log-conformance:
 	cd test/logconformance && $(GO) vet ./...
 	cd test/logconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-# csi-lib-utils' metrics manager and pkg/driverhealth on the same probes:
-# the same csi_sidecar_operations_seconds histogram. A module of its own, so
-# that the product module never depends on csi-lib-utils.
-metrics-conformance:
-	cd test/metricsconformance && $(GO) vet ./...
-	cd test/metricsconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
-
 # The last line says that everything passed; make stops at the first failure.
-test: vet unit fuzz e2e deploy-test docs-test log-conformance metrics-conformance bench-smoke
+test: vet unit fuzz e2e deploy-test docs-test log-conformance bench-smoke
 	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the

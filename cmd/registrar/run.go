@@ -158,7 +158,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// make it dial again.
 		driverHealth := driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
-		probeOpts.MoreMetrics = driverHealth.Families
+		probeOpts.MoreMetrics = driverHealth.Metrics()
 		g.Go(func() error {
 			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})

@@ -4,7 +4,8 @@
 // driver's Identity.Probe within a timeout and answers as
 // kubernetes-csi/livenessprobe does: 200 "ok" when the driver is ready or
 // does not say, 500 with the reason otherwise. The calls are counted in
-// csi-lib-utils' csi_sidecar_operations_seconds histogram (metrics.go).
+// csi-lib-utils' csi_sidecar_operations_seconds histogram, kept by its
+// metrics manager (metrics.go).
 //
 // Unlike livenessprobe, which dials the driver for every probe, it keeps one
 // gRPC connection, dialled again when the driver's socket is replaced (the
@@ -20,13 +21,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
-	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
 
 // DefaultTimeout is livenessprobe's --probe-timeout default.
@@ -48,8 +49,8 @@ type Prober struct {
 	// lastOutcome is the last probe's error text as logged, "" for none,
 	// nil before the first: only changes are logged at level 0.
 	lastOutcome *string
-	// series are the metric's, by label set.
-	series map[series]*healthz.Histogram
+	// metrics keeps the probes' histogram.
+	metrics metrics.CSIMetricsManager
 }
 
 // New probes the driver listening on the Unix socket at path; each probe
@@ -58,7 +59,7 @@ func New(path string, timeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Prober{path: path, timeout: timeout, series: map[series]*healthz.Histogram{}}
+	return &Prober{path: path, timeout: timeout, metrics: newMetricsManager()}
 }
 
 // DriverFound tells the Prober that a driver named name answers on a

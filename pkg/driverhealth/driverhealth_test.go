@@ -366,8 +366,8 @@ func TestProbeHonoursTheCallersContext(t *testing.T) {
 
 func TestNoMetricsBeforeTheFirstProbe(t *testing.T) {
 	p := driverhealth.New("/nonexistent/csi.sock", probeTimeout)
-	if f := p.Families(); len(f) != 0 {
-		t.Errorf("families before any probe: %v", f)
+	if text := metricsText(t, p); text != "" {
+		t.Errorf("metrics before any probe:\n%s", text)
 	}
 	if err := p.Probe(context.Background()); status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("Probe of a missing socket: %v, want DeadlineExceeded", err)

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
+	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
 )
 
 // Path is where the probe is answered, livenessprobe's.
@@ -80,7 +80,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 		return nil
 	}
 	logger.Info("Serving the CSI driver's liveness probe", "address", l.Addr().String(), "path", Path, "probeTimeout", p.timeout)
-	srv := healthz.NewHTTPServer(ctx, p)
+	srv := httpserver.New(ctx, p)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {
@@ -88,7 +88,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 		return fmt.Errorf("serving %q: %w", address, err)
 	case <-ctx.Done():
 	}
-	err = healthz.Shutdown(ctx, srv, shutdownTimeout)
+	err = httpserver.Shutdown(ctx, srv, shutdownTimeout)
 	<-served
 	return err
 }

@@ -4,7 +4,6 @@
 package healthz
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,10 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -38,8 +39,9 @@ type Options struct {
 	EnablePprof bool
 	// Version is reported in /status and in the build_info metric.
 	Version string
-	// MoreMetrics, when set, adds families to /metrics at each scrape.
-	MoreMetrics func() []Family
+	// MoreMetrics, when set, adds what it gathers to /metrics at each
+	// scrape.
+	MoreMetrics prometheus.Gatherer
 	// SELinux, when set, is what SELinux says of the registration socket,
 	// for /status; nil where it is off.
 	SELinux func() *selinuxcheck.Report
@@ -56,13 +58,11 @@ type Server struct {
 	opts         Options
 	mux          *http.ServeMux
 	registration *registration.Server
-	revision     string
 
 	// The driver's GetPluginInfo calls, which no status snapshot holds:
 	// counted as they happen, for /metrics.
-	callsMu          sync.Mutex
-	pluginInfo       *Histogram
-	pluginInfoErrors map[string]uint64 // by gRPC code
+	pluginInfo       prometheus.Histogram
+	pluginInfoErrors *prometheus.CounterVec // by gRPC code
 
 	lastCode atomic.Int64 // of /healthz, so that only a change is logged
 }
@@ -73,18 +73,16 @@ func New(reg *registration.Server, opts Options) *Server {
 		opts.Clock = clock.RealClock{}
 	}
 	s := &Server{
-		opts:             opts,
-		mux:              http.NewServeMux(),
-		registration:     reg,
-		revision:         vcsRevision(),
-		pluginInfo:       NewHistogram(pluginInfoBuckets),
-		pluginInfoErrors: map[string]uint64{},
+		opts:         opts,
+		mux:          http.NewServeMux(),
+		registration: reg,
 	}
+	s.pluginInfo, s.pluginInfoErrors = newPluginInfoMetrics()
 	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
-	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.MoreMetrics))
 	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -107,11 +105,9 @@ func (s *Server) nodeGateStatus() *nodegate.Status {
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
 // /metrics.
 func (s *Server) ObservePluginInfo(d time.Duration, err error) {
-	s.callsMu.Lock()
-	defer s.callsMu.Unlock()
 	s.pluginInfo.Observe(d.Seconds())
 	if err != nil {
-		s.pluginInfoErrors[status.Code(err).String()]++
+		s.pluginInfoErrors.WithLabelValues(status.Code(err).String()).Inc()
 	}
 }
 
@@ -226,7 +222,7 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 // scrape) reaches whoever listens on the address now.
 func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	srv := NewHTTPServer(ctx, s.mux)
+	srv := httpserver.New(ctx, s.mux)
 	var serving sync.WaitGroup
 	defer serving.Wait()
 	var mu sync.Mutex
@@ -256,34 +252,7 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				lost(l)
 			})
 		case <-ctx.Done():
-			return Shutdown(ctx, srv, shutdownTimeout)
+			return httpserver.Shutdown(ctx, srv, shutdownTimeout)
 		}
 	}
-}
-
-// NewHTTPServer is an HTTP server for handler with the endpoint's limits
-// (see limits.go), for another listener on the pod network: its requests
-// carry ctx.
-func NewHTTPServer(ctx context.Context, handler http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ConnState:         (&connLimiter{byConn: map[net.Conn]*list.Element{}}).track,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-}
-
-// Shutdown gives open requests up to timeout to finish, then closes their
-// connections.
-func Shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
-	// The base context is done, so the shutdown gets a fresh one.
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = srv.Close()
-	}
-	return err
 }

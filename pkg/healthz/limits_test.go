@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
 )
 
 // generous bounds each wait on the server: it is never reached when the
@@ -65,7 +67,7 @@ func TestRequestHeadSize(t *testing.T) {
 		wantCode int
 	}{
 		{"a bearer token of 8 KiB, as a scrape may send", 8 << 10, http.StatusOK},
-		{"a head over the limit and net/http's slack", maxHeaderBytes + 4096, http.StatusRequestHeaderFieldsTooLarge},
+		{"a head over the limit and net/http's slack", httpserver.MaxHeaderBytes + 4096, http.StatusRequestHeaderFieldsTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := dial(t, addr)
@@ -88,7 +90,7 @@ func TestRequestHeadSize(t *testing.T) {
 func TestHeldConnectionsOverTheLimit(t *testing.T) {
 	addr, _ := runLoopback(t)
 	const over = 8
-	held := make([]net.Conn, maxConnections+over)
+	held := make([]net.Conn, httpserver.MaxConnections+over)
 	for i := range held {
 		held[i] = dial(t, addr)
 	}

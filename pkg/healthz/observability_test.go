@@ -3,6 +3,7 @@ package healthz
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"runtime"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -198,5 +200,25 @@ func TestMetrics(t *testing.T) {
 		if family.GetType() == dto.MetricType_COUNTER && !strings.HasSuffix(name, "_total") {
 			t.Errorf("counter %s does not end in _total", name)
 		}
+	}
+}
+
+// TestMetricsGatheredFromMore serves what Options.MoreMetrics gathers
+// beside the registrar's families, and what can be gathered when a part
+// of it fails.
+func TestMetricsGatheredFromMore(t *testing.T) {
+	more := prometheus.NewRegistry()
+	probes := prometheus.NewCounter(prometheus.CounterOpts{Name: "csi_sidecar_test_probes_total", Help: "Probes."})
+	more.MustRegister(probes)
+	probes.Add(3)
+	failing := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		return nil, errors.New("cannot read /proc/self/stat")
+	})
+	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9", MoreMetrics: prometheus.Gatherers{more, failing}}))
+	if got := value(t, families, "csi_sidecar_test_probes_total", nil); got != 3 {
+		t.Errorf("csi_sidecar_test_probes_total = %v, want 3", got)
+	}
+	if got := value(t, families, "csi_node_driver_registrar_build_info", map[string]string{"version": "v9.9.9"}); got != 1 {
+		t.Errorf("csi_node_driver_registrar_build_info = %v, want 1", got)
 	}
 }

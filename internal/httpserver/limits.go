@@ -1,4 +1,4 @@
-package healthz
+package httpserver
 
 import (
 	"container/list"
@@ -11,18 +11,18 @@ import (
 // pod of the cluster can open connections to it: these limits bound what
 // they make the registrar hold in memory.
 const (
-	// maxHeaderBytes bounds a request's head (net/http reads 4 KiB more
+	// MaxHeaderBytes bounds a request's head (net/http reads 4 KiB more
 	// before it answers 431): kubelet's probes send about 100 bytes, a
 	// scrape's bearer token a few KiB; one several times larger still fits.
-	maxHeaderBytes = 16 << 10
-	// maxConnections bounds the open connections, each with its goroutine,
-	// its buffers and a head being read (README.md, "Limits of the HTTP
-	// endpoint", has the figures). Legitimate clients need a few.
-	maxConnections = 256
+	MaxHeaderBytes = 16 << 10
+	// MaxConnections bounds the open connections, each with its goroutine,
+	// its buffers and a head being read (docs/probes-and-metrics.md,
+	// "Limits of the HTTP endpoint", has the figures). Legitimate clients need a few.
+	MaxConnections = 256
 )
 
 // connLimiter is an http.Server's ConnState hook that keeps at most
-// maxConnections open: a new one past the limit closes the one whose state
+// MaxConnections open: a new one past the limit closes the one whose state
 // changed least recently, such as one that never sent a byte or never
 // finished its head. Unlike a listener that stops accepting at a limit
 // (golang.org/x/net/netutil's LimitListener), it never makes a new client
@@ -43,7 +43,7 @@ func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
 	switch {
 	case state == http.StateNew:
 		l.byConn[conn] = l.recent.PushBack(conn)
-		if l.recent.Len() > maxConnections {
+		if l.recent.Len() > MaxConnections {
 			evicted = l.recent.Remove(l.recent.Front()).(net.Conn)
 			delete(l.byConn, evicted)
 		}
