@@ -30,7 +30,6 @@ FUZZ_TARGETS := \
 	./pkg/registration/handover:FuzzHandoverRequest \
 	./pkg/registration/handover:FuzzHandoverState \
 	./pkg/registration/handover:FuzzReadLine \
-	./internal/logging:FuzzParseByteSize \
 	./cmd/registrar:FuzzCommandLine
 # The environment the Linux image sets (its ENV lines): make bench runs the
 # binary with it, as it runs in its container.
@@ -62,7 +61,7 @@ WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy test/docs test/node test/logconformance test/selinuxvm
+MODULES := . test/e2e test/deploy test/docs test/node test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -74,7 +73,7 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 export CGO_ENABLED ?= 0
 
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test log-conformance lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
 
@@ -210,15 +209,8 @@ docs-test:
 	cd test/docs && $(GO) vet ./...
 	cd test/docs && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
-# k8s.io/component-base's JSON logger and internal/logging on the same
-# calls: their lines must be the same bytes. A module of its own, so that the
-# product module never depends on component-base.
-log-conformance:
-	cd test/logconformance && $(GO) vet ./...
-	cd test/logconformance && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
-
 # The last line says that everything passed; make stops at the first failure.
-test: vet unit fuzz e2e deploy-test docs-test log-conformance bench-smoke
+test: vet unit fuzz e2e deploy-test docs-test bench-smoke
 	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the

@@ -15,7 +15,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/logging"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -62,14 +61,14 @@ type options struct {
 	nodeCondition           bool
 	unhealthyAfter          time.Duration
 
-	logging *logging.Options
+	logging *loggingOptions
 	flags   *flag.FlagSet
 }
 
 // parseFlags parses args (without the program name) the way upstream
 // does, with Go's flag package: -name and --name both work.
 func parseFlags(program string, args []string, output io.Writer) (*options, error) {
-	o := &options{logging: logging.NewOptions()}
+	o := &options{}
 	fs := flag.NewFlagSet(program, flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver's socket in this container (a bare path, unix:///path or unix:path).")
@@ -92,7 +91,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
 	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. Keep it above 2m: after failures at a path kubelet waits up to 2m2s before it calls again. 0: /healthz never fails for this.")
-	o.logging.AddFlags(fs)
+	o.logging = addLoggingFlags(fs)
 	o.flags = fs
 	fs.Usage = o.usage
 
@@ -107,7 +106,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 // sort them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
-	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || o.logging.IsLegacyFlag(f) }
+	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || isOldKlogFlag(f) }
 	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
 	o.printFlags(func(f *flag.Flag) bool { return !deprecated(f) })
 	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")

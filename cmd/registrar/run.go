@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.diagnose {
 		return runDiagnose(ctx, o, stdout)
 	}
-	if err := o.logging.Apply(o.flags, stdout, stderr); err != nil {
+	if err := o.logging.apply(stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
 		return exitUsage
 	}
