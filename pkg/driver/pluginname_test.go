@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -105,6 +106,7 @@ func (d *fakeDriver) start(t testing.TB, listener net.Listener) {
 // serve starts the driver on a socket at path.
 func (d *fakeDriver) serve(t testing.TB, path string) {
 	t.Helper()
+	afunix.Require(t)
 	listener, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +121,7 @@ var hiddenSockets atomic.Int64
 // so the socket is accepting connections from the moment path exists.
 func (d *fakeDriver) serveByRename(t testing.TB, path string) {
 	t.Helper()
+	afunix.Require(t)
 	hidden := filepath.Join(filepath.Dir(path), fmt.Sprintf(".tmp%d.sock", hiddenSockets.Add(1)))
 	listener, err := net.Listen("unix", hidden)
 	if err != nil {
@@ -432,6 +435,7 @@ func TestSearchInvalidName(t *testing.T) {
 }
 
 func TestSearchUnimplemented(t *testing.T) {
+	afunix.Require(t)
 	t.Run("answer", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
