@@ -23,12 +23,15 @@ import (
 )
 
 const (
-	testDriver   = "mock.csi.example.com"
-	testEndpoint = "/var/lib/kubelet/plugins/mock.csi.example.com/csi.sock"
+	testDriver = "mock.csi.example.com"
 	// testTimeout bounds each RPC of a diagnosis in these tests: a safety
 	// net for slow CI machines, never a measurement.
 	testTimeout = 10 * time.Second
 )
+
+// testEndpoint is the driver's socket on the host, absolute on this system:
+// on Windows kubelet's paths start with a drive (C:\var\lib\kubelet\...).
+var testEndpoint = filepath.Join(filepath.VolumeName(os.TempDir()), filepath.FromSlash("/var/lib/kubelet/plugins/mock.csi.example.com/csi.sock"))
 
 // Indexes of the checks in Run's result.
 const (
