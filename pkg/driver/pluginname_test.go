@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,6 +158,23 @@ func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
 	t.Helper()
 	if !poll.Wait(testTimeout, func() bool { return containsString(levelZero(logs), message) }) {
 		t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
+	}
+}
+
+// waitForWatch polls the log, up to testTimeout, until the watcher says it
+// watches dir.
+func waitForWatch(t testing.TB, logs ktesting.Buffer, dir string) {
+	t.Helper()
+	watches := func() bool {
+		for _, entry := range logs.Data() {
+			if entry.Message == "Watching for the CSI driver socket" && slices.Contains(entry.ParameterKVList, any(dir)) {
+				return true
+			}
+		}
+		return false
+	}
+	if !poll.Wait(testTimeout, watches) {
+		t.Fatalf("the watcher did not move to %s in %v:\n%s", dir, testTimeout, logs.String())
 	}
 }
 
@@ -313,6 +331,10 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				var err error
 				if removed, ok := strings.CutPrefix(change, "-"); ok {
 					err = os.Remove(filepath.Join(dir, removed))
+					// On Windows the removed directory's name stays taken
+					// while a handle to it is open: the watch's, until
+					// the watcher lets it go and watches the parent.
+					waitForWatch(t, logs, filepath.Dir(filepath.Join(dir, removed)))
 				} else {
 					err = os.Mkdir(filepath.Join(dir, change), 0o755)
 				}
