@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,7 +31,8 @@ func TestServeWaitsForAnAddressInUse(t *testing.T) {
 	logs := logger.GetSink().(ktesting.Underlier).GetBuffer()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer cancel()
-	p := driverhealth.New(filepath.Join(t.TempDir(), "csi.sock"), probeTimeout)
+	// Nothing is created there: the probe only dials it.
+	p := driverhealth.New(filepath.Join(os.TempDir(), "no-driver-here.sock"), probeTimeout)
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx, address, time.Second) }()
 
