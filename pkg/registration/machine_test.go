@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 )
 
 // t0 is when every table case starts.
@@ -18,6 +20,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // os.Lstat returned, so each case lstats files it made.
 func testFiles(t *testing.T) (a, b fs.FileInfo) {
 	t.Helper()
+	removeall.Require(t)
 	dir := t.TempDir()
 	var infos [2]fs.FileInfo
 	for i, name := range []string{"a", "b"} {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 )
 
 // The instance B that the fuzzed state reaches.
@@ -18,6 +20,7 @@ const (
 // checks it as the new instance B does: whatever passes is for B's driver
 // and endpoint and for the file B found at the path, and of version 1.
 func FuzzHandoverState(f *testing.F) {
+	removeall.Require(f)
 	path := filepath.Join(f.TempDir(), fuzzDriver+"-reg.sock")
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		f.Fatal(err)
