@@ -311,10 +311,11 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 	}
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
-			// The search ends on the driver's socket. Skipped before the
-			// changes: without AF_UNIX, the watch is not worth its wait
-			// (Wine never reports a watched directory's removal, so
-			// "directory re-created" would wait out testTimeout first).
+			// The search ends on the driver's socket: without AF_UNIX the
+			// test cannot pass, so it skips before making its changes.
+			// (Wine, which has no AF_UNIX, also never reports a watched
+			// directory's removal: "directory re-created" would wait out
+			// testTimeout before reaching the socket.)
 			afunix.Require(t)
 			ctx, logs := logContext(t)
 			dir := socketDir(t)
