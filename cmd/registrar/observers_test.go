@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -19,6 +20,7 @@ import (
 // observe among its observers, its timers on clock, until the test ends.
 func runRegistration(t *testing.T, clock *testingclock.FakeClock, observe registration.Observer) *registration.Server {
 	t.Helper()
+	afunix.Require(t)
 	dir, err := os.MkdirTemp("", "obs")
 	if err != nil {
 		t.Fatal(err)

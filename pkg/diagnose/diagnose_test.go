@@ -18,15 +18,20 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 )
 
 const (
-	testDriver   = "mock.csi.example.com"
-	testEndpoint = "/var/lib/kubelet/plugins/mock.csi.example.com/csi.sock"
+	testDriver = "mock.csi.example.com"
 	// testTimeout bounds each RPC of a diagnosis in these tests: a safety
 	// net for slow CI machines, never a measurement.
 	testTimeout = 10 * time.Second
 )
+
+// testEndpoint is the driver's socket on the host, absolute on this system:
+// on Windows kubelet's paths start with a drive (C:\var\lib\kubelet\...).
+var testEndpoint = filepath.Join(filepath.VolumeName(os.TempDir()), filepath.FromSlash("/var/lib/kubelet/plugins/mock.csi.example.com/csi.sock"))
 
 // Indexes of the checks in Run's result.
 const (
@@ -116,6 +121,7 @@ func healthyInfo() *registerapi.PluginInfo {
 // arch-test).
 func (e *env) startDriver(t *testing.T, reply answer) {
 	t.Helper()
+	afunix.Require(t)
 	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
 	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -156,6 +162,7 @@ func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registe
 // serveRegistration serves info on a new socket at path.
 func serveRegistration(t *testing.T, path string, info *registerapi.PluginInfo) {
 	t.Helper()
+	afunix.Require(t)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +188,7 @@ func (e *env) publish(t *testing.T, name string, info *registerapi.PluginInfo) {
 // as a process that was killed leaves it.
 func leaveStaleSocket(t *testing.T, path string) {
 	t.Helper()
+	afunix.Require(t)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)

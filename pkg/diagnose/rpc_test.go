@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
 	"google.golang.org/grpc"
@@ -23,6 +24,7 @@ import (
 // published.
 func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registration.Server, string) {
 	t.Helper()
+	afunix.Require(t)
 	dir, err := os.MkdirTemp("", "diag")
 	if err != nil {
 		t.Fatal(err)

@@ -100,7 +100,8 @@ func FuzzValidateName(f *testing.F) {
 		if base := filepath.Base(socket); base != socket {
 			t.Fatalf("ValidateName accepted %q, but filepath.Base(%q) = %q", name, socket, base)
 		}
-		if joined := filepath.Join("/registration", socket); filepath.Dir(joined) != "/registration" {
+		dir := filepath.FromSlash("/registration")
+		if joined := filepath.Join(dir, socket); filepath.Dir(joined) != dir {
 			t.Fatalf("ValidateName accepted %q, but its socket lands at %q", name, joined)
 		}
 	})

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -105,6 +107,7 @@ func (d *fakeDriver) start(t testing.TB, listener net.Listener) {
 // serve starts the driver on a socket at path.
 func (d *fakeDriver) serve(t testing.TB, path string) {
 	t.Helper()
+	afunix.Require(t)
 	listener, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +122,7 @@ var hiddenSockets atomic.Int64
 // so the socket is accepting connections from the moment path exists.
 func (d *fakeDriver) serveByRename(t testing.TB, path string) {
 	t.Helper()
+	afunix.Require(t)
 	hidden := filepath.Join(filepath.Dir(path), fmt.Sprintf(".tmp%d.sock", hiddenSockets.Add(1)))
 	listener, err := net.Listen("unix", hidden)
 	if err != nil {
@@ -154,6 +158,23 @@ func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
 	t.Helper()
 	if !poll.Wait(testTimeout, func() bool { return containsString(levelZero(logs), message) }) {
 		t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
+	}
+}
+
+// waitForWatch polls the log, up to testTimeout, until the watcher says it
+// watches dir.
+func waitForWatch(t testing.TB, logs ktesting.Buffer, dir string) {
+	t.Helper()
+	watches := func() bool {
+		for _, entry := range logs.Data() {
+			if entry.Message == "Watching for the CSI driver socket" && slices.Contains(entry.ParameterKVList, any(dir)) {
+				return true
+			}
+		}
+		return false
+	}
+	if !poll.Wait(testTimeout, watches) {
+		t.Fatalf("the watcher did not move to %s in %v:\n%s", dir, testTimeout, logs.String())
 	}
 }
 
@@ -290,6 +311,12 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 	}
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
+			// The search ends on the driver's socket: without AF_UNIX the
+			// test cannot pass, so it skips before making its changes.
+			// (Wine, which has no AF_UNIX, also never reports a watched
+			// directory's removal: "directory re-created" would wait out
+			// testTimeout before reaching the socket.)
+			afunix.Require(t)
 			ctx, logs := logContext(t)
 			dir := socketDir(t)
 			for _, sub := range test.before {
@@ -310,6 +337,10 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				var err error
 				if removed, ok := strings.CutPrefix(change, "-"); ok {
 					err = os.Remove(filepath.Join(dir, removed))
+					// On Windows the removed directory's name stays taken
+					// while a handle to it is open: the watch's, until
+					// the watcher lets it go and watches the parent.
+					waitForWatch(t, logs, filepath.Dir(filepath.Join(dir, removed)))
 				} else {
 					err = os.Mkdir(filepath.Join(dir, change), 0o755)
 				}
@@ -432,6 +463,7 @@ func TestSearchInvalidName(t *testing.T) {
 }
 
 func TestSearchUnimplemented(t *testing.T) {
+	afunix.Require(t)
 	t.Run("answer", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
 	"google.golang.org/grpc"
@@ -52,6 +53,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // A driver that closes idle connections is still there: the connection
 // held to it is made again, and nothing is reported.
 func TestFollowReconnectsToADriverThatClosesIdleConnections(t *testing.T) {
+	afunix.Require(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
 	ctx, _ := logContext(t)
 	d := newFakeDriverWith(t, answerName(testDriverName), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 20 * time.Millisecond}))

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 )
 
@@ -83,6 +84,7 @@ var hidden atomic.Int64
 // there at one instant. The socket file stays when the driver stops.
 func (d *testDriver) serve(t testing.TB, path string) {
 	t.Helper()
+	afunix.Require(t)
 	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".d%d", hidden.Add(1)))
 	l, err := net.Listen("unix", tmp)
 	if err != nil {

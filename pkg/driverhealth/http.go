@@ -2,16 +2,15 @@ package driverhealth
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
+	"github.com/csi-registrar/node-driver-registrar/internal/sockerr"
 )
 
 // Path is where the probe is answered, livenessprobe's.
@@ -104,7 +103,7 @@ func listen(ctx context.Context, address string) (net.Listener, error) {
 		if err == nil {
 			return l, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
+		if !sockerr.AddrInUse(err) {
 			if ctx.Err() != nil {
 				return nil, nil
 			}

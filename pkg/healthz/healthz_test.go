@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -23,6 +24,7 @@ const testDriver = "test.csi.example.com"
 // and waits until its socket is published.
 func startRegistration(t *testing.T, dir string) (*registration.Server, func() error) {
 	t.Helper()
+	afunix.Require(t)
 	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -21,6 +22,9 @@ import (
 // idea of the time, are clock's.
 func runWithClock(t *testing.T, clock *testingclock.FakeClock, driver bool) *registration.Server {
 	t.Helper()
+	if driver {
+		afunix.Require(t) // the registration socket
+	}
 	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t), KubeletSilence: 10 * time.Second, Clock: clock})
 	if err != nil {
 		t.Fatal(err)

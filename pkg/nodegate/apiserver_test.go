@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 )
 
@@ -47,6 +48,7 @@ func startAPIServer(t testing.TB) *apiserverFixture {
 	s := apiserver.StartForTest(t, repo,
 		apiserver.User{Token: gateToken, Name: gateUser, Groups: []string{"system:serviceaccounts"}},
 		apiserver.User{Token: narrowToken, Name: narrowUser, Groups: []string{"system:serviceaccounts"}})
+	removeall.Require(t)
 	return &apiserverFixture{Server: s, dir: t.TempDir()}
 }
 
@@ -484,6 +486,7 @@ func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	removeall.Require(b)
 	f := &apiserverFixture{Server: apiserver.StartForTest(b, repo), dir: b.TempDir()}
 	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
 		b.Fatal(err)

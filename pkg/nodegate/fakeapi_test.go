@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 )
 
 // fakeAPI is a local HTTPS server that answers the gate's three requests
@@ -47,6 +49,7 @@ func newFakeAPI(t testing.TB, node string, taints ...taint) *fakeAPI {
 		conditions: map[string]map[string]any{}, forbidden: map[string]bool{}}
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
+	removeall.Require(t) // the token and CA files
 	dir := t.TempDir()
 	f.cfg = ClientConfig{Host: f.srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"), UserAgent: "test"}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})

@@ -14,22 +14,25 @@ import (
 // t0 is when every table case starts.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// testFile is a file identity for the table: os.SameFile compares what
-// os.Lstat returned, so each case lstats files it made.
+// testFiles are two file identities for the table: os.SameFile compares
+// what os.Lstat returned, so each case lstats files it made. They are
+// single files, removed by name, which every system can: Wine 8's
+// os.RemoveAll cannot remove a t.TempDir holding them.
 func testFiles(t *testing.T) (a, b fs.FileInfo) {
 	t.Helper()
-	dir := t.TempDir()
 	var infos [2]fs.FileInfo
-	for i, name := range []string{"a", "b"} {
-		path := dir + "/" + name
-		if err := os.WriteFile(path, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		fi, err := os.Lstat(path)
+	for i := range infos {
+		f, err := os.CreateTemp("", "machine-test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		infos[i] = fi
+		t.Cleanup(func() { os.Remove(f.Name()) })
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if infos[i], err = os.Lstat(f.Name()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return infos[0], infos[1]
 }

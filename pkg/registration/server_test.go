@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,7 +36,11 @@ func shortTempDir(t *testing.T) string {
 type running struct {
 	srv    *Server
 	cancel context.CancelFunc
-	done   chan error
+	// done is closed when Run has returned, with runErr: any number of
+	// readers see it, so that a test that fails on an early return does
+	// not leave its cleanup waiting for a value it took.
+	done   chan struct{}
+	runErr error
 }
 
 const testEndpoint = "/var/lib/kubelet/plugins/test/csi.sock"
@@ -72,9 +78,13 @@ func newServer(t *testing.T, dir string, configure ...func(*Config)) *Server {
 // runServer runs srv in the background until the test ends.
 func runServer(t *testing.T, srv *Server) *running {
 	t.Helper()
+	afunix.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{srv: srv, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- srv.Run(ctx) }()
+	r := &running{srv: srv, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.runErr = srv.Run(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		<-r.done
@@ -92,8 +102,8 @@ func (r *running) waitServing(t *testing.T) {
 	t.Helper()
 	poll.Until(t, "the server serves", func() bool {
 		select {
-		case err := <-r.done:
-			t.Fatalf("Run returned early: %v", err)
+		case <-r.done:
+			t.Fatalf("Run returned early: %v", r.runErr)
 		default:
 		}
 		return r.srv.Health(context.Background()).Found == FoundOurs
@@ -104,9 +114,8 @@ func (r *running) stop(t *testing.T) error {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		r.done <- err // for Cleanup
-		return err
+	case <-r.done:
+		return r.runErr
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after cancel")
 		return nil
@@ -182,6 +191,7 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 // crashed process would; with live set it keeps listening.
 func leaveSocket(t *testing.T, path string, live bool) net.Listener {
 	t.Helper()
+	afunix.Require(t)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +274,8 @@ func TestLeavesNonSocketsUntouched(t *testing.T) {
 			}
 			srv.DriverFound(testDriver)
 			err = srv.Run(context.Background())
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
+			// The error quotes the path: on Windows, its backslashes doubled.
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), strconv.Quote(path)) {
 				t.Fatalf("Run() = %v, want an error naming %s and containing %q", err, path, tc.wantErr)
 			}
 			after, err := os.Lstat(path)
@@ -380,8 +391,8 @@ func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 	}
 	var runErr error
 	select {
-	case runErr = <-r.done:
-		r.done <- runErr
+	case <-r.done:
+		runErr = r.runErr
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after the rejection")
 	}
@@ -422,6 +433,7 @@ func serveForeign(t *testing.T, path, name string) *countingRegistration {
 // serveForeignInfo is serveForeign answering GetInfo with info.
 func serveForeignInfo(t *testing.T, path string, info *registerapi.PluginInfo) *countingRegistration {
 	t.Helper()
+	afunix.Require(t)
 	tmp := path + ".new"
 	l, err := net.Listen("unix", tmp)
 	if err != nil {

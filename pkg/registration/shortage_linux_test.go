@@ -52,8 +52,8 @@ func TestPublishesAgainOnceInodesAreFree(t *testing.T) {
 		t.Errorf("Status = %+v, want not ready, with the reason and the next try", st)
 	}
 	select {
-	case err := <-r.done:
-		t.Fatalf("Run returned on a shortage of inodes: %v", err)
+	case <-r.done:
+		t.Fatalf("Run returned on a shortage of inodes: %v", r.runErr)
 	default:
 	}
 

@@ -44,14 +44,7 @@ func TestDriverLivenessOverlay(t *testing.T) {
 // The driver-liveness wiring mistakes are reported.
 func TestCheckDriverLivenessFindsMistakes(t *testing.T) {
 	overlay := onlyDaemonSet(t, render(t, livenessOverlayDir))
-	if errs := CheckNodePlugin(overlay); len(errs) != 0 {
-		t.Fatalf("the overlay has wiring errors: %v", errs)
-	}
-	for _, tc := range []struct {
-		name   string
-		mutate func(t *testing.T, ds *appsv1.DaemonSet)
-		want   string
-	}{{
+	checkFindsMistakes(t, overlay, []mistake{{
 		name: "the driver's probe on another port",
 		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
 			container(t, ds, "csi-driver").LivenessProbe.HTTPGet.Port = intstr.FromInt32(9807)
@@ -75,16 +68,5 @@ func TestCheckDriverLivenessFindsMistakes(t *testing.T) {
 			setFlag(container(t, ds, RegistrarContainer), "driver-health-endpoint", "9808")
 		},
 		want: `--driver-health-endpoint "9808" is not host:port`,
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ds := overlay.DeepCopy()
-			tc.mutate(t, ds)
-			for _, err := range CheckNodePlugin(ds) {
-				if strings.Contains(err.Error(), tc.want) {
-					return
-				}
-			}
-			t.Errorf("no error contains %q; got %v", tc.want, CheckNodePlugin(ds))
-		})
-	}
+	}})
 }

@@ -26,6 +26,8 @@ const (
 	monitoringOverlayDir = "testdata/monitoring-overlay"
 	// hostNetworkOverlayDir is the base with the deploy/host-network component.
 	hostNetworkOverlayDir = "testdata/host-network-overlay"
+	// windowsDir is the Windows nodes' base, a HostProcess DaemonSet.
+	windowsDir = deployDir + "/windows"
 	// recipesDir holds, per chart, a manifest of the chart's node
 	// DaemonSet with its recipe from deploy/recipes.
 	recipesDir = "testdata/recipes"

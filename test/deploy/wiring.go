@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,16 @@ const (
 	// PluginsDir holds each CSI driver's socket directory on the host,
 	// /var/lib/kubelet/plugins/<driver name>.
 	PluginsDir = "/var/lib/kubelet/plugins"
+
+	// RegistrarWindowsCommand is the command of the registrar in a
+	// HostProcess pod: the program's name alone, found on the container's
+	// PATH (its image's files), where the image's entrypoint, a path from
+	// the root, would be looked for in the host's C:\.
+	RegistrarWindowsCommand = "csi-node-driver-registrar.exe"
+	// WindowsPluginRegistry and WindowsPluginsDir are kubelet's
+	// PluginRegistry and PluginsDir on a Windows node.
+	WindowsPluginRegistry = `C:\var\lib\kubelet\plugins_registry`
+	WindowsPluginsDir     = `C:\var\lib\kubelet\plugins`
 )
 
 // The registrar's flags, defaults (upstream's) and HTTP paths.
@@ -58,6 +69,7 @@ var registrarBoolFlags = map[string]bool{
 // resolve, and registrar flags that do not match the volumes they rely on.
 func CheckNodePlugin(ds *appsv1.DaemonSet) []error {
 	c := &checker{ds: ds, spec: &ds.Spec.Template.Spec}
+	c.hostProcess = isHostProcess(c.spec)
 	c.checkSelector()
 	c.checkUpdateStrategy()
 	c.indexVolumes()
@@ -72,7 +84,17 @@ type checker struct {
 	ds      *appsv1.DaemonSet
 	spec    *corev1.PodSpec
 	volumes map[string]*corev1.Volume
-	errs    []error
+	// hostProcess: a Windows HostProcess pod, whose containers see the
+	// host's file system, so that the registrar's paths are the host's.
+	hostProcess bool
+	errs        []error
+}
+
+// isHostProcess tells whether the pod's containers are Windows HostProcess
+// containers, as the pod's security context says for all of them.
+func isHostProcess(spec *corev1.PodSpec) bool {
+	sc := spec.SecurityContext
+	return sc != nil && sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess
 }
 
 func (c *checker) fail(format string, args ...any) {
@@ -154,7 +176,7 @@ func (c *checker) checkContainer(ctr *corev1.Container) {
 		if _, ok := c.volumes[m.Name]; !ok {
 			c.fail("container %q mounts volume %q, which the pod does not define", ctr.Name, m.Name)
 		}
-		if !path.IsAbs(m.MountPath) {
+		if !path.IsAbs(m.MountPath) && !(c.hostProcess && windowsAbs.MatchString(m.MountPath)) {
 			c.fail("container %q mounts volume %q at %q, not an absolute path", ctr.Name, m.Name, m.MountPath)
 		}
 		p := path.Clean(m.MountPath)
@@ -256,7 +278,10 @@ func (c *checker) checkRegistrar() {
 	if reg.Image == "" {
 		c.fail("the registrar has no image")
 	}
-	if len(reg.Command) > 0 && reg.Command[0] != RegistrarBinary {
+	switch {
+	case c.hostProcess && (len(reg.Command) == 0 || reg.Command[0] != RegistrarWindowsCommand):
+		c.fail("the registrar's command is %q: in a HostProcess pod it must be [%s], the program on the container's PATH (the image's entrypoint would be looked for in the host's C:\\)", reg.Command, RegistrarWindowsCommand)
+	case !c.hostProcess && len(reg.Command) > 0 && reg.Command[0] != RegistrarBinary:
 		c.fail("the registrar's command runs %q: its image holds only %s", reg.Command[0], RegistrarBinary)
 	}
 	for _, p := range probes(reg) {
@@ -270,7 +295,11 @@ func (c *checker) checkRegistrar() {
 		c.fail("the registrar's arguments: %v", err)
 		return
 	}
-	c.checkRegistrarSockets(reg, flags)
+	if c.hostProcess {
+		c.checkHostProcessSockets(reg, flags)
+	} else {
+		c.checkRegistrarSockets(reg, flags)
+	}
 	c.checkRegistrarHTTP(reg, flags)
 	c.checkDriverHealth(reg, flags)
 }
@@ -378,6 +407,67 @@ func (c *checker) checkRegistrarSockets(reg *corev1.Container, flags map[string]
 	case regMount.ReadOnly:
 		c.fail("volume %q is mounted read-only: the registrar creates its socket there", regMount.Name)
 	}
+}
+
+// windowsAbs matches an absolute Windows path: a drive and a separator.
+var windowsAbs = regexp.MustCompile(`^[A-Za-z]:[\\/]`)
+
+// windowsPath is a Windows path in one spelling, to compare two: forward
+// slashes and lower case (Windows' names ignore case).
+func windowsPath(p string) string {
+	return strings.ToLower(strings.ReplaceAll(p, `\`, "/"))
+}
+
+// checkHostProcessSockets checks the registrar's paths in a HostProcess
+// pod: they are the host's, so --csi-address is the very file kubelet
+// dials (--kubelet-registration-path), which the driver container is given
+// too, and --plugin-registration-path is kubelet's registry itself.
+func (c *checker) checkHostProcessSockets(reg *corev1.Container, flags map[string]string) {
+	address := strings.TrimPrefix(strings.TrimPrefix(flags[csiAddressFlag], "unix://"), "unix:")
+	if !windowsAbs.MatchString(address) {
+		c.fail("--csi-address %q is not an absolute Windows path (C:\\...): in a HostProcess pod the registrar finds the driver's socket on the host's file system", address)
+		return
+	}
+	socket := path.Clean(windowsPath(address))
+	if path.Dir(path.Dir(socket)) != windowsPath(WindowsPluginsDir) {
+		c.fail("--csi-address %q is not in a directory of %s: the convention is %s\\<driver name>\\csi.sock", address, WindowsPluginsDir, WindowsPluginsDir)
+	}
+	registrationPath := flags[kubeletRegistrationFlag]
+	switch {
+	case registrationPath == "":
+		c.fail("--%s is not set: the registrar refuses to start without it", kubeletRegistrationFlag)
+	case strings.Contains(registrationPath, "$("):
+		c.fail("--%s %q refers to a variable the registrar's env does not define with a value", kubeletRegistrationFlag, registrationPath)
+	case path.Clean(windowsPath(registrationPath)) != socket:
+		c.fail("--%s is %q, but --csi-address is %q: in a HostProcess pod both are the socket's path on the host, so kubelet would dial the wrong socket", kubeletRegistrationFlag, registrationPath, address)
+	}
+	if !c.givenToAnotherContainer(reg.Name, socket) {
+		c.fail("no other container has the socket %q in its arguments or variables: the driver would not listen where the registrar looks", address)
+	}
+	if dir := flags[pluginRegistrationFlag]; path.Clean(windowsPath(dir)) != windowsPath(WindowsPluginRegistry) {
+		c.fail("--%s is %q, not kubelet's registry %s: in a HostProcess pod the path is the host's, and kubelet would never see the registration socket", pluginRegistrationFlag, dir, WindowsPluginRegistry)
+	}
+}
+
+// givenToAnotherContainer tells whether a container other than self has
+// the Windows path p in its arguments, with its variables expanded, or in
+// a variable.
+func (c *checker) givenToAnotherContainer(self, p string) bool {
+	for _, ctr := range c.spec.Containers {
+		if ctr.Name == self {
+			continue
+		}
+		values := expandAll(append(append([]string(nil), ctr.Command...), ctr.Args...), ctr.Env)
+		for _, e := range ctr.Env {
+			values = append(values, e.Value)
+		}
+		for _, v := range values {
+			if strings.Contains(windowsPath(v), p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *checker) sharedWithAnotherContainer(self, volume string) bool {

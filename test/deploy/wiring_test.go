@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,18 +64,41 @@ func setEnv(c *corev1.Container, name, value string) {
 	}
 }
 
+// mistake is a change to a DaemonSet that CheckNodePlugin reports with an
+// error containing want.
+type mistake struct {
+	name   string
+	mutate func(t *testing.T, ds *appsv1.DaemonSet)
+	want   string
+}
+
+// checkFindsMistakes checks that base has no wiring error, and that each
+// mistake, made to a copy of it, is reported.
+func checkFindsMistakes(t *testing.T, base *appsv1.DaemonSet, mistakes []mistake) {
+	t.Helper()
+	if errs := CheckNodePlugin(base); len(errs) != 0 {
+		t.Fatalf("DaemonSet %s has wiring errors: %v", base.Name, errs)
+	}
+	for _, tc := range mistakes {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := base.DeepCopy()
+			tc.mutate(t, ds)
+			errs := CheckNodePlugin(ds)
+			for _, err := range errs {
+				if strings.Contains(err.Error(), tc.want) {
+					return
+				}
+			}
+			t.Errorf("no error contains %q; got %v", tc.want, errs)
+		})
+	}
+}
+
 // Each mistake an operator can make in the manifest is reported: the checks
 // that pass on deploy/ are able to fail.
 func TestCheckNodePluginFindsMistakes(t *testing.T) {
 	base := onlyDaemonSet(t, render(t, deployDir))
-	if errs := CheckNodePlugin(base); len(errs) != 0 {
-		t.Fatalf("the base has wiring errors: %v", errs)
-	}
-	for _, tc := range []struct {
-		name   string
-		mutate func(t *testing.T, ds *appsv1.DaemonSet)
-		want   string
-	}{{
+	checkFindsMistakes(t, base, []mistake{{
 		name: "mount of a volume that does not exist",
 		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
 			mount(t, container(t, ds, RegistrarContainer), "registration-dir").Name = "registraton-dir"
@@ -230,19 +254,7 @@ func TestCheckNodePluginFindsMistakes(t *testing.T) {
 			container(t, ds, RegistrarContainer).Resources.Requests[corev1.ResourceMemory] = resource.MustParse("1Gi")
 		},
 		want: "more than its limit",
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ds := base.DeepCopy()
-			tc.mutate(t, ds)
-			errs := CheckNodePlugin(ds)
-			for _, err := range errs {
-				if strings.Contains(err.Error(), tc.want) {
-					return
-				}
-			}
-			t.Errorf("no error contains %q; got %v", tc.want, errs)
-		})
-	}
+	}})
 }
 
 func TestParseFlags(t *testing.T) {
@@ -289,4 +301,53 @@ func TestExpand(t *testing.T) {
 			t.Errorf("expand(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// The Windows base's HostProcess wiring is checked as such, and each
+// mistake in it is reported.
+func TestCheckNodePluginFindsHostProcessMistakes(t *testing.T) {
+	base := onlyDaemonSet(t, render(t, windowsDir))
+	if !isHostProcess(&base.Spec.Template.Spec) {
+		t.Fatalf("%s is not a HostProcess pod: its checks would be Linux's", windowsDir)
+	}
+	const other = `C:\var\lib\kubelet\plugins\other.csi.example.com\csi.sock`
+	checkFindsMistakes(t, base, []mistake{{
+		name: "the image's entrypoint",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			container(t, ds, RegistrarContainer).Command = nil
+		},
+		want: "in a HostProcess pod it must be [csi-node-driver-registrar.exe]",
+	}, {
+		name: "a Linux path",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			setFlag(container(t, ds, RegistrarContainer), "csi-address", "/csi/csi.sock")
+		},
+		want: "not an absolute Windows path",
+	}, {
+		name: "registration path renamed without the socket",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			setFlag(container(t, ds, RegistrarContainer), "kubelet-registration-path", other)
+		},
+		want: "kubelet would dial the wrong socket",
+	}, {
+		name: "socket renamed without the driver's",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			setEnv(container(t, ds, RegistrarContainer), "DRIVER_REG_SOCK_PATH", other)
+		},
+		want: "the driver would not listen where the registrar looks",
+	}, {
+		name: "socket outside kubelet's plugins directory",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			setEnv(container(t, ds, RegistrarContainer), "DRIVER_REG_SOCK_PATH", `C:\csi\csi.sock`)
+			setEnv(container(t, ds, "csi-driver"), "CSI_SOCKET", `C:\csi\csi.sock`)
+		},
+		want: `the convention is C:\var\lib\kubelet\plugins\<driver name>\csi.sock`,
+	}, {
+		name: "the default registry, a container's path",
+		mutate: func(t *testing.T, ds *appsv1.DaemonSet) {
+			reg := container(t, ds, RegistrarContainer)
+			reg.Args = slices.DeleteFunc(reg.Args, func(a string) bool { return strings.HasPrefix(a, "--plugin-registration-path=") })
+		},
+		want: "kubelet would never see the registration socket",
+	}})
 }

@@ -3,7 +3,6 @@ package handover
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -18,11 +17,17 @@ const (
 // checks it as the new instance B does: whatever passes is for B's driver
 // and endpoint and for the file B found at the path, and of version 1.
 func FuzzHandoverState(f *testing.F) {
-	path := filepath.Join(f.TempDir(), fuzzDriver+"-reg.sock")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	// A file of its own, removed by name, which every system can: Wine 8's
+	// os.RemoveAll cannot remove a f.TempDir holding it.
+	file, err := os.CreateTemp("", fuzzDriver+"-reg.sock.")
+	if err != nil {
 		f.Fatal(err)
 	}
-	before, err := os.Lstat(path)
+	f.Cleanup(func() { os.Remove(file.Name()) })
+	if err := file.Close(); err != nil {
+		f.Fatal(err)
+	}
+	before, err := os.Lstat(file.Name())
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,0 +1,7 @@
+//go:build !windows
+
+package afunix
+
+import "syscall"
+
+const errNoFamily = syscall.EAFNOSUPPORT

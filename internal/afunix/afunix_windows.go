@@ -1,0 +1,5 @@
+package afunix
+
+import "golang.org/x/sys/windows"
+
+const errNoFamily = windows.WSAEAFNOSUPPORT

@@ -1,0 +1,7 @@
+//go:build !windows
+
+package removeall
+
+import "syscall"
+
+const errNotImplemented = syscall.ENOSYS

@@ -1,0 +1,7 @@
+//go:build !windows
+
+package sockerr
+
+import "syscall"
+
+const addrInUse = syscall.EADDRINUSE

@@ -1,0 +1,5 @@
+package sockerr
+
+import "golang.org/x/sys/windows"
+
+const addrInUse = windows.WSAEADDRINUSE
