@@ -76,8 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
+	// klog's warning severity (W in the text format), as component-base's
+	// and internal/logging's own flag warnings: logr has no such level, and
+	// an info line would hide a warning among the state changes.
 	for _, warning := range o.warnings() {
-		logger.Info("Warning: " + warning)
+		klog.Warning(warning)
 	}
 	err = register(ctx, o, termination)
 	switch {
@@ -291,6 +294,6 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 			logger.V(2).Info("No termination message file: not running under kubelet; reasons are only logged", "path", t.path)
 		})
 	case err != nil:
-		logger.Info("Warning: cannot write the termination message", "path", t.path, "err", err)
+		klog.Warningf("cannot write the termination message to %s: %v", t.path, err)
 	}
 }
