@@ -166,9 +166,16 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
 	}
-	// The driver's last error, for stoppedFailing.
+	// The driver's last error, for stoppedFailing; and why it cannot be
+	// asked, for the registration's reason while it waits for it.
 	var driverError atomic.Pointer[error]
-	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { driverError.Store(&err) }}
+	recordAttempt := func(err error) {
+		driverError.Store(&err)
+		if err != nil {
+			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
+		}
+	}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { recordAttempt(err) }}
 	if addr := o.httpAddress(); addr != "" {
 		// No TCP keep-alive: probes and scrapes are short requests, and the
 		// HTTP server closes idle connections itself; it saves four system
@@ -177,7 +184,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
 		probes := healthz.New(srv, probeOpts)
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
-			driverError.Store(&err)
+			recordAttempt(err)
 			probes.ObservePluginInfo(d, err)
 		}
 		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })

@@ -103,7 +103,13 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	}
 	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
 	if errors.As(err, new(*unixgrpc.ConnectError)) {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+": nothing listens on the driver socket; is the driver container crashing or restarting? Check its logs")
+		// Each error of connect(2) has its own cause: permissions are not
+		// the driver's fault, a refusal is.
+		advice := driver.ConnectAdvice(err, d.driverSocket)
+		if advice == "" {
+			advice = "check that the driver is running (its logs) and that --csi-address is its socket"
+		}
+		return fail(c, describeCallError(err, d.cfg.Timeout)+": "+advice)
 	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}

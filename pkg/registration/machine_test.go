@@ -244,7 +244,7 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 	for gen := uint64(1); gen <= 3; gen++ {
 		m.step(now, kubeletCall{gen: gen, notify: true, reason: "dial unix /typo/csi.sock: no such file"})
 		for _, moment := range []string{"after the rejection", "after the retry's publication", "after kubelet's GetInfo"} {
-			st := (&snapshot{m: m}).status(true)
+			st := (&snapshot{m: m}).status(true, "")
 			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
 				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
 				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
@@ -293,13 +293,13 @@ func TestClaimUntilItIsOver(t *testing.T) {
 	for _, m := range []machine{testMachine(), publishedIn(Registered)} {
 		name, path, state := m.name, m.path, m.state
 		m.step(t0, named{"other.example.com"})
-		st := (&snapshot{m: m}).status(true)
+		st := (&snapshot{m: m}).status(true, "")
 		if st.DriverName != name || st.SocketPath != path || st.State != state || st.Ready ||
 			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
 			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
 		}
 		m.step(t0, claimOver{})
-		st = (&snapshot{m: m}).status(true)
+		st = (&snapshot{m: m}).status(true, "")
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
 		}
