@@ -250,7 +250,11 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 		if strings.Contains(reason, "no such file or directory") || strings.Contains(reason, "connection refused") {
 			hint = ": kubelet cannot reach the driver at --kubelet-registration-path on the host; it must be the host path of the driver's socket"
 		}
-		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%d times in a row): %q%s", when, st.Attempts, reason, hint))
+		times := "once"
+		if st.Attempts != 1 {
+			times = fmt.Sprintf("%d times in a row", st.Attempts)
+		}
+		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%s): %q%s", when, times, reason, hint))
 	case registration.KubeletSilent:
 		return fail(c, notWatched)
 	case registration.WaitingForKubelet:

@@ -2,6 +2,7 @@ package registration
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"reflect"
@@ -248,6 +249,13 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
 				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
 				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
+			}
+			times := fmt.Sprintf("(%d times since %s", gen, t0.UTC().Format(time.RFC3339))
+			if gen == 1 {
+				times = "(once, at " + t0.UTC().Format(time.RFC3339)
+			}
+			if !strings.Contains(st.Reason, times) {
+				t.Errorf("attempt %d: reason %q lacks %q", gen, st.Reason, times)
 			}
 			switch moment {
 			case "after the rejection":

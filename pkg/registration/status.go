@@ -157,7 +157,11 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 			_, out.Reason = at.Found(m.name)
 		}
 	case Rejected:
-		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%d times since %s", m.log.lastVerdict.Reason, m.attempts, m.failingSince.UTC().Format(time.RFC3339))
+		times := "once, at"
+		if m.attempts != 1 {
+			times = fmt.Sprintf("%d times since", m.attempts)
+		}
+		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.log.lastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
 			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339)
 		}
