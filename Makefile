@@ -216,7 +216,8 @@ deploy-test:
 	cd test/deploy && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # The Markdown documents as GitHub renders them: every relative link and
-# #anchor resolves, the README's flags table is the binary's flags, and
+# #anchor resolves, every repository path a YAML comment names exists,
+# the README's flags table is the binary's flags, and
 # CONTRIBUTING.md's table of make targets is the Makefile's. A
 # module of its own (the goldmark parser). See CONTRIBUTING.md.
 docs-test:
@@ -285,10 +286,13 @@ image-windows: require-buildx build-all
 image-check:
 	VERSION=$(VERSION) hack/check-image.sh
 
-# The demo builds the binaries it runs, the registrar with VERSION.
+# The demo builds the binaries it runs, the registrar with VERSION. It is
+# built, then run: go run exits 1 after a Ctrl-C even when the program
+# stopped cleanly, and make would end with "Error 1".
 demo:
 	@echo "make demo: compiling the demo program (first time: about 20 s); it then builds the binaries it runs"
-	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(GO) run ./cmd/demo $(DEMO_FLAGS)
+	cd test/e2e && $(GO) build -o $(CURDIR)/bin/demo ./cmd/demo
+	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(CURDIR)/bin/demo $(DEMO_FLAGS)
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
@@ -338,5 +342,7 @@ e2e-node:
 e2e-storage:
 	VERSION=$(VERSION) hack/e2e-node.sh storage
 
+# bin/, and the kubelet and control plane that make e2e-node and
+# pkg/nodegate's test build into test/node/_bin (about 170 MB).
 clean:
-	rm -rf bin
+	rm -rf bin test/node/_bin
