@@ -47,7 +47,7 @@ func goCommand() string { return "go" }
 
 func TestListsSkipsAndKeepsOutputShort(t *testing.T) {
 	dir := writeModule(t, false)
-	record := filepath.Join(t.TempDir(), "skips.txt")
+	record := filepath.Join(t.TempDir(), "bin", "skips.txt") // bin/ not made yet
 	var stdout, stderr bytes.Buffer
 	status := run(invocation{dir: dir, goCmd: goCommand(), record: record, args: []string{"-count=1", "."},
 		stdout: &stdout, stderr: &stderr})
