@@ -30,7 +30,7 @@ type binarySource struct {
 	env      string
 	name     string
 	what     string // for the progress lines
-	coldTime string // its first build, with an empty GOCACHE on two shared cores, the three at once
+	coldTime string // its first build, with empty Go caches on two shared cores (load average 15-68), the three at once
 	inRepo   bool   // package path relative to the repository root, else to the e2e module
 	pkg      string
 	ldflags  string
@@ -70,9 +70,9 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 	}
 	var bins Binaries
 	sources := []binarySource{
-		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "about 30 s", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
-		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "about 30 s", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
-		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "about 3 min, kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
+		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "up to 3 min on two cores", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
+		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "up to 4 min on two cores", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
+		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "up to 16 min on two cores: kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
 	}
 	errs := make([]error, len(sources))
 	var builds sync.WaitGroup
