@@ -19,7 +19,7 @@ var connectErrnos = []struct {
 	{syscall.EACCES, permissionAdvice},
 	{syscall.EPERM, permissionAdvice},
 	{syscall.ECONNREFUSED, func(string) string {
-		return "nothing listens on the driver's socket: the driver is not running or is restarting (its container's logs, kubectl describe pod), or the file is a socket an earlier driver left behind"
+		return "nothing listens on the driver socket: the driver is not running or is restarting (its container's logs, kubectl describe pod), or the file is a socket an earlier driver left behind"
 	}},
 	{syscall.ENOENT, func(path string) string {
 		return "the driver's socket is not there: the driver has not created it yet or removed it, or this container does not mount the driver's socket directory at " + filepath.Dir(path)

@@ -87,7 +87,7 @@ func TestUnreachableOfFollowsAttempts(t *testing.T) {
 	for _, tc := range []struct {
 		path, want string
 	}{
-		{stale, "(connection refused): nothing listens on the driver's socket"},
+		{stale, "(connection refused): nothing listens on the driver socket"},
 		{filepath.Join(dir, "missing.sock"), "(no such file or directory): the driver's socket is not there"},
 	} {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
