@@ -72,6 +72,18 @@ CYCLONEDX_GOMOD := $(CURDIR)/bin/tools/cyclonedx-gomod
 
 export CGO_ENABLED ?= 0
 
+# Every go test that make runs runs as $(GO_TEST) <go test arguments>, in the
+# directory it tests: hack/gotest runs go test -json, prints what go test
+# prints without -v, then lists the tests that skipped and why; with CI set
+# (not false or 0) a skip fails it, unless hack/gotest expects it everywhere.
+# Under make test it also records the skips, and make test lists them all at
+# its end.
+GO_TEST = $(GO) run -C $(CURDIR) ./hack/gotest -go '$(GO)' -dir "$$PWD" $(if $(SKIPPED),-record $(SKIPPED)) --
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+SKIPPED := $(CURDIR)/bin/skipped-tests.txt
+$(shell rm -f $(SKIPPED))
+endif
+
 .PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
 .PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
@@ -162,7 +174,7 @@ vet:
 
 # Unit and integration tests of the product module, under the race detector.
 unit:
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # Each fuzz target for FUZZTIME; the first failure stops make, and go test
 # prints the input and writes it to the package's testdata/fuzz/. go test
@@ -176,7 +188,7 @@ fuzz:
 		pkg=$${t%%:*}; target=$${t#*:}; \
 		grep -qs "^func $$target(" $$pkg/*_test.go || { echo "make fuzz: no $$target in $$pkg" >&2; exit 1; }; \
 		echo "$(GO) test -run '^\$$' -fuzz='^$$target\$$' -fuzztime=$(FUZZTIME) $$pkg"; \
-		$(GO) test -run '^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		$(GO_TEST) -run '^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
 # The last build whose handover messages carry no version (the version
@@ -195,11 +207,11 @@ handover-compat:
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	git archive $(HANDOVER_PREVIOUS) | tar -x -C "$$tmp"; \
 	(cd "$$tmp" && $(GO) build -o previous-registrar ./cmd/registrar); \
-	cd test/integration && PREVIOUS_REGISTRAR_BIN="$$tmp/previous-registrar" CGO_ENABLED=1 $(GO) test -race -count=1 -run '^TestHandsOverBetweenBuilds$$' .
+	cd test/integration && PREVIOUS_REGISTRAR_BIN="$$tmp/previous-registrar" CGO_ENABLED=1 $(GO_TEST) -race -count=1 -run '^TestHandsOverBetweenBuilds$$' .
 
 # kubelet's own plugin manager and CSI handler against the release binary.
 e2e: build
-	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # The example manifests in deploy/: strict decoding and wiring checks, and
 # a server-side dry run of every rendering against a real kube-apiserver
@@ -207,18 +219,22 @@ e2e: build
 # missing; skipped without them, failing under CI).
 deploy-test:
 	cd test/deploy && $(GO) vet ./...
-	cd test/deploy && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	cd test/deploy && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # The Markdown documents as GitHub renders them: every relative link and
-# #anchor resolves, the README's flags table is the binary's flags, and
+# #anchor resolves, every repository path a YAML comment names exists,
+# the README's flags table is the binary's flags, and
 # CONTRIBUTING.md's table of make targets is the Makefile's. A
 # module of its own (the goldmark parser). See CONTRIBUTING.md.
 docs-test:
 	cd test/docs && $(GO) vet ./...
-	cd test/docs && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+	cd test/docs && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
-# The last line says that everything passed; make stops at the first failure.
+# The last lines list the tests that skipped, and say that everything
+# passed; make stops at the first failure.
 test: vet unit fuzz e2e deploy-test docs-test bench-smoke
+	@if [ -s $(SKIPPED) ]; then echo "make test: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
+		else echo "make test: no test skipped"; fi
 	@echo "make test: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
@@ -262,10 +278,15 @@ image-windows: require-buildx build-all
 image-check:
 	VERSION=$(VERSION) hack/check-image.sh
 
-# The demo builds the binaries it runs, the registrar with VERSION.
+# The demo builds the binaries it runs, the registrar with VERSION. It is
+# built, then run in the recipe's shell's place (exec), so that a Ctrl-C it
+# stops at cleanly ends make quietly: go run exits 1 after a SIGINT whatever
+# the program did (make: "Error 1"), and a shell between make and the demo
+# dies of the SIGINT (make: "Interrupt").
 demo:
-	@echo "make demo: compiling the demo program (first time: about 20 s); it then builds the binaries it runs"
-	cd test/e2e && REGISTRAR_VERSION=$(VERSION) $(GO) run ./cmd/demo $(DEMO_FLAGS)
+	@echo "make demo: compiling the demo program (go build -v: each package it compiles, none once cached); it then builds the binaries it runs"
+	cd test/e2e && $(GO) build -v -o $(CURDIR)/bin/demo ./cmd/demo
+	cd test/e2e && REGISTRAR_VERSION=$(VERSION) exec $(CURDIR)/bin/demo $(DEMO_FLAGS)
 
 # Performance figures on this machine next to their targets: the in-process
 # benchmarks, then the release binary as a process (test/bench). Figures are
@@ -278,7 +299,7 @@ bench: build mockdriver
 # figure, no idle wait), so that a broken benchmark fails make test. Its
 # figures mean nothing: the benchmarks' output is shown only on failure.
 bench-smoke: build mockdriver
-	$(GO) test -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
+	$(GO_TEST) -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
 	$(BENCH_PROCESS) -runs=1 -idle=0 -healthz-requests=20 -getinfo-calls=64 -flood-header-conns=4 -flood-idle-conns=16 -flood-hold=100ms > /dev/null
 
 # A running registrar's /metrics through `promtool check metrics`, which
@@ -315,5 +336,7 @@ e2e-node:
 e2e-storage:
 	VERSION=$(VERSION) hack/e2e-node.sh storage
 
+# bin/, and the kubelet and control plane that make e2e-node and
+# pkg/nodegate's test build into test/node/_bin (about 170 MB).
 clean:
-	rm -rf bin
+	rm -rf bin test/node/_bin

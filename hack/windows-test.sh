@@ -110,7 +110,7 @@ expect() {
 expect /healthz 200 '*waiting for the CSI driver*'
 expect /readyz 503 '*waiting for the CSI driver*'
 expect /status 200 '*"state": "waiting-for-driver"*'
-expect /metrics 200 '*csi_node_driver_registrar_build_info{version="'"$VERSION"'"*'
+expect /metrics 200 '*csi_node_driver_registrar_build_info{*version="'"$VERSION"'"*'
 kill -INT "$registrar_pid"
 rc=0
 wait "$registrar_pid" || rc=$?

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -129,20 +131,31 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 	selected.PrintDefaults()
 }
 
-// validate checks what a registrar run needs; --version and the probe mode
-// need none of it.
+// validate checks every value a registrar run needs before anything starts,
+// and reports all that are wrong at once; --version and the probe mode need
+// none of it. Its errors exit 1, the flag package's (a value that does not
+// parse as its flag's type) 2, as upstream's: see docs/flags.md.
 func (o *options) validate() error {
 	errs := []error{flagError(o.registrationConfig().Validate())}
-	_, port, hostPortErr := net.SplitHostPort(o.driverHealthEndpoint)
-	_, portErr := strconv.ParseUint(port, 10, 16) // fails where SplitHostPort did
+	if _, err := driver.ParseAddress(o.csiAddress); err != nil {
+		errs = append(errs, withFlag("--csi-address", err))
+	}
+	var httpErr, driverHealthErr error
+	if o.httpEndpoint != "" {
+		httpErr = listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
+	}
+	if o.driverHealthEndpoint != "" {
+		driverHealthErr = listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
+	}
 	for _, rule := range []struct {
 		broken bool
 		err    error
 	}{
 		{o.httpEndpoint != "" && o.healthPort > 0, fmt.Errorf("--health-port=%d and --http-endpoint=%q are mutually exclusive: keep only --http-endpoint", o.healthPort, o.httpEndpoint)},
-		{o.driverHealthEndpoint != "" && hostPortErr != nil, fmt.Errorf("--driver-health-endpoint=%q: not host:port (%v): write it as :9808 or 0.0.0.0:9808", o.driverHealthEndpoint, hostPortErr)},
-		{hostPortErr == nil && portErr != nil, fmt.Errorf("--driver-health-endpoint=%q: port %q is not a number from 0 (any free port) to 65535", o.driverHealthEndpoint, port)},
-		{portErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
+		{httpErr != nil, httpErr},
+		{o.healthPort > 65535, fmt.Errorf("--health-port=%d is not a port: give one from 1 to 65535, or better --http-endpoint=:PORT", o.healthPort)},
+		{driverHealthErr != nil, driverHealthErr},
+		{o.driverHealthEndpoint != "" && driverHealthErr == nil && httpErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
 		{o.unhealthyAfter < 0, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter)},
 		{o.probeTimeout <= 0, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout)},
 	} {
@@ -157,6 +170,19 @@ func (o *options) validate() error {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
 	}
 	return errors.Join(errs...)
+}
+
+// listenAddressError tells what is wrong with a flag's host:port to listen
+// on, with example as the way to write it; nil when net.Listen can take it.
+func listenAddressError(flag, address, example string) error {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%s=%q: not host:port (%v): write it as %s or 0.0.0.0%[4]s", flag, address, err, example)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%s=%q: port %q is not a number from 0 (any free port) to 65535", flag, address, port)
+	}
+	return nil
 }
 
 // registrationConfig is the registration's configuration from the flags;
@@ -219,6 +245,8 @@ func (o *options) warnings() []string {
 		// Go's flag package stops at the first argument that is not a
 		// flag and upstream ignores the rest; so do we, but not silently.
 		{o.flags.NArg() > 0, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args())},
+		// kubelet dials the path as given, from its own working directory.
+		{o.kubeletRegistrationPath != "" && !filepath.IsAbs(o.kubeletRegistrationPath), fmt.Sprintf("--kubelet-registration-path=%q is not an absolute path: kubelet dials it as given, from its own working directory on the host; give the driver socket's absolute path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock", o.kubeletRegistrationPath)},
 		{o.wasSet("connection-timeout"), "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes"},
 		{o.healthPort > 0, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress())},
 		{o.healthPort < 0, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort)},

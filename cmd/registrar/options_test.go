@@ -89,7 +89,11 @@ func TestValidate(t *testing.T) {
 		{"registration path missing", nil, []string{"--kubelet-registration-path: the endpoint is required"}},
 		{"both HTTP flags", []string{"--kubelet-registration-path=/k", "--http-endpoint=:8080", "--health-port=9809"}, []string{"--health-port=9809", "--http-endpoint", "mutually exclusive"}},
 		{"unknown rejection policy", []string{"--kubelet-registration-path=/k", "--rejection-policy=never"}, []string{`--rejection-policy: rejection policy "never" is not supported`}},
-		{"all at once", []string{"--rejection-policy=never", "--health-port=9809", "--http-endpoint=:8080"}, []string{"--kubelet-registration-path", "--rejection-policy", "mutually exclusive"}},
+		{"all at once", []string{"--rejection-policy=never", "--health-port=9809", "--http-endpoint=:8080", "--csi-address=tcp://h:1", "--unhealthy-after=-5s", "--driver-health-endpoint=bad::addr"}, []string{"--kubelet-registration-path", "--rejection-policy", "mutually exclusive", "--csi-address: ", "--unhealthy-after", "--driver-health-endpoint"}},
+		{"HTTP endpoint not host:port", []string{"--kubelet-registration-path=/k", "--http-endpoint=notaport"}, []string{`--http-endpoint="notaport": not host:port`, ":8080"}},
+		{"HTTP endpoint with a bad port", []string{"--kubelet-registration-path=/k", "--http-endpoint=:99999"}, []string{`--http-endpoint=":99999": port "99999" is not a number from 0`}},
+		{"health port out of range", []string{"--kubelet-registration-path=/k", "--health-port=70000"}, []string{"--health-port=70000 is not a port"}},
+		{"network CSI address", []string{"--kubelet-registration-path=/k", "--csi-address=tcp://127.0.0.1:10000"}, []string{"--csi-address: ", `scheme "tcp"`}},
 		{"driver health endpoint without a port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=9808"}, []string{`--driver-health-endpoint="9808": not host:port`, ":9808"}},
 		{"driver health endpoint with a bad port", []string{"--kubelet-registration-path=/k", "--driver-health-endpoint=:http"}, []string{`port "http" is not a number`}},
 		{"driver health endpoint on the HTTP endpoint's port", []string{"--kubelet-registration-path=/k", "--http-endpoint=:9809", "--driver-health-endpoint=127.0.0.1:9809"}, []string{"use the same port"}},
@@ -127,6 +131,7 @@ func TestAcceptsWithAWarning(t *testing.T) {
 		httpAddress string
 	}{
 		{"upstream's defaults", nil, "", time.Second, ""},
+		{"relative registration path", []string{"--kubelet-registration-path=plugins/d/csi.sock"}, `--kubelet-registration-path="plugins/d/csi.sock" is not an absolute path`, time.Second, ""},
 		{"zero timeout", []string{"--timeout=0"}, "--timeout=0s is not positive: using the default, 1s", time.Second, ""},
 		{"negative timeout", []string{"--timeout=-5s"}, "--timeout=-5s is not positive", time.Second, ""},
 		{"negative health port", []string{"--health-port=-1"}, "--health-port=-1 is not a port: ignored, as 0 is", time.Second, ""},

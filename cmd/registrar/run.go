@@ -76,8 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
+	// klog's warning severity (W in the text format), as component-base's
+	// and internal/logging's own flag warnings: logr has no such level, and
+	// an info line would hide a warning among the state changes.
 	for _, warning := range o.warnings() {
-		logger.Info("Warning: " + warning)
+		klog.Warning(warning)
 	}
 	err = register(ctx, o, termination)
 	switch {
@@ -163,9 +166,16 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
 	}
-	// The driver's last error, for stoppedFailing.
+	// The driver's last error, for stoppedFailing; and why it cannot be
+	// asked, for the registration's reason while it waits for it.
 	var driverError atomic.Pointer[error]
-	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { driverError.Store(&err) }}
+	recordAttempt := func(err error) {
+		driverError.Store(&err)
+		if err != nil {
+			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
+		}
+	}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { recordAttempt(err) }}
 	if addr := o.httpAddress(); addr != "" {
 		// No TCP keep-alive: probes and scrapes are short requests, and the
 		// HTTP server closes idle connections itself; it saves four system
@@ -174,7 +184,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
 		probes := healthz.New(srv, probeOpts)
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
-			driverError.Store(&err)
+			recordAttempt(err)
 			probes.ObservePluginInfo(d, err)
 		}
 		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })
@@ -291,6 +301,6 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 			logger.V(2).Info("No termination message file: not running under kubelet; reasons are only logged", "path", t.path)
 		})
 	case err != nil:
-		logger.Info("Warning: cannot write the termination message", "path", t.path, "err", err)
+		klog.Warningf("cannot write the termination message to %s: %v", t.path, err)
 	}
 }

@@ -103,7 +103,13 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	}
 	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
 	if errors.As(err, new(*unixgrpc.ConnectError)) {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+": nothing listens on the driver socket; is the driver container crashing or restarting? Check its logs")
+		// Each error of connect(2) has its own cause: permissions are not
+		// the driver's fault, a refusal is.
+		advice := driver.ConnectAdvice(err, d.driverSocket)
+		if advice == "" {
+			advice = "check that the driver is running (its logs) and that --csi-address is its socket"
+		}
+		return fail(c, describeCallError(err, d.cfg.Timeout)+": "+advice)
 	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
@@ -244,7 +250,11 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 		if strings.Contains(reason, "no such file or directory") || strings.Contains(reason, "connection refused") {
 			hint = ": kubelet cannot reach the driver at --kubelet-registration-path on the host; it must be the host path of the driver's socket"
 		}
-		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%d times in a row): %q%s", when, st.Attempts, reason, hint))
+		times := "once"
+		if st.Attempts != 1 {
+			times = fmt.Sprintf("%d times in a row", st.Attempts)
+		}
+		return fail(c, fmt.Sprintf("kubelet rejected the driver%s (%s): %q%s", when, times, reason, hint))
 	case registration.KubeletSilent:
 		return fail(c, notWatched)
 	case registration.WaitingForKubelet:

@@ -113,6 +113,7 @@ func TestJudgeRegistration(t *testing.T) {
 	}{
 		{"registered", registration.Status{State: registration.Registered, LastVerdict: &registration.Verdict{Registered: true, Time: *at(time.Minute)}}, OK, "registered the driver through this socket 1m0s ago"},
 		{"rejected", registration.Status{State: registration.Rejected, Attempts: 3, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago (3 times in a row): "boom"`},
+		{"rejected once", registration.Status{State: registration.Rejected, Attempts: 1, LastVerdict: &registration.Verdict{Reason: "boom", Time: *at(time.Second)}}, Fail, `kubelet rejected the driver 1s ago (once): "boom"`},
 		{"kubelet silent", registration.Status{State: registration.KubeletSilent, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago"},
 		{"just published", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Second)}, Warn, "run --diagnose again"},
 		{"never called", registration.Status{State: registration.WaitingForKubelet, LastPublished: at(time.Minute)}, Fail, "kubelet has not called GetInfo on the socket published 1m0s ago: kubelet does not watch /registration"},

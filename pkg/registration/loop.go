@@ -96,6 +96,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) error {
 
 	case news := <-l.s.driver:
 		l.s.reachable.Store(news.reachable)
+		l.s.driverError.Store(&news.err)
 		if news.name != "" {
 			return l.handle(named{news.name})
 		}

@@ -2,6 +2,7 @@ package registration
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"reflect"
@@ -247,10 +248,17 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 	for gen := uint64(1); gen <= 3; gen++ {
 		m.step(now, kubeletCall{gen: gen, notify: true, reason: "dial unix /typo/csi.sock: no such file"})
 		for _, moment := range []string{"after the rejection", "after the retry's publication", "after kubelet's GetInfo"} {
-			st := (&snapshot{m: m}).status(true)
+			st := (&snapshot{m: m}).status(true, "")
 			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
 				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
 				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
+			}
+			times := fmt.Sprintf("(%d times since %s", gen, t0.UTC().Format(time.RFC3339))
+			if gen == 1 {
+				times = "(once, at " + t0.UTC().Format(time.RFC3339)
+			}
+			if !strings.Contains(st.Reason, times) {
+				t.Errorf("attempt %d: reason %q lacks %q", gen, st.Reason, times)
 			}
 			switch moment {
 			case "after the rejection":
@@ -296,13 +304,13 @@ func TestClaimUntilItIsOver(t *testing.T) {
 	for _, m := range []machine{testMachine(), publishedIn(Registered)} {
 		name, path, state := m.name, m.path, m.state
 		m.step(t0, named{"other.example.com"})
-		st := (&snapshot{m: m}).status(true)
+		st := (&snapshot{m: m}).status(true, "")
 		if st.DriverName != name || st.SocketPath != path || st.State != state || st.Ready ||
 			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
 			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
 		}
 		m.step(t0, claimOver{})
-		st = (&snapshot{m: m}).status(true)
+		st = (&snapshot{m: m}).status(true, "")
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
 		}

@@ -204,8 +204,21 @@ func TestReadiness(t *testing.T) {
 	if ready, reason := r.ready(); ready || reason != "waiting for the CSI driver" {
 		t.Errorf("before the driver: Ready() = %v %q", ready, reason)
 	}
+	// Why the driver cannot be asked is the reason, and in the status.
+	const why = "cannot connect to /csi/csi.sock (permission denied): ..."
+	r.srv.DriverUnreachable(why)
+	poll.Until(t, "the reason names why the driver cannot be asked", func() bool {
+		_, reason := r.ready()
+		return reason == "waiting for the CSI driver: "+why
+	})
+	if st := r.srv.Status(); st.DriverError != why || st.DriverReachable {
+		t.Errorf("Status = %+v, want the driver's error and not reachable", st)
+	}
 	r.srv.DriverFound(testDriver)
 	r.waitServing(t)
+	if st := r.srv.Status(); st.DriverError != "" {
+		t.Errorf("the driver answered, yet DriverError = %q", st.DriverError)
+	}
 	if ready, reason := r.ready(); ready || !strings.Contains(reason, "waiting for kubelet") {
 		t.Errorf("before kubelet's verdict: Ready() = %v %q", ready, reason)
 	}

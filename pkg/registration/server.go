@@ -128,6 +128,9 @@ type Server struct {
 	closeDone func()
 	ran       atomic.Bool
 	reachable atomic.Bool
+	// driverError is why the driver could not be asked last, "" once it
+	// answered; the loop stores it with reachable.
+	driverError atomic.Pointer[string]
 
 	// started is when New made the server: the registration fails from
 	// then until the driver names itself.
@@ -155,6 +158,7 @@ type snapshot struct {
 type driverNews struct {
 	name      string
 	reachable bool
+	err       string // why it cannot be asked, from DriverUnreachable
 }
 
 // publication is one socket put in place, with its own gRPC server.
@@ -246,6 +250,13 @@ func (s *Server) DriverGone() {
 	s.tell(driverNews{reachable: false})
 }
 
+// DriverUnreachable records why the driver could not be asked, for the
+// reason of the state waiting-for-driver; DriverFound clears it. It does
+// not block.
+func (s *Server) DriverUnreachable(why string) {
+	s.tell(driverNews{reachable: false, err: why})
+}
+
 // tell passes news of the driver to the loop without waiting: merged with
 // news the loop has not taken yet, the latest name and reachability win.
 func (s *Server) tell(news driverNews) {
@@ -271,7 +282,7 @@ func (s *Server) share(m machine, pub *publication) {
 	if len(s.observers) == 0 {
 		return
 	}
-	before, now := old.status(s.reachable.Load()), s.Status()
+	before, now := old.status(s.reachable.Load(), s.lastDriverError()), s.Status()
 	for _, o := range s.observers {
 		o(before, now)
 	}

@@ -56,9 +56,12 @@ type KubeletCalls struct {
 type Status struct {
 	DriverName      string `json:"driverName"`
 	DriverReachable bool   `json:"driverReachable"`
-	Endpoint        string `json:"endpoint"`
-	SocketPath      string `json:"socketPath"`
-	State           State  `json:"state"`
+	// DriverError is why the last attempt to ask the driver failed, with
+	// what to do; empty once it answered.
+	DriverError string `json:"driverError,omitempty"`
+	Endpoint    string `json:"endpoint"`
+	SocketPath  string `json:"socketPath"`
+	State       State  `json:"state"`
 	// Ready: kubelet confirmed the current socket and it is still ours.
 	Ready bool `json:"ready"`
 	// Reason explains State and Ready in one line.
@@ -95,14 +98,24 @@ type Status struct {
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	return s.shared.Load().status(s.reachable.Load())
+	return s.shared.Load().status(s.reachable.Load(), s.lastDriverError())
 }
 
-func (sn *snapshot) status(reachable bool) Status {
+// lastDriverError is what DriverUnreachable said last, "" since the driver
+// answered.
+func (s *Server) lastDriverError() string {
+	if why := s.driverError.Load(); why != nil {
+		return *why
+	}
+	return ""
+}
+
+func (sn *snapshot) status(reachable bool, driverError string) Status {
 	m := &sn.m
 	out := Status{
 		DriverName:           m.name,
 		DriverReachable:      reachable,
+		DriverError:          driverError,
 		Endpoint:             m.cfg.Endpoint,
 		SocketPath:           m.path,
 		State:                m.state,
@@ -129,6 +142,9 @@ func (sn *snapshot) status(reachable bool) Status {
 	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
+		if driverError != "" {
+			out.Reason += ": " + driverError
+		}
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
 	case KubeletSilent:
@@ -141,7 +157,11 @@ func (sn *snapshot) status(reachable bool) Status {
 			_, out.Reason = at.Found(m.name)
 		}
 	case Rejected:
-		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%d times since %s", m.log.lastVerdict.Reason, m.attempts, m.failingSince.UTC().Format(time.RFC3339))
+		times := "once, at"
+		if m.attempts != 1 {
+			times = fmt.Sprintf("%d times since", m.attempts)
+		}
+		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.log.lastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
 			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339)
 		}

@@ -122,6 +122,15 @@ func TestGitHubSlug(t *testing.T) {
 // files expands documents into the repository's paths, relative to its top.
 func files(t *testing.T) []string {
 	t.Helper()
+	return repoFiles(t, func(rel string) bool {
+		return slices.ContainsFunc(documents, func(pattern string) bool { return matchGlob(pattern, filepath.ToSlash(rel)) })
+	})
+}
+
+// repoFiles is the repository's files that keep selects, relative to its
+// top; build output, tools and the node test's downloads are left out.
+func repoFiles(t *testing.T, keep func(rel string) bool) []string {
+	t.Helper()
 	var out []string
 	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -129,17 +138,13 @@ func files(t *testing.T) []string {
 		}
 		rel, _ := filepath.Rel(repoRoot, path)
 		if d.IsDir() {
-			// Build output, tools and the node test's downloads hold no documents of ours.
 			if name := d.Name(); rel != "." && (strings.HasPrefix(name, ".") || name == "bin" || name == "_output" || strings.HasPrefix(name, "_")) {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		for _, pattern := range documents {
-			if matchGlob(pattern, filepath.ToSlash(rel)) {
-				out = append(out, rel)
-				break
-			}
+		if keep(rel) {
+			out = append(out, rel)
 		}
 		return nil
 	})

@@ -16,17 +16,24 @@ import (
 
 // A manifest or script written for upstream v2.17 sees the same exit codes:
 // 2 only when the command line does not parse (Go's flag package, in both),
-// 1 when a value that parses cannot be used.
+// 1 when a value that parses cannot be used; every such value is named
+// before anything starts (docs/flags.md, "Exit codes").
 func TestExitCodesAsUpstream(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
 		code int
-		want string
+		want []string
 	}{
-		{"--kubelet-registration-path missing", nil, 1, "--kubelet-registration-path: the endpoint is required"},
-		{"unknown flag", []string{"--kubelet-registration-path=/k/csi.sock", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
-		{"value that does not parse", []string{"--kubelet-registration-path=/k/csi.sock", "--timeout=abc"}, 2, `invalid value "abc" for flag -timeout`},
+		{"--kubelet-registration-path missing", nil, 1, []string{"--kubelet-registration-path: the endpoint is required"}},
+		{"unknown flag", []string{"--kubelet-registration-path=/k/csi.sock", "--no-such-flag"}, 2, []string{"flag provided but not defined: -no-such-flag"}},
+		{"value that does not parse", []string{"--kubelet-registration-path=/k/csi.sock", "--timeout=abc"}, 2, []string{`invalid value "abc" for flag -timeout`}},
+		{"values that parse but cannot be used", []string{"--kubelet-registration-path=/k/csi.sock", "--rejection-policy=retyr", "--unhealthy-after=-5s", "--driver-health-endpoint=bad::addr", "--http-endpoint=notaport"}, 1, []string{
+			`--rejection-policy: rejection policy "retyr" is not supported`,
+			"--unhealthy-after=-5s is negative",
+			`--driver-health-endpoint="bad::addr": not host:port`,
+			`--http-endpoint="notaport": not host:port`,
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,29 +49,35 @@ func TestExitCodesAsUpstream(t *testing.T) {
 			if code := registrar.wait(t); code != tc.code {
 				t.Errorf("exit code = %d, want %d", code, tc.code)
 			}
-			if stderr := registrar.stderr.String(); !strings.Contains(stderr, tc.want) {
-				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr)
+			// klog quotes the error, escaping its quotes.
+			stderr := strings.ReplaceAll(registrar.stderr.String(), `\"`, `"`)
+			msg, _ := os.ReadFile(n.termination)
+			for _, want := range tc.want {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr does not say %q:\n%s", want, stderr)
+				}
+				if tc.code == 1 && !strings.Contains(string(msg), want) {
+					t.Errorf("termination message = %q, want %q in it", msg, want)
+				}
 			}
 			if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
 				t.Errorf("files published in the registry: %v", entries)
-			}
-			if tc.code == 1 {
-				if msg, _ := os.ReadFile(n.termination); !strings.Contains(string(msg), tc.want) {
-					t.Errorf("termination message = %q, want the error", msg)
-				}
 			}
 		})
 	}
 }
 
 // Values that upstream v2.17 accepts and runs with: the registrar registers
-// the driver, and says what it made of the value.
+// the driver, and says what it made of the value in a line of klog's warning
+// severity.
 func TestAcceptsWhatUpstreamAccepts(t *testing.T) {
 	cases := []struct {
 		name, flag, warning string
 	}{
 		// Upstream registers with any mode but the probe's.
-		{"unknown mode", "--mode=foo", `--mode=\"foo\" is not a mode: registering the driver`},
+		{"unknown mode", "--mode=foo", `--mode="foo" is not a mode: registering the driver`},
+		// kubelet dials it from its own working directory.
+		{"relative registration path", "--kubelet-registration-path=csi.sock", `--kubelet-registration-path="csi.sock" is not an absolute path`},
 		// Upstream starts no server for it; with --http-endpoint (set by
 		// startRegistrar) it is no conflict.
 		{"negative health port", "--health-port=-1", "--health-port=-1 is not a port: ignored"},
@@ -85,9 +98,19 @@ func TestAcceptsWhatUpstreamAccepts(t *testing.T) {
 			if code, body := n.healthz(t); code != http.StatusOK {
 				t.Errorf("/healthz on --http-endpoint = %d %q, want 200", code, body)
 			}
+			var line string
 			poll.UntilWithin(t, slowTimeout, "the registrar logs the warning", func() bool {
-				return strings.Contains(registrar.stderr.String(), tc.warning)
+				for l := range strings.Lines(registrar.stderr.String()) {
+					if strings.Contains(l, tc.warning) {
+						line = l
+						return true
+					}
+				}
+				return false
 			})
+			if !strings.HasPrefix(line, "W") {
+				t.Errorf("the warning is not of klog's warning severity (W): %q", line)
+			}
 		})
 	}
 }

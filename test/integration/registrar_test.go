@@ -438,6 +438,12 @@ func TestWaitsForALateDriver(t *testing.T) {
 	if code, body := n.healthz(t); code != http.StatusOK || !strings.Contains(body, "waiting") {
 		t.Errorf("/healthz while waiting = %d %q, want 200", code, body)
 	}
+	// /readyz says why the driver cannot be asked, with what to do.
+	want := "waiting for the CSI driver: cannot connect to " + n.driverSocket + " (no such file or directory): the driver's socket is not there"
+	poll.UntilWithin(t, slowTimeout, "/readyz says why", func() bool {
+		code, body := get(n.httpAddr, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, want)
+	})
 	n.startDriver(t, name)
 	n.waitForSocket(t, name, registrar)
 	if _, err := kubeletClient(t, n.socketPath(name)).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {

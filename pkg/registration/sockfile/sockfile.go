@@ -49,7 +49,14 @@ func Listen(path string) (*Socket, error) {
 	}
 	l, err := net.Listen("unix", hidden)
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %q: %w", hidden, err)
+		// The hidden name is this attempt's own and means nothing to an
+		// operator: the directory is what to fix.
+		cause := err
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			cause = opErr.Err // "bind: read-only file system"
+		}
+		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
 	}
 	ul := l.(*net.UnixListener)
 	// The names are removed only while they are still ours; the listener

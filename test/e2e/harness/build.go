@@ -30,7 +30,7 @@ type binarySource struct {
 	env      string
 	name     string
 	what     string // for the progress lines
-	coldTime string // its first build, with an empty GOCACHE on two shared cores, the three at once
+	coldTime string // its first build, with empty Go caches on two shared cores (load average 15-68), the three at once
 	inRepo   bool   // package path relative to the repository root, else to the e2e module
 	pkg      string
 	ldflags  string
@@ -45,8 +45,8 @@ type binarySource struct {
 // The registrar's --version is REGISTRAR_VERSION, as make passes it, or else
 // the repository's hack/version.sh (the file VERSION), as make computes it.
 //
-// progress, unless nil, gets one line as each build starts and one as it
-// ends, never two calls at once. The first build of kubelet's code takes
+// progress, unless nil, gets one line as each build starts, one every 30 s
+// while it runs and one as it ends, never two calls at once. The first build of kubelet's code takes
 // minutes; without these lines that is minutes of silence.
 //
 // The builds run at once: with a warm build cache they are mostly linking,
@@ -70,9 +70,9 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 	}
 	var bins Binaries
 	sources := []binarySource{
-		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "about 30 s", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
-		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "about 30 s", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
-		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "about 3 min, kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
+		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "up to 3 min on two cores", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
+		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "up to 4 min on two cores", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
+		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "up to 16 min on two cores: kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
 	}
 	errs := make([]error, len(sources))
 	var builds sync.WaitGroup
@@ -113,7 +113,9 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 			}
 			report("building %s (first build: %s) ...", what, src.coldTime)
 			start := time.Now()
-			if output, err := cmd.CombinedOutput(); err != nil {
+			if output, err := runSaying(cmd, stillBuildingInterval, func(took time.Duration) {
+				report("still building %s (%v so far)", what, took.Round(time.Second))
+			}); err != nil {
 				errs[i] = fmt.Errorf("building %s (go %s in %s; set %s to use a prebuilt one): %w\n%s",
 					src.name, strings.Join(cmd.Args[1:], " "), cmd.Dir, src.env, err, output)
 				return
@@ -127,6 +129,33 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 		return Binaries{}, err
 	}
 	return bins, nil
+}
+
+// stillBuildingInterval spaces the lines that say a build still runs, so
+// that a cold build is not minutes with one line on screen.
+const stillBuildingInterval = 30 * time.Second
+
+// runSaying runs cmd, calling still every interval while it runs, and
+// returns its combined output.
+func runSaying(cmd *exec.Cmd, interval time.Duration, still func(took time.Duration)) ([]byte, error) {
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case err := <-done:
+			return output.Bytes(), err
+		case <-ticker.C:
+			still(time.Since(start))
+		}
+	}
 }
 
 // registrarVersion is the version the registrar is built with:

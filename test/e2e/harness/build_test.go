@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -61,5 +62,39 @@ func TestBuildBinariesRefusesUnquotableVersion(t *testing.T) {
 	_, err := BuildBinaries(context.Background(), t.TempDir(), nil)
 	if err == nil || !strings.Contains(err.Error(), "REGISTRAR_VERSION") {
 		t.Errorf("BuildBinaries = %v, want an error naming REGISTRAR_VERSION", err)
+	}
+}
+
+// A build that runs on is said to, until it ends; its output comes back.
+func TestRunSayingReportsWhileItRuns(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo started; read line; echo \"got $line\"")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := make(chan time.Duration, 1)
+	result := make(chan string, 1)
+	go func() {
+		output, err := runSaying(cmd, time.Millisecond, func(took time.Duration) {
+			select {
+			case said <- took:
+			default:
+			}
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		result <- string(output)
+	}()
+	// The command waits for its input: the line must come before it ends.
+	if took := <-said; took <= 0 {
+		t.Errorf("still called with %v, want the time so far", took)
+	}
+	if _, err := stdin.Write([]byte("done\n")); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if output := <-result; !strings.Contains(output, "started\ngot done\n") {
+		t.Errorf("output %q, want the command's", output)
 	}
 }
