@@ -119,29 +119,31 @@ func TestSplitStreams(t *testing.T) {
 	}
 }
 
-// A value the logging cannot use stops the registrar with exit code 2
-// before it logs anything, as a flag that does not parse does.
-func TestBadLoggingValuesExit2(t *testing.T) {
+// A logging value that does not parse stops the registrar with exit code
+// 2, one that parses and cannot be used with 1 (upstream's rule for every
+// flag), both before it logs anything.
+func TestBadLoggingValuesExit(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"--logging-format=xml"}, `Unsupported log format`},
-		{[]string{"-v=-1"}, `invalid value "-1" for flag -v`},
-		{[]string{"-v=high"}, `invalid value "high" for flag -v`},
-		{[]string{"--vmodule=main"}, `"main" does not have the pattern=N format`},
-		{[]string{"--logging-format=json", "--vmodule=main=4"}, `vmodule: Forbidden: Only supported for text log format`},
-		{[]string{"--log-flush-frequency=0s"}, `flushFrequency: Invalid value: "0s": Must be greater than zero`},
-		{[]string{"--log-text-info-buffer-size=lots"}, `invalid value "lots" for flag -log-text-info-buffer-size`},
-		{[]string{"--logtostderr=maybe"}, `invalid boolean value "maybe" for -logtostderr`},
-		{[]string{"--log_file_max_size=big"}, `invalid value "big" for flag -log_file_max_size`},
-		{[]string{"--stderrthreshold=LOUD"}, `invalid value "LOUD" for flag -stderrthreshold`},
-		{[]string{"--log_backtrace_at=nowhere"}, `invalid value "nowhere" for flag -log_backtrace_at`},
+		{[]string{"--logging-format=xml"}, `Unsupported log format`, exitError},
+		{[]string{"--logging-format=json", "--vmodule=main=4"}, `vmodule: Forbidden: Only supported for text log format`, exitError},
+		{[]string{"--log-flush-frequency=0s"}, `flushFrequency: Invalid value: "0s": Must be greater than zero`, exitError},
+		{[]string{"-v=-1"}, `invalid value "-1" for flag -v`, exitUsage},
+		{[]string{"-v=high"}, `invalid value "high" for flag -v`, exitUsage},
+		{[]string{"--vmodule=main"}, `"main" does not have the pattern=N format`, exitUsage},
+		{[]string{"--log-text-info-buffer-size=lots"}, `invalid value "lots" for flag -log-text-info-buffer-size`, exitUsage},
+		{[]string{"--logtostderr=maybe"}, `invalid boolean value "maybe" for -logtostderr`, exitUsage},
+		{[]string{"--log_file_max_size=big"}, `invalid value "big" for flag -log_file_max_size`, exitUsage},
+		{[]string{"--stderrthreshold=LOUD"}, `invalid value "LOUD" for flag -stderrthreshold`, exitUsage},
+		{[]string{"--log_backtrace_at=nowhere"}, `invalid value "nowhere" for flag -log_backtrace_at`, exitUsage},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out := runRegistrar(t, tc.args...)
-			if out.code != exitUsage {
-				t.Errorf("exit code %d, want %d", out.code, exitUsage)
+			if out.code != tc.code {
+				t.Errorf("exit code %d, want %d", out.code, tc.code)
 			}
 			if !strings.Contains(out.stderr, tc.want) {
 				t.Errorf("stderr does not say %q:\n%s", tc.want, out.stderr)

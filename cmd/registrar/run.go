@@ -61,8 +61,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDiagnose(ctx, o, stdout)
 	}
 	if err := o.logging.apply(stdout, stderr); err != nil {
+		// A value of the right type that logging cannot use: 1, as
+		// upstream exits when component-base refuses its configuration.
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
-		return exitUsage
+		return exitError
 	}
 	defer klog.Flush()
 	logger := klog.Background()
