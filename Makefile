@@ -172,8 +172,16 @@ vet:
 	$(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 
+# test/node's kube-apiserver, which pkg/nodegate's and test/deploy's tests
+# run (test/apiserver): built here rather than inside go test, whose
+# 10-minute timeout a cold build on two loaded cores can exceed.
+KUBE_APISERVER_BIN := test/node/_bin/kube-apiserver
+$(KUBE_APISERVER_BIN): test/node/go.mod test/node/go.sum
+	@echo "building kube-apiserver from test/node for the tests against an API server (cold: several minutes)"
+	cd test/node && CGO_ENABLED=0 GOOS= GOARCH= GOARM= $(GO) build -trimpath -o _bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+
 # Unit and integration tests of the product module, under the race detector.
-unit:
+unit: $(KUBE_APISERVER_BIN)
 	CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # Each fuzz target for FUZZTIME; the first failure stops make, and go test
@@ -217,7 +225,7 @@ e2e: build
 # a server-side dry run of every rendering against a real kube-apiserver
 # (test/apiserver: etcd from PATH, kube-apiserver built from test/node when
 # missing; skipped without them, failing under CI).
-deploy-test:
+deploy-test: $(KUBE_APISERVER_BIN)
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
