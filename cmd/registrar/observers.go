@@ -5,7 +5,6 @@ package main
 // registration's goroutine, and does one thing.
 
 import (
-	"context"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -130,45 +129,20 @@ func (w *selinuxWatch) observe(old, now registration.Status) {
 // report is the latest answer, nil where SELinux is off or not asked yet.
 func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }
 
-// sharedPort is the --http-endpoint's *httpport.Port, as sharePort uses it.
-type sharedPort interface {
-	Want() httpport.Wanted
-	Release(to httpport.Wanted) bool
-	Claim()
-}
-
-// sharePort passes the --http-endpoint port between the instances of a
-// rolling update on one network (hostNetwork pods; see pkg/httpport): on
-// stepping aside, this instance asks the new owner of the registration
-// socket what it waits for (PortWanted) and releases p to it, so that the
-// owner answers the probes of both pods; its own publications claim p back.
-// An owner without PortWanted (upstream, an older build) changes nothing.
-func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
-	srv.Answer("PortWanted", func() any { return p.Want() })
-	srv.Observe(func(old, now registration.Status) {
+// releaseOnStepAside passes the --http-endpoint port between the instances
+// of a rolling update on one network (hostNetwork pods; see pkg/httpport):
+// once this instance has stepped aside for another (after a handover, or
+// when its socket was replaced), it stops listening, so that the new owner
+// of the registration, which waits for the port, answers the probes of both
+// pods; its own publications claim p back. On a pod network nobody waits:
+// the old pod is being replaced, and it no longer answers its probes.
+func releaseOnStepAside(logger klog.Logger, p *httpport.Port) registration.Observer {
+	return func(old, now registration.Status) {
 		if newlyPublished(old, now) {
 			p.Claim()
 		}
-		if now.State == registration.Superseded && old.State != registration.Superseded {
-			// A call to another process: never on the registration's
-			// goroutine.
-			go releasePortTo(ctx, p, now.SocketPath, timeout)
+		if now.State == registration.Superseded && old.State != registration.Superseded && p.Release() {
+			logger.Info("Stopped listening on the HTTP endpoint's address: the instance that now serves the registration socket answers the probes there if it shares this network")
 		}
-	})
-}
-
-// releasePortTo gives p to the instance that now serves path, if that one
-// waits for it on the same network.
-func releasePortTo(ctx context.Context, p sharedPort, path string, timeout time.Duration) {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var w httpport.Wanted
-	if err := registration.Ask(ctx, path, "PortWanted", &w); err != nil {
-		logger.V(4).Info("The instance serving the registration socket did not say which HTTP port it waits for", "err", err)
-		return
-	}
-	if p.Release(w) {
-		logger.Info("Released the --http-endpoint port to the instance that now serves the registration socket: it answers the probes on this network from now on", "address", w.Address)
 	}
 }

@@ -171,7 +171,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// HTTP server closes idle connections itself; it saves four system
 		// calls on each probe's connection.
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1})
-		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
+		srv.Observe(releaseOnStepAside(logger, port))
 		probes := healthz.New(srv, probeOpts)
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
 			driverError.Store(&err)

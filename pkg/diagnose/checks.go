@@ -211,8 +211,7 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	// The JSON of /status, through the socket: no HTTP endpoint needed.
-	var st registration.Status
-	err := registration.Ask(ctx, d.socketPath, "Status", &st)
+	st, err := registration.ReadStatus(ctx, d.socketPath)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")

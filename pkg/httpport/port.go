@@ -1,11 +1,11 @@
 // Package httpport keeps the listening port of the registrar's HTTP
 // endpoint (--http-endpoint). Usually that is one listen at start. But the
 // pods of a rolling update with hostNetwork share the node's network: the
-// new registrar finds the port taken by the old one. Instead of failing,
-// it waits for the port, and the old one releases it when it hands the
-// registration socket over (cmd/registrar's sharePort), so that the probes of
-// both pods are answered throughout, by the instance that owns the
-// registration.
+// new registrar finds the port taken by the old one. Instead of failing, it
+// waits for the port, trying the bind again; the old one stops listening
+// once it has stepped aside for the new one (cmd/registrar's
+// releaseOnStepAside), so that the instance that owns the registration
+// answers the probes of both pods.
 package httpport
 
 import (
@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -27,35 +26,25 @@ const (
 	// the probes are not answered until this one listens. A bind that
 	// fails costs a few microseconds.
 	retryInterval = 10 * time.Millisecond
-	// releaseInterval is how often it is tried once the holder asked what
-	// this one waits for (Want), for releaseWindow: the probes of both
-	// pods go unanswered between the release and the next try.
+	// releaseInterval is how often it is tried for releaseWindow once this
+	// instance owns the registration (Claim): the older one releases the
+	// address right after, and the probes of both pods go unanswered until
+	// this one listens.
 	releaseInterval = time.Millisecond
 	releaseWindow   = time.Second
 	// DefaultMaxWait bounds the wait for a taken address. The older
 	// instance of a rolling update releases it as soon as this one has
-	// found the driver; an address still taken after that long is held by
-	// another program (two drivers on hostNetwork with the same port?),
-	// and failing makes that visible.
+	// taken the registration over; an address still taken after that long
+	// is held by another program (two drivers on hostNetwork with the same
+	// port?), and failing makes that visible.
 	DefaultMaxWait = 2 * time.Minute
 )
-
-// Wanted is what an instance waits for, because another holds it: the
-// address and the network namespace it wants it in. The JSON is what
-// instances tell each other.
-type Wanted struct {
-	Address string `json:"httpAddress,omitempty"`
-	NetNS   string `json:"netns,omitempty"`
-}
 
 // Port listens on the HTTP endpoint's address for the server, and listens
 // again when it was released and claimed back.
 type Port struct {
 	// MaxWait bounds the wait for a taken address; DefaultMaxWait.
 	MaxWait time.Duration
-	// NetNS identifies this process's network namespace, as New reads it:
-	// the port is only released for an instance in the same one.
-	NetNS string
 
 	address   string
 	lc        net.ListenConfig
@@ -71,10 +60,8 @@ type Port struct {
 
 // New keeps address, listening with lc.
 func New(address string, lc net.ListenConfig) *Port {
-	netns, _ := os.Readlink("/proc/self/ns/net")
 	return &Port{
 		MaxWait:   DefaultMaxWait,
-		NetNS:     netns,
 		address:   address,
 		lc:        lc,
 		listeners: make(chan net.Listener),
@@ -103,6 +90,12 @@ func (p *Port) Run(ctx context.Context) error {
 			l, err := p.lc.Listen(ctx, "tcp", p.address)
 			inUse := errors.Is(err, syscall.EADDRINUSE)
 			p.mu.Lock()
+			if err == nil && p.released {
+				// Released while listening: not for this instance now.
+				_ = l.Close()
+				p.mu.Unlock()
+				continue
+			}
 			wasWaiting := p.waiting
 			p.current, p.waiting = l, inUse
 			interval := retryInterval
@@ -113,7 +106,7 @@ func (p *Port) Run(ctx context.Context) error {
 			switch {
 			case err == nil:
 				if !first {
-					logger.Info("Listening on the HTTP endpoint's address again", "address", p.address)
+					logger.Info("Listening on the HTTP endpoint's address", "address", p.address)
 				}
 				select {
 				case p.listeners <- l:
@@ -127,7 +120,7 @@ func (p *Port) Run(ctx context.Context) error {
 				logger.Error(err, "Cannot listen on the HTTP endpoint's address again; trying again", "address", p.address, "interval", retryInterval)
 			case !wasWaiting:
 				waitingSince = time.Now()
-				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has found the driver", "address", p.address, "maxWait", p.MaxWait)
+				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has taken the registration over", "address", p.address, "maxWait", p.MaxWait)
 			case time.Since(waitingSince) > p.MaxWait:
 				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
@@ -144,41 +137,31 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// Want is asked by the instance that holds the address, as it steps
-// aside: what this one waits for while the address is in use, nothing
-// otherwise. Asked, Run expects the release and tries every millisecond
-// for a second.
-func (p *Port) Want() Wanted {
+// Release stops listening, for a newer instance that may wait for the
+// address; requests in flight finish. It tells whether it was listening.
+func (p *Port) Release() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.waiting || p.NetNS == "" {
-		return Wanted{}
-	}
-	p.expected = time.Now().Add(releaseWindow)
-	p.poke()
-	return Wanted{Address: p.address, NetNS: p.NetNS}
-}
-
-// Release stops listening, for a newer instance in the same network
-// namespace that waits for the same address; requests in flight finish.
-// It tells whether it released the port.
-func (p *Port) Release(to Wanted) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.current == nil || to.Address != p.address || to.NetNS == "" || to.NetNS != p.NetNS {
+	p.released = true
+	if p.current == nil {
 		return false
 	}
 	_ = p.current.Close()
-	p.current, p.released = nil, true
+	p.current = nil
 	return true
 }
 
-// Claim lets Run listen again after a Release: this instance owns the
-// registration again.
+// Claim tells Run that this instance owns the registration (again): it
+// listens again after a Release, and while the address is in use, the
+// instance that held the registration is about to release it: Run tries
+// every millisecond for a second.
 func (p *Port) Claim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.released {
+	if p.waiting {
+		p.expected = time.Now().Add(releaseWindow)
+	}
+	if p.released || p.waiting {
 		p.released = false
 		p.poke()
 	}
