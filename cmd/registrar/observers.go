@@ -5,15 +5,10 @@ package main
 // registration's goroutine, and does one thing.
 
 import (
-	"os"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -70,64 +65,6 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 		}
 	}
 }
-
-// tightenOnceRegistered applies steadyGOGC (tuning.go) once kubelet first
-// accepted the driver.
-func tightenOnceRegistered(logger klog.Logger) registration.Observer {
-	tighten := sync.OnceFunc(func() {
-		if env, ok := os.LookupEnv("GOGC"); ok {
-			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-			return
-		}
-		debug.SetGCPercent(steadyGOGC)
-		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
-	})
-	return func(old, now registration.Status) {
-		if newlyRegistered(old, now) {
-			tighten()
-		}
-	}
-}
-
-// selinuxWatch asks what SELinux says of the registration socket after
-// each publication and when kubelet stays silent, each time on a goroutine
-// of its own, and keeps the latest answer for /status.
-type selinuxWatch struct {
-	logger   klog.Logger
-	inspect  func(socket string) *selinuxcheck.Report
-	mu       sync.Mutex
-	asked    time.Time // the publication that latest is about
-	latest   atomic.Pointer[selinuxcheck.Report]
-	inflight sync.WaitGroup
-}
-
-func (w *selinuxWatch) observe(old, now registration.Status) {
-	silent := now.State == registration.KubeletSilent && old.State != registration.KubeletSilent
-	if !silent && !newlyPublished(old, now) {
-		return
-	}
-	publication, socket := *now.LastPublished, now.SocketPath
-	w.inflight.Go(func() {
-		report := w.inspect(socket)
-		w.mu.Lock()
-		stale := publication.Before(w.asked)
-		if !stale {
-			w.asked = publication
-			w.latest.Store(report)
-		}
-		w.mu.Unlock()
-		switch {
-		case !silent || stale || report == nil:
-		case report.Problem():
-			w.logger.Info("kubelet has not called GetInfo on the registration socket, and SELinux does not let it: see the selinux value", "path", socket, "selinux", report.Summary())
-		default:
-			w.logger.Info("kubelet has not called GetInfo on the registration socket; SELinux may be why, which this registrar cannot tell: see the selinux value", "path", socket, "selinux", report.Summary())
-		}
-	})
-}
-
-// report is the latest answer, nil where SELinux is off or not asked yet.
-func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }
 
 // releaseOnStepAside passes the --http-endpoint port between the instances
 // of a rolling update on one network (hostNetwork pods; see pkg/httpport):
