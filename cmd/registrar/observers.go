@@ -69,17 +69,17 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 // releaseOnStepAside passes the --http-endpoint port between the instances
 // of a rolling update on one network (hostNetwork pods; see pkg/httpport):
 // once this instance has stepped aside for another (after a handover, or
-// when its socket was replaced), it stops listening, so that the new owner
-// of the registration, which waits for the port, answers the probes of both
-// pods; its own publications claim p back. On a pod network nobody waits:
-// the old pod is being replaced, and it no longer answers its probes.
+// when its socket was replaced), it stops listening if another instance
+// waits for the port on this network, so that the new owner of the
+// registration answers the probes of both pods; its own publications claim
+// p back. On a pod network nobody waits, and it goes on answering its own.
 func releaseOnStepAside(logger klog.Logger, p *httpport.Port) registration.Observer {
 	return func(old, now registration.Status) {
 		if newlyPublished(old, now) {
 			p.Claim()
 		}
 		if now.State == registration.Superseded && old.State != registration.Superseded && p.Release() {
-			logger.Info("Stopped listening on the HTTP endpoint's address: the instance that now serves the registration socket answers the probes there if it shares this network")
+			logger.Info("Stopped listening on the HTTP endpoint's address: the instance that now serves the registration socket waits for it on this network, and answers the probes there from now on")
 		}
 	}
 }

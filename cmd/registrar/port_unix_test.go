@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,15 +49,20 @@ func nextListener(t *testing.T, p *httpport.Port) net.Listener {
 }
 
 // Whether the newer instance takes the socket over or replaces it, the
-// older one, stepping aside, stops listening on the HTTP address, and the
-// newer one, which waits for it on the same network, listens on it.
+// older one, stepping aside, stops listening on the HTTP address the newer
+// one waits for on the same network, and only then; the newer one then
+// listens on it.
 func TestReleasesTheHTTPPortOnSteppingAside(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		registered bool
+		// otherAddress: the newer instance waits for another address, as
+		// on a pod network of its own, where nobody waits for this one.
+		otherAddress bool
 	}{
-		{"handover", true},
-		{"replaced", false},
+		{"handover", true, false},
+		{"replaced", false, false},
+		{"another network", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "port")
@@ -64,9 +70,18 @@ func TestReleasesTheHTTPPortOnSteppingAside(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { os.RemoveAll(dir) })
+			// steppedAside is closed by an observer after
+			// releaseOnStepAside: that one has run then.
+			steppedAside := make(chan struct{})
+			var closeOnce sync.Once
 			run := func(p *httpport.Port) *registration.Server {
 				return startRegistration(t, dir, nil, func(srv *registration.Server) {
 					srv.Observe(releaseOnStepAside(klog.Background(), p))
+					srv.Observe(func(old, now registration.Status) {
+						if now.State == registration.Superseded {
+							closeOnce.Do(func() { close(steppedAside) })
+						}
+					})
 				})
 			}
 			free, err := net.Listen("tcp", "127.0.0.1:0")
@@ -82,9 +97,30 @@ func TestReleasesTheHTTPPortOnSteppingAside(t *testing.T) {
 				poll.Until(t, "the older instance is registered", func() bool { return older.Status().State == registration.Registered })
 			}
 
-			newerPort := runPort(t, held.Addr().String())
+			wanted := held.Addr().String()
+			if tc.otherAddress {
+				other, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { other.Close() })
+				wanted = other.Addr().String()
+			}
+			newerPort := runPort(t, wanted)
 			run(newerPort)
-			poll.Until(t, "the older instance steps aside", func() bool { return older.Status().State == registration.Superseded })
+			select {
+			case <-steppedAside:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the older instance did not step aside")
+			}
+			if tc.otherAddress {
+				c, err := net.Dial("tcp", held.Addr().String())
+				if err != nil {
+					t.Fatalf("the older instance stopped listening though nobody on its network waits for its address: %v", err)
+				}
+				c.Close()
+				return
+			}
 			if l := nextListener(t, newerPort); l.Addr().String() != held.Addr().String() {
 				t.Errorf("the newer instance listens on %s, want %s", l.Addr(), held.Addr())
 			}

@@ -6,6 +6,12 @@
 // once it has stepped aside for the new one (cmd/registrar's
 // releaseOnStepAside), so that the instance that owns the registration
 // answers the probes of both pods.
+//
+// The old one stops listening only where the new one waits on the same
+// network: while it waits, an instance holds an abstract Unix socket named
+// after the address (Linux), and abstract names exist per network
+// namespace. On a pod network the old instance keeps answering its own
+// probes until it exits.
 package httpport
 
 import (
@@ -13,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +61,7 @@ type Port struct {
 	mu       sync.Mutex
 	current  net.Listener // nil while not listening
 	waiting  bool         // the address is in use: tried again
+	marker   net.Listener // held while waiting: waiterName
 	released bool         // released for a newer instance, until Claim
 	expected time.Time    // until then, the holder is about to release the address
 }
@@ -90,14 +98,9 @@ func (p *Port) Run(ctx context.Context) error {
 			l, err := p.lc.Listen(ctx, "tcp", p.address)
 			inUse := errors.Is(err, syscall.EADDRINUSE)
 			p.mu.Lock()
-			if err == nil && p.released {
-				// Released while listening: not for this instance now.
-				_ = l.Close()
-				p.mu.Unlock()
-				continue
-			}
 			wasWaiting := p.waiting
 			p.current, p.waiting = l, inUse
+			p.markWaiting(inUse)
 			interval := retryInterval
 			if time.Now().Before(p.expected) {
 				interval = releaseInterval
@@ -130,6 +133,9 @@ func (p *Port) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			p.mu.Lock()
+			p.markWaiting(false)
+			p.mu.Unlock()
 			return nil
 		case <-p.wake:
 		case <-retry.C:
@@ -137,17 +143,50 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// Release stops listening, for a newer instance that may wait for the
-// address; requests in flight finish. It tells whether it was listening.
+// waiterName is the abstract Unix socket an instance holds while it waits
+// for address.
+func waiterName(address string) string {
+	return "@csi-node-driver-registrar/waits-for/" + address
+}
+
+// markWaiting holds waiterName while waiting, and lets it go otherwise.
+// Called with mu held. An error (another waiter holds the name) leaves the
+// marking to that one.
+func (p *Port) markWaiting(waiting bool) {
+	switch {
+	case waiting && p.marker == nil && runtime.GOOS == "linux":
+		p.marker, _ = net.Listen("unix", waiterName(p.address))
+	case !waiting && p.marker != nil:
+		_ = p.marker.Close()
+		p.marker = nil
+	}
+}
+
+// waiterOnThisNetwork tells whether another instance in this network
+// namespace waits for address.
+func waiterOnThisNetwork(address string) bool {
+	if runtime.GOOS != "linux" {
+		return false
+	}
+	c, err := net.DialTimeout("unix", waiterName(address), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// Release stops listening when another instance waits for the address on
+// this network; requests in flight finish. It tells whether it released
+// the port.
 func (p *Port) Release() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.released = true
-	if p.current == nil {
+	if p.current == nil || !waiterOnThisNetwork(p.address) {
 		return false
 	}
 	_ = p.current.Close()
-	p.current = nil
+	p.current, p.released = nil, true
 	return true
 }
 

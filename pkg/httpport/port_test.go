@@ -48,6 +48,22 @@ func freeAddress(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// Nobody waits for the address on this network (a pod network, where the
+// newer pod has its own): the instance that steps aside keeps listening.
+func TestKeepsTheAddressWhenNobodyWaits(t *testing.T) {
+	p := New(freeAddress(t), net.ListenConfig{})
+	run(t, p)
+	l := next(t, p)
+	if p.Release() {
+		t.Fatal("released an address nobody waits for")
+	}
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatalf("the listener no longer accepts: %v", err)
+	}
+	c.Close()
+}
+
 // Two instances on one network, as the pods of a rolling update with
 // hostNetwork: the newer waits for the address, the older releases it,
 // and claims it back once the newer is gone.
@@ -72,6 +88,12 @@ func TestReleaseToAnInstanceThatWaits(t *testing.T) {
 	taken := next(t, newer)
 	if older.Release() {
 		t.Error("a second Release released a listener")
+	}
+	newer.mu.Lock()
+	marked := newer.marker != nil
+	newer.mu.Unlock()
+	if marked {
+		t.Error("the newer instance still says it waits once listening")
 	}
 
 	// The newer one goes; the older one, claimed back, listens again.
