@@ -2,8 +2,9 @@
 # make selinux-test: the registrar, the test CSI driver and kubelet's plugin
 # manager (test/e2e's fakekubelet, as /bin/kubelet) as real processes in a
 # qemu VM whose Linux kernel enforces a small SELinux policy
-# (test/selinuxvm/policy.cil), to compare what the kernel allows with what
-# the registrar reports. See test/selinuxvm/README.md.
+# (test/selinuxvm/policy.cil): the registration works where the policy allows
+# it, and where it denies kubelet or the registrar, the registrar fails the
+# way it says. See test/selinuxvm/README.md.
 #
 #   1. installs qemu-system-x86, secilc and cpio with apt-get when missing;
 #   2. downloads Debian's kernel package (the version linux-image-amd64
@@ -114,10 +115,6 @@ fi
 go build -trimpath -o "$root/bin/mockdriver" ./test/mockdriver
 (cd test/e2e && go build -trimpath -o "$root/bin/kubelet" ./cmd/fakekubelet)
 (cd test/selinuxvm && go test -c -trimpath -o "$root/init" ./guest)
-step "the guest's host-side tests (the comparison of a SELinux report with the kernel's log)"
-race=(env CGO_ENABLED=0 go test)
-if command -v gcc >/dev/null 2>&1; then race=(env CGO_ENABLED=1 go test -race); fi
-(cd test/selinuxvm && "${race[@]}" -count=1 ./guest) || fail "test/selinuxvm/guest's tests failed on the host (above)"
 secilc -o "$root/policy.bin" -f /dev/null test/selinuxvm/policy.cil ||
 	fail "secilc could not compile test/selinuxvm/policy.cil (above)"
 (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 >"$out/initramfs.cpio.gz"

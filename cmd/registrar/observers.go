@@ -5,16 +5,10 @@ package main
 // registration's goroutine, and does one thing.
 
 import (
-	"context"
-	"os"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -72,103 +66,20 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 	}
 }
 
-// tightenOnceRegistered applies steadyGOGC (tuning.go) once kubelet first
-// accepted the driver.
-func tightenOnceRegistered(logger klog.Logger) registration.Observer {
-	tighten := sync.OnceFunc(func() {
-		if env, ok := os.LookupEnv("GOGC"); ok {
-			logger.V(2).Info("Keeping GOGC from the environment", "GOGC", env)
-			return
-		}
-		debug.SetGCPercent(steadyGOGC)
-		logger.Info("Start-up is over: the garbage collector now keeps the heap small", "GOGC", steadyGOGC)
-	})
+// releaseOnStepAside passes the --http-endpoint port between the instances
+// of a rolling update on one network (hostNetwork pods; see pkg/httpport):
+// once this instance has stepped aside for another (after a handover, or
+// when its socket was replaced), it stops listening if another instance
+// waits for the port on this network, so that the new owner of the
+// registration answers the probes of both pods; its own publications claim
+// p back. On a pod network nobody waits, and it goes on answering its own.
+func releaseOnStepAside(logger klog.Logger, p *httpport.Port) registration.Observer {
 	return func(old, now registration.Status) {
-		if newlyRegistered(old, now) {
-			tighten()
-		}
-	}
-}
-
-// selinuxWatch asks what SELinux says of the registration socket after
-// each publication and when kubelet stays silent, each time on a goroutine
-// of its own, and keeps the latest answer for /status.
-type selinuxWatch struct {
-	logger   klog.Logger
-	inspect  func(socket string) *selinuxcheck.Report
-	mu       sync.Mutex
-	asked    time.Time // the publication that latest is about
-	latest   atomic.Pointer[selinuxcheck.Report]
-	inflight sync.WaitGroup
-}
-
-func (w *selinuxWatch) observe(old, now registration.Status) {
-	silent := now.State == registration.KubeletSilent && old.State != registration.KubeletSilent
-	if !silent && !newlyPublished(old, now) {
-		return
-	}
-	publication, socket := *now.LastPublished, now.SocketPath
-	w.inflight.Go(func() {
-		report := w.inspect(socket)
-		w.mu.Lock()
-		stale := publication.Before(w.asked)
-		if !stale {
-			w.asked = publication
-			w.latest.Store(report)
-		}
-		w.mu.Unlock()
-		switch {
-		case !silent || stale || report == nil:
-		case report.Problem():
-			w.logger.Info("kubelet has not called GetInfo on the registration socket, and SELinux does not let it: see the selinux value", "path", socket, "selinux", report.Summary())
-		default:
-			w.logger.Info("kubelet has not called GetInfo on the registration socket; SELinux may be why, which this registrar cannot tell: see the selinux value", "path", socket, "selinux", report.Summary())
-		}
-	})
-}
-
-// report is the latest answer, nil where SELinux is off or not asked yet.
-func (w *selinuxWatch) report() *selinuxcheck.Report { return w.latest.Load() }
-
-// sharedPort is the --http-endpoint's *httpport.Port, as sharePort uses it.
-type sharedPort interface {
-	Want() httpport.Wanted
-	Release(to httpport.Wanted) bool
-	Claim()
-}
-
-// sharePort passes the --http-endpoint port between the instances of a
-// rolling update on one network (hostNetwork pods; see pkg/httpport): on
-// stepping aside, this instance asks the new owner of the registration
-// socket what it waits for (PortWanted) and releases p to it, so that the
-// owner answers the probes of both pods; its own publications claim p back.
-// An owner without PortWanted (upstream, an older build) changes nothing.
-func sharePort(ctx context.Context, srv *registration.Server, p sharedPort, timeout time.Duration) {
-	srv.Answer("PortWanted", func() any { return p.Want() })
-	srv.Observe(func(old, now registration.Status) {
 		if newlyPublished(old, now) {
 			p.Claim()
 		}
-		if now.State == registration.Superseded && old.State != registration.Superseded {
-			// A call to another process: never on the registration's
-			// goroutine.
-			go releasePortTo(ctx, p, now.SocketPath, timeout)
+		if now.State == registration.Superseded && old.State != registration.Superseded && p.Release() {
+			logger.Info("Stopped listening on the HTTP endpoint's address: the instance that now serves the registration socket waits for it on this network, and answers the probes there from now on")
 		}
-	})
-}
-
-// releasePortTo gives p to the instance that now serves path, if that one
-// waits for it on the same network.
-func releasePortTo(ctx context.Context, p sharedPort, path string, timeout time.Duration) {
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var w httpport.Wanted
-	if err := registration.Ask(ctx, path, "PortWanted", &w); err != nil {
-		logger.V(4).Info("The instance serving the registration socket did not say which HTTP port it waits for", "err", err)
-		return
-	}
-	if p.Release(w) {
-		logger.Info("Released the --http-endpoint port to the instance that now serves the registration socket: it answers the probes on this network from now on", "address", w.Address)
 	}
 }

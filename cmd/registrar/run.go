@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
@@ -129,13 +128,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			lastRunning.Store(&now)
 		}
 	})
-	srv.Observe(tightenOnceRegistered(logger))
-	selinux := &selinuxWatch{logger: logger, inspect: func(socket string) *selinuxcheck.Report {
-		return selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: o.pluginRegistrationPath, Socket: socket, DriverSocket: address.Path, DialTimeout: o.operationTimeout()})
-	}}
-	srv.Observe(selinux.observe)
-	defer selinux.inflight.Wait()
-	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter, SELinux: selinux.report}
+	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter}
 	if gate != nil {
 		srv.Observe(tellGate(gate))
 		probeOpts.NodeGate = gate
@@ -183,7 +176,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// HTTP server closes idle connections itself; it saves four system
 		// calls on each probe's connection.
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1})
-		sharePort(ctx, srv, port, registration.DefaultCheckTimeout)
+		srv.Observe(releaseOnStepAside(logger, port))
 		probes := healthz.New(srv, probeOpts)
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
 			recordAttempt(err)
@@ -192,7 +185,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })
 		g.Go(func() error { return probes.Serve(gctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
-	g.Go(func() error { return explainDenial(flagError(srv.Run(gctx)), o.pluginRegistrationPath) })
+	g.Go(func() error { return flagError(srv.Run(gctx)) })
 	g.Go(func() error {
 		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
 			for _, f := range followers {
@@ -214,18 +207,6 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 type driverFollower interface {
 	DriverFound(name string)
 	DriverGone()
-}
-
-// explainDenial adds what SELinux says of the registry directory to an
-// error the kernel gave for want of permission: its label may be why.
-func explainDenial(err error, registryDir string) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return err
-	}
-	if report := selinuxcheck.Inspect(selinuxcheck.Config{RegistryDir: registryDir}); report != nil {
-		return fmt.Errorf("%w; %s", err, report.Summary())
-	}
-	return err
 }
 
 // failedTooLong: the registrar was stopped, most likely by a liveness

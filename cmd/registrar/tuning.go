@@ -1,7 +1,7 @@
 package main
 
 // The Go runtime's settings for a process that serves one request at a
-// time and idles the rest: GOMAXPROCS and the garbage collector.
+// time and idles the rest: GOMAXPROCS.
 
 import (
 	"fmt"
@@ -31,9 +31,3 @@ func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 	}
 	return runtime.GOMAXPROCS(0)
 }
-
-// steadyGOGC is the collector's setting once kubelet has registered the
-// driver, unless GOGC is set: Go's default lets the heap, and so VmRSS, grow
-// to a few megabytes first. Not from the start, where collections would
-// delay the registration socket (README.md, "Performance"; make bench).
-const steadyGOGC = 25

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -22,7 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -51,12 +49,6 @@ func (d *diagnosis) checkRegistryDir() Check {
 	how, err := checkWritable(dir)
 	if err != nil {
 		notWritable := "present, not writable (" + pathErrorCause(err) + "): "
-		if errors.Is(err, fs.ErrPermission) {
-			d.registryDenied = true
-			if selinuxcheck.On() {
-				return fail(c, notWritable+"SELinux is on, and the directory's label may deny it to this container (see the SELinux line); otherwise mount it read-write and run the registrar as root")
-			}
-		}
 		return fail(c, notWritable+"mount it read-write and run the registrar as root")
 	}
 	detail := "present, writable (" + how + ")"
@@ -217,8 +209,7 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	// The JSON of /status, through the socket: no HTTP endpoint needed.
-	var st registration.Status
-	err := registration.Ask(ctx, d.socketPath, "Status", &st)
+	st, err := registration.ReadStatus(ctx, d.socketPath)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")
@@ -307,136 +298,6 @@ func (d *diagnosis) checkKubeletRegistrationPath() Check {
 	return c
 }
 
-const (
-	maxListed = 10 // names listed in one line, at most
-	maxDialed = 20 // sockets connected to by the check of the other entries, at most
-)
-
-// 8. Everything else in the registry directory.
-func (d *diagnosis) checkNeighbours(ctx context.Context) Check {
-	dir := d.cfg.RegistrationDir
-	c := Check{Name: "other entries in " + dir}
-	if !d.dirExists {
-		c.Name = "other entries in the registry directory"
-		return skip(c, "no registry directory")
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return warn(c, "cannot list the directory: "+pathErrorCause(err))
-	}
-	var sockets, hidden, dotted, others []string
-	var visible []fs.FileInfo // every plugin socket, this driver's too
-	for _, e := range entries {
-		name, isSocket := e.Name(), e.Type() == fs.ModeSocket
-		// Hidden: a registrar's temporary name, .<driver>.<6 hex digits>.
-		_, isHidden := sockfile.HiddenDriver(name)
-		switch {
-		case isSocket && isHidden:
-			hidden = append(hidden, name)
-		case strings.HasPrefix(name, "."):
-			dotted = append(dotted, name)
-		case !isSocket:
-			others = append(others, fmt.Sprintf("%s (%s)", name, sockfile.DescribeFileType(e.Type())))
-		default:
-			if name != filepath.Base(d.socketPath) {
-				sockets = append(sockets, name)
-			}
-			if fi, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-				visible = append(visible, fi)
-			}
-		}
-	}
-	// A published socket keeps its hidden name as a second name (a hard
-	// link): such twins are normal. Any other hidden socket is in use by a
-	// running registrar (it accepts connections) or was left by a killed
-	// one.
-	var twins, lone []string
-	for _, name := range hidden {
-		fi, err := os.Lstat(filepath.Join(dir, name))
-		if err == nil && slices.ContainsFunc(visible, func(v fs.FileInfo) bool { return os.SameFile(fi, v) }) {
-			twins = append(twins, name)
-		} else {
-			lone = append(lone, name)
-		}
-	}
-
-	// Ask for GetInfo: the other plugins' sockets, unless this driver's own
-	// cannot be told apart from them, then the lone hidden ones. At most
-	// maxDialed, all at once, so that the whole takes about one timeout.
-	asked := lone
-	if d.driverName != "" {
-		asked = append(slices.Clip(sockets), lone...)
-	}
-	type answer struct {
-		info *registerapi.PluginInfo
-		err  error
-	}
-	answers := make(map[string]*answer, maxDialed)
-	var wg sync.WaitGroup
-	for _, name := range asked[:min(len(asked), maxDialed)] {
-		a := &answer{}
-		answers[name] = a
-		wg.Go(func() {
-			a.info, a.err = call(ctx, filepath.Join(dir, name), d.cfg.Timeout, registrationInfo)
-		})
-	}
-	wg.Wait()
-
-	switch {
-	case len(sockets) == 0:
-		c.note(OK, "no other plugin sockets")
-	case d.driverName == "":
-		// This driver's socket cannot be told apart: it is one of them.
-		c.note(OK, fmt.Sprintf("%s: %s (not asked for their driver names: this driver's name is unknown)",
-			plural(len(sockets), "plugin socket", "plugin sockets"), list(sockets)))
-	default:
-		var answering, silent, unasked, claims []string
-		for _, name := range sockets {
-			a := answers[name]
-			switch {
-			case a == nil:
-				unasked = append(unasked, name)
-			case a.err != nil:
-				silent = append(silent, name)
-			default:
-				answering = append(answering, name)
-				// A DRA or device plugin of the same name is no
-				// conflict: kubelet keeps plugins apart by type.
-				if a.info.GetName() == d.driverName && a.info.GetType() == registerapi.CSIPlugin {
-					claims = append(claims, name)
-				}
-			}
-		}
-		c.note(OK, plural(len(sockets), "other plugin socket", "other plugin sockets"))
-		c.noteListed("answering: ", answering)
-		c.noteListed("stale (no answer; harmless, kubelet retries them): ", silent)
-		c.noteListed(fmt.Sprintf("not asked (at most %d sockets are): ", maxDialed), unasked)
-		if len(claims) > 0 {
-			c.note(Warn, fmt.Sprintf("also serving driver %q: %s; kubelet registers only one of them: remove the stale one or stop the registrar that serves it",
-				d.driverName, list(claims)))
-		}
-	}
-	var live, dead, unchecked []string
-	for _, name := range lone {
-		a := answers[name]
-		switch {
-		case a == nil:
-			unchecked = append(unchecked, name)
-		case errors.As(a.err, new(*unixgrpc.ConnectError)):
-			dead = append(dead, name)
-		default:
-			live = append(live, name)
-		}
-	}
-	c.noteListed("hidden second names of published sockets (normal): ", twins)
-	c.noteListed("hidden sockets of another running registrar (an older pod of a rolling update?): ", live)
-	c.noteListed("hidden sockets left by a killed registrar (harmless; safe to delete): ", dead)
-	c.noteListed(fmt.Sprintf("hidden sockets not checked (at most %d sockets are): ", maxDialed), unchecked)
-	c.noteListed("dot-files, ignored by kubelet: ", dotted)
-	c.noteListed("not sockets (kubelet ignores files, and looks for sockets inside directories): ", others)
-	return c
-}
-
 // note raises c's verdict to outcome at least, and adds text to its detail.
 func (c *Check) note(outcome Outcome, text string) {
 	c.Outcome = max(c.Outcome, outcome)
@@ -444,68 +305,6 @@ func (c *Check) note(outcome Outcome, text string) {
 		c.Detail += "; "
 	}
 	c.Detail += text
-}
-
-// noteListed notes the names after intro, unless there are none.
-func (c *Check) noteListed(intro string, names []string) {
-	if len(names) > 0 {
-		c.note(OK, intro+list(names))
-	}
-}
-
-// list joins names, at most maxListed of them.
-func list(names []string) string {
-	names = slices.Sorted(slices.Values(names))
-	if len(names) <= maxListed {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
-}
-
-// 9. What SELinux says of the files kubelet must reach; no check where
-// SELinux is off.
-func (d *diagnosis) checkSELinux() (Check, bool) {
-	cfg := selinuxcheck.Config{RegistryDir: d.cfg.RegistrationDir, DriverSocket: d.driverSocket, DialTimeout: d.cfg.Timeout}
-	if _, err := os.Lstat(d.socketPath); err == nil && d.dirExists {
-		cfg.Socket = d.socketPath
-	}
-	report := selinuxcheck.Inspect(cfg)
-	if report == nil {
-		return Check{}, false
-	}
-	c := Check{Name: "SELinux"}
-	switch {
-	case report.Problem() && report.Mode == "permissive":
-		return warn(c, report.Summary()+". "+selinuxAdvice(report.Denials)), true
-	case report.Problem():
-		return fail(c, report.Summary()+". "+selinuxAdvice(report.Denials)), true
-	case d.registryDenied && report.RegistrarCanPublish == nil:
-		return fail(c, report.Summary()+". This container may not create files in the registry directory, and with SELinux on its label is the likely cause: "+relabelAdvice), true
-	}
-	return ok(c, report.Summary()), true
-}
-
-// relabelAdvice is what to do when a file's label denies access.
-const relabelAdvice = "relabel the host's kubelet directories as container-selinux labels /var/lib/kubelet (container_file_t: restorecon -R /var/lib/kubelet; for a root dir elsewhere, semanage fcontext -a -e /var/lib/kubelet <root-dir> first)"
-
-// selinuxAdvice says what to do about the denials, by what they deny: a
-// label on a file, or a connection to a process's domain.
-func selinuxAdvice(denials []selinuxcheck.Denial) string {
-	var advice []string
-	for _, d := range denials {
-		a := relabelAdvice
-		switch {
-		case d.Class == "unix_stream_socket":
-			a = "run the pod whose socket kubelet may not connect to in a domain kubelet may reach (seLinuxOptions type container_t, or spc_t for a privileged container)"
-		case d.Who == "registrar":
-			a = "relabel the registry directory, or run the registrar privileged (spc_t): this container may not create its socket there"
-		}
-		if !slices.Contains(advice, a) {
-			advice = append(advice, a)
-		}
-	}
-	s := strings.Join(advice, "; ")
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // call connects to the Unix socket at path once and makes rpc on that one

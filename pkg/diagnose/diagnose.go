@@ -1,6 +1,6 @@
 // Package diagnose answers "why is my driver not registered?" from inside the
 // registrar's container: it checks the registry directory, the CSI driver,
-// the registration socket and its neighbours, and prints one verdict per
+// the registration socket and its registrar, and prints one verdict per
 // line. It changes nothing, and it needs no shell, so that it works through
 // `kubectl exec` in a distroless image.
 package diagnose
@@ -46,9 +46,8 @@ type Check struct {
 // Run performs every check, in order; a check that needs what an earlier
 // one could not establish is skipped, saying why. Run only reads, except on
 // Windows (checkWritable). Each RPC has a connection of its own and
-// cfg.Timeout; there are four rounds of them (the driver, the registration
-// socket, its registrar's state, up to 20 other sockets at once), and with
-// SELinux on one more connection to the driver's socket, for its label.
+// cfg.Timeout; there are three of them (the driver, the registration
+// socket, its registrar's state).
 func Run(ctx context.Context, cfg Config) []Check {
 	d := &diagnosis{cfg: cfg}
 	checks := []Check{
@@ -59,24 +58,20 @@ func Run(ctx context.Context, cfg Config) []Check {
 		d.checkRegistrationSocket(ctx),
 		d.checkKubeletVerdict(ctx),
 		d.checkKubeletRegistrationPath(),
-		d.checkNeighbours(ctx),
-	}
-	if c, on := d.checkSELinux(); on {
-		checks = append(checks, c)
 	}
 	return checks
 }
 
 // diagnosis carries what earlier checks established to later ones.
 type diagnosis struct {
-	cfg                       Config
-	dirExists, registryDenied bool   // the registry directory is one; creating a file there was denied
-	driverSocket              string // the path --csi-address names, "" when it does not parse
-	socketFound               bool   // a socket is at driverSocket
-	driverName                string // the driver's valid name, "" when unknown
-	socketPath                string // the registration socket's path, once the driver's name is known
-	socketAnswered            bool   // a socket there answered GetInfo
-	kubeletRoot               string // kubelet's root dir on the host from the registry's mount, or ""
+	cfg            Config
+	dirExists      bool   // the registry directory is one
+	driverSocket   string // the path --csi-address names, "" when it does not parse
+	socketFound    bool   // a socket is at driverSocket
+	driverName     string // the driver's valid name, "" when unknown
+	socketPath     string // the registration socket's path, once the driver's name is known
+	socketAnswered bool   // a socket there answered GetInfo
+	kubeletRoot    string // kubelet's root dir on the host from the registry's mount, or ""
 }
 
 // Print writes the checklist, one line per check, then a summary line. It

@@ -2,7 +2,6 @@ package diagnose
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,7 +41,6 @@ const (
 	checkRegSocket
 	checkKubeletVerdict
 	checkKubeletPath
-	checkNeighbours
 	numChecks
 )
 
@@ -231,7 +229,6 @@ func TestRun(t *testing.T) {
 				checkPathLength:   {testDriver + "-reg.sock"},
 				checkRegSocket:    {"CSIPlugin", testDriver, testEndpoint, "1.0.0"},
 				checkKubeletPath:  {"same file name"},
-				checkNeighbours:   {"no other plugin sockets", "hidden second names of published sockets (normal): ." + testDriver + ".a1b2c3"},
 			},
 		},
 		{
@@ -244,11 +241,10 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want: map[int]Outcome{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			want: map[int]Outcome{checkDir: Fail, checkRegSocket: Skip},
 			details: map[int][]string{
-				checkDir:        {"does not exist", "plugins_registry"},
-				checkRegSocket:  {"skipped"},
-				checkNeighbours: {"skipped"},
+				checkDir:       {"does not exist", "plugins_registry"},
+				checkRegSocket: {"skipped"},
 			},
 		},
 		{
@@ -262,7 +258,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Outcome{checkDir: Fail, checkRegSocket: Skip, checkNeighbours: Skip},
+			want:    map[int]Outcome{checkDir: Fail, checkRegSocket: Skip},
 			details: map[int][]string{checkDir: {"regular file, not a directory"}},
 		},
 		{
@@ -276,8 +272,6 @@ func TestRun(t *testing.T) {
 			details: map[int][]string{
 				checkDriverSocket: {"does not exist", "mount"},
 				checkDriverInfo:   {"skipped"},
-				// Without the driver's name, its socket is one among others.
-				checkNeighbours: {"1 plugin socket: " + testDriver + "-reg.sock (not asked", "name is unknown"},
 			},
 		},
 		{
@@ -484,67 +478,6 @@ func TestRun(t *testing.T) {
 			},
 			want:    map[int]Outcome{checkKubeletPath: Warn},
 			details: map[int][]string{checkKubeletPath: {"not an absolute path", "same file name"}},
-		},
-		{
-			name: "another socket claims the driver",
-			setUp: func(t *testing.T) *env {
-				e := healthyEnv(t)
-				serveRegistration(t, filepath.Join(e.regDir, "old-reg.sock"), healthyInfo())
-				// Same name, another kind of plugin: no conflict.
-				dra := healthyInfo()
-				dra.Type = registerapi.DRAPlugin
-				serveRegistration(t, filepath.Join(e.regDir, "dra-reg.sock"), dra)
-				return e
-			},
-			want: map[int]Outcome{checkNeighbours: Warn},
-			details: map[int][]string{checkNeighbours: {
-				"2 other plugin sockets; answering: dra-reg.sock, old-reg.sock",
-				`also serving driver "` + testDriver + `": old-reg.sock;`,
-			}},
-		},
-		{
-			name: "many other sockets and leftovers",
-			setUp: func(t *testing.T) *env {
-				e := healthyEnv(t)
-				for i := range 12 {
-					leaveStaleSocket(t, e.regSocket(fmt.Sprintf("d%02d", i)))
-				}
-				serveRegistration(t, e.regSocket("live"), &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: "live", SupportedVersions: []string{"1.0.0"}})
-				leaveStaleSocket(t, filepath.Join(e.regDir, "."+testDriver+".dead00"))
-				serveRegistration(t, filepath.Join(e.regDir, "."+testDriver+".0a0b0c"), healthyInfo())
-				if err := os.WriteFile(filepath.Join(e.regDir, "notes.txt"), nil, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(e.regDir, ".keep"), nil, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				return e
-			},
-			details: map[int][]string{checkNeighbours: {
-				"13 other plugin sockets; answering: live-reg.sock; stale (no answer; harmless, kubelet retries them): d00-reg.sock, d01-reg.sock,",
-				"d09-reg.sock and 2 more;",
-				"running registrar (an older pod of a rolling update?): ." + testDriver + ".0a0b0c",
-				"killed registrar (harmless; safe to delete): ." + testDriver + ".dead00",
-				"dot-files, ignored by kubelet: .keep",
-				"notes.txt (regular file)",
-			}},
-		},
-		{
-			name: "more sockets than are asked",
-			setUp: func(t *testing.T) *env {
-				e := healthyEnv(t)
-				for i := range maxDialed + 2 {
-					leaveStaleSocket(t, e.regSocket(fmt.Sprintf("d%02d", i)))
-				}
-				leaveStaleSocket(t, filepath.Join(e.regDir, "."+testDriver+".dead00"))
-				return e
-			},
-			details: map[int][]string{checkNeighbours: {
-				"22 other plugin sockets; stale",
-				"d09-reg.sock and 10 more;",
-				"not asked (at most 20 sockets are): d20-reg.sock, d21-reg.sock;",
-				"hidden sockets not checked (at most 20 sockets are): ." + testDriver + ".dead00",
-			}},
 		},
 	}
 	for _, test := range tests {

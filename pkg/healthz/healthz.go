@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
-	"github.com/csi-registrar/node-driver-registrar/internal/selinuxcheck"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -42,9 +41,6 @@ type Options struct {
 	// MoreMetrics, when set, adds what it gathers to /metrics at each
 	// scrape.
 	MoreMetrics prometheus.Gatherer
-	// SELinux, when set, is what SELinux says of the registration socket,
-	// for /status; nil where it is off.
-	SELinux func() *selinuxcheck.Report
 	// UnhealthyAfter, when positive, fails /healthz once the registration
 	// has failed for that long (Status.FailingSince), so that kubelet
 	// restarts the container, as upstream's exit would.
@@ -111,26 +107,6 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	}
 }
 
-// registrationStatus is the registration's status, with what SELinux
-// says of it as a cause where kubelet stays silent or rejects the driver.
-func (s *Server) registrationStatus() (registration.Status, *selinuxcheck.Report) {
-	st := s.registration.Status()
-	if s.opts.SELinux == nil {
-		return st, nil
-	}
-	report := s.opts.SELinux()
-	switch {
-	case st.State != registration.KubeletSilent && st.State != registration.Rejected:
-	case report.Problem() && st.State == registration.KubeletSilent:
-		st.Reason += "; or SELinux does not let it: " + report.Summary()
-	case report.Problem():
-		st.Reason += "; SELinux may be why: " + report.Summary()
-	case report != nil && report.Unchecked != "" && st.State == registration.KubeletSilent:
-		st.Reason += "; or SELinux does not let it, which this registrar cannot tell (see selinux)"
-	}
-	return st, report
-}
-
 // serveHealthz answers as the registration path asks (see statusCode),
 // and fails once the registration has failed for UnhealthyAfter.
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +130,7 @@ func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 // ready is not restarted: readiness only tells operators (and rollouts)
 // whether the driver is registered on the node.
 func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
-	st, _ := s.registrationStatus()
+	st := s.registration.Status()
 	code := http.StatusOK
 	if !st.Ready {
 		code = http.StatusServiceUnavailable
@@ -167,10 +143,6 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
-	// SELinux is what SELinux says of the registration socket: its
-	// labels, and whether the policy lets kubelet reach it. Absent where
-	// SELinux is off.
-	SELinux *selinuxcheck.Report `json:"selinux,omitempty"`
 	// NodeGate is there when the node gate runs.
 	NodeGate *nodegate.Status `json:"nodeGate,omitempty"`
 }
@@ -179,8 +151,7 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	st, report := s.registrationStatus()
-	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: st, SELinux: report, NodeGate: s.nodeGateStatus()})
+	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: s.registration.Status(), NodeGate: s.nodeGateStatus()})
 }
 
 // statusCode maps a check of the registration path to the answer a

@@ -1,11 +1,17 @@
 // Package httpport keeps the listening port of the registrar's HTTP
 // endpoint (--http-endpoint). Usually that is one listen at start. But the
 // pods of a rolling update with hostNetwork share the node's network: the
-// new registrar finds the port taken by the old one. Instead of failing,
-// it waits for the port, and the old one releases it when it hands the
-// registration socket over (cmd/registrar's sharePort), so that the probes of
-// both pods are answered throughout, by the instance that owns the
-// registration.
+// new registrar finds the port taken by the old one. Instead of failing, it
+// waits for the port, trying the bind again; the old one stops listening
+// once it has stepped aside for the new one (cmd/registrar's
+// releaseOnStepAside), so that the instance that owns the registration
+// answers the probes of both pods.
+//
+// The old one stops listening only where the new one waits on the same
+// network: while it waits, an instance holds an abstract Unix socket named
+// after the address (Linux), and abstract names exist per network
+// namespace. On a pod network the old instance keeps answering its own
+// probes until it exits.
 package httpport
 
 import (
@@ -13,7 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -27,35 +33,25 @@ const (
 	// the probes are not answered until this one listens. A bind that
 	// fails costs a few microseconds.
 	retryInterval = 10 * time.Millisecond
-	// releaseInterval is how often it is tried once the holder asked what
-	// this one waits for (Want), for releaseWindow: the probes of both
-	// pods go unanswered between the release and the next try.
+	// releaseInterval is how often it is tried for releaseWindow once this
+	// instance owns the registration (Claim): the older one releases the
+	// address right after, and the probes of both pods go unanswered until
+	// this one listens.
 	releaseInterval = time.Millisecond
 	releaseWindow   = time.Second
 	// DefaultMaxWait bounds the wait for a taken address. The older
 	// instance of a rolling update releases it as soon as this one has
-	// found the driver; an address still taken after that long is held by
-	// another program (two drivers on hostNetwork with the same port?),
-	// and failing makes that visible.
+	// taken the registration over; an address still taken after that long
+	// is held by another program (two drivers on hostNetwork with the same
+	// port?), and failing makes that visible.
 	DefaultMaxWait = 2 * time.Minute
 )
-
-// Wanted is what an instance waits for, because another holds it: the
-// address and the network namespace it wants it in. The JSON is what
-// instances tell each other.
-type Wanted struct {
-	Address string `json:"httpAddress,omitempty"`
-	NetNS   string `json:"netns,omitempty"`
-}
 
 // Port listens on the HTTP endpoint's address for the server, and listens
 // again when it was released and claimed back.
 type Port struct {
 	// MaxWait bounds the wait for a taken address; DefaultMaxWait.
 	MaxWait time.Duration
-	// NetNS identifies this process's network namespace, as New reads it:
-	// the port is only released for an instance in the same one.
-	NetNS string
 
 	address   string
 	lc        net.ListenConfig
@@ -65,16 +61,15 @@ type Port struct {
 	mu       sync.Mutex
 	current  net.Listener // nil while not listening
 	waiting  bool         // the address is in use: tried again
+	marker   net.Listener // held while waiting: waiterName
 	released bool         // released for a newer instance, until Claim
 	expected time.Time    // until then, the holder is about to release the address
 }
 
 // New keeps address, listening with lc.
 func New(address string, lc net.ListenConfig) *Port {
-	netns, _ := os.Readlink("/proc/self/ns/net")
 	return &Port{
 		MaxWait:   DefaultMaxWait,
-		NetNS:     netns,
 		address:   address,
 		lc:        lc,
 		listeners: make(chan net.Listener),
@@ -105,6 +100,7 @@ func (p *Port) Run(ctx context.Context) error {
 			p.mu.Lock()
 			wasWaiting := p.waiting
 			p.current, p.waiting = l, inUse
+			p.markWaiting(inUse)
 			interval := retryInterval
 			if time.Now().Before(p.expected) {
 				interval = releaseInterval
@@ -113,7 +109,7 @@ func (p *Port) Run(ctx context.Context) error {
 			switch {
 			case err == nil:
 				if !first {
-					logger.Info("Listening on the HTTP endpoint's address again", "address", p.address)
+					logger.Info("Listening on the HTTP endpoint's address", "address", p.address)
 				}
 				select {
 				case p.listeners <- l:
@@ -127,7 +123,7 @@ func (p *Port) Run(ctx context.Context) error {
 				logger.Error(err, "Cannot listen on the HTTP endpoint's address again; trying again", "address", p.address, "interval", retryInterval)
 			case !wasWaiting:
 				waitingSince = time.Now()
-				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has found the driver", "address", p.address, "maxWait", p.MaxWait)
+				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has taken the registration over", "address", p.address, "maxWait", p.MaxWait)
 			case time.Since(waitingSince) > p.MaxWait:
 				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
 			}
@@ -137,6 +133,9 @@ func (p *Port) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			p.mu.Lock()
+			p.markWaiting(false)
+			p.mu.Unlock()
 			return nil
 		case <-p.wake:
 		case <-retry.C:
@@ -144,28 +143,46 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// Want is asked by the instance that holds the address, as it steps
-// aside: what this one waits for while the address is in use, nothing
-// otherwise. Asked, Run expects the release and tries every millisecond
-// for a second.
-func (p *Port) Want() Wanted {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.waiting || p.NetNS == "" {
-		return Wanted{}
-	}
-	p.expected = time.Now().Add(releaseWindow)
-	p.poke()
-	return Wanted{Address: p.address, NetNS: p.NetNS}
+// waiterName is the abstract Unix socket an instance holds while it waits
+// for address.
+func waiterName(address string) string {
+	return "@csi-node-driver-registrar/waits-for/" + address
 }
 
-// Release stops listening, for a newer instance in the same network
-// namespace that waits for the same address; requests in flight finish.
-// It tells whether it released the port.
-func (p *Port) Release(to Wanted) bool {
+// markWaiting holds waiterName while waiting, and lets it go otherwise.
+// Called with mu held. An error (another waiter holds the name) leaves the
+// marking to that one.
+func (p *Port) markWaiting(waiting bool) {
+	switch {
+	case waiting && p.marker == nil && runtime.GOOS == "linux":
+		p.marker, _ = net.Listen("unix", waiterName(p.address))
+	case !waiting && p.marker != nil:
+		_ = p.marker.Close()
+		p.marker = nil
+	}
+}
+
+// waiterOnThisNetwork tells whether another instance in this network
+// namespace waits for address.
+func waiterOnThisNetwork(address string) bool {
+	if runtime.GOOS != "linux" {
+		return false
+	}
+	c, err := net.DialTimeout("unix", waiterName(address), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// Release stops listening when another instance waits for the address on
+// this network; requests in flight finish. It tells whether it released
+// the port.
+func (p *Port) Release() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.current == nil || to.Address != p.address || to.NetNS == "" || to.NetNS != p.NetNS {
+	if p.current == nil || !waiterOnThisNetwork(p.address) {
 		return false
 	}
 	_ = p.current.Close()
@@ -173,12 +190,17 @@ func (p *Port) Release(to Wanted) bool {
 	return true
 }
 
-// Claim lets Run listen again after a Release: this instance owns the
-// registration again.
+// Claim tells Run that this instance owns the registration (again): it
+// listens again after a Release, and while the address is in use, the
+// instance that held the registration is about to release it: Run tries
+// every millisecond for a second.
 func (p *Port) Claim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.released {
+	if p.waiting {
+		p.expected = time.Now().Add(releaseWindow)
+	}
+	if p.released || p.waiting {
 		p.released = false
 		p.poke()
 	}

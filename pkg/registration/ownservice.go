@@ -1,11 +1,11 @@
 package registration
 
 // The registrar's own gRPC service on its registration socket, beside
-// kubelet's: HandOver (handover.go, the wire format in package handover),
-// Status (the Status of /status, for --diagnose, which needs no HTTP
-// endpoint) and the calls added with Answer. Each takes and returns a
-// StringValue, JSON inside. Upstream's registrar and older builds answer
-// the calls they do not know with Unimplemented.
+// kubelet's: HandOver (handover.go, the wire format in package handover)
+// and Status (the Status of /status, for --diagnose, which needs no HTTP
+// endpoint). Each takes and returns a StringValue, JSON inside. Upstream's
+// registrar and older builds answer the calls they do not know with
+// Unimplemented.
 
 import (
 	"context"
@@ -18,19 +18,12 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
-// Answer serves method on the registrar's own service of every
-// publication: a call without input, answered with what answer returns,
-// as JSON. Call it before Run.
-func (s *Server) Answer(method string, answer func() any) {
-	s.answers = append(s.answers, stringValueMethod(method, func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		return jsonValue(answer())
-	}))
-}
-
-// Ask calls method, added with Answer, on the registration socket at path
-// and decodes the answer into out.
-func Ask(ctx context.Context, path, method string, out any) error {
-	return unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/"+method, struct{}{}, out)
+// ReadStatus asks the registrar serving the registration socket at path
+// for its Status.
+func ReadStatus(ctx context.Context, path string) (Status, error) {
+	var st Status
+	err := unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/Status", struct{}{}, &st)
+	return st, err
 }
 
 // ownService describes the registrar's own service.
@@ -38,8 +31,13 @@ func (s *Server) ownService() *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: handover.ServiceName,
 		HandlerType: (*any)(nil),
-		Methods:     append([]grpc.MethodDesc{stringValueMethod("HandOver", (*rpcServer).handOver)}, s.answers...),
-		Metadata:    "handover",
+		Methods: []grpc.MethodDesc{
+			stringValueMethod("HandOver", (*rpcServer).handOver),
+			stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				return jsonValue(r.s.Status())
+			}),
+		},
+		Metadata: "handover",
 	}
 }
 

@@ -138,8 +138,6 @@ type Server struct {
 	// shared is the loop's latest snapshot; observers are told of each.
 	shared    atomic.Pointer[snapshot]
 	observers []Observer
-	// answers are the calls added to the registrar's own service.
-	answers []grpc.MethodDesc
 }
 
 // An Observer is told of each change of the registration, in order, on
@@ -232,7 +230,6 @@ func New(cfg Config) (*Server, error) {
 		started:         cfg.Clock.Now(),
 	}
 	s.closeDone = sync.OnceFunc(func() { close(s.done) })
-	s.Answer("Status", func() any { return s.Status() })
 	s.shared.Store(&snapshot{m: newMachine(cfg, s.started)})
 	return s, nil
 }

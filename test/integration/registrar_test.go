@@ -802,46 +802,6 @@ func startedWith(t *testing.T, env []string, args ...string) (string, string) {
 	return procs, p.stderr.String()
 }
 
-// TestCollectorOnceRegistered checks that the registrar lowers GOGC once,
-// when kubelet first confirms the registration, unless GOGC is set in its
-// environment.
-func TestCollectorOnceRegistered(t *testing.T) {
-	const name = "gc.csi.example.com"
-	for _, c := range []struct {
-		name, env, want, notWant string
-	}{
-		{"default", "", `the garbage collector now keeps the heap small" GOGC=25`, "Keeping GOGC"},
-		{"GOGC in the environment", "GOGC=100", `"Keeping GOGC from the environment" GOGC="100"`, "keeps the heap small"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			env := environWithout("GOGC")
-			if c.env != "" {
-				env = append(env, c.env)
-			}
-			n := newNode(t)
-			n.startDriver(t, name)
-			registrar := n.startRegistrarWithEnv(t, env)
-			n.waitForSocket(t, name, registrar)
-			client := kubeletClient(t, n.socketPath(name))
-			for range 2 { // kubelet confirms again after each of its restarts
-				if _, err := client.NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
-					t.Fatalf("NotifyRegistrationStatus: %v", err)
-				}
-			}
-			poll.UntilWithin(t, slowTimeout, "the second confirmation is logged", func() bool {
-				return strings.Contains(registrar.stderr.String(), "kubelet confirmed the registration again")
-			})
-			stderr := registrar.stderr.String()
-			if got := strings.Count(stderr, c.want); got != 1 {
-				t.Errorf("%q logged %d times, want once", c.want, got)
-			}
-			if strings.Contains(stderr, c.notWant) {
-				t.Errorf("the log has %q", c.notWant)
-			}
-		})
-	}
-}
-
 // environWithout returns the test's environment without the variable
 // name, with extra added.
 func environWithout(name string, extra ...string) []string {

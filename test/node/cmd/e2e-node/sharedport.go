@@ -15,7 +15,7 @@ import (
 // revisions listen on one HTTP port of the node's network, as any two
 // revisions of a real hostNetwork DaemonSet do (check 4d): the new
 // registrar waits for the port, takes the registration socket over, and the
-// old one then releases the port to it, which from then on answers the
+// old one then stops listening on the port, which from then on answers the
 // probes of both pods.
 func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
 	name := "4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): registered throughout, no restart, kubelet's probes all answered"
@@ -143,9 +143,9 @@ func (s *suite) saveRegistrarLogs(logs map[string]string) string {
 const (
 	logPortWaiting  = "The HTTP endpoint's address is in use: waiting for it"
 	logTookOver     = "Took the registration socket over"
-	logListening    = "Listening on the HTTP endpoint's address again"
+	logListening    = "Listening on the HTTP endpoint's address"
 	logHandedOver   = "Handed the registration socket over"
-	logPortReleased = "Released the --http-endpoint port"
+	logPortReleased = "Stopped listening on the HTTP endpoint's address"
 )
 
 // logTime returns klog's timestamp of the first line of a container log
