@@ -14,13 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -105,7 +105,7 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
-	name, version := info.GetName(), info.GetVendorVersion()
+	name, version := info.Name, info.VendorVersion
 	if err := driver.ValidateName(name); err != nil {
 		return fail(c, fmt.Sprintf("%v (vendor version %q)", err, version))
 	}
@@ -322,8 +322,8 @@ func call[T any](ctx context.Context, path string, timeout time.Duration, rpc fu
 	return rpc(ctx, conn)
 }
 
-func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (*csi.GetPluginInfoResponse, error) {
-	return csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.PluginInfo, error) {
+	return csiidentity.GetPluginInfo(ctx, conn)
 }
 
 func registrationInfo(ctx context.Context, conn *grpc.ClientConn) (*registerapi.PluginInfo, error) {

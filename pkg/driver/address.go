@@ -3,12 +3,14 @@
 // (GetPluginInfo), checks that name against the CSI specification, and
 // follows the driver's restarts.
 //
-// The name is asked with csi-lib-utils' rpc.GetDriverName, and the
-// connection held to a driver that answers is csi-lib-utils'
-// connection.Connect. Each attempt to find the driver dials by itself, once
-// (internal/unixgrpc): Connect retries on gRPC's backoff until its timeout,
-// while the follower must see a refusal at once and time its next attempt
-// by the socket's file system events.
+// The name is asked with internal/csiidentity, and the connection held to a
+// driver that answers is internal/unixgrpc's Hold: csi-lib-utils' rpc and
+// connection link the CSI spec's generated package, which the registrar's
+// memory budget cannot hold (see internal/csiidentity). Each attempt to
+// find the driver dials by itself, once (internal/unixgrpc): csi-lib-utils'
+// Connect retries on gRPC's backoff until its timeout, while the follower
+// must see a refusal at once and time its next attempt by the socket's file
+// system events.
 package driver
 
 import (

@@ -3,15 +3,13 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
-	"google.golang.org/grpc/connectivity"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
 // Event is a change of the CSI driver seen by Follow: Reachable once the
@@ -95,18 +93,12 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	if cfg.Address.Path == "" {
 		return errors.New("no CSI driver address given")
 	}
-	abs, err := filepath.Abs(cfg.Address.Path)
-	if err != nil {
-		return fmt.Errorf("the CSI driver address %q: %w", cfg.Address.Path, err)
-	}
-	// csi-lib-utils' connection takes a unix:// URL: an absolute path, as
-	// gRPC reads a relative one after "unix://" as a host name.
-	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report, target: "unix://" + abs}
+	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
 	f.watcher = newSocketWatcher(f.logger, cfg.Address.Path)
 	defer f.watcher.close()
-	err = f.run(ctx)
+	err := f.run(ctx)
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -118,7 +110,6 @@ type follower struct {
 	logger  klog.Logger
 	watcher *socketWatcher
 	report  func(Event)
-	target  string // the socket as a unix:// URL, for holding a connection
 
 	name      string // the name found last, "" before the first
 	reachable bool   // as last reported
@@ -221,23 +212,13 @@ func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketC
 }
 
 // hold connects to the driver, within the timeout, and holds the idle
-// connection (csi-lib-utils' never closes it for being idle), which the
-// kernel closes when the driver dies. It returns nil once ctx is done, an
-// error when the connection cannot be made or ends.
+// connection, which the kernel closes when the driver dies. It returns nil
+// once ctx is done, an error when the connection cannot be made or ends.
 func (f *follower) hold(ctx context.Context, connected *atomic.Bool) error {
-	conn, err := connection.Connect(ctx, f.target, nil, connection.WithTimeout(f.cfg.Timeout))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer func() { _ = conn.Close() }()
-	connected.Store(true)
-	if conn.WaitForStateChange(ctx, connectivity.Ready) {
-		return errors.New("the connection was closed")
-	}
-	return nil
+	return unixgrpc.Hold(ctx, f.cfg.Address.Path, f.cfg.Timeout, func() error {
+		connected.Store(true)
+		return nil
+	})
 }
 
 // idleDeadline is when a wait for the socket's events looks anyway: never

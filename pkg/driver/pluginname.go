@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -133,13 +133,8 @@ func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (nam
 		return "", true, status.Error(codes.Unavailable, err.Error())
 	}
 	defer func() { _ = conn.Close() }()
-	name, err = rpc.GetDriverName(ctx, conn)
-	if _, isStatus := status.FromError(err); !isStatus {
-		// GetDriverName's own refusal of an empty name: ValidateName says it
-		// with the rule.
-		return "", false, nil
-	}
-	return name, false, err
+	info, err := csiidentity.GetPluginInfo(ctx, conn)
+	return info.Name, false, err
 }
 
 // sameSocket tells whether a and b are one socket file: the same inode,
