@@ -36,7 +36,10 @@ cd "$(dirname "$0")/.."
 [[ -n ${VERSION:-} ]] || fail "VERSION is not set: run make windows-test, or VERSION=\$(make version) $0"
 # Left out until it passes under Wine: pkg/httpport, whose port passing
 # between processes is being removed.
-packages=(${WINDOWS_TEST_PACKAGES:-$(go list ./cmd/... ./internal/... ./pkg/... | grep -v '/pkg/httpport$')})
+listed=$(go list ${WINDOWS_TEST_PACKAGES:-./cmd/... ./internal/... ./pkg/...}) ||
+	fail "go list could not list the packages to test (above)"
+packages=($(grep -v '/pkg/httpport$' <<<"$listed"))
+[[ ${#packages[@]} -gt 0 ]] || fail "no package to test"
 start=$SECONDS
 
 install_missing wine wine --no-install-recommends
@@ -122,7 +125,8 @@ step "SIGINT (Ctrl-C): \"Stopped\", exit 0"
 # 3. The unit tests.
 step "the unit tests of ${#packages[@]} packages, built for windows/amd64"
 mkdir "$work/tests"
-GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go test -c -o "$work/tests/" "${packages[@]}" >/dev/null
+GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go test -c -o "$work/tests/" "${packages[@]}" >/dev/null ||
+	fail "the unit tests did not build for windows/amd64 (above)"
 failed=() total_pass=0 total_unix=0 total_rm=0 total_other=0
 while read -r dir path; do
 	exe=$work/tests/${path##*/}.test.exe
@@ -153,4 +157,7 @@ while read -r dir path; do
 	total_pass=$((total_pass + passed)) total_unix=$((total_unix + unix)) total_rm=$((total_rm + norm)) total_other=$((total_other + other))
 done < <(go list -f '{{.Dir}} {{.ImportPath}}' "${packages[@]}")
 [[ ${#failed[@]} == 0 ]] || fail "unit tests failed under Wine (above): ${failed[*]}"
+# A run in which nothing passed tested nothing: a listing or a build gone
+# wrong, not a success.
+[[ $total_pass -gt 0 ]] || fail "no unit test passed under Wine: nothing was tested"
 step "ok in $((SECONDS - start)) s: --version, --help, the HTTP endpoint, Ctrl-C; unit tests and subtests: $total_pass passed; skipped: $total_unix for AF_UNIX, $total_rm for os.RemoveAll, $total_other other"

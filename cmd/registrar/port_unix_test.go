@@ -75,7 +75,7 @@ func TestReleasesTheHTTPPortOnSteppingAside(t *testing.T) {
 			steppedAside := make(chan struct{})
 			var closeOnce sync.Once
 			run := func(p *httpport.Port) *registration.Server {
-				return startRegistration(t, dir, nil, func(srv *registration.Server) {
+				return startRegistration(t, dir, func(srv *registration.Server) {
 					srv.Observe(releaseOnStepAside(klog.Background(), p))
 					srv.Observe(func(old, now registration.Status) {
 						if now.State == registration.Superseded {
@@ -143,4 +143,25 @@ func kubeletRegisters(t *testing.T, path string) {
 	if _, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startRegistration runs a real registration in dir, set up by setup
+// before it runs, until the test ends. It returns once the registration
+// serves the socket at its path.
+func startRegistration(t *testing.T, dir string, setup func(*registration.Server)) *registration.Server {
+	t.Helper()
+	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir, KubeletSilence: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	srv.DriverFound("test.csi.example.com")
+	poll.Until(t, "the registration serves its socket", func() bool {
+		return srv.Health(context.Background()).Found == registration.FoundOurs
+	})
+	return srv
 }
