@@ -23,16 +23,19 @@ import (
 	"k8s.io/mount-utils"
 )
 
-// errNotInTest is returned by the volume host functions that only mounting
+// ErrNotInTest is returned by the volume host functions that only mounting
 // uses: the harness registers plugins, it never mounts a volume.
-var errNotInTest = errors.New("not available in the e2e kubelet: it registers plugins, it does not mount volumes")
+var ErrNotInTest = errors.New("not available in the e2e kubelet: it registers plugins, it does not mount volumes")
 
 // volumeHost is the part of kubelet that the CSI volume plugin sees: a
 // kube client, the node name, informers and a place to report an error that
 // keeps the node NotReady. It plays the role of kubelet's kubeletVolumeHost
 // (pkg/kubelet/volume_host.go) with everything unrelated to registration
-// left out.
-type volumeHost struct {
+// left out. The methods whose signatures changed between minors (the trust
+// anchors, which take a context from v1.36; the cloud provider, gone in
+// v1.31) are each minor's module's, which embeds Host; ErrNotInTest is
+// their answer.
+type Host struct {
 	rootDir         string
 	nodeName        types.NodeName
 	client          clientset.Interface
@@ -44,80 +47,75 @@ type volumeHost struct {
 	kubeletErr error
 }
 
-var (
-	_ volume.VolumeHost        = &volumeHost{}
-	_ volume.KubeletVolumeHost = &volumeHost{}
-)
-
 // err returns what the CSI plugin last reported through SetKubeletError;
 // kubelet withholds node readiness while it is not nil.
-func (h *volumeHost) err() error {
+func (h *Host) err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.kubeletErr
 }
 
-func (h *volumeHost) SetKubeletError(err error) {
+func (h *Host) SetKubeletError(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.kubeletErr = err
 }
 
-func (h *volumeHost) GetPluginDir(pluginName string) string {
+func (h *Host) GetPluginDir(pluginName string) string {
 	return filepath.Join(h.rootDir, "plugins", pluginName)
 }
 
-func (h *volumeHost) GetVolumeDevicePluginDir(pluginName string) string {
+func (h *Host) GetVolumeDevicePluginDir(pluginName string) string {
 	return filepath.Join(h.rootDir, "plugins", pluginName, "volumeDevices")
 }
 
-func (h *volumeHost) GetPodsDir() string { return filepath.Join(h.rootDir, "pods") }
+func (h *Host) GetPodsDir() string { return filepath.Join(h.rootDir, "pods") }
 
-func (h *volumeHost) GetPodVolumeDir(podUID types.UID, pluginName, volumeName string) string {
+func (h *Host) GetPodVolumeDir(podUID types.UID, pluginName, volumeName string) string {
 	return filepath.Join(h.rootDir, "pods", string(podUID), "volumes", pluginName, volumeName)
 }
 
-func (h *volumeHost) GetPodPluginDir(podUID types.UID, pluginName string) string {
+func (h *Host) GetPodPluginDir(podUID types.UID, pluginName string) string {
 	return filepath.Join(h.rootDir, "pods", string(podUID), "plugins", pluginName)
 }
 
-func (h *volumeHost) GetPodVolumeDeviceDir(podUID types.UID, pluginName string) string {
+func (h *Host) GetPodVolumeDeviceDir(podUID types.UID, pluginName string) string {
 	return filepath.Join(h.rootDir, "pods", string(podUID), "volumeDevices", pluginName)
 }
 
-func (h *volumeHost) GetKubeClient() clientset.Interface { return h.client }
+func (h *Host) GetKubeClient() clientset.Interface { return h.client }
 
-func (h *volumeHost) NewWrapperMounter(string, volume.Spec, *v1.Pod) (volume.Mounter, error) {
-	return nil, errNotInTest
+func (h *Host) NewWrapperMounter(string, volume.Spec, *v1.Pod) (volume.Mounter, error) {
+	return nil, ErrNotInTest
 }
 
-func (h *volumeHost) NewWrapperUnmounter(string, volume.Spec, types.UID) (volume.Unmounter, error) {
-	return nil, errNotInTest
+func (h *Host) NewWrapperUnmounter(string, volume.Spec, types.UID) (volume.Unmounter, error) {
+	return nil, ErrNotInTest
 }
 
-func (h *volumeHost) GetMounter() mount.Interface { return h.mounter }
+func (h *Host) GetMounter() mount.Interface { return h.mounter }
 
-func (h *volumeHost) GetNodeAllocatable() (v1.ResourceList, error) { return v1.ResourceList{}, nil }
+func (h *Host) GetNodeAllocatable() (v1.ResourceList, error) { return v1.ResourceList{}, nil }
 
-func (h *volumeHost) GetSecretFunc() func(namespace, name string) (*v1.Secret, error) {
-	return func(string, string) (*v1.Secret, error) { return nil, errNotInTest }
+func (h *Host) GetSecretFunc() func(namespace, name string) (*v1.Secret, error) {
+	return func(string, string) (*v1.Secret, error) { return nil, ErrNotInTest }
 }
 
-func (h *volumeHost) GetConfigMapFunc() func(namespace, name string) (*v1.ConfigMap, error) {
-	return func(string, string) (*v1.ConfigMap, error) { return nil, errNotInTest }
+func (h *Host) GetConfigMapFunc() func(namespace, name string) (*v1.ConfigMap, error) {
+	return func(string, string) (*v1.ConfigMap, error) { return nil, ErrNotInTest }
 }
 
-func (h *volumeHost) GetServiceAccountTokenFunc() func(namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+func (h *Host) GetServiceAccountTokenFunc() func(namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return func(string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
-		return nil, errNotInTest
+		return nil, ErrNotInTest
 	}
 }
 
-func (h *volumeHost) DeleteServiceAccountTokenFunc() func(podUID types.UID) {
+func (h *Host) DeleteServiceAccountTokenFunc() func(podUID types.UID) {
 	return func(types.UID) {}
 }
 
-func (h *volumeHost) GetNodeLabels() (map[string]string, error) {
+func (h *Host) GetNodeLabels() (map[string]string, error) {
 	node, err := h.client.CoreV1().Nodes().Get(context.Background(), string(h.nodeName), metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading node %q: %w", h.nodeName, err)
@@ -125,27 +123,27 @@ func (h *volumeHost) GetNodeLabels() (map[string]string, error) {
 	return node.Labels, nil
 }
 
-func (h *volumeHost) GetNodeName() types.NodeName { return h.nodeName }
+func (h *Host) GetNodeName() types.NodeName { return h.nodeName }
 
-func (h *volumeHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error) {
+func (h *Host) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error) {
 	return map[v1.UniqueVolumeName]string{}, nil
 }
 
-func (h *volumeHost) GetEventRecorder() record.EventRecorder { return h.recorder }
+func (h *Host) GetEventRecorder() record.EventRecorder { return h.recorder }
 
-func (h *volumeHost) GetSubpather() subpath.Interface { return &subpath.FakeSubpath{} }
+func (h *Host) GetSubpather() subpath.Interface { return &subpath.FakeSubpath{} }
 
-func (h *volumeHost) GetInformerFactory() informers.SharedInformerFactory { return h.informerFactory }
+func (h *Host) GetInformerFactory() informers.SharedInformerFactory { return h.informerFactory }
 
-func (h *volumeHost) CSIDriverLister() storagelistersv1.CSIDriverLister {
+func (h *Host) CSIDriverLister() storagelistersv1.CSIDriverLister {
 	return h.informerFactory.Storage().V1().CSIDrivers().Lister()
 }
 
-func (h *volumeHost) CSIDriversSynced() cache.InformerSynced {
+func (h *Host) CSIDriversSynced() cache.InformerSynced {
 	return h.informerFactory.Storage().V1().CSIDrivers().Informer().HasSynced
 }
 
-func (h *volumeHost) WaitForCacheSync() error {
+func (h *Host) WaitForCacheSync() error {
 	stop := make(chan struct{})
 	timer := time.AfterFunc(time.Minute, func() { close(stop) })
 	defer timer.Stop()
@@ -155,16 +153,4 @@ func (h *volumeHost) WaitForCacheSync() error {
 	return nil
 }
 
-func (h *volumeHost) GetHostUtil() hostutil.HostUtils { return hostutil.NewHostUtil() }
-
-func (h *volumeHost) GetTrustAnchorsByName(context.Context, string, bool) ([]byte, error) {
-	return nil, errNotInTest
-}
-
-func (h *volumeHost) GetTrustAnchorsBySigner(context.Context, string, *metav1.LabelSelector, bool) ([]byte, error) {
-	return nil, errNotInTest
-}
-
-func (h *volumeHost) GetPodCertificateCredentialBundle(context.Context, string, string, string, string, int) ([]byte, []byte, error) {
-	return nil, nil, errNotInTest
-}
+func (h *Host) GetHostUtil() hostutil.HostUtils { return hostutil.NewHostUtil() }
