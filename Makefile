@@ -61,8 +61,14 @@ BASE_IMAGE      ?=
 WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
+# The kubelet minors supported, newest first: make e2e runs the suite
+# (test/e2e) against each one's plugin manager and CSI handler, built by its
+# module test/kubelet/<minor>, which pins k8s.io/kubernetes. See
+# docs/compatibility.md.
+KUBELET_MINORS := v1.37 v1.33 v1.30
+
 # Every Go module of the repository: lint covers them all.
-MODULES := . test/e2e test/deploy test/docs test/node test/selinuxvm
+MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_MINORS)) test/deploy test/docs test/node test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -218,9 +224,14 @@ handover-compat:
 	(cd "$$tmp" && $(GO) build -o previous-registrar ./cmd/registrar); \
 	cd test/integration && PREVIOUS_REGISTRAR_BIN="$$tmp/previous-registrar" CGO_ENABLED=1 $(GO_TEST) -race -count=1 -run '^TestHandsOverBetweenBuilds$$' .
 
-# kubelet's own plugin manager and CSI handler against the release binary.
+# kubelet's own plugin manager and CSI handler against the release binary,
+# for each of KUBELET_MINORS (make e2e KUBELET_MINORS=v1.30 runs one).
 e2e: build
-	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
+	@set -e; for m in $(KUBELET_MINORS); do \
+		echo "make e2e: kubelet $$m (test/kubelet/$$m)"; \
+		(cd test/kubelet/$$m && $(GO) build -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .); \
+		(cd test/e2e && FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$$m REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...); \
+	done
 
 # The example manifests in deploy/: strict decoding and wiring checks, and
 # a server-side dry run of every rendering against a real kube-apiserver

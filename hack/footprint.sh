@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the registrar's memory and CPU on this machine, to size the
 # resources in deploy/: the test CSI driver, the registrar against it and,
-# when given, kubelet's plugin manager (test/e2e's fakekubelet) registering it;
+# when given, kubelet's plugin manager (test/kubelet's fakekubelet) registering it;
 # then PROBES pairs of /healthz and /readyz requests, each a new connection as
 # kubelet's probes are. Prints VmRSS and VmHWM from /proc and the CPU
 # time used.

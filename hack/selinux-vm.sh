@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make selinux-test: the registrar, the test CSI driver and kubelet's plugin
-# manager (test/e2e's fakekubelet, as /bin/kubelet) as real processes in a
+# manager (test/kubelet's fakekubelet, as /bin/kubelet) as real processes in a
 # qemu VM whose Linux kernel enforces a small SELinux policy
 # (test/selinuxvm/policy.cil): the registration works where the policy allows
 # it, and where it denies kubelet or the registrar, the registrar fails the
@@ -113,7 +113,7 @@ else
 	go build -trimpath -o "$root/bin/registrar" ./cmd/registrar
 fi
 go build -trimpath -o "$root/bin/mockdriver" ./test/mockdriver
-(cd test/e2e && go build -trimpath -o "$root/bin/kubelet" ./cmd/fakekubelet)
+(cd test/kubelet/v1.37 && go build -trimpath -o "$root/bin/kubelet" .)
 (cd test/selinuxvm && go test -c -trimpath -o "$root/init" ./guest)
 secilc -o "$root/policy.bin" -f /dev/null test/selinuxvm/policy.cil ||
 	fail "secilc could not compile test/selinuxvm/policy.cil (above)"

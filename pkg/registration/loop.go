@@ -256,6 +256,9 @@ func (l *loop) told(ev any, before State) {
 				l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", ev.registered, "reason", ev.reason)
 			}
 		case !ev.notify:
+			if m.kubeletRetrying {
+				l.logger.V(2).Info("kubelet tries again by itself: the registration socket stays", "attempts", m.attempts)
+			}
 		case ev.registered && before != Registered:
 			l.logger.Info("kubelet registered the driver", "endpoint", l.s.cfg.Endpoint)
 		case ev.registered:
@@ -264,7 +267,7 @@ func (l *loop) told(ev any, before State) {
 		case before != Rejected:
 			l.logger.Error(nil, "kubelet rejected the plugin", "reason", ev.reason, "policy", l.s.cfg.OnRejection)
 			if l.s.cfg.OnRejection == Retry {
-				l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again", "backoff", m.due[retryTimer].Sub(m.log.lastNotify))
+				l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", m.due[retryTimer].Sub(m.log.lastNotify))
 			}
 		default:
 			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", ev.reason, "attempts", m.attempts)

@@ -17,7 +17,9 @@ package registration
 //	kubelet-silent      calledGetInfo          -> waiting-for-kubelet
 //	any published       verdict accepted       -> registered
 //	                    verdict rejected       -> rejected, retry timer (or fail: Exit policy)
-//	rejected            retry timer            -> rejected, publish again (retry)
+//	rejected            calledGetInfo          -> (retry timer stops: kubelet tries
+//	                                              again by itself, on this socket)
+//	                    retry timer            -> rejected, publish again (retry)
 //	                    published              -> rejected until kubelet's next verdict
 //	any publishing      path empty             -> vacancy timer; then publish (deleted)
 //	                    dead socket at path    -> publish (stale), after the looks it is due
@@ -66,6 +68,34 @@ const vacancyGrace = 100 * time.Millisecond
 // timeout gets before it is replaced as dead.
 const maxStrikes = 4
 
+// kubelet >= 1.36 tries a rejected registration again by itself, on the
+// same socket: its plugin manager's backoff for the socket's path (500 ms,
+// doubling after each failure in a row, at most 2m2s) has to elapse, then
+// its reconciler's next pass (every second) calls GetInfo. Older kubelets
+// never do; only a socket created again makes them try again, and a socket
+// created again while kubelet >= 1.36 retries is a new socket under the name
+// kubelet may just have accepted: kubelet deregisters the driver and
+// registers it again. So after a rejection the socket is published again
+// only once kubelet's own retry is overdue; a GetInfo on the rejected socket
+// before that means kubelet retries by itself, and the socket stays.
+const (
+	kubeletBackoffInitial = 500 * time.Millisecond
+	kubeletBackoffMax     = 2*time.Minute + 2*time.Second
+	// kubeletRetryLate is what kubelet's retry may take beyond its backoff:
+	// its reconciler's period (1 s), and a second to spare on a loaded node.
+	kubeletRetryLate = 2 * time.Second
+)
+
+// kubeletRetryDue is when kubelet >= 1.36, after its rejections'th
+// rejection in a row, has called GetInfo again at the latest.
+func kubeletRetryDue(rejections uint64) time.Duration {
+	backoff := kubeletBackoffInitial
+	for i := uint64(1); i < rejections && backoff < kubeletBackoffMax; i++ {
+		backoff *= 2
+	}
+	return min(backoff, kubeletBackoffMax) + kubeletRetryLate
+}
+
 // Backoff of a publication that failed for want of a resource: the same as
 // the registrar's other transient faults (the calls to the driver).
 const (
@@ -107,6 +137,9 @@ type machine struct {
 	failingSince time.Time
 	// attempts counts kubelet's rejections since it last accepted.
 	attempts uint64
+	// kubeletRetrying: kubelet called GetInfo on the socket it rejected
+	// after its last rejection: it tries again by itself.
+	kubeletRetrying bool
 	// withdrawn: Run removed the socket on its way out.
 	withdrawn bool
 	log       history
@@ -289,6 +322,12 @@ func (m *machine) step(now time.Time, ev any) []effect {
 			m.log.calls.GetInfo++
 			m.log.lastGetInfo = now
 			m.due[silenceTimer] = time.Time{}
+			if m.state == Rejected && !m.due[retryTimer].IsZero() {
+				// kubelet came back to the socket it rejected: it
+				// retries by itself, and a new socket now would be
+				// one under the name it may be about to accept.
+				m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
+			}
 			if m.state == KubeletSilent {
 				m.state, m.failingSince = WaitingForKubelet, time.Time{}
 			}
@@ -344,7 +383,7 @@ func (m *machine) step(now time.Time, ev any) []effect {
 
 // publishedAt records that publication gen serves the path since now.
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
-	m.gen, m.handedOver, m.owner = gen, false, nil
+	m.gen, m.handedOver, m.owner, m.kubeletRetrying = gen, false, nil, false
 	m.log.publications[reason]++
 	m.log.lastPublish = now
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
@@ -355,7 +394,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
 
 // standAside leaves the path to another instance, whose socket is owner.
 func (m *machine) standAside(state State, owner fs.FileInfo) {
-	m.state, m.gen, m.owner, m.handedOver = state, 0, owner, false
+	m.state, m.gen, m.owner, m.handedOver, m.kubeletRetrying = state, 0, owner, false, false
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
@@ -366,6 +405,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 	m.log.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
 	m.log.lastNotify = now
 	m.due[silenceTimer] = time.Time{}
+	m.kubeletRetrying = false
 	if registered {
 		m.log.calls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
@@ -385,7 +425,9 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 		return []effect{fail{&RejectedError{Reason: reason}}}
 	}
 	if m.due[retryTimer].IsZero() {
-		m.due[retryTimer] = now.Add(m.backoff)
+		// Published again only after kubelet's own retry is overdue: a
+		// kubelet that retries by itself calls GetInfo before then.
+		m.due[retryTimer] = now.Add(max(m.backoff, kubeletRetryDue(m.attempts)))
 		m.backoff = min(2*m.backoff, m.cfg.Retry.Max)
 	}
 	return nil

@@ -113,17 +113,34 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, nil}},
 		{"a verdict on an earlier socket: ignored", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 0, notify: true, registered: true},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
-		{"rejected: retry after the backoff", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1, notify: true, reason: "no"},
-			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(time.Second)}}},
+		{"rejected: publish again once kubelet's own retry is overdue", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1, notify: true, reason: "no"},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(2500 * time.Millisecond)}}},
+		{"rejected with a registrar's backoff longer than kubelet's retry: the backoff", func() machine {
+			m := publishedIn(WaitingForKubelet)
+			m.backoff = 10 * time.Second
+			return m
+		}(), t0, kubeletCall{gen: 1, notify: true, reason: "no"},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(10 * time.Second)}}},
+		{"rejected, kubelet calls GetInfo on the rejected socket: it retries by itself, the socket stays", rejected(), t0.Add(time.Second), kubeletCall{gen: 1},
+			want{Rejected, nil, nil}},
+		{"rejected, kubelet retried by itself and rejects again: publish once its second retry is overdue", then(rejected(), t0.Add(time.Second), kubeletCall{gen: 1}), t0.Add(time.Second),
+			kubeletCall{gen: 1, notify: true, reason: "no"},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(4 * time.Second)}}},
+		{"rejected, kubelet retried by itself and accepts: registered", then(rejected(), t0.Add(time.Second), kubeletCall{gen: 1}), t0.Add(time.Second),
+			kubeletCall{gen: 1, notify: true, registered: true},
+			want{Registered, nil, nil}},
 		{"rejected with the Exit policy: fail", func() machine { m := publishedIn(WaitingForKubelet); m.cfg.OnRejection = Exit; return m }(), t0,
 			kubeletCall{gen: 1, notify: true, reason: "no"},
 			want{Rejected, []effect{fail{&RejectedError{Reason: "no"}}}, nil}},
-		{"rejected, backoff elapsed: publish again", rejected(), t0.Add(time.Second), fired{retryTimer},
+		{"rejected, kubelet not back in time: publish again", rejected(), t0.Add(2500 * time.Millisecond), fired{retryTimer},
 			want{Rejected, []effect{publish{ReasonRetry}}, nil}},
 		{"rejected, published again: still rejected", then(rejected(), t0.Add(time.Second), fired{retryTimer}), t0.Add(time.Second), published{2, ReasonRetry},
 			want{Rejected, nil, map[timer]time.Time{silenceTimer: t0.Add(11 * time.Second)}}},
+		{"rejected, published again, kubelet's GetInfo on the new socket: nothing", then(rejected(), t0.Add(time.Second), fired{retryTimer}, published{2, ReasonRetry}), t0.Add(2 * time.Second),
+			kubeletCall{gen: 2},
+			want{Rejected, nil, nil}},
 		{"rejected, kubelet silent after the retry: still rejected", rejected(), later, fired{silenceTimer},
-			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(time.Second)}}},
+			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(2500 * time.Millisecond)}}},
 		{"rejected, then accepted: registered", rejected(), later, kubeletCall{gen: 1, notify: true, registered: true},
 			want{Registered, nil, nil}},
 		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
@@ -205,19 +222,22 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
-// The rejection's backoff doubles up to its cap, and starts over once
-// kubelet accepts; a second rejection while a retry is pending does not
-// move it.
+// After each rejection the socket is published again once the later of
+// the registrar's backoff (doubling up to its cap) and kubelet's own retry
+// is due; a second rejection while a retry is pending does not move it, and
+// an acceptance starts both over.
 func TestRejectionBackoff(t *testing.T) {
 	m := publishedIn(WaitingForKubelet)
 	now := t0
 	var waits []time.Duration
-	for gen := uint64(1); gen <= 4; gen++ {
+	for gen := uint64(1); gen <= 5; gen++ {
 		m.step(now, kubeletCall{gen: gen, notify: true, reason: "no"})
 		due := m.due[retryTimer]
-		m.step(now, kubeletCall{gen: gen, notify: true, reason: "again"})
-		if m.due[retryTimer] != due {
-			t.Fatalf("a second rejection moved the retry from %v to %v", due, m.due[retryTimer])
+		if gen == 1 {
+			m.step(now, kubeletCall{gen: gen, notify: true, reason: "again"})
+			if m.due[retryTimer] != due {
+				t.Fatalf("a second rejection moved the retry from %v to %v", due, m.due[retryTimer])
+			}
 		}
 		waits = append(waits, due.Sub(now))
 		now = due
@@ -226,17 +246,90 @@ func TestRejectionBackoff(t *testing.T) {
 		}
 		m.step(now, published{gen + 1, ReasonRetry})
 	}
-	if want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}; !reflect.DeepEqual(waits, want) {
-		t.Errorf("backoffs = %v, want %v", waits, want)
+	// The test's backoff is 1s doubling to 4s; kubelet's retry is due 2s
+	// after its backoff, 500ms doubling for each rejection counted.
+	want := []time.Duration{2500 * time.Millisecond, 4 * time.Second, 6 * time.Second, 10 * time.Second, 18 * time.Second}
+	if !reflect.DeepEqual(waits, want) {
+		t.Errorf("waits = %v, want %v", waits, want)
 	}
-	if m.attempts != 8 || !m.failingSince.Equal(t0) {
-		t.Errorf("attempts %d since %v, want 8 since the first rejection at %v", m.attempts, m.failingSince, t0)
+	if m.attempts != 6 || !m.failingSince.Equal(t0) {
+		t.Errorf("attempts %d since %v, want 6 since the first rejection at %v", m.attempts, m.failingSince, t0)
 	}
-	m.step(now, kubeletCall{gen: 5, notify: true, registered: true})
-	m.step(now, kubeletCall{gen: 5, notify: true, reason: "no"})
-	if wait := m.due[retryTimer].Sub(now); wait != time.Second {
-		t.Errorf("after an acceptance the backoff is %v, want it back at 1s", wait)
+	m.step(now, kubeletCall{gen: 6, notify: true, registered: true})
+	m.step(now, kubeletCall{gen: 6, notify: true, reason: "no"})
+	if wait := m.due[retryTimer].Sub(now); wait != 2500*time.Millisecond {
+		t.Errorf("after an acceptance the wait is %v, want it back at 2.5s", wait)
 	}
+}
+
+// kubelet's own retry after its nth rejection in a row: its backoff
+// (500ms doubling, at most 2m2s) and 2s for its reconciler's next pass.
+func TestKubeletRetryDue(t *testing.T) {
+	for n, want := range map[uint64]time.Duration{
+		1: 2500 * time.Millisecond, 2: 3 * time.Second, 3: 4 * time.Second, 9: 124 * time.Second, 10: 124 * time.Second, 1000: 124 * time.Second,
+	} {
+		if got := kubeletRetryDue(n); got != want {
+			t.Errorf("kubeletRetryDue(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// The same three rejections, then an acceptance, from a kubelet that
+// retries by itself (>= 1.36: GetInfo on the same socket after its
+// backoff) and from one that does not (<= 1.35: it tries again only on a
+// new socket). The first is never given a new socket; the second is
+// given one each time its retry would have been overdue.
+func TestRejectedThriceThenAccepted(t *testing.T) {
+	publications := func(m machine) (n uint64) {
+		for _, c := range m.log.publications {
+			n += c
+		}
+		return n
+	}
+	t.Run("kubelet retries by itself", func(t *testing.T) {
+		m := publishedIn(WaitingForKubelet)
+		now := t0
+		m.step(now, kubeletCall{gen: 1})
+		for i, backoff := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second} {
+			m.step(now, kubeletCall{gen: 1, notify: true, reason: "no"})
+			if m.due[retryTimer].IsZero() {
+				t.Fatalf("rejection %d: no retry timer", i+1)
+			}
+			// kubelet's reconciler passes after its backoff, within a second.
+			now = now.Add(backoff + 900*time.Millisecond)
+			if now.After(m.due[retryTimer]) {
+				t.Fatalf("rejection %d: the retry is due at %v, before kubelet's own at %v", i+1, m.due[retryTimer], now)
+			}
+			if effects := m.step(now, kubeletCall{gen: 1}); effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
+				t.Fatalf("rejection %d, kubelet's GetInfo: effects %v, retry at %v, retrying %v; want no publication pending", i+1, effects, m.due[retryTimer], m.kubeletRetrying)
+			}
+			if st := (&snapshot{m: m}).status(true); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
+				t.Errorf("rejection %d: status reason %q does not say that kubelet tries again", i+1, st.Reason)
+			}
+		}
+		m.step(now, kubeletCall{gen: 1, notify: true, registered: true})
+		if m.state != Registered || publications(m) != 1 || m.next() != (time.Time{}) {
+			t.Errorf("%s after %d publications, next timer %v; want registered on the first, no timer", m.state, publications(m), m.next())
+		}
+	})
+	t.Run("kubelet does not retry", func(t *testing.T) {
+		m := publishedIn(WaitingForKubelet)
+		now := t0
+		for gen := uint64(1); gen <= 3; gen++ {
+			m.step(now, kubeletCall{gen: gen})
+			m.step(now, kubeletCall{gen: gen, notify: true, reason: "no"})
+			now = m.due[retryTimer]
+			if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+				t.Fatalf("rejection %d: effects %v, want a publication", gen, effects)
+			}
+			m.step(now, published{gen + 1, ReasonRetry})
+		}
+		m.step(now, kubeletCall{gen: 4})
+		m.step(now, kubeletCall{gen: 4, notify: true, registered: true})
+		if m.state != Registered || publications(m) != 4 || m.log.publications[ReasonRetry] != 3 {
+			t.Errorf("%s after publications %v; want registered on the fourth, three of them retries", m.state, m.log.publications)
+		}
+	})
 }
 
 // The state a reader sees, at every moment of a rejection loop: rejected

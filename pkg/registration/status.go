@@ -23,7 +23,8 @@ const (
 	// Registered: kubelet accepted the plugin through the current socket.
 	Registered State = "registered"
 	// Rejected: kubelet did not accept the plugin; with the Retry policy
-	// the socket is published again after a backoff, and the registration
+	// the socket is published again after a backoff unless kubelet tries
+	// again by itself (kubelet >= 1.36), and the registration
 	// stays rejected until kubelet accepts it.
 	Rejected State = "rejected"
 	// Superseded: another instance of the driver published the socket and
@@ -163,7 +164,10 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 		}
 		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.log.lastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
-			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339)
+			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339) + " unless kubelet tries again by itself first"
+		}
+		if m.kubeletRetrying {
+			out.Reason += "; kubelet tries again by itself on this socket"
 		}
 		out.Reason += ")"
 	case Superseded:

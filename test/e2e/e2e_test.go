@@ -1,5 +1,5 @@
 // End-to-end tests: the registrar binary between the mock CSI driver and
-// kubelet's real plugin manager and CSI registration handler (cmd/fakekubelet).
+// kubelet's real plugin manager and CSI registration handler (test/kubelet).
 // Each test has its own directory, kubelet process and driver name, so the
 // tests run in parallel.
 package e2e_test
@@ -23,7 +23,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 const (

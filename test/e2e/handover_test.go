@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 // A rolling update with maxSurge, with kubelet's real plugin manager: the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 // image is the registrar a DaemonSet's pod runs.

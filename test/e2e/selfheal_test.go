@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 const (

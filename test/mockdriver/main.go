@@ -90,6 +90,7 @@ func main() {
 	probe := flag.String("probe", probeUnset, "Probe's answer: "+strings.Join(probeAnswers, ", "))
 	probeFile := flag.String("probe-file", "", "file whose first line, when it exists, replaces --probe at each Probe call, so that a test can change the answer of a running driver")
 	failNodeInfo := flag.Bool("fail-node-get-info", false, "answer NodeGetInfo with an Internal error, so kubelet rejects the plugin")
+	failNodeInfoCalls := flag.Int("fail-node-get-info-calls", 0, "answer the first N NodeGetInfo calls with an Internal error, so kubelet rejects the plugin N times and then accepts it")
 	flag.Parse()
 	if *endpoint == "" {
 		fmt.Fprintln(os.Stderr, "mockdriver: --endpoint is required")
@@ -126,10 +127,11 @@ func main() {
 			return answerProbe(ctx, answer)
 		})
 	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.GetPluginCapabilitiesResponse{}, nil)
+	var nodeInfoCalls atomic.Int64
 	node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
 		func(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 			fmt.Println("NodeGetInfo")
-			if *failNodeInfo {
+			if *failNodeInfo || nodeInfoCalls.Add(1) <= int64(*failNodeInfoCalls) {
 				return nil, status.Error(codes.Internal, "mockdriver: NodeGetInfo fails on request")
 			}
 			return &csi.NodeGetInfoResponse{NodeId: *nodeID}, nil

@@ -31,16 +31,21 @@ type binarySource struct {
 	name     string
 	what     string // for the progress lines
 	coldTime string // its first build, with empty Go caches on two shared cores (load average 15-68), the three at once
-	inRepo   bool   // package path relative to the repository root, else to the e2e module
-	pkg      string
+	dir      string // its module's directory, relative to the repository root
+	pkg      string // relative to dir
 	ldflags  string
 	target   *string
 }
 
+// NewestKubelet is the module of the e2e kubelet built with the newest
+// kubelet minor supported, relative to the repository root; the Makefile
+// builds the others' (test/kubelet/v1.*) and names them in FAKEKUBELET_BIN.
+const NewestKubelet = "test/kubelet/v1.37"
+
 // BuildBinaries builds, into dir, each binary that no environment variable
 // names: REGISTRAR_BIN (./cmd/registrar of the repository), MOCKDRIVER_BIN
-// (./test/mockdriver) and FAKEKUBELET_BIN (./cmd/fakekubelet of the e2e
-// module). The working directory must be inside the e2e module.
+// (./test/mockdriver) and FAKEKUBELET_BIN (the e2e kubelet of the newest
+// kubelet minor supported, NewestKubelet). The working directory must be inside the e2e module.
 //
 // The registrar's --version is REGISTRAR_VERSION, as make passes it, or else
 // the repository's hack/version.sh (the file VERSION), as make computes it.
@@ -70,9 +75,9 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 	}
 	var bins Binaries
 	sources := []binarySource{
-		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "up to 3 min on two cores", inRepo: true, pkg: "./cmd/registrar", target: &bins.Registrar},
-		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "up to 4 min on two cores", inRepo: true, pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
-		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "up to 16 min on two cores: kubelet's code", pkg: "./cmd/fakekubelet", ldflags: "-w", target: &bins.FakeKubelet},
+		{env: "REGISTRAR_BIN", name: "registrar", what: "the registrar", coldTime: "up to 3 min on two cores", dir: ".", pkg: "./cmd/registrar", target: &bins.Registrar},
+		{env: "MOCKDRIVER_BIN", name: "mockdriver", what: "the mock CSI driver", coldTime: "up to 4 min on two cores", dir: ".", pkg: "./test/mockdriver", ldflags: "-w", target: &bins.MockDriver},
+		{env: "FAKEKUBELET_BIN", name: "fakekubelet", what: "the e2e kubelet", coldTime: "up to 16 min on two cores: kubelet's code", dir: NewestKubelet, pkg: ".", ldflags: "-w", target: &bins.FakeKubelet},
 	}
 	errs := make([]error, len(sources))
 	var builds sync.WaitGroup
@@ -107,10 +112,7 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 				args = append(args, "-ldflags="+src.ldflags)
 			}
 			cmd := exec.CommandContext(ctx, "go", append(args, src.pkg)...)
-			cmd.Dir = e2eRoot
-			if src.inRepo {
-				cmd.Dir = repoRoot
-			}
+			cmd.Dir = filepath.Join(repoRoot, src.dir)
 			report("building %s (first build: %s) ...", what, src.coldTime)
 			start := time.Now()
 			if output, err := runSaying(cmd, stillBuildingInterval, func(took time.Duration) {

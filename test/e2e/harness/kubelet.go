@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
-// Kubelet is a running cmd/fakekubelet: kubelet's plugin manager and CSI
+// Kubelet is a running the e2e kubelet (test/kubelet): kubelet's plugin manager and CSI
 // registration handler on a fake API server, read through its reports.
 type Kubelet struct {
 	*Process
@@ -33,7 +33,7 @@ type ReceivedEvent struct {
 	Received time.Time
 }
 
-// KubeletConfig says how to run cmd/fakekubelet.
+// KubeletConfig says how to run the e2e kubelet (test/kubelet).
 type KubeletConfig struct {
 	// RegistryDir is the plugin registration directory it watches.
 	RegistryDir string
@@ -45,7 +45,7 @@ type KubeletConfig struct {
 	StartTimeout time.Duration
 }
 
-// StartKubelet starts bin (cmd/fakekubelet) and waits until it is ready.
+// StartKubelet starts bin (the e2e kubelet (test/kubelet)) and waits until it is ready.
 func StartKubelet(bin string, cfg KubeletConfig) (*Kubelet, error) {
 	k := &Kubelet{RegistryDir: cfg.RegistryDir}
 	args := []string{"--registry-dir=" + cfg.RegistryDir, fmt.Sprintf("-v=%d", cfg.Verbosity)}
@@ -94,6 +94,19 @@ func (k *Kubelet) parse(stream Stream, line string) {
 			k.watcherErrors = append(k.watcherErrors, line)
 		}
 	}
+}
+
+// Version is the version of kubelet's code the kubelet runs, as its Ready
+// report says.
+func (k *Kubelet) Version() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.events {
+		if e.Kind == report.Ready {
+			return e.Version
+		}
+	}
+	return ""
 }
 
 // WatcherErrors are the errors kubelet's plugin watcher logged so far.

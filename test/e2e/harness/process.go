@@ -1,6 +1,6 @@
 // Package harness starts and watches the processes of an end-to-end run: the
 // registrar under test, the mock CSI driver and the e2e kubelet
-// (cmd/fakekubelet). It captures their output line by line and lets callers
+// (test/kubelet). It captures their output line by line and lets callers
 // wait for conditions on it, woken by each new line, with a deadline.
 package harness
 

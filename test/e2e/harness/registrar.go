@@ -138,12 +138,14 @@ func GetInfo(socket string, timeout time.Duration) (*registerapi.PluginInfo, err
 
 // MockDriverConfig is the mock driver's command line.
 type MockDriverConfig struct {
-	Endpoint         string
-	Name             string
-	NodeID           string
-	FailNodeGetInfo  bool
-	PluginInfoDelay  time.Duration
-	UnavailableCalls int
+	Endpoint        string
+	Name            string
+	NodeID          string
+	FailNodeGetInfo bool
+	// FailNodeGetInfoCalls fails the first N NodeGetInfo calls only.
+	FailNodeGetInfoCalls int
+	PluginInfoDelay      time.Duration
+	UnavailableCalls     int
 }
 
 // StartMockDriver starts bin (test/mockdriver) and waits until it serves.
@@ -151,6 +153,9 @@ func StartMockDriver(bin string, cfg MockDriverConfig) (*Process, error) {
 	args := []string{"--endpoint=" + cfg.Endpoint, "--name=" + cfg.Name, "--node-id=" + cfg.NodeID}
 	if cfg.FailNodeGetInfo {
 		args = append(args, "--fail-node-get-info")
+	}
+	if cfg.FailNodeGetInfoCalls != 0 {
+		args = append(args, "--fail-node-get-info-calls="+strconv.Itoa(cfg.FailNodeGetInfoCalls))
 	}
 	if cfg.PluginInfoDelay != 0 {
 		args = append(args, "--plugin-info-delay="+cfg.PluginInfoDelay.String())

@@ -1,6 +1,6 @@
 // Command demo shows the registrar at work between a CSI driver and kubelet:
 // it starts kubelet's real plugin manager and CSI registration handler on a
-// fake API server (cmd/fakekubelet), the mock CSI driver and the registrar,
+// fake API server (test/kubelet), the mock CSI driver and the registrar,
 // prints what kubelet registered and what the registrar reports about it
 // (/readyz, /metrics, /status), then the registrar's /healthz and /readyz
 // until Ctrl-C, SIGTERM or -duration, and stops everything in order: the
@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 type options struct {

@@ -6,7 +6,15 @@
 //
 // The CSI volume plugin keeps process-global state (its driver registry, its
 // node info manager), so Start succeeds once per process; a kubelet restart
-// is a new process (cmd/fakekubelet).
+// is a new process (Main).
+//
+// Kubelet's Go API for the plugin manager differs between minors (handlers
+// take a context from v1.36, DeRegisterPlugin the endpoint from v1.33, the
+// sources-ready callback a sets.Set from v1.31): each minor's module
+// (v1.30, v1.33, v1.37 below this directory) pins k8s.io/kubernetes and
+// gives Main the plugin manager, wired with that minor's API. This package
+// is the rest, built unchanged against each: its go.mod requires the oldest
+// minor, and each minor's module raises it.
 //
 // What kubelet v1.37 does when registration fails, read from v1.37.1's
 // pkg/kubelet/pluginmanager (operationexecutor/operation_generator.go,
@@ -44,6 +52,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,20 +61,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-	"k8s.io/kubernetes/pkg/kubelet/config"
-	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
-	plugincache "k8s.io/kubernetes/pkg/kubelet/pluginmanager/cache"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
 	"k8s.io/mount-utils"
 
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
 // Config says where the kubelet looks for plugins and which node it runs.
@@ -96,11 +100,24 @@ type Kubelet struct {
 
 var started atomic.Bool
 
+// RunPluginManager starts kubelet's plugin manager on registryDir, with a
+// handler for CSI plugins that passes each call to csi.PluginHandler and
+// tells k of it (Validated, Registered, Deregistered); it runs until ctx is
+// done. Each minor's module gives its own, in that minor's API.
+type RunPluginManager func(ctx context.Context, registryDir string, recorder record.EventRecorder, k *Kubelet)
+
+// Minor is what each minor's module gives: its plugin manager, and the
+// volume host completed with the methods whose signatures it changed.
+type Minor struct {
+	Run  RunPluginManager
+	Host func(*Host) volume.VolumeHost
+}
+
 // Start initialises the CSI volume plugin as kubelet does, waits until it
 // has created the CSINode object, starts the plugin manager and returns.
 // Each handler call is passed to emit (one call at a time). The plugin
 // manager stops when ctx is done.
-func Start(ctx context.Context, cfg Config, emit func(report.Event)) (*Kubelet, error) {
+func Start(ctx context.Context, cfg Config, minor Minor, emit func(report.Event)) (*Kubelet, error) {
 	if !started.CompareAndSwap(false, true) {
 		return nil, errors.New("the CSI volume plugin keeps global state: start one kubelet per process")
 	}
@@ -109,8 +126,9 @@ func Start(ctx context.Context, cfg Config, emit func(report.Event)) (*Kubelet, 
 		cfg.CSINodeInitTimeout = 30 * time.Second
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
-	client := fake.NewClientset(node)
-	host := &volumeHost{
+	// NewSimpleClientset: NewClientset came in v1.31.
+	client := fake.NewSimpleClientset(node)
+	host := &Host{
 		rootDir:         cfg.RootDir,
 		nodeName:        types.NodeName(cfg.NodeName),
 		client:          client,
@@ -124,7 +142,7 @@ func Start(ctx context.Context, cfg Config, emit func(report.Event)) (*Kubelet, 
 	// manager, and creates CSINode in the background, holding the node
 	// NotReady through SetKubeletError until it has.
 	var plugins volume.VolumePluginMgr
-	if err := plugins.InitPlugins(csi.ProbeVolumePlugins(), nil, host); err != nil {
+	if err := plugins.InitPlugins(csi.ProbeVolumePlugins(), nil, minor.Host(host)); err != nil {
 		return nil, fmt.Errorf("initialising the CSI volume plugin: %w", err)
 	}
 	host.informerFactory.Start(ctx.Done())
@@ -136,12 +154,9 @@ func Start(ctx context.Context, cfg Config, emit func(report.Event)) (*Kubelet, 
 	}
 
 	k := &Kubelet{client: client, nodeName: cfg.NodeName, emit: emit}
-	manager := pluginmanager.NewPluginManager(cfg.RegistryDir, host.recorder)
-	manager.AddHandler(registerapi.CSIPlugin, &observedHandler{inner: csi.PluginHandler, kubelet: k})
-	sourcesReady := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	go manager.Run(ctx, sourcesReady, ctx.Done())
+	minor.Run(ctx, cfg.RegistryDir, host.recorder, k)
 
-	k.report(ctx, report.Event{Kind: report.Ready})
+	k.report(ctx, report.Event{Kind: report.Ready, Version: kubernetesVersion()})
 	return k, nil
 }
 
@@ -180,13 +195,6 @@ func (k *Kubelet) report(ctx context.Context, e report.Event) {
 	k.emit(e)
 }
 
-// observedHandler passes kubelet's calls through to the CSI handler and
-// reports each one with its outcome.
-type observedHandler struct {
-	inner   plugincache.PluginHandler
-	kubelet *Kubelet
-}
-
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -194,19 +202,38 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func (h *observedHandler) ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error {
-	err := h.inner.ValidatePlugin(ctx, name, endpoint, versions)
-	h.kubelet.report(ctx, report.Event{Kind: report.Validate, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
+// Validated reports kubelet's ValidatePlugin call and returns its outcome.
+func (k *Kubelet) Validated(ctx context.Context, name, endpoint string, versions []string, err error) error {
+	k.report(ctx, report.Event{Kind: report.Validate, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
 	return err
 }
 
-func (h *observedHandler) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string, timeout *time.Duration) error {
-	err := h.inner.RegisterPlugin(ctx, name, endpoint, versions, timeout)
-	h.kubelet.report(ctx, report.Event{Kind: report.Register, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
+// Registered reports kubelet's RegisterPlugin call and returns its outcome.
+func (k *Kubelet) Registered(ctx context.Context, name, endpoint string, versions []string, err error) error {
+	k.report(ctx, report.Event{Kind: report.Register, Driver: name, Endpoint: endpoint, Versions: versions, Error: errText(err)})
 	return err
 }
 
-func (h *observedHandler) DeRegisterPlugin(ctx context.Context, name, endpoint string) {
-	h.inner.DeRegisterPlugin(ctx, name, endpoint)
-	h.kubelet.report(ctx, report.Event{Kind: report.Deregister, Driver: name, Endpoint: endpoint})
+// Deregistered reports kubelet's DeRegisterPlugin call; endpoint is empty
+// before v1.33, whose call has none.
+func (k *Kubelet) Deregistered(ctx context.Context, name, endpoint string) {
+	k.report(ctx, report.Event{Kind: report.Deregister, Driver: name, Endpoint: endpoint})
+}
+
+// kubernetesVersion is the version of k8s.io/kubernetes built in, as the
+// module that pins it says.
+func kubernetesVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == "k8s.io/kubernetes" {
+			if dep.Replace != nil {
+				return dep.Replace.Version
+			}
+			return dep.Version
+		}
+	}
+	return "unknown"
 }

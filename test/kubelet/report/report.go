@@ -39,7 +39,9 @@ type Event struct {
 	Versions []string `json:"versions,omitempty"`
 	// Error is the handler's error text; empty if it succeeded.
 	Error string `json:"error,omitempty"`
-	State State  `json:"state"`
+	// Version is k8s.io/kubernetes's version, in the Ready event.
+	Version string `json:"version,omitempty"`
+	State   State  `json:"state"`
 }
 
 // State is what the node's API objects say about CSI drivers.

@@ -1,10 +1,4 @@
-// Command fakekubelet is kubelet's plugin registration, nothing else: the
-// real plugin manager and CSI registration handler (package kubelet) on a fake
-// API server. It writes one report.Event a line on standard output for every
-// handler call and logs kubelet's own klog output on standard error. SIGTERM
-// or SIGINT stops it without deregistering anything, like a kubelet that
-// stops; a new process is a restarted kubelet.
-package main
+package kubelet
 
 import (
 	"context"
@@ -17,12 +11,18 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet"
-	"github.com/csi-registrar/node-driver-registrar/test/e2e/kubelet/report"
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
 )
 
-func main() {
-	var cfg kubelet.Config
+// Main is the e2e kubelet's command, fakekubelet, which each minor's module
+// builds with its plugin manager: kubelet's plugin registration, nothing
+// else, the real plugin manager and CSI registration handler on a fake API
+// server. It writes one report.Event a line on standard output for every
+// handler call and logs kubelet's own klog output on standard error. SIGTERM
+// or SIGINT stops it without deregistering anything, like a kubelet that
+// stops; a new process is a restarted kubelet.
+func Main(minor Minor) {
+	var cfg Config
 	flag.StringVar(&cfg.RegistryDir, "registry-dir", "", "plugin registration directory to watch, kubelet's <root-dir>/plugins_registry (required)")
 	flag.StringVar(&cfg.RootDir, "root-dir", "", "kubelet root directory; defaults to the registry directory's parent")
 	flag.StringVar(&cfg.NodeName, "node-name", "e2e-node", "name of the Node object")
@@ -44,7 +44,7 @@ func main() {
 		// Best effort: a reader that went away has nothing left to learn.
 		_, _ = os.Stdout.Write(e.Encode())
 	}
-	if _, err := kubelet.Start(ctx, cfg, emit); err != nil {
+	if _, err := Start(ctx, cfg, minor, emit); err != nil {
 		klog.ErrorS(err, "Starting the kubelet failed")
 		klog.Flush()
 		os.Exit(1)
