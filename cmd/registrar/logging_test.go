@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 )
 
 // The logging set-up changes process-wide state, once per process: these
@@ -41,6 +43,7 @@ func lines(out string) []string {
 // line, that the termination message file does not exist.
 func runRegistrar(t *testing.T, args ...string) registrarOutput {
 	t.Helper()
+	removeall.Require(t)
 	args = append([]string{"--termination-message-path=" + filepath.Join(t.TempDir(), "absent")}, args...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
@@ -187,6 +190,7 @@ func TestOldKlogFlagsWithoutEffect(t *testing.T) {
 		{[]string{"--log-text-split-stream"}, "it has no effect with --log-text-split-stream"},
 	} {
 		t.Run(format.args[0], func(t *testing.T) {
+			removeall.Require(t)
 			dir := t.TempDir()
 			args := format.args
 			for _, arg := range oldKlogArgs(dir) {
@@ -216,6 +220,7 @@ func TestOldKlogFlagsWithoutEffect(t *testing.T) {
 // With the text format and no split stream, klog itself honours its own
 // flags, as upstream v2.10 did.
 func TestOldKlogFlagsHonouredByKlog(t *testing.T) {
+	removeall.Require(t)
 	logFile := filepath.Join(t.TempDir(), "registrar.log")
 	out := runRegistrar(t, "--logtostderr=false", "--log_file="+logFile, "--skip_headers", "--skip_log_headers", "-v=2")
 	if out.code != exitError {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +150,12 @@ func TestAcceptsWithAWarning(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseFlags("registrar", append([]string{"--kubelet-registration-path=/k"}, tc.args...), io.Discard)
+			// Absolute on this system: on Windows, /k is not.
+			endpoint, err := filepath.Abs("k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := parseFlags("registrar", append([]string{"--kubelet-registration-path=" + endpoint}, tc.args...), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,8 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 )
 
 // identity is a CSI Identity server built on the spec's generated code.
@@ -38,6 +40,7 @@ func (s *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse
 // client of it.
 func serve(t *testing.T, srv *identity) *grpc.ClientConn {
 	t.Helper()
+	afunix.Require(t)
 	dir, err := os.MkdirTemp("", "csiid")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
@@ -30,7 +31,7 @@ func TestConnectAdvice(t *testing.T) {
 		{syscall.EACCES, "write permission"},
 		{syscall.EPERM, "write permission"},
 		{syscall.ECONNREFUSED, "nothing listens"},
-		{syscall.ENOENT, "does not mount the driver's socket directory at /csi"},
+		{syscall.ENOENT, "does not mount the driver's socket directory at " + filepath.Dir(path)},
 		{syscall.ENOTDIR, "not a directory"},
 		{syscall.EAGAIN, "listen queue is full"},
 	}
@@ -76,6 +77,7 @@ func TestConnectAdvice(t *testing.T) {
 // Follow's own attempts, as the registrar reports them: a socket file that
 // nothing listens on, and no file at all (both real as root too).
 func TestUnreachableOfFollowsAttempts(t *testing.T) {
+	afunix.Require(t)
 	dir := socketDir(t)
 	stale := filepath.Join(dir, "stale.sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
