@@ -303,7 +303,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			if effects := m.step(now, kubeletCall{gen: 1}); effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
 				t.Fatalf("rejection %d, kubelet's GetInfo: effects %v, retry at %v, retrying %v; want no publication pending", i+1, effects, m.due[retryTimer], m.kubeletRetrying)
 			}
-			if st := (&snapshot{m: m}).status(true); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
+			if st := (&snapshot{m: m}).status(true, ""); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
 				t.Errorf("rejection %d: status reason %q does not say that kubelet tries again", i+1, st.Reason)
 			}
 		}
