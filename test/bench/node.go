@@ -195,8 +195,10 @@ func (n *node) notifyAsKubelet(ctx context.Context, before func() error) error {
 	return nil
 }
 
-// waitReady polls /readyz until it answers 200.
+// waitReady polls /readyz until it answers 200, for stepTimeout at most.
 func (n *node) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
 	url := "http://" + n.httpAddr + "/readyz"
 	// No connection is left open for the figures that follow.
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
