@@ -51,6 +51,47 @@ func (f figure) String() string {
 	return fmt.Sprintf("%-56s %-20s %-24s %-12s %s", f.name, value, target, verdict, f.detail)
 }
 
+// ratio puts one of this registrar's figures next to upstream's, measured
+// in the same run, with the budget for their ratio.
+type ratio struct {
+	name           string
+	ours, upstream float64
+	unit           string
+	// budget is the most the ratio may be; budgetNote, when set, says it
+	// in words.
+	budget     float64
+	budgetNote string
+}
+
+func (r ratio) String() string {
+	q, shown := r.ours/r.upstream, ""
+	switch {
+	case r.upstream != 0:
+		// Three decimals, so that a ratio just over its budget does
+		// not print as equal to it.
+		shown = fmt.Sprintf("%.3f", q)
+	case r.ours == 0:
+		q, shown = 1, "1 (both 0)"
+	default:
+		shown = "more (upstream's is 0)"
+	}
+	verdict := "ok"
+	if !(q <= r.budget) {
+		verdict = "OVER"
+	}
+	budget := fmt.Sprintf("%.2f%s", r.budget, r.budgetNote)
+	return fmt.Sprintf("%s: %s %s vs upstream %s %s = %s, budget <= %s: %s",
+		r.name, trim(r.ours), r.unit, trim(r.upstream), r.unit, shown, budget, verdict)
+}
+
+// upstreamFigure is f measured on upstream's registrar: a line without a
+// target, for the ratio that follows it.
+func upstreamFigure(f figure) figure {
+	f.name = "upstream: " + f.name
+	f.reference, f.note = true, "(upstream's binary, for the ratio)"
+	return f
+}
+
 // printReference prints a line without a target.
 func printReference(name string, sample durations, note string) {
 	fmt.Printf("%-56s %-20s %-37s %s\n", name, "median "+trim(ms(sample.median()))+" ms", note, sample.spread())
@@ -133,7 +174,7 @@ func binarySize(path string) (figure, error) {
 
 // printBuild says how the measured binary was built (its Go version and the
 // flags that change its size) and the environment it runs with.
-func printBuild(path string, env []string) error {
+func printBuild(label, path string, env []string) error {
 	info, err := buildinfo.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading the build information of %s: %w", path, err)
@@ -149,7 +190,7 @@ func printBuild(path string, env []string) error {
 	if len(env) > 0 {
 		environment = "environment " + strings.Join(env, " ")
 	}
-	fmt.Printf("registrar: %s, %s, %s; %s\n", path, info.GoVersion, strings.Join(settings, " "), environment)
+	fmt.Printf("%s: %s, %s, %s; %s\n", label, path, info.GoVersion, strings.Join(settings, " "), environment)
 	return nil
 }
 

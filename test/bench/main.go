@@ -10,6 +10,13 @@
 // the resolution of the harness, and how fast the test driver, a Go program
 // with the same gRPC and CSI libraries, listens after exec.
 //
+// With -upstream, upstream's registrar (kubernetes-csi/node-driver-registrar)
+// is measured in the same run for the figures its budget compares (exec ->
+// listening, VmRSS after registration, binary size, idle wake-ups), its
+// runs interleaved with this registrar's, and each of those figures is
+// followed by a line with both values, their ratio and the budget for it.
+// The ratios are printed, never asserted.
+//
 //	go run ./test/bench -registrar bin/csi-node-driver-registrar -driver bin/mockdriver
 //
 // The method is described in docs/performance.md.
@@ -22,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,6 +43,9 @@ type config struct {
 	// registrarEnv is added to the registrar's environment: the image's
 	// ENV lines, so that the binary runs as it does in its container.
 	registrarEnv []string
+	// upstream is upstream's registrar binary, measured side by side;
+	// empty when it is not measured.
+	upstream string
 
 	runs            int
 	healthzRequests int
@@ -64,6 +75,8 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.registrar, "registrar", "bin/csi-node-driver-registrar", "the registrar binary to measure, as `make build` writes it")
 	env := flag.String("registrar-env", "", "space-separated `NAME=VALUE` pairs added to the registrar's environment; make bench passes the Dockerfile's ENV lines")
+	flag.StringVar(&cfg.upstream, "upstream", "", "upstream's registrar binary (kubernetes-csi/node-driver-registrar), measured side by side for the ratios of the budget; empty: ratios not measured")
+	requireUpstream := flag.Bool("require-upstream", false, "fail when -upstream is not an executable file, instead of measuring without the ratios (make bench-smoke under CI=true)")
 	flag.StringVar(&cfg.driver, "driver", "", "the test CSI driver binary (go build -o bin/mockdriver ./test/mockdriver); required")
 	flag.IntVar(&cfg.runs, "runs", 20, "processes started for each start-up and reaction figure")
 	flag.IntVar(&cfg.healthzRequests, "healthz-requests", 5000, "/healthz requests for each latency figure")
@@ -103,6 +116,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -driver is required: go build -o bin/mockdriver ./test/mockdriver")
 		os.Exit(2)
 	}
+	missing := checkUpstream(&cfg)
+	if missing != "" {
+		if *requireUpstream {
+			fmt.Fprintf(os.Stderr, "bench: %s; -require-upstream is set: pass -upstream=PATH to upstream's binary\n", missing)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "bench: WARNING: %s\n", missing)
+	}
 	if cfg.runs < 1 || cfg.healthzRequests < 1 || cfg.healthzClients < 1 || cfg.getInfoCalls < 1 || cfg.getInfoClients < 1 || cfg.floodHeaderConns < 1 || cfg.floodIdleConns < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -runs, -healthz-requests, -healthz-clients, -getinfo-calls, -getinfo-clients and -flood-*-conns must be at least 1")
 		os.Exit(2)
@@ -115,7 +136,7 @@ func main() {
 	// Ctrl-C stops the processes started so far and removes their files.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, missing); err != nil {
 		if ctx.Err() != nil {
 			err = errors.New("interrupted; the processes it started are stopped and their files removed")
 		}
@@ -125,9 +146,36 @@ func main() {
 	}
 }
 
+// checkUpstream makes cfg.upstream absolute, or empty when it is not an
+// executable file, and then says why the ratios are not measured.
+func checkUpstream(cfg *config) (missing string) {
+	if cfg.upstream == "" {
+		return "no -upstream: ratios to upstream's registrar not measured"
+	}
+	path, err := filepath.Abs(cfg.upstream)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = os.Stat(path); err == nil && (!fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0) {
+			err = fmt.Errorf("not an executable file (mode %v)", fi.Mode())
+		}
+	}
+	if err != nil {
+		missing = fmt.Sprintf("upstream's binary not found at %s (%v): ratios not measured", cfg.upstream, err)
+		cfg.upstream = ""
+		return missing
+	}
+	cfg.upstream = path
+	return ""
+}
+
 // run measures every figure and prints it as soon as it is known.
-func run(ctx context.Context, cfg config) error {
-	if err := printBuild(cfg.registrar, cfg.registrarEnv); err != nil {
+func run(ctx context.Context, cfg config, upstreamMissing string) error {
+	if err := printBuild("registrar", cfg.registrar, cfg.registrarEnv); err != nil {
+		return err
+	}
+	if upstreamMissing != "" {
+		fmt.Println("UPSTREAM NOT MEASURED:", upstreamMissing)
+	} else if err := printBuild("upstream", cfg.upstream, nil); err != nil {
 		return err
 	}
 	before := printMachine("before", nil)
@@ -145,6 +193,12 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 		fmt.Println(start.listen)
+		if cfg.upstream != "" {
+			up := upstreamFigure(start.listen)
+			up.value, up.detail = ms(start.upstreamListen.median()), start.upstreamListen.spread()
+			fmt.Println(up)
+			fmt.Println(ratio{name: start.listen.name, ours: start.listen.value, upstream: up.value, unit: "ms", budget: 0.6})
+		}
 		printReference("reference: exec -> test driver listening", start.driverListen, "(same gRPC and CSI libraries, no work)")
 	}
 	if cfg.wants("appear") {
@@ -174,6 +228,11 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if cfg.wants("start") {
 		fmt.Println(start.rss)
+		if cfg.upstream != "" {
+			up := upstreamFigure(start.upstreamMemory.figure())
+			fmt.Println(up)
+			fmt.Println(ratio{name: start.rss.name, ours: start.rss.value, upstream: up.value, unit: "MB", budget: 0.85})
+		}
 	}
 	if cfg.wants("size") {
 		size, err := binarySize(cfg.registrar)
@@ -181,6 +240,14 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 		fmt.Println(size)
+		if cfg.upstream != "" {
+			up, err := binarySize(cfg.upstream)
+			if err != nil {
+				return err
+			}
+			fmt.Println(upstreamFigure(up))
+			fmt.Println(ratio{name: "stripped binary size", ours: size.value, upstream: up.value, unit: "MB", budget: 0.80})
+		}
 	}
 	if cfg.wants("idle") && cfg.idle > 0 {
 		idle, err := measureIdle(ctx, cfg)

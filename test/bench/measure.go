@@ -23,48 +23,91 @@ type startFigures struct {
 	listen, recreate, rss figure
 	// driverListen is the test driver's exec -> listening, for reference.
 	driverListen durations
+	// upstreamListen and upstreamRSS are upstream's registrar's, from runs
+	// interleaved with this one's; empty without -upstream.
+	upstreamListen durations
+	upstreamMemory memorySample
 }
 
 func measureStart(ctx context.Context, cfg config) (startFigures, error) {
 	var listen, recreate, driverListen durations
-	var rss, anon, file []int64
-	for range cfg.runs {
-		d, l, r, mem, err := startOnce(ctx, cfg)
+	var mem memorySample
+	var s startFigures
+	for i := range cfg.runs {
+		// Upstream's run goes first every other time, so that neither
+		// binary always follows the other.
+		if cfg.upstream != "" && i%2 == 1 {
+			if err := s.startUpstreamOnce(ctx, cfg); err != nil {
+				return startFigures{}, err
+			}
+		}
+		d, l, r, m, err := startOnce(ctx, cfg, false)
 		if err != nil {
 			return startFigures{}, err
 		}
 		driverListen, listen, recreate = append(driverListen, d), append(listen, l), append(recreate, r)
-		rss, anon, file = append(rss, mem.vmRSS), append(anon, mem.rssAnon), append(file, mem.rssFile)
+		mem.add(m)
+		if cfg.upstream != "" && i%2 == 0 {
+			if err := s.startUpstreamOnce(ctx, cfg); err != nil {
+				return startFigures{}, err
+			}
+		}
 	}
-	return startFigures{
-		listen: figure{
-			name: "exec -> registration socket listening, driver ready", stat: "median",
-			value: ms(listen.median()), unit: "ms", atMost: true, target: 5, detail: listen.spread(),
-		},
-		recreate: figure{
-			name: "registration socket deleted -> re-created", stat: "worst",
-			value: ms(recreate.max()), unit: "ms", atMost: true, target: 250, detail: recreate.spread(),
-		},
-		rss: figure{
-			name: "VmRSS after registration", stat: "median",
-			value: megabytes(medianInt64(rss)), unit: "MB", atMost: true, target: 13,
-			detail: fmt.Sprintf("(RssAnon %s MB, RssFile %s MB, medians; min %s, max %s MB; %d runs)",
-				trim(megabytes(medianInt64(anon))), trim(megabytes(medianInt64(file))),
-				trim(megabytes(slices.Min(rss))), trim(megabytes(slices.Max(rss))), len(rss)),
-		},
-		driverListen: driverListen,
-	}, nil
+	s.listen = figure{
+		name: "exec -> registration socket listening, driver ready", stat: "median",
+		value: ms(listen.median()), unit: "ms", atMost: true, target: 5, detail: listen.spread(),
+	}
+	s.recreate = figure{
+		name: "registration socket deleted -> re-created", stat: "worst",
+		value: ms(recreate.max()), unit: "ms", atMost: true, target: 250, detail: recreate.spread(),
+	}
+	s.rss = mem.figure()
+	s.rss.atMost, s.rss.target = true, 13
+	s.driverListen = driverListen
+	return s, nil
+}
+
+// startUpstreamOnce adds one run of upstream's registrar to s.
+func (s *startFigures) startUpstreamOnce(ctx context.Context, cfg config) error {
+	_, l, _, mem, err := startOnce(ctx, cfg, true)
+	if err != nil {
+		return err
+	}
+	s.upstreamListen = append(s.upstreamListen, l)
+	s.upstreamMemory.add(mem)
+	return nil
+}
+
+// memorySample is the memory of a registrar after registration, one entry
+// per run.
+type memorySample struct{ rss, anon, file []int64 }
+
+func (m *memorySample) add(mem memory) {
+	m.rss, m.anon, m.file = append(m.rss, mem.vmRSS), append(m.anon, mem.rssAnon), append(m.file, mem.rssFile)
+}
+
+// figure is the median VmRSS, without a target.
+func (m memorySample) figure() figure {
+	return figure{
+		name: "VmRSS after registration", stat: "median",
+		value: megabytes(medianInt64(m.rss)), unit: "MB",
+		detail: fmt.Sprintf("(RssAnon %s MB, RssFile %s MB, medians; min %s, max %s MB; %d runs)",
+			trim(megabytes(medianInt64(m.anon))), trim(megabytes(medianInt64(m.file))),
+			trim(megabytes(slices.Min(m.rss))), trim(megabytes(slices.Max(m.rss))), len(m.rss)),
+	}
 }
 
 // startOnce times the driver's and the registrar's exec -> listening, reads
 // the registrar's memory once kubelet's registration is confirmed, then
-// times the re-creation of a deleted socket.
-func startOnce(ctx context.Context, cfg config) (driverListen, listen, recreate time.Duration, mem memory, err error) {
+// times the re-creation of a deleted socket. For upstream's registrar,
+// which does not re-create its socket, it returns once memory is read.
+func startOnce(ctx context.Context, cfg config, upstream bool) (driverListen, listen, recreate time.Duration, mem memory, err error) {
 	n, err := newNode(cfg)
 	if err != nil {
 		return 0, 0, 0, memory{}, err
 	}
 	defer n.close()
+	n.upstream = upstream
 	if driverListen, err = n.startDriver(ctx, n.driverSock); err != nil {
 		return 0, 0, 0, memory{}, err
 	}
@@ -89,6 +132,9 @@ func startOnce(ctx context.Context, cfg config) (driverListen, listen, recreate 
 	}
 	if mem, err = readMemory(n.registrar.pid()); err != nil {
 		return 0, 0, 0, memory{}, err
+	}
+	if upstream {
+		return driverListen, listen, 0, mem, nil
 	}
 
 	deleted := time.Now()
@@ -404,13 +450,21 @@ const idleSettle = 3 * time.Second
 // measureIdle leaves a registered registrar alone and counts the CPU it
 // uses meanwhile, and how often its threads were woken (time slices), next
 // to a bare Go program blocked in Accept over the same time with the same
-// environment: what the Go runtime costs any idle server.
-func measureIdle(ctx context.Context, cfg config) ([]figure, error) {
+// environment: what the Go runtime costs any idle server. With -upstream,
+// upstream's registrar, registered too, is left alone over the same time.
+func measureIdle(ctx context.Context, cfg config) ([]fmt.Stringer, error) {
 	n, err := registered(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer n.close()
+	var up *node
+	if cfg.upstream != "" {
+		if up, err = registeredUpstream(ctx, cfg); err != nil {
+			return nil, err
+		}
+		defer up.close()
+	}
 	bare, _, err := referenceHTTP(ctx, cfg.registrarEnv)
 	if err != nil {
 		return nil, err
@@ -431,6 +485,12 @@ func measureIdle(ctx context.Context, cfg config) ([]figure, error) {
 	if err != nil {
 		return nil, err
 	}
+	var upBefore cpuUsage
+	if up != nil {
+		if upBefore, err = readCPU(up.registrar.pid()); err != nil {
+			return nil, err
+		}
+	}
 	select {
 	case <-time.After(cfg.idle):
 	case <-ctx.Done():
@@ -444,21 +504,35 @@ func measureIdle(ctx context.Context, cfg config) ([]figure, error) {
 	if err != nil {
 		return nil, err
 	}
+	var upAfter cpuUsage
+	if up != nil {
+		if upAfter, err = readCPU(up.registrar.pid()); err != nil {
+			return nil, err
+		}
+	}
 	// The target is per minute, whatever -idle is.
 	perMinute := float64(time.Minute) / float64(cfg.idle)
-	return []figure{{
+	wakeUps := figure{
+		name: "idle wake-ups per minute, registered", stat: "slices",
+		value: float64(after.timeSlices-before.timeSlices) * perMinute, unit: "/min", atMost: true, target: 3,
+		detail: fmt.Sprintf("(time slices of all threads, /proc/PID/task/*/schedstat: %d in %s)", after.timeSlices-before.timeSlices, cfg.idle),
+	}
+	figures := []fmt.Stringer{figure{
 		name: fmt.Sprintf("idle CPU over %s, from %s after registration", cfg.idle, idleSettle), stat: "ticks",
 		value: float64(after.ticks - before.ticks), unit: "ticks", atMost: true, target: 0,
 		detail: fmt.Sprintf("(utime+stime at %d ticks/s; by the scheduler's count %s on CPU)",
 			clockTicksPerSecond, (after.exact - before.exact).Round(time.Microsecond)),
-	}, {
-		name: "idle wake-ups per minute, registered", stat: "slices",
-		value: float64(after.timeSlices-before.timeSlices) * perMinute, unit: "/min", atMost: true, target: 3,
-		detail: fmt.Sprintf("(time slices of all threads, /proc/PID/task/*/schedstat: %d in %s)", after.timeSlices-before.timeSlices, cfg.idle),
-	}, {
+	}, wakeUps, figure{
 		name: "idle wake-ups per minute, bare Go program in Accept", stat: "slices",
 		value: float64(bareAfter.timeSlices-bareBefore.timeSlices) * perMinute, unit: "/min", reference: true,
 		note:   "a net/http server that only waits, same environment",
 		detail: fmt.Sprintf("(%d in %s)", bareAfter.timeSlices-bareBefore.timeSlices, cfg.idle),
-	}}, nil
+	}}
+	if up == nil {
+		return figures, nil
+	}
+	theirs := upstreamFigure(wakeUps)
+	theirs.value = float64(upAfter.timeSlices-upBefore.timeSlices) * perMinute
+	theirs.detail = fmt.Sprintf("(%d in %s, over the same time; idle CPU %d ticks)", upAfter.timeSlices-upBefore.timeSlices, cfg.idle, upAfter.ticks-upBefore.ticks)
+	return append(figures, theirs, ratio{name: wakeUps.name, ours: wakeUps.value, upstream: theirs.value, unit: "/min", budget: 1, budgetNote: " (unchanged)"}), nil
 }

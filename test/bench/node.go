@@ -41,6 +41,8 @@ type node struct {
 	// launcher, when set, is the command that runs the registrar: the
 	// registrar's path and flags are appended to it.
 	launcher []string
+	// upstream runs upstream's registrar (-upstream) instead of this one.
+	upstream bool
 
 	driver, registrar *process
 }
@@ -125,14 +127,21 @@ func (n *node) startDriver(ctx context.Context, path string) (time.Duration, err
 // DaemonSet in deploy/ does, at the default verbosity and with the
 // environment of its image (-registrar-env), and returns once exec has
 // returned.
+//
+// Upstream's registrar is started with the flags both binaries have,
+// without -registrar-env: its image sets no environment.
 func (n *node) startRegistrar() (err error) {
-	args := append([]string{
+	args := []string{
 		"--csi-address=" + n.driverSock,
 		"--kubelet-registration-path=" + endpoint,
 		"--plugin-registration-path=" + n.registry,
 		"--http-endpoint=" + n.httpAddr,
-		"--termination-message-path=",
-	}, n.registrarArgs...)
+	}
+	if n.upstream {
+		n.registrar, err = start("upstream registrar", nil, n.cfg.upstream, args...)
+		return err
+	}
+	args = append(append(args, "--termination-message-path="), n.registrarArgs...)
 	env := append(slices.Clip(n.cfg.registrarEnv), n.registrarEnv...)
 	if len(n.launcher) > 0 {
 		n.registrar, err = start("registrar", env, n.launcher[0], slices.Concat(n.launcher[1:], []string{n.cfg.registrar}, args)...)
@@ -144,10 +153,15 @@ func (n *node) startRegistrar() (err error) {
 
 // registerAsKubelet does what kubelet's plugin watcher does with a new
 // registration socket: GetInfo, then NotifyRegistrationStatus(true). It then
-// waits until /readyz confirms the registration.
+// waits until /readyz confirms the registration. Upstream's registrar
+// serves no /readyz: its registration is done when
+// NotifyRegistrationStatus has returned.
 func (n *node) registerAsKubelet(ctx context.Context) error {
 	if err := n.notifyAsKubelet(ctx, nil); err != nil {
 		return err
+	}
+	if n.upstream {
+		return nil
 	}
 	return n.waitReady(ctx)
 }
@@ -181,8 +195,10 @@ func (n *node) notifyAsKubelet(ctx context.Context, before func() error) error {
 	return nil
 }
 
-// waitReady polls /readyz until it answers 200.
+// waitReady polls /readyz until it answers 200, for stepTimeout at most.
 func (n *node) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
 	url := "http://" + n.httpAddr + "/readyz"
 	// No connection is left open for the figures that follow.
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -218,7 +234,16 @@ func get(ctx context.Context, client *http.Client, url string) (int, error) {
 // registered starts the driver and the registrar, with registrarArgs added
 // to its flags, in a fresh node and registers the driver as kubelet would.
 func registered(ctx context.Context, cfg config, registrarArgs ...string) (*node, error) {
-	n, err := started(ctx, cfg, func(n *node) { n.registrarArgs = registrarArgs })
+	return registeredNode(ctx, cfg, func(n *node) { n.registrarArgs = registrarArgs })
+}
+
+// registeredUpstream is registered for upstream's registrar.
+func registeredUpstream(ctx context.Context, cfg config) (*node, error) {
+	return registeredNode(ctx, cfg, func(n *node) { n.upstream = true })
+}
+
+func registeredNode(ctx context.Context, cfg config, setup func(*node)) (*node, error) {
+	n, err := started(ctx, cfg, setup)
 	if err != nil {
 		return nil, err
 	}
