@@ -34,11 +34,9 @@ cd "$(dirname "$0")/.."
 . hack/lib.sh
 
 [[ -n ${VERSION:-} ]] || fail "VERSION is not set: run make windows-test, or VERSION=\$(make version) $0"
-# Left out until it passes under Wine: pkg/httpport, whose port passing
-# between processes is being removed.
 listed=$(go list ${WINDOWS_TEST_PACKAGES:-./cmd/... ./internal/... ./pkg/...}) ||
 	fail "go list could not list the packages to test (above)"
-packages=($(grep -v '/pkg/httpport$' <<<"$listed"))
+packages=($listed)
 [[ ${#packages[@]} -gt 0 ]] || fail "no package to test"
 start=$SECONDS
 

@@ -16,15 +16,15 @@ package httpport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/sockerr"
 )
 
 const (
@@ -96,7 +96,7 @@ func (p *Port) Run(ctx context.Context) error {
 		p.mu.Unlock()
 		if idle {
 			l, err := p.lc.Listen(ctx, "tcp", p.address)
-			inUse := errors.Is(err, syscall.EADDRINUSE)
+			inUse := sockerr.AddrInUse(err)
 			p.mu.Lock()
 			wasWaiting := p.waiting
 			p.current, p.waiting = l, inUse
