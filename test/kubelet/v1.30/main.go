@@ -33,6 +33,7 @@ func main() {
 func run(ctx context.Context, registryDir string, recorder record.EventRecorder, k *kubelet.Kubelet) {
 	manager := pluginmanager.NewPluginManager(registryDir, recorder)
 	manager.AddHandler(registerapi.CSIPlugin, handler{ctx, k})
+	//lint:ignore SA1019 kubelet v1.30's NewSourcesReady takes the deprecated sets.String
 	go manager.Run(config.NewSourcesReady(func(sets.String) bool { return true }), ctx.Done())
 }
 
