@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"

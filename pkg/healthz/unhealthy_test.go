@@ -14,8 +14,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // runWithClock runs a real registration whose timers, and the probes'
