@@ -128,7 +128,8 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			lastRunning.Store(&now)
 		}
 	})
-	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter}
+	failureLimit := registration.FailureLimit{After: o.unhealthyAfter}
+	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit}
 	if gate != nil {
 		srv.Observe(tellGate(gate))
 		probeOpts.NodeGate = gate
@@ -161,11 +162,9 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
 	}
-	// The driver's last error, for stoppedFailing; and why it cannot be
-	// asked, for the registration's reason while it waits for it.
-	var driverError atomic.Pointer[error]
+	// Why the driver cannot be asked, for the registration's reason while
+	// it waits for it.
 	recordAttempt := func(err error) {
-		driverError.Store(&err)
 		if err != nil {
 			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
 		}
@@ -200,7 +199,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return stoppedFailing(lastRunning.Load(), o.unhealthyAfter, driverError.Load(), termination, logger)
+	return stoppedFailing(lastRunning.Load(), failureLimit, termination, logger)
 }
 
 // driverFollower is told when the driver is found and when it is gone.
@@ -217,22 +216,21 @@ type failedTooLong struct{ reason string }
 func (e *failedTooLong) Error() string { return e.reason }
 
 // stoppedFailing tells, when the registrar stops, whether the registration
-// had been failing for longer than unhealthyAfter, and leaves why in the
-// termination message: kubelet's rejection and silence are there already,
-// the driver's last error is written now.
-func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, driverErr *error, termination *terminationMessage, logger klog.Logger) error {
-	if st == nil || unhealthyAfter <= 0 || st.FailingSince == nil || time.Since(*st.FailingSince) < unhealthyAfter {
+// (st, its last status before the stop) had failed for too long, and leaves
+// why in the termination message: kubelet's rejection and silence are there
+// already, the driver's last error is written now.
+func stoppedFailing(st *registration.Status, limit registration.FailureLimit, termination *terminationMessage, logger klog.Logger) error {
+	if st == nil {
 		return nil
 	}
-	reason := st.Reason
-	if st.State == registration.WaitingForDriver {
-		reason = "the CSI driver did not answer GetPluginInfo"
-		if driverErr != nil && *driverErr != nil {
-			reason += ": " + (*driverErr).Error()
-		}
-		termination.write(logger, reason)
+	f, tooLong := limit.Exceeded(*st)
+	if !tooLong {
+		return nil
 	}
-	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", time.Since(*st.FailingSince).Round(time.Second), reason)}
+	if st.State == registration.WaitingForDriver {
+		termination.write(logger, f.Reason)
+	}
+	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", f.Lasted.Round(time.Second), f.Reason)}
 }
 
 // newNodeGate is the gate of --remove-node-taint and --node-condition, nil

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
@@ -41,12 +40,10 @@ type Options struct {
 	// MoreMetrics, when set, adds what it gathers to /metrics at each
 	// scrape.
 	MoreMetrics prometheus.Gatherer
-	// UnhealthyAfter, when positive, fails /healthz once the registration
-	// has failed for that long (Status.FailingSince), so that kubelet
-	// restarts the container, as upstream's exit would.
-	UnhealthyAfter time.Duration
-	// Clock tells the time; the real one when nil.
-	Clock clock.PassiveClock
+	// FailureLimit fails /healthz once the registration has failed for
+	// too long (--unhealthy-after), so that kubelet restarts the container,
+	// as upstream's exit would.
+	FailureLimit registration.FailureLimit
 }
 
 // Server answers probes and scrapes for the registrar.
@@ -65,9 +62,6 @@ type Server struct {
 
 // New builds the HTTP handlers, reporting on reg.
 func New(reg *registration.Server, opts Options) *Server {
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
 	s := &Server{
 		opts:         opts,
 		mux:          http.NewServeMux(),
@@ -108,16 +102,14 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 }
 
 // serveHealthz answers as the registration path asks (see statusCode),
-// and fails once the registration has failed for UnhealthyAfter.
+// and fails once the registration has failed for too long (FailureLimit).
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	h := s.registration.Health(r.Context())
 	code, reason := statusCode(h), h.Reason
-	if limit := s.opts.UnhealthyAfter; code == http.StatusOK && limit > 0 {
-		if st := s.registration.Status(); st.FailingSince != nil {
-			if failing := s.opts.Clock.Since(*st.FailingSince); failing >= limit {
-				code = http.StatusServiceUnavailable
-				reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", failing.Round(time.Second), limit, st.Reason)
-			}
+	if code == http.StatusOK {
+		if f, tooLong := s.opts.FailureLimit.Exceeded(s.registration.Status()); tooLong {
+			code = http.StatusServiceUnavailable
+			reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", f.Lasted.Round(time.Second), s.opts.FailureLimit.After, f.Reason)
 		}
 	}
 	s.logChange(r.Context(), code, reason)
