@@ -132,7 +132,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit}
 	if gate != nil {
 		srv.Observe(tellGate(gate))
-		probeOpts.NodeGate = gate
+		probeOpts.Features = append(probeOpts.Features, gate)
 		// The gate outlives the others, and so the signal: the registration
 		// withdraws its socket on the way out, and the gate then tells the
 		// API server (within nodegate.DefaultFinalTimeout) before it stops.
@@ -157,7 +157,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// make it dial again.
 		driverHealth := driverhealth.New(address.Path, o.probeTimeout)
 		followers = append(followers, driverHealth)
-		probeOpts.MoreMetrics = driverHealth.Metrics()
+		probeOpts.Features = append(probeOpts.Features, driverHealth)
 		g.Go(func() error {
 			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 		})
