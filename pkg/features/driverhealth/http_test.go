@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
