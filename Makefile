@@ -179,7 +179,7 @@ vet:
 	$(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 
-# test/node's kube-apiserver, which pkg/nodegate's and test/deploy's tests
+# test/node's kube-apiserver, which pkg/features/nodegate's and test/deploy's tests
 # run (test/apiserver): built here rather than inside go test, whose
 # 10-minute timeout a cold build on two loaded cores can exceed.
 KUBE_APISERVER_BIN := test/node/_bin/kube-apiserver
@@ -359,6 +359,6 @@ e2e-storage:
 	VERSION=$(VERSION) hack/e2e-node.sh storage
 
 # bin/, and the kubelet and control plane that make e2e-node and
-# pkg/nodegate's test build into test/node/_bin (about 170 MB).
+# pkg/features/nodegate's test build into test/node/_bin (about 170 MB).
 clean:
 	rm -rf bin test/node/_bin

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/csi-registrar/node-driver-registrar/pkg/diagnose"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/diagnose"
 )
 
 // runDiagnose prints the node set-up checklist and returns the exit code.

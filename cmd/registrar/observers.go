@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
-	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 

@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
-	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 

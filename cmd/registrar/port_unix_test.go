@@ -15,9 +15,9 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // runPort runs a real port on addr until the test ends.

@@ -17,10 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
-	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -100,20 +98,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// register runs the registration, the watch of the driver and, where
-// asked for, the HTTP endpoint and the driver's liveness listener under one
-// context: the first error or signal stops them all. The observers of the
-// registration (observers.go) and the node gate run beside them.
+// register runs the core flow under one context: the driver followed, the
+// registration run and the probes served; the first error or signal stops
+// them all. The optional features (features.go) are wired into it from a
+// list, and the observers of the registration (observers.go) run beside it.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	logger := klog.FromContext(ctx)
-	gate, err := newNodeGate(o)
-	if err != nil {
-		return err
-	}
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
 	srv, err := registration.New(o.registrationConfig())
@@ -128,44 +122,31 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 			lastRunning.Store(&now)
 		}
 	})
-	probeOpts := healthz.Options{EnablePprof: o.enablePprof, Version: version, UnhealthyAfter: o.unhealthyAfter}
-	if gate != nil {
-		srv.Observe(tellGate(gate))
-		probeOpts.NodeGate = gate
-		// The gate outlives the others, and so the signal: the registration
-		// withdraws its socket on the way out, and the gate then tells the
-		// API server (within nodegate.DefaultFinalTimeout) before it stops.
-		_, nodeNameFlag := o.node()
-		gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFlag)))
-		var gateRunning sync.WaitGroup
-		gateRunning.Go(func() { gate.Run(gateCtx) })
-		defer gateRunning.Wait()
-		defer stopGate()
-	}
+	failureLimit := registration.FailureLimit{After: o.unhealthyAfter}
 
 	// The driver is dialled as soon as its watch is in place; the HTTP
 	// endpoint listens alongside, as it only has to answer the first probe.
 	// A port that cannot be listened on fails the start: its error cancels
 	// the rest, and the registration removes on the way out whatever it
 	// published meanwhile. A port in use is waited for (see httpport).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
-	followers := []driverFollower{srv}
-	if o.driverHealthEndpoint != "" {
-		// The driver's own liveness probe: a listener of its own, sharing
-		// nothing with the registration but the driver's restarts, which
-		// make it dial again.
-		driverHealth := driverhealth.New(address.Path, o.probeTimeout)
-		followers = append(followers, driverHealth)
-		probeOpts.MoreMetrics = driverHealth.Metrics()
-		g.Go(func() error {
-			return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(gctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
-		})
+	c := &core{address: address, srv: srv, group: g, groupCtx: gctx, followers: []driverFollower{srv}}
+	for _, wire := range features {
+		stop, err := wire(ctx, o, c)
+		if err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+		if stop != nil {
+			defer stop()
+		}
 	}
-	// The driver's last error, for stoppedFailing; and why it cannot be
-	// asked, for the registration's reason while it waits for it.
-	var driverError atomic.Pointer[error]
+	// Why the driver cannot be asked, for the registration's reason while
+	// it waits for it.
 	recordAttempt := func(err error) {
-		driverError.Store(&err)
 		if err != nil {
 			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
 		}
@@ -177,7 +158,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// calls on each probe's connection.
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1})
 		srv.Observe(releaseOnStepAside(logger, port))
-		probes := healthz.New(srv, probeOpts)
+		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: c.reports})
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
 			recordAttempt(err)
 			probes.ObservePluginInfo(d, err)
@@ -188,7 +169,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	g.Go(func() error { return flagError(srv.Run(gctx)) })
 	g.Go(func() error {
 		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
-			for _, f := range followers {
+			for _, f := range c.followers {
 				if e.Reachable {
 					f.DriverFound(e.Name)
 				} else {
@@ -200,13 +181,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return stoppedFailing(lastRunning.Load(), o.unhealthyAfter, driverError.Load(), termination, logger)
-}
-
-// driverFollower is told when the driver is found and when it is gone.
-type driverFollower interface {
-	DriverFound(name string)
-	DriverGone()
+	return stoppedFailing(lastRunning.Load(), failureLimit, termination, logger)
 }
 
 // failedTooLong: the registrar was stopped, most likely by a liveness
@@ -217,45 +192,21 @@ type failedTooLong struct{ reason string }
 func (e *failedTooLong) Error() string { return e.reason }
 
 // stoppedFailing tells, when the registrar stops, whether the registration
-// had been failing for longer than unhealthyAfter, and leaves why in the
-// termination message: kubelet's rejection and silence are there already,
-// the driver's last error is written now.
-func stoppedFailing(st *registration.Status, unhealthyAfter time.Duration, driverErr *error, termination *terminationMessage, logger klog.Logger) error {
-	if st == nil || unhealthyAfter <= 0 || st.FailingSince == nil || time.Since(*st.FailingSince) < unhealthyAfter {
+// (st, its last status before the stop) had failed for too long, and leaves
+// why in the termination message: kubelet's rejection and silence are there
+// already, the driver's last error is written now.
+func stoppedFailing(st *registration.Status, limit registration.FailureLimit, termination *terminationMessage, logger klog.Logger) error {
+	if st == nil {
 		return nil
 	}
-	reason := st.Reason
+	f, tooLong := limit.Exceeded(*st)
+	if !tooLong {
+		return nil
+	}
 	if st.State == registration.WaitingForDriver {
-		reason = "the CSI driver did not answer GetPluginInfo"
-		if driverErr != nil && *driverErr != nil {
-			reason += ": " + (*driverErr).Error()
-		}
-		termination.write(logger, reason)
+		termination.write(logger, f.Reason)
 	}
-	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", time.Since(*st.FailingSince).Round(time.Second), reason)}
-}
-
-// newNodeGate is the gate of --remove-node-taint and --node-condition, nil
-// without them: the API server is then never contacted.
-func newNodeGate(o *options) (*nodegate.Gate, error) {
-	if !o.gatesNode() {
-		return nil, nil
-	}
-	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
-	var client *nodegate.Client
-	if err == nil {
-		client, err = nodegate.NewClient(cfg)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
-	}
-	name, _ := o.node()
-	return nodegate.New(nodegate.Config{
-		NodeName:  name,
-		TaintKeys: o.removeNodeTaints,
-		Condition: o.nodeCondition,
-		Client:    client,
-	}), nil
+	return &failedTooLong{reason: fmt.Sprintf("the registration had failed for %v: %s", f.Lasted.Round(time.Second), f.Reason)}
 }
 
 // terminationMessage leaves the reason of a fatal error or of a rejection

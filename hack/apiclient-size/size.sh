@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The release binary's size with each way of calling the API server that
-# the node gate (pkg/nodegate) could use, for the choice in its package
+# the node gate (pkg/features/nodegate) could use, for the choice in its package
 # comment: the tree as it is (net/http, the chosen one), then with a file
 # added to cmd/registrar that makes the same calls with client-go's REST
 # client alone, then with client-go's typed core/v1 client. Each variant is

@@ -221,7 +221,7 @@ var expectedSkips = []struct{ pkg, test, why string }{
 	// Run by make handover-compat, which builds the older registrar it needs.
 	{"github.com/csi-registrar/node-driver-registrar/test/integration", "TestHandsOverBetweenBuilds", "make handover-compat runs it"},
 	// A read-only directory stops only a process without root.
-	{"github.com/csi-registrar/node-driver-registrar/pkg/diagnose", "TestRunChecksWritability", "needs a user other than root"},
+	{"github.com/csi-registrar/node-driver-registrar/pkg/features/diagnose", "TestRunChecksWritability", "needs a user other than root"},
 }
 
 func unexpectedSkips(skips []skip) []skip {

@@ -1,6 +1,6 @@
 // Package httpserver makes the registrar's HTTP servers (the probes and
 // /metrics of pkg/healthz, the driver's liveness probe of
-// pkg/driverhealth): net/http servers with bounds on what a client on the
+// pkg/features/driverhealth): net/http servers with bounds on what a client on the
 // pod network can make them hold (limits.go), shut down in one way.
 package httpserver
 

@@ -4,6 +4,7 @@
 package healthz
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,35 +19,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/httpserver"
-	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// NodeGate is the node gate reported on: a *nodegate.Gate.
-type NodeGate interface {
-	Status() nodegate.Status
+// A Feature is an optional part of the registrar (the node gate, the
+// driver's liveness probe) that reports through this endpoint. This package
+// knows no feature: each adds itself through this interface.
+type Feature interface {
+	// StatusSection is its section of /status, read at each request: the
+	// key (a plain ASCII name) and the value encoded under it; "" for no
+	// section.
+	StatusSection() (key string, value any)
+	// Metrics gathers its families for /metrics, at each scrape.
+	Metrics() prometheus.Gatherer
 }
 
 // Options configure the HTTP endpoint.
 type Options struct {
-	// NodeGate, when set, adds the node gate's state to /status and /metrics.
-	NodeGate NodeGate
+	// Features add their sections to /status and their metrics to
+	// /metrics.
+	Features []Feature
 	// EnablePprof serves the Go profiler under /debug/pprof/.
 	EnablePprof bool
 	// Version is reported in /status and in the build_info metric.
 	Version string
-	// MoreMetrics, when set, adds what it gathers to /metrics at each
-	// scrape.
-	MoreMetrics prometheus.Gatherer
-	// UnhealthyAfter, when positive, fails /healthz once the registration
-	// has failed for that long (Status.FailingSince), so that kubelet
-	// restarts the container, as upstream's exit would.
-	UnhealthyAfter time.Duration
-	// Clock tells the time; the real one when nil.
-	Clock clock.PassiveClock
+	// FailureLimit fails /healthz once the registration has failed for
+	// too long (--unhealthy-after), so that kubelet restarts the container,
+	// as upstream's exit would.
+	FailureLimit registration.FailureLimit
 }
 
 // Server answers probes and scrapes for the registrar.
@@ -65,9 +67,6 @@ type Server struct {
 
 // New builds the HTTP handlers, reporting on reg.
 func New(reg *registration.Server, opts Options) *Server {
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
 	s := &Server{
 		opts:         opts,
 		mux:          http.NewServeMux(),
@@ -78,7 +77,7 @@ func New(reg *registration.Server, opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
-	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.MoreMetrics))
+	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.Features))
 	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -87,15 +86,6 @@ func New(reg *registration.Server, opts Options) *Server {
 		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return s
-}
-
-// nodeGateStatus is the node gate's status, nil without one.
-func (s *Server) nodeGateStatus() *nodegate.Status {
-	if s.opts.NodeGate == nil {
-		return nil
-	}
-	st := s.opts.NodeGate.Status()
-	return &st
 }
 
 // ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
@@ -108,16 +98,14 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 }
 
 // serveHealthz answers as the registration path asks (see statusCode),
-// and fails once the registration has failed for UnhealthyAfter.
+// and fails once the registration has failed for too long (FailureLimit).
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	h := s.registration.Health(r.Context())
 	code, reason := statusCode(h), h.Reason
-	if limit := s.opts.UnhealthyAfter; code == http.StatusOK && limit > 0 {
-		if st := s.registration.Status(); st.FailingSince != nil {
-			if failing := s.opts.Clock.Since(*st.FailingSince); failing >= limit {
-				code = http.StatusServiceUnavailable
-				reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", failing.Round(time.Second), limit, st.Reason)
-			}
+	if code == http.StatusOK {
+		if f, tooLong := s.opts.FailureLimit.Exceeded(s.registration.Status()); tooLong {
+			code = http.StatusServiceUnavailable
+			reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", f.Lasted.Round(time.Second), s.opts.FailureLimit.After, f.Reason)
 		}
 	}
 	s.logChange(r.Context(), code, reason)
@@ -139,19 +127,38 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, st.Reason, code)
 }
 
-// statusDocument is what /status returns.
+// statusDocument is what /status returns, before the features' sections.
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
-	// NodeGate is there when the node gate runs.
-	NodeGate *nodegate.Status `json:"nodeGate,omitempty"`
 }
 
+// serveStatus answers the registration's status, then each feature's
+// section under its key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	doc, err := json.Marshal(statusDocument{Version: s.opts.Version, Status: s.registration.Status()})
+	for _, f := range s.opts.Features {
+		key, section := f.StatusSection()
+		if key == "" || err != nil {
+			continue
+		}
+		var v []byte
+		v, err = json.Marshal(section)
+		// The section goes in before the document's closing brace.
+		doc = fmt.Appendf(doc[:len(doc)-1], ",%q:%s}", key, v)
+	}
+	var out bytes.Buffer
+	if err == nil {
+		err = json.Indent(&out, doc, "", "  ")
+	}
+	if err != nil {
+		klog.FromContext(r.Context()).Error(err, "Cannot encode /status")
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(statusDocument{Version: s.opts.Version, Status: s.registration.Status(), NodeGate: s.nodeGateStatus()})
+	out.WriteByte('\n')
+	_, _ = out.WriteTo(w)
 }
 
 // statusCode maps a check of the registration path to the answer a

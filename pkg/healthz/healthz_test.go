@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-registrar/node-driver-registrar/pkg/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
@@ -45,13 +44,13 @@ func runtimeCollectors() []prometheus.Collector {
 	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
 
-// newMetricsHandler is /metrics: what the registry and more gather. A
-// family that cannot be gathered (a process figure that cannot be read)
-// leaves the others served.
-func newMetricsHandler(registry *prometheus.Registry, more prometheus.Gatherer) http.Handler {
+// newMetricsHandler is /metrics: what the registry and the features
+// gather. A family that cannot be gathered (a process figure that cannot be
+// read) leaves the others served.
+func newMetricsHandler(registry *prometheus.Registry, features []Feature) http.Handler {
 	gatherers := prometheus.Gatherers{registry}
-	if more != nil {
-		gatherers = append(gatherers, more)
+	for _, f := range features {
+		gatherers = append(gatherers, f.Metrics())
 	}
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: gatherErrorLog{}, ErrorHandling: promhttp.ContinueOnError})
 }
@@ -78,10 +77,6 @@ var (
 	reachableDesc    = desc("csi_node_driver_registrar_driver_reachable", "1 while the CSI driver's socket is there and its driver answered, 0 otherwise.")
 	buildInfoDesc    = desc("csi_node_driver_registrar_build_info", "Always 1: the registrar's version, the commit and Go release it was built from, and the driver it registers.",
 		"version", "revision", "goversion", "driver_name")
-	updatePendingDesc = desc("csi_node_driver_registrar_node_update_pending",
-		"1 while the Node does not show yet what the registrar knows of the driver's registration (its startup taints, its condition), 0 otherwise.")
-	nodeAPIRequestsDesc = desc("csi_node_driver_registrar_node_api_requests_total",
-		"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).", "request", "code")
 )
 
 func oneIf(b bool) float64 {
@@ -131,38 +126,16 @@ func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(buildInfoDesc, 1, c.version, c.revision, runtime.Version(), st.DriverName)
 }
 
-// nodeGateCollector reads the node gate's status at each scrape, with
-// --remove-node-taint or --node-condition.
-type nodeGateCollector struct{ gate NodeGate }
-
-func (c nodeGateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- updatePendingDesc
-	ch <- nodeAPIRequestsDesc
-}
-
-func (c nodeGateCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.gate.Status()
-	ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, oneIf(st.Pending))
-	for _, request := range []string{nodegate.RequestGetNode, nodegate.RequestRemoveTaints, nodegate.RequestSetCondition} {
-		for _, code := range nodegate.Codes(st.Requests[request]) {
-			ch <- prometheus.MustNewConstMetric(nodeAPIRequestsDesc, prometheus.CounterValue, float64(st.Requests[request][code]), request, code)
-		}
-	}
-}
-
 // newRegistry is the registry of /metrics: client_golang's Go and process
 // collectors (the go_* and process_* families every Go exporter serves),
 // the driver's GetPluginInfo calls, which no status holds, counted as they
-// happen, and collectors that read the registration's and the node gate's
-// status at each scrape, which stay the only owners of what they report.
+// happen, and a collector that reads the registration's status at each
+// scrape, which stays the only owner of what it reports.
 func (s *Server) newRegistry() *prometheus.Registry {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(runtimeCollectors()...)
 	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors,
 		registrationCollector{registration: s.registration, version: s.opts.Version, revision: vcsRevision()})
-	if s.opts.NodeGate != nil {
-		registry.MustRegister(nodeGateCollector{s.opts.NodeGate})
-	}
 	return registry
 }
 

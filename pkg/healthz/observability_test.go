@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -203,10 +203,16 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestMetricsGatheredFromMore serves what Options.MoreMetrics gathers
-// beside the registrar's families, and what can be gathered when a part
-// of it fails.
-func TestMetricsGatheredFromMore(t *testing.T) {
+// metricsOnly is a feature with metrics and no /status section.
+type metricsOnly struct{ prometheus.Gatherer }
+
+func (metricsOnly) StatusSection() (string, any)   { return "", nil }
+func (f metricsOnly) Metrics() prometheus.Gatherer { return f.Gatherer }
+
+// TestMetricsGatheredFromFeatures serves what the features gather beside
+// the registrar's families, and what can be gathered when a part of it
+// fails.
+func TestMetricsGatheredFromFeatures(t *testing.T) {
 	more := prometheus.NewRegistry()
 	probes := prometheus.NewCounter(prometheus.CounterOpts{Name: "csi_sidecar_test_probes_total", Help: "Probes."})
 	more.MustRegister(probes)
@@ -214,7 +220,7 @@ func TestMetricsGatheredFromMore(t *testing.T) {
 	failing := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		return nil, errors.New("cannot read /proc/self/stat")
 	})
-	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9", MoreMetrics: prometheus.Gatherers{more, failing}}))
+	families := scrape(t, New(notRunning(t), Options{Version: "v9.9.9", Features: []Feature{metricsOnly{more}, metricsOnly{failing}}}))
 	if got := value(t, families, "csi_sidecar_test_probes_total", nil); got != 3 {
 		t.Errorf("csi_sidecar_test_probes_total = %v, want 3", got)
 	}

@@ -14,8 +14,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // runWithClock runs a real registration whose timers, and the probes'
@@ -55,7 +55,7 @@ func kubeletSays(t *testing.T, srv *registration.Server, registered bool, reason
 	}
 }
 
-// /healthz fails once the registration has failed for UnhealthyAfter, in
+// /healthz fails once the registration has failed for the FailureLimit, in
 // each way a registration fails for good, and never for a registered
 // driver.
 func TestHealthzFailsOnceTheFailureLasts(t *testing.T) {
@@ -88,7 +88,7 @@ func TestHealthzFailsOnceTheFailureLasts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := testingclock.NewFakeClock(time.Now())
 			srv := tc.fail(t, clock)
-			h := New(srv, Options{UnhealthyAfter: limit, Clock: clock})
+			h := New(srv, Options{FailureLimit: registration.FailureLimit{After: limit, Clock: clock}})
 			if code, body := probe(t, h, "/healthz"); code != http.StatusOK {
 				t.Fatalf("as the failure starts: /healthz = %d %q, want 200", code, body)
 			}
@@ -115,7 +115,7 @@ func TestHealthzNeverFailsARegisteredDriver(t *testing.T) {
 	poll.Until(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
 	kubeletSays(t, srv, true, "")
 	poll.Until(t, "registered", func() bool { return srv.Status().State == registration.Registered })
-	h := New(srv, Options{UnhealthyAfter: time.Minute, Clock: clock})
+	h := New(srv, Options{FailureLimit: registration.FailureLimit{After: time.Minute, Clock: clock}})
 	clock.Step(time.Hour)
 	if code, body := probe(t, h, "/healthz"); code != http.StatusOK {
 		t.Errorf("an hour after registering: /healthz = %d %q, want 200", code, body)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // run starts p.Run and returns its result channel; the run ends with the

@@ -5,7 +5,7 @@ package registration
 import (
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // An instance that takes a registered socket over is registered without a

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"

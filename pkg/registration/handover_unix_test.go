@@ -23,10 +23,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // startRegistered starts an instance and has "kubelet" register it.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testingclock "k8s.io/utils/clock/testing"
 )

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // A registry directory on a file system out of inodes: publishing again

@@ -16,10 +16,10 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // mute listens at path, accepts connections and never says anything: a

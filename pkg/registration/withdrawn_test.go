@@ -3,7 +3,7 @@ package registration
 import (
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // The last status says withdrawn when Run removed its socket on the way

@@ -2,7 +2,7 @@
 // test/node's go.mod as make e2e-node builds it) on a real etcd (Debian's
 // etcd-server), both on loopback, with RBAC, users authenticated by static
 // bearer tokens and service-account tokens from its TokenRequest API: for
-// pkg/nodegate's and test/deploy's tests and test/bench's node gate
+// pkg/features/nodegate's and test/deploy's tests and test/bench's node gate
 // figures.
 package apiserver
 

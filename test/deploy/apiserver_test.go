@@ -37,7 +37,7 @@ var operatorKinds = map[string]bool{"PodMonitor": true, "PrometheusRule": true}
 // sends it: its schema, its validation and its admission accept each
 // object; the API server compiles the node gate policy's expressions.
 // (Their type check against the Node schema runs in kube-controller-
-// manager, which is not here: pkg/nodegate's test runs each of them.)
+// manager, which is not here: pkg/features/nodegate's test runs each of them.)
 func TestManifestsAgainstKubeAPIServer(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

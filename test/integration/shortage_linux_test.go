@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"golang.org/x/sys/unix"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 )
 
 // testTimeout bounds every wait of a test; the probe timeout of the tests

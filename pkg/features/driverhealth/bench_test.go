@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 )
 
 // BenchmarkProbe is one Identity.Probe of the test driver over a real Unix

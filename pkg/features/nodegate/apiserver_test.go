@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
 	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // This file runs the gate against a real kube-apiserver (v1.37.1, built
@@ -41,7 +41,7 @@ const (
 
 func startAPIServer(t testing.TB) *apiserverFixture {
 	t.Helper()
-	repo, err := filepath.Abs("../..")
+	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func (f *apiserverFixture) client(t testing.TB, token string) *Client {
 // in the namespace default, and a narrower role for narrowUser.
 func (f *apiserverFixture) applyRBAC(t testing.TB) {
 	t.Helper()
-	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
+	if err := f.ApplyRBAC("../../../deploy/node-gate/rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	f.mustCall(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles", "application/json",
@@ -302,7 +302,7 @@ func patchQuery(c *Client, node, subresource, query, contentType, body string) e
 // of the pod on own once the API server enforces the policy.
 func (f *apiserverFixture) setUpPolicy(t testing.TB) *Client {
 	t.Helper()
-	if err := f.ApplyPolicy("../../deploy/node-gate/policy.yaml"); err != nil {
+	if err := f.ApplyPolicy("../../../deploy/node-gate/policy.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []struct{ node, pod string }{{"own", "registrar-own"}, {"other", "registrar-other"}} {
@@ -482,13 +482,13 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 // policy two authorizer checks; the registrar's, with a token bound to a
 // pod on the node, runs every check.
 func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
-	repo, err := filepath.Abs("../..")
+	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		b.Fatal(err)
 	}
 	removeall.Require(b)
 	f := &apiserverFixture{Server: apiserver.StartForTest(b, repo), dir: b.TempDir()}
-	if err := f.ApplyRBAC("../../deploy/node-gate/rbac.yaml"); err != nil {
+	if err := f.ApplyRBAC("../../../deploy/node-gate/rbac.yaml"); err != nil {
 		b.Fatal(err)
 	}
 	own := f.setUpPolicy(b)

@@ -34,6 +34,9 @@ func (p *Prober) observe(driver string, err error, d time.Duration) {
 	p.metrics.RecordMetrics(csiidentity.ProbeMethod, err, d)
 }
 
+// StatusSection: the liveness probe adds no section to /status.
+func (p *Prober) StatusSection() (string, any) { return "", nil }
+
 // Metrics gathers the histogram for /metrics: no family before the first
 // probe.
 func (p *Prober) Metrics() prometheus.Gatherer {

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/poll"
-	"github.com/csi-registrar/node-driver-registrar/pkg/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // An address another socket holds (the older pod's, with hostNetwork) is

@@ -1,0 +1,49 @@
+package nodegate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StatusKey is the node gate's section of the registrar's /status.
+const StatusKey = "nodeGate"
+
+// StatusSection is the gate's section of /status: its Status.
+func (g *Gate) StatusSection() (string, any) { return StatusKey, g.Status() }
+
+// Metrics gathers, at each scrape, the gate's pending update and its
+// requests to the API server, read from its Status.
+func (g *Gate) Metrics() prometheus.Gatherer {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(statusCollector{g.Status})
+	return registry
+}
+
+var (
+	updatePendingDesc = prometheus.NewDesc("csi_node_driver_registrar_node_update_pending",
+		"1 while the Node does not show yet what the registrar knows of the driver's registration (its startup taints, its condition), 0 otherwise.", nil, nil)
+	apiRequestsDesc = prometheus.NewDesc("csi_node_driver_registrar_node_api_requests_total",
+		"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).", []string{"request", "code"}, nil)
+)
+
+// statusCollector reads a gate's status at each scrape: the gate stays the
+// only owner of what it reports.
+type statusCollector struct{ status func() Status }
+
+func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- updatePendingDesc
+	ch <- apiRequestsDesc
+}
+
+func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	pending := 0.0
+	if st.Pending {
+		pending = 1
+	}
+	ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, pending)
+	for _, request := range []string{RequestGetNode, RequestRemoveTaints, RequestSetCondition} {
+		for _, code := range Codes(st.Requests[request]) {
+			ch <- prometheus.MustNewConstMetric(apiRequestsDesc, prometheus.CounterValue, float64(st.Requests[request][code]), request, code)
+		}
+	}
+}
