@@ -10,10 +10,10 @@
 #      windows/amd64, each package's run from its directory (its testdata).
 #      Wine's Winsock has no AF_UNIX, so the tests that need it (the
 #      registration itself, which speaks AF_UNIX to the driver and to
-#      kubelet) skip, saying so (internal/afunix). Wine 8's os.RemoveAll
+#      kubelet) skip, saying so (test/afunix). Wine 8's os.RemoveAll
 #      cannot delete files (it lacks FileDispositionInformationEx), so the
 #      tests whose t.TempDir holds files skip, saying so
-#      (internal/removeall); Wine 10 has it. Any other skip is listed with
+#      (test/removeall); Wine 10 has it. Any other skip is listed with
 #      its reason.
 #
 # Wine comes from Debian's wine package (with wine64), installed with
@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.."
 . hack/lib.sh
 
 [[ -n ${VERSION:-} ]] || fail "VERSION is not set: run make windows-test, or VERSION=\$(make version) $0"
-listed=$(go list ${WINDOWS_TEST_PACKAGES:-./cmd/... ./internal/... ./pkg/...}) ||
+listed=$(go list ${WINDOWS_TEST_PACKAGES:-./cmd/... ./internal/... ./pkg/... ./test/afunix ./test/removeall}) ||
 	fail "go list could not list the packages to test (above)"
 packages=($listed)
 [[ ${#packages[@]} -gt 0 ]] || fail "no package to test"
@@ -143,7 +143,7 @@ while read -r dir path; do
 	passed=$(grep -c -- '^ *--- PASS' "$out" || true)
 	# Each skipped test with its reason: the last log line under its
 	# "=== RUN" (or NAME, CONT) headings, as t.Skip logs it last. A skip for what this system lacks
-	# names it (internal/afunix, internal/removeall); the others are listed.
+	# names it (test/afunix, test/removeall); the others are listed.
 	skips=$(awk '/^=== (RUN|NAME|CONT) / { cur = $3 }
 		/^ +[^ ]+\.go:[0-9]+: / { why[cur] = $0; sub(/^ +/, "", why[cur]) }
 		/^ *--- SKIP: / { print $3 ": " why[$3] }' "$out")

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // The logging set-up changes process-wide state, once per process: these

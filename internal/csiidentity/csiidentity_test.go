@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 )
 
 // identity is a CSI Identity server built on the spec's generated code.

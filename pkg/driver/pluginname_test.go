@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"

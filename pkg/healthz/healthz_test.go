@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"

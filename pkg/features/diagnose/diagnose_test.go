@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/afunix"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 )
 
 const (

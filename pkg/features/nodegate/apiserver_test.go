@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // fakeAPI is a local HTTPS server that answers the gate's three requests

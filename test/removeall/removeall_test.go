@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/removeall"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // Where Require lets a test run, os.RemoveAll deletes a directory holding
