@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 )
 
 // Each error of connect(2) gets its own advice, whether it comes as the

@@ -13,8 +13,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 )
 
 // testTimeout bounds every wait of a test; the probe timeout of the tests

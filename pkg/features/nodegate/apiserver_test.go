@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // This file runs the gate against a real kube-apiserver (v1.37.1, built
