@@ -12,6 +12,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // After a stop, a failure that lasted the limit ends in failedTooLong, and
@@ -36,6 +37,7 @@ func TestStoppedFailing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			removeall.Require(t)
 			path := filepath.Join(t.TempDir(), "termination-log")
 			if err := os.WriteFile(path, nil, 0o600); err != nil {
 				t.Fatal(err)
