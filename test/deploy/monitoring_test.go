@@ -10,11 +10,13 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 )
 
+// metricsSources name every family the registrar serves: its own, and
+// those of the features.
+var metricsSources = []string{"../../pkg/healthz/metrics.go", "../../pkg/features/nodegate/report.go"}
+
 const (
 	// monitoringDoc holds a runbook section per alert.
 	monitoringDoc = "../../docs/monitoring.md"
-	// metricsSource names every family the registrar serves.
-	metricsSource = "../../pkg/healthz/metrics.go"
 	// statesSource names every value of the state label.
 	statesSource = "../../pkg/registration/status.go"
 )
@@ -78,16 +80,19 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source, err := os.ReadFile(metricsSource)
-	if err != nil {
-		t.Fatal(err)
-	}
 	served := map[string]bool{}
-	for _, m := range regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1) {
-		served[m[1]] = true
-	}
-	if len(served) == 0 {
-		t.Fatalf("no csi_node_driver_registrar_* family named in %s", metricsSource)
+	for _, file := range metricsSources {
+		source, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		families := regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1)
+		if len(families) == 0 {
+			t.Fatalf("no csi_node_driver_registrar_* family named in %s", file)
+		}
+		for _, m := range families {
+			served[m[1]] = true
+		}
 	}
 	states := map[string]bool{}
 	stateSource, err := os.ReadFile(statesSource)
@@ -117,7 +122,7 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 			alerts = append(alerts, r.Alert)
 			for _, family := range regexp.MustCompile(`csi_node_driver_registrar_[a-z_]+`).FindAllString(r.Expr.String(), -1) {
 				if !served[family] {
-					t.Errorf("alert %s reads %s, which the registrar does not serve (%s)", r.Alert, family, metricsSource)
+					t.Errorf("alert %s reads %s, which the registrar does not serve (%s)", r.Alert, family, strings.Join(metricsSources, ", "))
 				}
 			}
 			for _, m := range stateMatcher.FindAllStringSubmatch(r.Expr.String(), -1) {
