@@ -55,6 +55,18 @@ func kubeletSays(t *testing.T, srv *registration.Server, registered bool, reason
 	}
 }
 
+func kubeletCallsGetInfo(t *testing.T, srv *registration.Server) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+srv.Status().SocketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := registerapi.NewRegistrationClient(conn).GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // /healthz fails once the registration has failed for the FailureLimit, in
 // each way a registration fails for good, and never for a registered
 // driver.
@@ -72,6 +84,14 @@ func TestHealthzFailsOnceTheFailureLasts(t *testing.T) {
 			srv := runWithClock(t, clock, true)
 			kubeletSays(t, srv, false, "dial unix /typo/csi.sock: no such file or directory")
 			poll.Until(t, "the rejection is recorded", func() bool { return srv.Status().State == registration.Rejected })
+			// kubelet (1.36 and later) tries again by itself on the same
+			// socket, which leaves it in place: no publication again, whose
+			// replacement of the socket a probe could meet, while the clock
+			// is stepped past the limit.
+			kubeletCallsGetInfo(t, srv)
+			poll.Until(t, "kubelet's own retry is recorded", func() bool {
+				return strings.Contains(srv.Status().Reason, "kubelet tries again by itself on this socket")
+			})
 			return srv
 		}, registration.Rejected, "rejected by kubelet: dial unix /typo/csi.sock"},
 		{"kubelet never calls", func(t *testing.T, clock *testingclock.FakeClock) *registration.Server {
