@@ -268,7 +268,7 @@ func TestFollowRestartNotReady(t *testing.T) {
 		},
 		{
 			name:    "slower than the timeout",
-			timeout: 50 * time.Millisecond,
+			timeout: 250 * time.Millisecond,
 			answer: func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					<-ctx.Done()
