@@ -43,18 +43,18 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // Once connects to the Unix socket at path now, within ctx, and returns a
 // client that never reconnects, so that a caller makes exactly one attempt.
 // A failure to connect is a *ConnectError with the plain error.
-func Once(ctx context.Context, path string) (*grpc.ClientConn, error) {
+func Once(ctx context.Context, path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	raw, err := (&net.Dialer{}).DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, &ConnectError{err}
 	}
 	var handedOut atomic.Bool
-	conn, err := NewClient(path, grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
+	conn, err := NewClient(path, append(opts, grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
 		if handedOut.Swap(true) {
 			return nil, errors.New("the connection was closed; this client does not reconnect")
 		}
 		return raw, nil
-	}))
+	}))...)
 	if err != nil {
 		_ = raw.Close()
 	}
@@ -66,11 +66,21 @@ func Once(ctx context.Context, path string) (*grpc.ClientConn, error) {
 // is done (then it returns nil). It fails if it cannot connect within
 // timeout, with connected's error, or when the connection ends.
 func Hold(ctx context.Context, path string, timeout time.Duration, connected func() error) error {
-	// No idle timeout: the connection must stay up as long as the server.
-	conn, err := NewClient(path, grpc.WithIdleTimeout(0))
+	conn, err := NewClient(path, NoIdleTimeout)
 	if err != nil {
 		return err
 	}
+	return HoldClient(ctx, conn, timeout, connected)
+}
+
+// NoIdleTimeout keeps a client's connection up while it carries no calls,
+// as a held connection must stay up as long as the server.
+var NoIdleTimeout = grpc.WithIdleTimeout(0)
+
+// HoldClient is Hold on a client already made (with NoIdleTimeout), such
+// as the one of a call just made (Once): its connection, if it is up, is
+// held without a new one. It closes conn.
+func HoldClient(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration, connected func() error) error {
 	defer conn.Close()
 	conn.Connect()
 	connectCtx, cancel := context.WithTimeout(ctx, timeout)

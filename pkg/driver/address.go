@@ -3,8 +3,9 @@
 // (GetPluginInfo), checks that name against the CSI specification, and
 // follows the driver's restarts.
 //
-// The name is asked with internal/csiidentity, and the connection held to a
-// driver that answers is internal/unixgrpc's Hold: csi-lib-utils' rpc and
+// The name is asked with internal/csiidentity, and the connection the
+// driver answered on is then held (internal/unixgrpc's HoldClient; Hold when
+// it has to be made again): csi-lib-utils' rpc and
 // connection link the CSI spec's generated package, which the registrar's
 // memory budget cannot hold (see internal/csiidentity). Each attempt to
 // find the driver dials by itself, once (internal/unixgrpc): csi-lib-utils'

@@ -3,10 +3,10 @@ package driver
 import (
 	"context"
 	"errors"
-	"os"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -119,11 +119,11 @@ type follower struct {
 // while it answers, and waiting for a socket while there is none.
 func (f *follower) run(ctx context.Context) error {
 	for {
-		name, socket, err := f.search(ctx)
+		found, err := f.search(ctx)
 		change := socketRemoved
 		if err == nil {
-			f.found(name)
-			change, err = f.watchSocket(ctx, socket)
+			f.found(found.name)
+			change, err = f.watchSocket(ctx, found)
 		} else if errors.Is(err, errSocketRemoved) {
 			err = nil
 		}
@@ -172,13 +172,16 @@ func (f *follower) unreachable(why string) {
 // watchSocket waits while the driver keeps its socket and answers on it,
 // and returns what ended that: socketRemoved, socketCreated (another
 // socket took its place) or noChange (the driver no longer answers). The
-// connection it holds tells a driver that died and left its socket file;
-// one the driver closed as idle is made again.
-func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketChange, error) {
+// connection it holds, at first the one found's answer came on, tells a
+// driver that died and left its socket file; one the driver closed as idle
+// is made again.
+func (f *follower) watchSocket(ctx context.Context, found answer) (socketChange, error) {
+	socket, conn := found.socket, found.conn
 	for {
 		held, cancel := context.WithCancelCause(ctx)
 		var connected atomic.Bool
-		go func() { cancel(f.hold(held, &connected)) }()
+		go func(conn *grpc.ClientConn) { cancel(f.hold(held, conn, &connected)) }(conn)
+		conn = nil
 		var change socketChange
 		var err error
 		for change == noChange && err == nil {
@@ -211,14 +214,19 @@ func (f *follower) watchSocket(ctx context.Context, socket os.FileInfo) (socketC
 	}
 }
 
-// hold connects to the driver, within the timeout, and holds the idle
-// connection, which the kernel closes when the driver dies. It returns nil
-// once ctx is done, an error when the connection cannot be made or ends.
-func (f *follower) hold(ctx context.Context, connected *atomic.Bool) error {
-	return unixgrpc.Hold(ctx, f.cfg.Address.Path, f.cfg.Timeout, func() error {
+// hold holds conn's connection, or when conn is nil connects to the driver
+// within the timeout, and holds the idle connection, which the kernel
+// closes when the driver dies. It returns nil once ctx is done, an error
+// when the connection cannot be made or ends.
+func (f *follower) hold(ctx context.Context, conn *grpc.ClientConn, connected *atomic.Bool) error {
+	setConnected := func() error {
 		connected.Store(true)
 		return nil
-	})
+	}
+	if conn != nil {
+		return unixgrpc.HoldClient(ctx, conn, f.cfg.Timeout, setConnected)
+	}
+	return unixgrpc.Hold(ctx, f.cfg.Address.Path, f.cfg.Timeout, setConnected)
 }
 
 // idleDeadline is when a wait for the socket's events looks anyway: never

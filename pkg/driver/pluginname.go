@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,12 +37,19 @@ const (
 // waits for a new socket without attempts.
 var errSocketRemoved = errors.New("the CSI driver socket was removed")
 
-// search asks the driver for its name, retrying as Follow says, and
-// returns it with the socket as it was just before the attempt that
-// succeeded (nil if it could not be read). It logs at level 0 when it
-// starts waiting, every 30 s while it still waits, and once per distinct
-// unexpected error; each attempt at V(4).
-func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
+// answer is the driver's answer to the attempt that succeeded: its name,
+// the socket as it was just before that attempt (nil if it could not be
+// read), and the connection the answer came on, which Follow then holds.
+type answer struct {
+	name   string
+	socket os.FileInfo
+	conn   *grpc.ClientConn
+}
+
+// search asks the driver for its name, retrying as Follow says, until it
+// answers. It logs at level 0 when it starts waiting, every 30 s while it
+// still waits, and once per distinct unexpected error; each attempt at V(4).
+func (f *follower) search(ctx context.Context) (answer, error) {
 	path := f.cfg.Address.Path
 	delay := f.cfg.InitialBackoff
 	var waitingSince, lastReminder time.Time
@@ -54,23 +62,24 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 		socket, _ := os.Lstat(path)
 		f.logger.V(4).Info("Calling GetPluginInfo", "path", path, "attempt", attempt)
 		start := time.Now()
-		name, connectFailed, err := getPluginInfo(ctx, path, f.cfg.Timeout)
+		name, conn, connectFailed, err := getPluginInfo(ctx, path, f.cfg.Timeout)
 		if f.cfg.OnAttempt != nil {
 			f.cfg.OnAttempt(time.Since(start), err)
 		}
 		if err == nil {
 			if err := ValidateName(name); err != nil {
-				return "", nil, err
+				_ = conn.Close()
+				return answer{}, err
 			}
-			return name, socket, nil
+			return answer{name, socket, conn}, nil
 		}
 		if ctx.Err() != nil {
-			return "", nil, ctx.Err()
+			return answer{}, ctx.Err()
 		}
 
 		switch code, message := status.Code(err), status.Convert(err).Message(); code {
 		case codes.Unimplemented:
-			return "", nil, fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that it is the CSI driver's socket", path, err)
+			return answer{}, fmt.Errorf("the endpoint at %s does not serve the CSI Identity service (GetPluginInfo: %w); check that it is the CSI driver's socket", path, err)
 		case codes.Unavailable, codes.DeadlineExceeded:
 			// Not there yet, not ready yet or too slow: the usual start-up.
 			f.logger.V(4).Info("CSI driver not ready", "path", path, "attempt", attempt, "err", err)
@@ -106,9 +115,9 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 		change, err := f.watcher.next(ctx, now.Add(wait), socket)
 		switch {
 		case err != nil:
-			return "", nil, err
+			return answer{}, err
 		case change == socketRemoved:
-			return "", nil, errSocketRemoved
+			return answer{}, errSocketRemoved
 		case change == socketCreated:
 			f.logger.V(4).Info("CSI driver socket created", "path", path)
 			delay = f.cfg.InitialBackoff
@@ -119,22 +128,26 @@ func (f *follower) search(ctx context.Context) (string, os.FileInfo, error) {
 }
 
 // getPluginInfo asks the driver for its name once, on a connection of its
-// own; connectFailed tells that no connection was made (refused, on a
-// socket file that is there). A failure to connect is Unavailable, as gRPC
-// says it, or ctx's error as a status.
-func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (name string, connectFailed bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// own, which it returns open when the driver answered, to be held (the
+// caller closes it); connectFailed tells that no connection was made
+// (refused, on a socket file that is there). A failure to connect is
+// Unavailable, as gRPC says it, or ctx's error as a status.
+func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (name string, conn *grpc.ClientConn, connectFailed bool, err error) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := unixgrpc.Once(ctx, path)
+	conn, err = unixgrpc.Once(callCtx, path, unixgrpc.NoIdleTimeout)
 	if err != nil {
-		if ctx.Err() != nil {
-			return "", false, status.FromContextError(ctx.Err()).Err()
+		if callCtx.Err() != nil {
+			return "", nil, false, status.FromContextError(callCtx.Err()).Err()
 		}
-		return "", true, status.Error(codes.Unavailable, err.Error())
+		return "", nil, true, status.Error(codes.Unavailable, err.Error())
 	}
-	defer func() { _ = conn.Close() }()
-	info, err := csiidentity.GetPluginInfo(ctx, conn)
-	return info.Name, false, err
+	info, err := csiidentity.GetPluginInfo(callCtx, conn)
+	if err != nil {
+		_ = conn.Close()
+		return "", nil, false, err
+	}
+	return info.Name, conn, false, nil
 }
 
 // sameSocket tells whether a and b are one socket file: the same inode,

@@ -200,6 +200,12 @@ func run(ctx context.Context, cfg config, upstreamMissing string) error {
 			fmt.Println(ratio{name: start.listen.name, ours: start.listen.value, upstream: up.value, unit: "ms", budget: 0.6})
 		}
 		printReference("reference: exec -> test driver listening", start.driverListen, "(same gRPC and CSI libraries, no work)")
+		printReference("reference: exec -> exit, --version", start.version, "(process start and package init: the floor)")
+		if cfg.upstream != "" {
+			printReference("upstream: exec -> exit, --version", start.upstreamVersion, "(upstream's binary)")
+			fmt.Printf("floor of the ratio: --version %s ms / upstream's exec -> socket %s ms = %.3f\n",
+				trim(ms(start.version.median())), trim(ms(start.upstreamListen.median())), ms(start.version.median())/ms(start.upstreamListen.median()))
+		}
 	}
 	if cfg.wants("appear") {
 		appear, err := measureDriverAppears(ctx, cfg)

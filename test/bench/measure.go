@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -23,6 +24,10 @@ type startFigures struct {
 	listen, recreate, rss figure
 	// driverListen is the test driver's exec -> listening, for reference.
 	driverListen durations
+	// version and upstreamVersion are exec -> exit of --version, which
+	// returns from main after parsing the flags: what starting the process
+	// and initialising its packages cost, before main can do anything.
+	version, upstreamVersion durations
 	// upstreamListen and upstreamRSS are upstream's registrar's, from runs
 	// interleaved with this one's; empty without -upstream.
 	upstreamListen durations
@@ -47,6 +52,9 @@ func measureStart(ctx context.Context, cfg config) (startFigures, error) {
 		}
 		driverListen, listen, recreate = append(driverListen, d), append(listen, l), append(recreate, r)
 		mem.add(m)
+		if err := s.timeVersion(cfg); err != nil {
+			return startFigures{}, err
+		}
 		if cfg.upstream != "" && i%2 == 0 {
 			if err := s.startUpstreamOnce(ctx, cfg); err != nil {
 				return startFigures{}, err
@@ -65,6 +73,27 @@ func measureStart(ctx context.Context, cfg config) (startFigures, error) {
 	s.rss.atMost, s.rss.target = true, 13
 	s.driverListen = driverListen
 	return s, nil
+}
+
+// timeVersion adds one exec -> exit of --version of each binary to s.
+func (s *startFigures) timeVersion(cfg config) error {
+	for _, b := range []struct {
+		bin    string
+		env    []string
+		sample *durations
+	}{{cfg.registrar, cfg.registrarEnv, &s.version}, {cfg.upstream, nil, &s.upstreamVersion}} {
+		if b.bin == "" {
+			continue
+		}
+		cmd := exec.Command(b.bin, "--version")
+		cmd.Env = append(os.Environ(), b.env...)
+		started := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s --version: %w\n%s", b.bin, err, out)
+		}
+		*b.sample = append(*b.sample, time.Since(started))
+	}
+	return nil
 }
 
 // startUpstreamOnce adds one run of upstream's registrar to s.
