@@ -1,14 +1,13 @@
 package registration
 
-// What is at the registration path: one answer (lookAt) for the loop,
-// Health, Status and the retry after a shortage.
+// What is at the registration path: one answer (lookAt) for the loop's
+// looks and claims, and for Health.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
@@ -23,78 +23,88 @@ import (
 type atKind int
 
 const (
-	atNothing     atKind = iota // no file
-	atOurs                      // the socket of the current publication
-	atOwner                     // the socket of the instance followed
-	atNotSocket                 // a file that is not a socket
-	atUnknown                   // cannot be inspected
-	atSocket                    // another socket, not asked yet (lookAtFile)
-	atLive                      // another instance of the same driver
-	atOtherDriver               // a registration socket of another driver
-	atRefused                   // a socket that refuses connections
-	atSilent                    // a socket that accepts and does not answer GetInfo
+	atNothing   atKind = iota // no file
+	atOurs                    // the socket of the current publication
+	atOwner                   // the socket of the instance followed
+	atNotSocket               // a file that is not a socket
+	atUnknown                 // cannot be inspected
+	atSocket                  // another socket, not asked (a claim where sockets cannot be handed over)
+	atHandsOver               // a registrar that can hand its socket over (asked by a claim only)
+	atLive                    // a socket that answered GetInfo: Driver, Endpoint
+	atRefused                 // a socket that refuses connections
+	atSilent                  // a socket that accepts and does not answer GetInfo
 )
 
-// At is what is at the registration path.
+// At is what is at the registration path: plain values, which a look
+// finds and the machine decides on.
 type At struct {
 	kind atKind
 	path string
-	File fs.FileInfo
-	// Driver is the driver a socket another process published serves.
-	Driver string
+	File sockfile.ID
+	mode fs.FileMode
+	// Driver and Endpoint are what a socket another process published
+	// answered to GetInfo.
+	Driver, Endpoint string
 	// Err is why the path could not be inspected, or why its socket did
 	// not answer.
 	Err error
 }
 
 // lookAt tells what is at path. ours is the current publication's socket
-// file, owner the one of the instance followed (nil when none). Any other
-// socket is asked its driver's name, and whether it accepts connections
-// when it does not answer.
-func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout time.Duration) At {
-	at := lookAtFile(path, ours, owner)
-	if at.kind != atSocket {
-		return at
-	}
-	var info *registerapi.PluginInfo
-	info, at.Err = askInfo(ctx, path, timeout)
-	switch {
-	case at.Err == nil:
-		at.kind, at.Driver = atLive, info.Name
-	case ctx.Err() != nil:
-		at.kind = atUnknown
-	case sockfile.Answers(path, timeout):
-		at.kind = atSilent
-	default:
-		at.kind = atRefused
-	}
-	return at
-}
-
-// lookAtFile is lookAt without a call: it costs one lstat, and another
-// socket stays atSocket.
-func lookAtFile(path string, ours, owner fs.FileInfo) At {
-	fi, err := os.Lstat(path)
-	at := At{kind: atSocket, path: path, File: fi, Err: err}
+// file, owner the one of the instance followed (zero when none). Any
+// other socket is asked GetInfo, and whether it accepts connections when
+// it does not answer; for a claim, first whether it can hand the socket
+// over.
+func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout time.Duration, claim bool) At {
+	id, mode, err := sockfile.Lstat(path)
+	at := At{path: path, File: id, mode: mode, Err: err}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		at.kind, at.Err = atNothing, nil
+		return at
 	case err != nil:
 		at.kind = atUnknown
-	case ours != nil && os.SameFile(fi, ours):
+		return at
+	case ours != sockfile.ID{} && id == ours:
 		at.kind = atOurs
-	case fi.Mode().Type() != fs.ModeSocket:
+		return at
+	case mode.Type() != fs.ModeSocket:
 		at.kind = atNotSocket
-	case owner != nil && os.SameFile(fi, owner):
+		return at
+	case owner != sockfile.ID{} && id == owner:
 		at.kind = atOwner
+		return at
+	case claim && !handover.Supported:
+		at.kind = atSocket
+		return at
 	}
+	if claim {
+		switch can, err := canHandOver(ctx, path, timeout); {
+		case can:
+			at.kind = atHandsOver
+			return at
+		case err != nil:
+			at.Err = err
+			return at.unanswered(ctx, timeout)
+		}
+	}
+	var info *registerapi.PluginInfo
+	if info, at.Err = askInfo(ctx, path, timeout); at.Err != nil {
+		return at.unanswered(ctx, timeout)
+	}
+	at.kind, at.Driver, at.Endpoint = atLive, info.Name, info.Endpoint
 	return at
 }
 
-// ofDriver resolves atLive against the driver this instance serves.
-func (at At) ofDriver(name string) At {
-	if at.kind == atLive && at.Driver != name {
-		at.kind = atOtherDriver
+// unanswered classifies a socket that did not answer.
+func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
+	switch {
+	case ctx.Err() != nil:
+		at.kind = atUnknown
+	case sockfile.Answers(at.path, timeout):
+		at.kind = atSilent
+	default:
+		at.kind = atRefused
 	}
 	return at
 }
@@ -126,14 +136,17 @@ func (at At) Found(driver string) (Found, string) {
 		return FoundNothing, fmt.Sprintf("the registration socket %s does not exist", at.path)
 	case atOurs:
 		return FoundOurs, "serving " + at.path
-	case atOwner, atLive:
+	case atLive:
+		if at.Driver != driver {
+			return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
+		}
+		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
+	case atOwner, atHandsOver:
 		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
 	case atNotSocket:
-		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.File.Mode()))
+		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode))
 	case atSocket:
 		return FoundBroken, fmt.Sprintf("%s is a socket that another process published", at.path)
-	case atOtherDriver:
-		return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
 	case atRefused, atSilent:
 		return FoundBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err)
 	}
@@ -154,8 +167,7 @@ type Health struct {
 // one of the instance the loop follows while standing aside: its
 // connection to it says that it lives.
 func (s *Server) Health(ctx context.Context) Health {
-	shared := s.shared.Load()
-	m := &shared.m
+	m := &s.shared.Load().m
 	switch {
 	case m.state == Stopped:
 		return Health{m.state, NotLooked, "the registration server has stopped"}
@@ -164,7 +176,7 @@ func (s *Server) Health(ctx context.Context) Health {
 	case m.path == "":
 		return Health{m.state, NotLooked, "waiting for the CSI driver"}
 	}
-	at := lookAt(ctx, m.path, shared.pub.file(), m.owner, s.cfg.CheckTimeout).ofDriver(m.name)
+	at := lookAt(ctx, m.path, m.ours, m.owner, s.cfg.CheckTimeout, false)
 	found, reason := at.Found(m.name)
 	return Health{m.state, found, reason}
 }

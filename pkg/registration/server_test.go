@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 	"google.golang.org/grpc"
@@ -538,7 +539,7 @@ func (s *Server) timersForTest() string {
 	var names []string
 	for t, due := range s.shared.Load().m.due {
 		if !due.IsZero() {
-			names = append(names, [...]string{"silence", "retry", "vacancy", "shortage"}[t])
+			names = append(names, [...]string{"silence", "retry", "vacancy", "publish"}[t])
 		}
 	}
 	return strings.Join(names, ",")
@@ -548,8 +549,8 @@ func (s *Server) timersForTest() string {
 // socket at its path.
 func (s *Server) followsForTest() bool {
 	m := s.shared.Load().m
-	fi, err := os.Lstat(m.path)
-	return err == nil && m.owner != nil && os.SameFile(fi, m.owner)
+	id, _, err := sockfile.Lstat(m.path)
+	return err == nil && m.owner != sockfile.ID{} && id == m.owner
 }
 
 // Only kubelet's calls count as kubelet's: another instance checking the

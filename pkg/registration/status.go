@@ -99,7 +99,7 @@ type Status struct {
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	return s.shared.Load().status(s.reachable.Load(), s.lastDriverError())
+	return s.shared.Load().m.status(s.reachable.Load(), s.lastDriverError())
 }
 
 // lastDriverError is what DriverUnreachable said last, "" since the driver
@@ -111,8 +111,7 @@ func (s *Server) lastDriverError() string {
 	return ""
 }
 
-func (sn *snapshot) status(reachable bool, driverError string) Status {
-	m := &sn.m
+func (m *machine) status(reachable bool, driverError string) Status {
 	out := Status{
 		DriverName:           m.name,
 		DriverReachable:      reachable,
@@ -130,7 +129,7 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 		Attempts:             m.attempts,
 		FailingSince:         timeOrNil(m.failingSince),
 		PublishError:         m.publishError,
-		NextPublishRetry:     timeOrNil(m.due[shortageTimer]),
+		NextPublishRetry:     timeOrNil(m.due[publishTimer]),
 		LastPublished:        timeOrNil(m.log.lastPublish),
 		KubeletSilent:        m.state == KubeletSilent,
 		Withdrawn:            m.withdrawn,
@@ -151,11 +150,11 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 	case KubeletSilent:
 		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running, or waits out its backoff (up to 2m2s) after failures at this path"
 	case Registered:
-		// Registered through the socket at the path, while it is ours.
-		at := lookAtFile(m.path, sn.pub.file(), nil)
-		out.Ready, out.Reason = at.kind == atOurs, "registered"
+		// Registered through the socket at the path, while it is ours:
+		// as the last look found it.
+		out.Ready, out.Reason = m.at.kind == atOurs, "registered"
 		if !out.Ready {
-			_, out.Reason = at.Found(m.name)
+			_, out.Reason = m.at.Found(m.name)
 		}
 	case Rejected:
 		times := "once, at"

@@ -68,7 +68,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,6 +77,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 const (
@@ -169,7 +169,7 @@ type Owner struct {
 	// Path is where kubelet finds the socket, in the registry directory.
 	Path string
 	// File is the file the socket created at Path.
-	File fs.FileInfo
+	File sockfile.ID
 	// Hidden is A's hidden second name of the socket, "" if none.
 	Hidden string
 	// Driver and Endpoint are what A registers.
@@ -211,14 +211,13 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if err := o.Check(req); err != nil {
 		return err
 	}
-	if fi, err := os.Lstat(o.Path); err != nil || !os.SameFile(fi, o.File) {
+	if id, _, err := sockfile.Lstat(o.Path); err != nil || id != o.File {
 		return errors.New("the socket at the path is not this instance's")
 	}
-	dev, ino, ok := fileID(o.File)
-	if !ok || o.Listener == nil {
+	if !Supported || o.Listener == nil {
 		return errors.New("the socket cannot be handed over on this platform")
 	}
-	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: dev, Ino: ino, Verdict: o.Verdict})
+	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: o.File.Dev, Ino: o.File.Ino, Verdict: o.Verdict})
 	if err != nil {
 		return err
 	}
@@ -246,7 +245,7 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	// the path is now B's: it must never be removed from here.
 	_ = o.Listener.Close()
 	if o.Hidden != "" {
-		if fi, err := os.Lstat(o.Hidden); err == nil && os.SameFile(fi, o.File) {
+		if id, _, err := sockfile.Lstat(o.Hidden); err == nil && id == o.File {
 			if err := os.Rename(o.Hidden, req.Address); err != nil {
 				_ = os.Remove(o.Hidden)
 			}
@@ -255,7 +254,7 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if _, err := uc.Write([]byte{done}); err != nil {
 		// B gave up before the end, and replaces the socket: nobody
 		// serves it under the name given to it.
-		if fi, err := os.Lstat(req.Address); err == nil && os.SameFile(fi, o.File) {
+		if id, _, err := sockfile.Lstat(req.Address); err == nil && id == o.File {
 			_ = os.Remove(req.Address)
 		}
 	}
@@ -267,7 +266,7 @@ type Newcomer struct {
 	// Path is the registration socket's path.
 	Path string
 	// Found is the file B found at Path: the socket it asks for.
-	Found fs.FileInfo
+	Found sockfile.ID
 	// Driver and Endpoint are what B registers.
 	Driver, Endpoint string
 	// Receiver listens at Address, a new hidden name of the driver's
@@ -283,7 +282,7 @@ type Newcomer struct {
 type Taken struct {
 	Listener *net.UnixListener
 	// File is the file at the path the socket is bound to.
-	File fs.FileInfo
+	File sockfile.ID
 	// Hidden is the Address, when it became a second name of the socket
 	// (A moved its hidden name there); "" otherwise.
 	Hidden string
@@ -376,13 +375,13 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 		_ = listener.Close()
 		return nil, fmt.Errorf("the previous instance did not confirm the handover (%q, %v)", confirmed[0], err)
 	}
-	now, err := os.Lstat(n.Path)
-	if err != nil || !os.SameFile(now, n.Found) {
+	now, _, err := sockfile.Lstat(n.Path)
+	if err != nil || now != n.Found {
 		_ = listener.Close()
 		return nil, errors.New("the socket at the path changed during the handover")
 	}
 	taken := &Taken{Listener: listener, File: now, Verdict: st.Verdict}
-	if fi, err := os.Lstat(n.Address); err == nil && os.SameFile(fi, now) {
+	if id, _, err := sockfile.Lstat(n.Address); err == nil && id == now {
 		taken.Hidden = n.Address
 	}
 	return taken, nil
@@ -390,12 +389,11 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 
 // checkState is B's check of what A sends: the same driver and endpoint
 // as B's, and the socket bound to the file B found at the path.
-func checkState(st State, driver, endpoint string, found fs.FileInfo) error {
-	dev, ino, ok := fileID(found)
+func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 	switch {
 	case st.Driver != driver || st.Endpoint != endpoint:
 		return fmt.Errorf("the previous instance registers %q with endpoint %q, not %q with %q", st.Driver, st.Endpoint, driver, endpoint)
-	case !ok || st.Dev != dev || st.Ino != ino:
+	case found == (sockfile.ID{}) || st.Dev != found.Dev || st.Ino != found.Ino:
 		return errors.New("the socket handed over is not the one at the path")
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 const (
@@ -63,7 +64,7 @@ func listenHidden(t *testing.T, dir, suffix string) (*net.UnixListener, string) 
 type published struct {
 	listener     *net.UnixListener
 	path, hidden string
-	file         fs.FileInfo
+	file         sockfile.ID
 }
 
 func publish(t *testing.T, dir string) *published {
@@ -76,13 +77,13 @@ func publish(t *testing.T, dir string) *published {
 	return &published{listener: l, path: path, hidden: hidden, file: lstat(t, path)}
 }
 
-func lstat(t *testing.T, path string) fs.FileInfo {
+func lstat(t *testing.T, path string) sockfile.ID {
 	t.Helper()
-	fi, err := os.Lstat(path)
+	id, _, err := sockfile.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fi
+	return id
 }
 
 // serveHandOver serves the HandOver call on l with handle.
@@ -187,14 +188,14 @@ func TestOfferAndTake(t *testing.T) {
 		t.Fatalf("Take: %v", err)
 	}
 	defer taken.Listener.Close()
-	if !os.SameFile(taken.File, pub.file) || !os.SameFile(lstat(t, pub.path), pub.file) {
+	if taken.File != pub.file || lstat(t, pub.path) != pub.file {
 		t.Error("the socket taken is not the one at the path, or the path changed")
 	}
 	if taken.Verdict == nil || !taken.Verdict.Registered || !taken.Verdict.Time.Equal(verdict.Time) {
 		t.Errorf("verdict taken = %+v, want %+v", taken.Verdict, verdict)
 	}
 	// The owner's hidden name moved to the new instance's address.
-	if taken.Hidden != n.Address || !os.SameFile(lstat(t, n.Address), pub.file) {
+	if taken.Hidden != n.Address || lstat(t, n.Address) != pub.file {
 		t.Errorf("hidden name taken = %q, want %q, a second name of the socket", taken.Hidden, n.Address)
 	}
 	if _, err := os.Lstat(pub.hidden); !errors.Is(err, fs.ErrNotExist) {
@@ -209,7 +210,7 @@ func TestOfferAndTake(t *testing.T) {
 func TestTakeRefusesAStateOfAnotherVersion(t *testing.T) {
 	dir := shortDir(t)
 	pub := publish(t, dir)
-	dev, ino, _ := fileID(pub.file)
+	dev, ino := pub.file.Dev, pub.file.Ino
 	answers := make(chan byte, 1)
 	requests := make(chan Request, 1)
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
@@ -245,7 +246,7 @@ func TestTakeRefusesAStateOfAnotherVersion(t *testing.T) {
 	if answer := <-answers; answer != refused {
 		t.Errorf("answer to a state of version 2 = %q, want %q", answer, refused)
 	}
-	if !os.SameFile(lstat(t, pub.path), pub.file) || !os.SameFile(lstat(t, pub.hidden), pub.file) {
+	if lstat(t, pub.path) != pub.file || lstat(t, pub.hidden) != pub.file {
 		t.Error("the peer's socket or its hidden name changed")
 	}
 }
@@ -286,7 +287,7 @@ func TestOfferRefusesARequestOfAnotherVersion(t *testing.T) {
 		}
 		assertNoConnection(t, recv)
 	}
-	if !os.SameFile(lstat(t, pub.path), pub.file) || !os.SameFile(lstat(t, pub.hidden), pub.file) {
+	if lstat(t, pub.path) != pub.file || lstat(t, pub.hidden) != pub.file {
 		t.Fatal("the owner's socket changed after refused requests")
 	}
 	// The owner still has its socket to offer.
@@ -340,7 +341,7 @@ func TestOfferToThePreviousBuild(t *testing.T) {
 	if err := json.Unmarshal(payload, &old); err != nil || old.Driver != testDriver || old.Endpoint != testEndpoint || old.Verdict == nil || !old.Verdict.Registered {
 		t.Fatalf("state %s read as the previous build does = %+v, %v", payload, old, err)
 	}
-	if dev, ino, _ := fileID(pub.file); old.Dev != dev || old.Ino != ino {
+	if dev, ino := pub.file.Dev, pub.file.Ino; old.Dev != dev || old.Ino != ino {
 		t.Errorf("state names device %d inode %d, want %d %d", old.Dev, old.Ino, dev, ino)
 	}
 	if _, err := conn.Write([]byte{accepted}); err != nil {
@@ -361,7 +362,7 @@ func TestOfferToThePreviousBuild(t *testing.T) {
 func TestTakeFromThePreviousBuild(t *testing.T) {
 	dir := shortDir(t)
 	pub := publish(t, dir)
-	dev, ino, _ := fileID(pub.file)
+	dev, ino := pub.file.Dev, pub.file.Ino
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
 		// The previous build's request: the same fields, no version.
 		var req struct{ Driver, Endpoint, Address string }

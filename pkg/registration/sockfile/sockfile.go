@@ -33,7 +33,7 @@ type Socket struct {
 	// socket.
 	Hidden string
 	// File is the file the socket was bound to.
-	File fs.FileInfo
+	File ID
 
 	mu       sync.Mutex
 	conns    map[*trackedConn]struct{}
@@ -69,13 +69,26 @@ func Listen(path string) (*Socket, error) {
 		_ = os.Remove(hidden)
 		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
 	}
-	file, err := os.Lstat(hidden)
+	fi, err := os.Lstat(hidden)
 	if err != nil {
 		_ = ul.Close()
 		_ = os.Remove(hidden)
 		return nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
 	}
-	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+	return &Socket{UnixListener: ul, Hidden: hidden, File: IDOf(fi)}, nil
+}
+
+// ID identifies a file, as os.SameFile does, in a plain comparable value:
+// a file put at a path since has another. The zero ID is no file.
+type ID struct{ Dev, Ino uint64 }
+
+// Lstat is the identity and type of the file at path.
+func Lstat(path string) (ID, fs.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return ID{}, 0, err
+	}
+	return IDOf(fi), fi.Mode(), nil
 }
 
 // Place gives the socket its final name, path, as a hard link: kubelet
@@ -90,14 +103,14 @@ func Listen(path string) (*Socket, error) {
 // socket meanwhile, or the file system has no hard links for sockets, the
 // socket is renamed into place, which replaces a socket atomically. On
 // failure the socket is closed and its hidden name removed.
-func (s *Socket) Place(path string, replace fs.FileInfo) error {
+func (s *Socket) Place(path string, replace ID) error {
 	fail := func(err error) error {
 		_ = s.Close()
 		_, _ = RemoveIfSame(s.Hidden, s.File)
 		return err
 	}
 	err := os.Link(s.Hidden, path)
-	if errors.Is(err, fs.ErrExist) && replace != nil {
+	if errors.Is(err, fs.ErrExist) && replace != (ID{}) {
 		if _, err := RemoveIfSame(path, replace); err != nil {
 			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))
 		}
@@ -166,15 +179,15 @@ func (s *Socket) Remove() (removed bool, err error) {
 }
 
 // RemoveIfSame unlinks path while it holds file.
-func RemoveIfSame(path string, file fs.FileInfo) (removed bool, err error) {
-	fi, err := os.Lstat(path)
+func RemoveIfSame(path string, file ID) (removed bool, err error) {
+	id, _, err := Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if !os.SameFile(fi, file) {
+	if id != file {
 		return false, nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
