@@ -62,19 +62,9 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 // offer is A's side, a conversation: it offers the current publication
 // to call; the machine steps aside once it was taken.
 func (l *loop) offer(call *handoverCall) func() any {
-	pub := l.pub
 	owner := &handover.Owner{
-		Listener: pub.sock.UnixListener,
-		Path:     pub.path,
-		File:     pub.sock.File,
-		Hidden:   pub.sock.Hidden,
-		Driver:   l.m.name,
-		Endpoint: l.s.cfg.Endpoint,
-		IsHiddenName: func(name string) bool {
-			return sockfile.IsHiddenName(pub.path, name)
-		},
-		Timeout: l.s.cfg.CheckTimeout,
-		Verdict: l.m.log.lastVerdict,
+		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
+		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
 	}
 	return func() any { return offered{call, handover.Offer(call.ctx, owner, call.req)} }
 }
@@ -118,14 +108,14 @@ func (l *loop) takeOver() func() any {
 		}
 		taken, err := handover.Take(handover.Newcomer{
 			Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
-			Receiver: recv.UnixListener, Address: recv.Hidden, Timeout: l.s.cfg.CheckTimeout,
+			Receiver: recv, Timeout: l.s.cfg.CheckTimeout,
 		})
 		if err == nil {
 			_ = recv.Close()
 			// Still our receiving socket when the owner did not move its
 			// hidden name here.
 			_, _ = recv.Remove()
-			return taken
+			return tookOver{taken, name}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
@@ -144,13 +134,18 @@ func (l *loop) takeOver() func() any {
 	}
 }
 
+// tookOver is the outcome of a takeover: the socket taken for the driver
+// name.
+type tookOver struct {
+	taken *handover.Taken
+	name  string
+}
+
 // adopt serves kubelet on a socket taken over, with the previous
 // instance's registration.
-func (l *loop) adopt(taken *handover.Taken) adopted {
-	path := SocketPath(l.s.cfg.Dir, l.m.claim)
-	sock := &sockfile.Socket{UnixListener: taken.Listener, Path: path, Hidden: taken.Hidden, File: taken.File}
-	gen := l.install(sock, l.m.claim)
+func (l *loop) adopt(t tookOver) adopted {
+	gen := l.install(t.taken.Socket, t.name)
 	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-		"driver", l.m.claim, "path", path, "endpoint", l.s.cfg.Endpoint, "registered", taken.Verdict != nil, "reason", ReasonHandover)
-	return adopted{gen, taken.File, taken.Verdict}
+		"driver", t.name, "path", t.taken.Path, "endpoint", l.s.cfg.Endpoint, "registered", t.taken.Verdict != nil, "reason", ReasonHandover)
+	return adopted{gen, t.taken.File, t.taken.Verdict}
 }

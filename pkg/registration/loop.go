@@ -81,12 +81,12 @@ func (l *loop) run(watcher *fsnotify.Watcher) error {
 
 // next waits for the next event: an effect's outcome, the machine's timers
 // that are due, or what the loop's sources said. nil: nothing for the
-// machine (news of the driver's reachability, a stale watch, a stop).
+// machine (a report of the driver without a name, a stale watch, a stop).
 func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 	now := l.s.cfg.Clock.Now()
 	for t := range timers {
-		if l.m.isDue(t, now) {
-			l.queue = append(l.queue, fired{t})
+		if len(l.queue) == 0 && l.m.isDue(t, now) {
+			l.queue = append(l.queue, fired{t}) // one at a time: it may start a conversation
 		}
 	}
 	if len(l.queue) > 0 {
@@ -152,7 +152,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 // socket it brought stays on the loop's side.
 func (l *loop) received(outcome any) any {
 	switch o := outcome.(type) {
-	case *handover.Taken:
+	case tookOver:
 		return l.adopt(o)
 	case *sockfile.Socket:
 		l.spare = o

@@ -258,17 +258,17 @@ func (s *Server) DriverUnreachable(why string) {
 // report passes a report of the driver to the loop without waiting:
 // merged with one the loop has not taken yet, the latest name and
 // reachability win.
-func (s *Server) report(news driverReport) {
+func (s *Server) report(r driverReport) {
 	s.driverMutex.Lock()
 	defer s.driverMutex.Unlock()
 	select {
 	case old := <-s.driver:
-		if news.name == "" {
-			news.name = old.name
+		if r.name == "" {
+			r.name = old.name
 		}
 	default:
 	}
-	s.driver <- news
+	s.driver <- r
 }
 
 // Observe adds an observer of the registration; call it before Run.

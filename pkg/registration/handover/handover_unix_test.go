@@ -31,9 +31,6 @@ const (
 	testTimeout  = 5 * time.Second
 )
 
-// isTestHidden is the hidden-name rule the tests' owners use.
-func isTestHidden(name string) bool { return strings.HasPrefix(name, "."+testDriver+".") }
-
 // shortDir is a registry directory with a path short enough for sockets.
 func shortDir(t *testing.T) string {
 	t.Helper()
@@ -116,9 +113,8 @@ func serveHandOver(t *testing.T, l net.Listener, handle func(ctx context.Context
 func serveOwner(t *testing.T, pub *published, verdict *Verdict) {
 	t.Helper()
 	owner := &Owner{
-		Listener: pub.listener, Path: pub.path, File: pub.file, Hidden: pub.hidden,
-		Driver: testDriver, Endpoint: testEndpoint, Verdict: verdict,
-		IsHiddenName: isTestHidden, Timeout: testTimeout,
+		Socket: &sockfile.Socket{UnixListener: pub.listener, Path: pub.path, File: pub.file, Hidden: pub.hidden},
+		Driver: testDriver, Endpoint: testEndpoint, Verdict: verdict, Timeout: testTimeout,
 	}
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
 		req, err := DecodeRequest([]byte(value))
@@ -136,7 +132,7 @@ func newcomer(t *testing.T, dir, path string) Newcomer {
 	recv, address := listenHidden(t, dir, "bbbbbb")
 	return Newcomer{
 		Path: path, Found: lstat(t, path), Driver: testDriver, Endpoint: testEndpoint,
-		Receiver: recv, Address: address, Timeout: testTimeout,
+		Receiver: &sockfile.Socket{UnixListener: recv, Hidden: address}, Timeout: testTimeout,
 	}
 }
 
@@ -187,7 +183,7 @@ func TestOfferAndTake(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take: %v", err)
 	}
-	defer taken.Listener.Close()
+	defer taken.UnixListener.Close()
 	if taken.File != pub.file || lstat(t, pub.path) != pub.file {
 		t.Error("the socket taken is not the one at the path, or the path changed")
 	}
@@ -195,13 +191,13 @@ func TestOfferAndTake(t *testing.T) {
 		t.Errorf("verdict taken = %+v, want %+v", taken.Verdict, verdict)
 	}
 	// The owner's hidden name moved to the new instance's address.
-	if taken.Hidden != n.Address || lstat(t, n.Address) != pub.file {
-		t.Errorf("hidden name taken = %q, want %q, a second name of the socket", taken.Hidden, n.Address)
+	if taken.Hidden != n.Receiver.Hidden || lstat(t, n.Receiver.Hidden) != pub.file {
+		t.Errorf("hidden name taken = %q, want %q, a second name of the socket", taken.Hidden, n.Receiver.Hidden)
 	}
 	if _, err := os.Lstat(pub.hidden); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the owner's hidden name is still there (%v)", err)
 	}
-	assertAccepts(t, taken.Listener, pub.path)
+	assertAccepts(t, taken.UnixListener, pub.path)
 }
 
 // A peer that speaks version 2 sends its socket with a state of version
@@ -295,8 +291,8 @@ func TestOfferRefusesARequestOfAnotherVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take of version %d after the refusals: %v", Version, err)
 	}
-	defer taken.Listener.Close()
-	assertAccepts(t, taken.Listener, pub.path)
+	defer taken.UnixListener.Close()
+	assertAccepts(t, taken.UnixListener, pub.path)
 }
 
 // A new instance of the previous build sends its request without a
@@ -391,9 +387,9 @@ func TestTakeFromThePreviousBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take from the previous build: %v", err)
 	}
-	defer taken.Listener.Close()
+	defer taken.UnixListener.Close()
 	if taken.Verdict == nil || !taken.Verdict.Registered {
 		t.Errorf("verdict taken = %+v, want registered", taken.Verdict)
 	}
-	assertAccepts(t, taken.Listener, pub.path)
+	assertAccepts(t, taken.UnixListener, pub.path)
 }
