@@ -45,7 +45,7 @@ type loop struct {
 	// before any other event.
 	queue []any
 	// outcomes carries the outcome of the conversation that runs, if any
-	// (m.asking).
+	// (m.conversing).
 	outcomes chan any
 	// spare is the receiving socket of a takeover that did not happen,
 	// published by the next publication.
@@ -100,7 +100,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 		return nil, nil
 
 	case outcome := <-l.outcomes:
-		return l.received(outcome), nil
+		return l.outcomeEvent(outcome), nil
 
 	case report := <-l.s.driver:
 		l.s.reachable.Store(report.reachable)
@@ -148,9 +148,9 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 	return nil, nil
 }
 
-// received turns a conversation's outcome into the machine's event; a
+// outcomeEvent turns a conversation's outcome into the machine's event; a
 // socket it brought stays on the loop's side.
-func (l *loop) received(outcome any) any {
+func (l *loop) outcomeEvent(outcome any) any {
 	switch o := outcome.(type) {
 	case tookOver:
 		return l.adopt(o)
@@ -482,8 +482,8 @@ type watchLost struct{ watch *ownerWatch }
 // it took over is withdrawn like any other.
 func (l *loop) shutdown() {
 	_ = l.handle(stopping{})
-	for l.m.asking {
-		_ = l.handle(l.received(<-l.outcomes))
+	for l.m.conversing {
+		_ = l.handle(l.outcomeEvent(<-l.outcomes))
 	}
 	if l.spare != nil {
 		_ = l.spare.Close()

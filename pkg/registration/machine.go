@@ -7,7 +7,7 @@ package registration
 // machine: what it found or did comes back as the next event, through the
 // loop. Effects that talk to another process (a look at a socket another
 // process published, a claim, a takeover, an offer) are conversations: one
-// runs at a time (asking), and meanwhile only kubelet's calls and the
+// runs at a time (conversing), and meanwhile only kubelet's calls and the
 // silence timer are acted on; a change at the path is looked at once it is
 // over. Every timer is a deadline in the state (due), which the loop turns
 // into one timer of its clock.
@@ -135,9 +135,9 @@ type machine struct {
 	// at is what was last found at the path: the current publication's
 	// socket since it was published, then what each look found.
 	at At
-	// asking: a conversation about the path runs. lookAgain: the path
+	// conversing: a conversation about the path runs. lookAgain: the path
 	// changed meanwhile, and is looked at once it is over.
-	asking, lookAgain bool
+	conversing, lookAgain bool
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
 	// due holds each timer's deadline; zero when it is not running.
@@ -319,7 +319,7 @@ type effect any
 func (m *machine) step(now time.Time, ev any) []effect {
 	effects := m.decide(now, ev)
 	switch {
-	case m.asking || m.state == Stopped:
+	case m.conversing || m.state == Stopped:
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
 		effects = append(effects, m.startClaim())
 	case m.lookAgain && m.path != "":
@@ -335,7 +335,7 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 		m.driverName = ev.name
 
 	case looked:
-		m.asking = false
+		m.conversing = false
 		switch {
 		case m.state == Stopped:
 		case ev.purpose == lookClaim:
@@ -346,13 +346,13 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 		}
 
 	case notTaken:
-		m.asking = false
+		m.conversing = false
 		if m.state != Stopped {
 			return []effect{publish{m.endClaim()}}
 		}
 
 	case adopted:
-		m.asking = false
+		m.conversing = false
 		if m.state == Stopped {
 			return nil // the stop withdraws it like any other
 		}
@@ -383,18 +383,18 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 
 	case handoverAsked:
 		switch {
-		case m.asking:
+		case m.conversing:
 			return []effect{answer{ev.call, errors.New("this instance is busy with another conversation about the registration socket")}}
 		case ev.gen != m.gen || m.gen == 0:
 			return []effect{answer{ev.call, errors.New("this instance no longer serves the registration socket")}}
 		case m.state != Registered:
 			return []effect{answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)}}
 		}
-		m.asking = true
+		m.conversing = true
 		return []effect{offer{ev.call}}
 
 	case offered:
-		m.asking = false
+		m.conversing = false
 		if ev.err != nil {
 			return []effect{answer(ev)} // refused: the socket stays ours
 		}
@@ -428,7 +428,7 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 		return m.verdict(now, ev.registered, ev.reason)
 
 	case fired:
-		if m.due[ev.timer].IsZero() || m.asking && ev.timer != silenceTimer {
+		if m.due[ev.timer].IsZero() || !m.canFire(ev.timer) {
 			return nil // stopped since it was due, or waits for the conversation
 		}
 		m.due[ev.timer] = time.Time{}
@@ -450,7 +450,7 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 	case serveEnded:
 		switch {
 		case ev.gen != m.gen || m.gen == 0:
-		case m.asking:
+		case m.conversing:
 			m.publishLater(ReasonStale, now)
 		default:
 			return []effect{publish{ReasonStale}}
@@ -489,7 +489,7 @@ func (m *machine) startClaim() effect {
 
 // startLook starts a conversation: a look at the path for purpose.
 func (m *machine) startLook(why purpose) effect {
-	m.asking = true
+	m.conversing = true
 	return look{why}
 }
 
@@ -506,7 +506,7 @@ func (m *machine) claimFound(at At) []effect {
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
-		m.asking = true
+		m.conversing = true
 		return []effect{takeOver{}}
 	}
 	reason := m.endClaim()
@@ -659,19 +659,23 @@ func (m *machine) lookAfterGrace(now time.Time) {
 	}
 }
 
-// isDue tells whether timer t fires at now. During a conversation only
-// the silence timer does: the others act on the path, and fire once it is
+// canFire tells whether timer t may fire. During a conversation only the
+// silence timer does: the others act on the path, and fire once it is
 // over.
+func (m *machine) canFire(t timer) bool {
+	return !m.conversing || t == silenceTimer
+}
+
+// isDue tells whether timer t fires at now.
 func (m *machine) isDue(t timer, now time.Time) bool {
-	due := m.due[t]
-	return !due.IsZero() && !due.After(now) && (!m.asking || t == silenceTimer)
+	return !m.due[t].IsZero() && !m.due[t].After(now) && m.canFire(t)
 }
 
 // next returns the earliest deadline of a timer that can fire, zero when
 // none can.
 func (m *machine) next() (at time.Time) {
 	for t, due := range m.due {
-		if !due.IsZero() && (!m.asking || timer(t) == silenceTimer) && (at.IsZero() || due.Before(at)) {
+		if !due.IsZero() && m.canFire(timer(t)) && (at.IsZero() || due.Before(at)) {
 			at = due
 		}
 	}

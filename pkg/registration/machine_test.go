@@ -460,3 +460,27 @@ func TestSuspicionCountsLooksAGraceApart(t *testing.T) {
 		}
 	}
 }
+
+// A timer that acts on the path does not fire during a conversation: it
+// fires once the conversation is over; the silence timer fires meanwhile.
+func TestTimersWaitForTheConversation(t *testing.T) {
+	m := publishedIn(WaitingForKubelet)
+	m.step(t0, looked{At{kind: atNothing}, lookChange}) // our socket gone: vacancy timer
+	if effects := m.step(t0, pathChanged{}); !reflect.DeepEqual(effects, []effect{look{lookChange}}) {
+		t.Fatalf("a change at the path: effects %v, want a look", effects)
+	}
+	late := t0.Add(time.Minute)
+	if m.isDue(vacancyTimer, late) || !m.isDue(silenceTimer, late) || !m.next().Equal(t0.Add(10*time.Second)) {
+		t.Errorf("during the look: vacancy due %v, silence due %v, next %v; want only the silence timer", m.isDue(vacancyTimer, late), m.isDue(silenceTimer, late), m.next())
+	}
+	if effects := m.step(late, fired{vacancyTimer}); effects != nil || m.due[vacancyTimer].IsZero() {
+		t.Errorf("the vacancy timer fired during the look: effects %v, still due %v", effects, !m.due[vacancyTimer].IsZero())
+	}
+	m.step(late, looked{At{kind: atNothing}, lookChange})
+	if !m.isDue(vacancyTimer, late) {
+		t.Error("the look is over, and the vacancy timer is not due")
+	}
+	if effects := m.step(late, fired{vacancyTimer}); !reflect.DeepEqual(effects, []effect{look{lookVacancy}}) {
+		t.Errorf("the vacancy timer after the look: effects %v, want a look for the vacancy", effects)
+	}
+}

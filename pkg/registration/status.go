@@ -186,7 +186,7 @@ func (m *machine) status(reachable bool, driverError string) Status {
 	if m.claim != "" {
 		// The driver's new name is not registered yet.
 		out.Ready = false
-		out.Reason = "claiming the registration socket for " + m.claim + ": asking the instance serving it, if any, to hand it over"
+		out.Reason = "claiming the registration socket for " + m.claim + ": conversing the instance serving it, if any, to hand it over"
 	}
 	if m.publishError != "" {
 		out.Ready = false

@@ -4,15 +4,20 @@ package sockfile
 
 import (
 	"io/fs"
+	"os"
 	"syscall"
 )
 
-// IDOf is the identity of the file fi describes: its device and inode.
-func IDOf(fi fs.FileInfo) ID {
+// Lstat is the identity (device and inode) and type of the file at path.
+func Lstat(path string) (ID, fs.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return ID{}, 0, err
+	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return ID{}
+		return ID{}, 0, &fs.PathError{Op: "lstat", Path: path, Err: syscall.EINVAL}
 	}
 	// The field types differ between platforms.
-	return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+	return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, fi.Mode(), nil
 }

@@ -69,27 +69,19 @@ func Listen(path string) (*Socket, error) {
 		_ = os.Remove(hidden)
 		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
 	}
-	fi, err := os.Lstat(hidden)
+	file, _, err := Lstat(hidden)
 	if err != nil {
 		_ = ul.Close()
 		_ = os.Remove(hidden)
 		return nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
 	}
-	return &Socket{UnixListener: ul, Hidden: hidden, File: IDOf(fi)}, nil
+	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
 }
 
-// ID identifies a file, as os.SameFile does, in a plain comparable value:
-// a file put at a path since has another. The zero ID is no file.
+// ID identifies a file, as os.SameFile does, in a plain comparable value
+// (Lstat): a file put at a path since has another. The zero ID is no
+// file.
 type ID struct{ Dev, Ino uint64 }
-
-// Lstat is the identity and type of the file at path.
-func Lstat(path string) (ID, fs.FileMode, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return ID{}, 0, err
-	}
-	return IDOf(fi), fi.Mode(), nil
-}
 
 // Place gives the socket its final name, path, as a hard link: kubelet
 // sees a newly created plugin socket.

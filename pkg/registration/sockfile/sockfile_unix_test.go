@@ -29,7 +29,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 	if first.Path != path || first.Hidden == "" || !IsHiddenName(path, filepath.Base(first.Hidden)) {
 		t.Fatalf("published %q with hidden name %q", first.Path, first.Hidden)
 	}
-	if fi, err := os.Lstat(first.Hidden); err != nil || IDOf(fi) != first.File {
+	if id, _, err := Lstat(first.Hidden); err != nil || id != first.File {
 		t.Fatalf("the hidden name is not the socket's: %v", err)
 	}
 	if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != 0o600 {
@@ -41,7 +41,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatalf("Publish over its own socket: %v", err)
 	}
 	defer second.Close()
-	if fi, err := os.Lstat(path); err != nil || IDOf(fi) != second.File {
+	if id, _, err := Lstat(path); err != nil || id != second.File {
 		t.Fatalf("the path does not hold the second socket: %v", err)
 	}
 	if removed, err := first.Remove(); removed || err != nil {
