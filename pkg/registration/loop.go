@@ -103,11 +103,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 		return l.outcomeEvent(outcome), nil
 
 	case report := <-l.s.driver:
-		l.s.reachable.Store(report.reachable)
-		l.s.driverError.Store(&report.err)
-		if report.name != "" {
-			return driverNamed{report.name}, nil
-		}
+		return report, nil
 
 	case ev := <-l.s.events:
 		switch ev := ev.(type) {

@@ -14,7 +14,7 @@ package registration
 //
 // State by state (the events not named change nothing):
 //
-//	waiting-for-driver  driverNamed            -> look at the path (claim); the name and
+//	waiting-for-driver  the driver's name      -> look at the path (claim); the name and
 //	                                              path are the claim's once it ends:
 //	                      registrar that hands over   -> take its socket over (adopted)
 //	                      live registrar of the same driver and endpoint that
@@ -122,8 +122,12 @@ type machine struct {
 	// name is the driver's, "" until it named itself; path follows it.
 	name, path string
 	// driverName is the name the driver gave itself last: a claim of its
-	// path starts when it is not name.
-	driverName string
+	// path starts when it is not name. driverReachable: its socket
+	// answers; driverError is why it could not be asked last, "" once it
+	// answered.
+	driverName      string
+	driverReachable bool
+	driverError     string
 	// claim is the name whose path is claimed, for claimReason; name and
 	// path stay those of the registration that stands until the claim
 	// ends. "" when none runs.
@@ -192,8 +196,6 @@ func newMachine(cfg Config, now time.Time) machine {
 
 // Events: the inputs of step.
 type (
-	// driverNamed: the driver named itself (again).
-	driverNamed struct{ name string }
 	// looked: what a look for purpose found at the path (the claimed one
 	// for lookClaim).
 	looked struct {
@@ -331,8 +333,11 @@ func (m *machine) step(now time.Time, ev any) []effect {
 
 func (m *machine) decide(now time.Time, ev any) []effect {
 	switch ev := ev.(type) {
-	case driverNamed:
-		m.driverName = ev.name
+	case driverReport:
+		m.driverReachable, m.driverError = ev.reachable, ev.err
+		if ev.name != "" {
+			m.driverName = ev.name
+		}
 
 	case looked:
 		m.conversing = false

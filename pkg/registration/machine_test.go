@@ -30,7 +30,7 @@ func claiming(m machine) machine {
 	if m.name != "" {
 		name = "other.example.com"
 	}
-	m.step(t0, driverNamed{name})
+	m.step(t0, driverReport{name: name, reachable: true})
 	return m
 }
 
@@ -43,7 +43,7 @@ func testMachine() machine {
 // to state by the events that lead there.
 func publishedIn(state State) machine {
 	m := testMachine()
-	m.step(t0, driverNamed{testDriver})
+	m.step(t0, driverReport{name: testDriver, reachable: true})
 	m.step(t0, looked{At{kind: atNothing}, lookClaim})
 	m.step(t0, published{1, ReasonStart, ours})
 	switch state {
@@ -88,13 +88,13 @@ func TestTransitions(t *testing.T) {
 		ev   any
 		want want
 	}{
-		{"the driver names itself: claim its path", testMachine(), t0, driverNamed{testDriver},
+		{"the driver names itself: claim its path", testMachine(), t0, driverReport{name: testDriver, reachable: true},
 			want{WaitingForDriver, []effect{look{lookClaim}}, nil}},
-		{"the same name again: nothing", publishedIn(Registered), t0, driverNamed{testDriver},
+		{"the same name again: nothing", publishedIn(Registered), t0, driverReport{name: testDriver, reachable: true},
 			want{Registered, nil, nil}},
-		{"another name: claim the new path", publishedIn(Registered), t0, driverNamed{"other.example.com"},
+		{"another name: claim the new path", publishedIn(Registered), t0, driverReport{name: "other.example.com", reachable: true},
 			want{Registered, []effect{look{lookClaim}}, nil}},
-		{"a name whose path is too long: fail", testMachine(), t0, driverNamed{strings.Repeat("d", MaxSocketPathLength)},
+		{"a name whose path is too long: fail", testMachine(), t0, driverReport{name: strings.Repeat("d", MaxSocketPathLength), reachable: true},
 			want{WaitingForDriver, []effect{fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory",
 				SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength)), len(SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength))), MaxSocketPathLength))}}, nil}},
 		{"the claimed path is empty: publish", claiming(testMachine()), t0, looked{At{kind: atNothing}, lookClaim},
@@ -168,7 +168,7 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, nil}},
 		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
 			m := rejected()
-			m.step(later, driverNamed{"other.example.com"})
+			m.step(later, driverReport{name: "other.example.com", reachable: true})
 			m.step(later, looked{At{kind: atNothing}, lookClaim})
 			return m
 		}(), later, published{2, ReasonRenamed, ours},
@@ -330,7 +330,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			if effects := m.step(now, kubeletCall{gen: 1}); effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
 				t.Fatalf("rejection %d, kubelet's GetInfo: effects %v, retry at %v, retrying %v; want no publication pending", i+1, effects, m.due[retryTimer], m.kubeletRetrying)
 			}
-			if st := m.status(true, ""); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
+			if st := m.status(); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
 				t.Errorf("rejection %d: status reason %q does not say that kubelet tries again", i+1, st.Reason)
 			}
 		}
@@ -368,7 +368,7 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 	for gen := uint64(1); gen <= 3; gen++ {
 		m.step(now, kubeletCall{gen: gen, notify: true, reason: "dial unix /typo/csi.sock: no such file"})
 		for _, moment := range []string{"after the rejection", "after the retry's publication", "after kubelet's GetInfo"} {
-			st := m.status(true, "")
+			st := m.status()
 			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
 				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
 				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
@@ -423,14 +423,14 @@ func TestFailingSince(t *testing.T) {
 func TestClaimUntilItIsOver(t *testing.T) {
 	for _, m := range []machine{testMachine(), publishedIn(Registered)} {
 		name, path, state := m.name, m.path, m.state
-		m.step(t0, driverNamed{"other.example.com"})
-		st := m.status(true, "")
+		m.step(t0, driverReport{name: "other.example.com", reachable: true})
+		st := m.status()
 		if st.DriverName != name || st.SocketPath != path || st.State != state || st.Ready ||
 			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
 			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
 		}
 		m.step(t0, looked{At{kind: atNothing}, lookClaim})
-		st = m.status(true, "")
+		st = m.status()
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
 		}
@@ -482,5 +482,20 @@ func TestTimersWaitForTheConversation(t *testing.T) {
 	}
 	if effects := m.step(late, fired{vacancyTimer}); !reflect.DeepEqual(effects, []effect{look{lookVacancy}}) {
 		t.Errorf("the vacancy timer after the look: effects %v, want a look for the vacancy", effects)
+	}
+}
+
+// What the driver side reports is the machine's, and Status says it: why
+// the driver cannot be asked while it cannot, nothing once it answered.
+func TestDriverReportInStatus(t *testing.T) {
+	m := testMachine()
+	m.step(t0, driverReport{err: "connection refused: start the CSI driver"})
+	if st := m.status(); st.DriverReachable || st.DriverError != "connection refused: start the CSI driver" ||
+		st.Reason != "waiting for the CSI driver: connection refused: start the CSI driver" {
+		t.Errorf("driver unreachable: %+v", st)
+	}
+	m.step(t0, driverReport{name: testDriver, reachable: true})
+	if st := m.status(); !st.DriverReachable || st.DriverError != "" || m.driverName != testDriver {
+		t.Errorf("driver found: %+v, name %q", st, m.driverName)
 	}
 }

@@ -126,10 +126,6 @@ type Server struct {
 	done      chan struct{}
 	closeDone func()
 	ran       atomic.Bool
-	reachable atomic.Bool
-	// driverError is why the driver could not be asked last, "" once it
-	// answered; the loop stores it with reachable.
-	driverError atomic.Pointer[string]
 
 	// started is when New made the server: the registration fails from
 	// then until the driver names itself.
@@ -152,8 +148,8 @@ type snapshot struct {
 	pub *publication // nil while none is served
 }
 
-// driverReport is what the driver's side said: its name, when it named
-// one, and whether its socket answers.
+// driverReport is what the driver's side said, an event of the machine:
+// its name, when it named one, and whether its socket answers.
 type driverReport struct {
 	name      string
 	reachable bool
@@ -282,7 +278,7 @@ func (s *Server) store(m machine, pub *publication) {
 	if len(s.observers) == 0 {
 		return
 	}
-	before, now := old.m.status(s.reachable.Load(), s.lastDriverError()), s.Status()
+	before, now := old.m.status(), s.Status()
 	for _, o := range s.observers {
 		o(before, now)
 	}

@@ -99,23 +99,15 @@ type Status struct {
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	return s.shared.Load().m.status(s.reachable.Load(), s.lastDriverError())
+	return s.shared.Load().m.status()
 }
 
-// lastDriverError is what DriverUnreachable said last, "" since the driver
-// answered.
-func (s *Server) lastDriverError() string {
-	if why := s.driverError.Load(); why != nil {
-		return *why
-	}
-	return ""
-}
-
-func (m *machine) status(reachable bool, driverError string) Status {
+// status is what readers see of m: computed from the machine alone.
+func (m *machine) status() Status {
 	out := Status{
 		DriverName:           m.name,
-		DriverReachable:      reachable,
-		DriverError:          driverError,
+		DriverReachable:      m.driverReachable,
+		DriverError:          m.driverError,
 		Endpoint:             m.cfg.Endpoint,
 		SocketPath:           m.path,
 		State:                m.state,
@@ -142,8 +134,8 @@ func (m *machine) status(reachable bool, driverError string) Status {
 	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
-		if driverError != "" {
-			out.Reason += ": " + driverError
+		if m.driverError != "" {
+			out.Reason += ": " + m.driverError
 		}
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
