@@ -8,6 +8,7 @@ package registration
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,12 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 		return nil, err
 	}
 	r.logger.V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
+	// A request no state of the loop can accept (the question of canHandOver)
+	// is answered here: it never waits for a conversation of the loop.
+	asked := handover.Owner{Socket: &sockfile.Socket{Path: SocketPath(r.s.cfg.Dir, r.name)}, Driver: r.name, Endpoint: r.s.cfg.Endpoint}
+	if err := asked.Check(req); err != nil {
+		return nil, grpcstatus.Error(codes.FailedPrecondition, err.Error())
+	}
 	call := &handoverCall{ctx: ctx, gen: r.gen, req: req, reply: make(chan error, 1)}
 	stopping := grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
 	if !r.s.send(call) {
@@ -62,6 +69,12 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 // offer is A's side, a conversation: it offers the current publication
 // to call; the machine steps aside once it was taken.
 func (l *loop) offer(call *handoverCall) func() any {
+	if l.pub == nil || l.pub.gen != call.gen {
+		// A publication decided with the offer, after a conversation
+		// during which the offer was held, replaced the one asked for.
+		err := errors.New("this instance no longer serves the registration socket")
+		return func() any { return offered{call, err} }
+	}
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
 		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,

@@ -273,12 +273,14 @@ func TestHandoverRefusedOnceRunReturned(t *testing.T) {
 	// Run closes done when its loop has returned: a request arriving later
 	// is refused at once, so the socket that shutdown removes is never
 	// handed over.
-	srv, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t)})
+	dir := shortTempDir(t)
+	srv, err := New(Config{Endpoint: testEndpoint, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	close(srv.done)
-	req := &wrapperspb.StringValue{Value: `{"driver":"` + testDriver + `","endpoint":"` + testEndpoint + `","address":"/x"}`}
+	hidden := filepath.Join(dir, "."+testDriver+".0a1b2c")
+	req := &wrapperspb.StringValue{Value: `{"driver":"` + testDriver + `","endpoint":"` + testEndpoint + `","address":"` + hidden + `"}`}
 	_, err = (&rpcServer{s: srv, gen: 1, name: testDriver}).handOver(context.Background(), req)
 	if grpcstatus.Code(err) != codes.Unavailable {
 		t.Fatalf("handOver after Run returned = %v, want Unavailable", err)

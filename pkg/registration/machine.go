@@ -8,8 +8,8 @@ package registration
 // loop. Effects that talk to another process (a look at a socket another
 // process published, a claim, a takeover, an offer) are conversations: one
 // runs at a time (conversing), and meanwhile only kubelet's calls and the
-// silence timer are acted on; a change at the path is looked at once it is
-// over. Every timer is a deadline in the state (due), which the loop turns
+// silence timer are acted on; a change at the path is looked at, and a
+// handover asked meanwhile decided, once it is over. Every timer is a deadline in the state (due), which the loop turns
 // into one timer of its clock.
 //
 // State by state (the events not named change nothing):
@@ -35,7 +35,8 @@ package registration
 //	                    live instance at path  -> superseded, step aside and follow it
 //	                    publication short of a resource -> publish timer; then publish
 //	superseded/deferring path empty, owner dead -> publish (vacated)
-//	registered          handover asked         -> offer; once taken: superseded
+//	registered          handover asked         -> offer (after the conversation that
+//	                                              runs, if any); once taken: superseded
 //	any                 stop                   -> stopped
 
 import (
@@ -142,6 +143,10 @@ type machine struct {
 	// conversing: a conversation about the path runs. lookAgain: the path
 	// changed meanwhile, and is looked at once it is over.
 	conversing, lookAgain bool
+	// heldHandover: a handover asked during a conversation, decided once
+	// it is over. Refused, it would make the newer instance replace the
+	// socket, and kubelet deregister the driver in a rolling update.
+	heldHandover *handoverAsked
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
 	// due holds each timer's deadline; zero when it is not running.
@@ -316,10 +321,15 @@ type (
 type effect any
 
 // step applies ev, which happens at now, and returns what to do about it.
-// Between conversations it starts the claim the driver's name asks for,
-// or the look that changes at the path asked for meanwhile.
+// Between conversations it decides the handover asked meanwhile, then
+// starts the claim the driver's name asks for, or the look that changes at
+// the path asked for meanwhile.
 func (m *machine) step(now time.Time, ev any) []effect {
 	effects := m.decide(now, ev)
+	if held := m.heldHandover; held != nil && !m.conversing {
+		m.heldHandover = nil
+		effects = append(effects, m.decide(now, *held)...)
+	}
 	switch {
 	case m.conversing || m.state == Stopped:
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
@@ -388,8 +398,11 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 
 	case handoverAsked:
 		switch {
+		case m.conversing && m.heldHandover == nil:
+			m.heldHandover = &ev
+			return nil
 		case m.conversing:
-			return []effect{answer{ev.call, errors.New("this instance is busy with another conversation about the registration socket")}}
+			return []effect{answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")}}
 		case ev.gen != m.gen || m.gen == 0:
 			return []effect{answer{ev.call, errors.New("this instance no longer serves the registration socket")}}
 		case m.state != Registered:

@@ -79,8 +79,15 @@ func newServer(t *testing.T, dir string, configure ...func(*Config)) *Server {
 // runServer runs srv in the background until the test ends.
 func runServer(t *testing.T, srv *Server) *running {
 	t.Helper()
+	return runServerIn(t, context.Background(), srv)
+}
+
+// runServerIn runs srv in the background, with parent's values (a logger),
+// until the test ends.
+func runServerIn(t *testing.T, parent context.Context, srv *Server) *running {
+	t.Helper()
 	afunix.Require(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	r := &running{srv: srv, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
