@@ -39,7 +39,7 @@ func startRegistration(t *testing.T, dir string) (*registration.Server, func() e
 	})
 	t.Cleanup(func() { stop() })
 	poll.Until(t, "the registration serves its socket", func() bool {
-		return srv.Health(context.Background()).Found == registration.FoundOurs
+		return srv.Status().Ready || srv.Status().State == registration.WaitingForKubelet
 	})
 	return srv, stop
 }

@@ -32,7 +32,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerDies(t *testing.T) {
 	path := older.srv.SocketPathForTest()
 	newer := start(t, dir)
 	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
-	if h := older.srv.Health(context.Background()); h.Found != FoundOther {
+	if h := health(older.srv); !strings.Contains(h, "another instance") {
 		t.Fatalf("older Health while the newer one serves = %+v, want superseded", h)
 	}
 	handedOver := lstat(t, path)
@@ -41,7 +41,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerDies(t *testing.T) {
 	// Nothing changed in the directory: only the connection the older
 	// instance holds to the newer one tells it.
 	poll.Until(t, "the older instance publishes again", func() bool {
-		return older.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(older.srv)
 	})
 	if os.SameFile(handedOver, lstat(t, path)) {
 		t.Error("the dead socket is still at the path")
@@ -60,12 +60,12 @@ func TestSupersededInstancePublishesAgainWhenTheOwnerDies(t *testing.T) {
 	path := r.srv.SocketPathForTest()
 	owner := serveForeign(t, path, testDriver)
 	poll.Until(t, "the instance steps aside", func() bool { return r.srv.Status().State == Superseded })
-	if h := r.srv.Health(context.Background()); h.Found != FoundOther {
+	if h := health(r.srv); !strings.Contains(h, "another instance") {
 		t.Fatalf("Health while the other instance serves = %+v, want superseded", h)
 	}
 	calls := owner.calls.Load()
 	for range 5 {
-		if h := r.srv.Health(context.Background()); h.Found != FoundOther {
+		if h := health(r.srv); !strings.Contains(h, "another instance") {
 			t.Fatalf("Health while the other instance serves = %+v, want superseded", h)
 		}
 	}
@@ -75,7 +75,7 @@ func TestSupersededInstancePublishesAgainWhenTheOwnerDies(t *testing.T) {
 
 	owner.stop()
 	poll.Until(t, "the instance publishes again", func() bool {
-		return r.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(r.srv)
 	})
 	if n := r.srv.Status().Publications[ReasonVacated]; n != 1 {
 		t.Errorf("vacated publications = %d, want 1", n)
@@ -138,7 +138,7 @@ func TestPublishesAgainWhenServingFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the socket is published again", func() bool {
-		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).Found == FoundOurs
+		return r.srv.Status().Publications[ReasonStale] == 1 && servesOwn(r.srv)
 	})
 	if os.SameFile(before, lstat(t, path)) {
 		t.Error("the socket that stopped serving is still at the path")
@@ -153,7 +153,7 @@ func TestRunsOnce(t *testing.T) {
 	if err := r.srv.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already run") {
 		t.Errorf("a second Run = %v, want an error at once", err)
 	}
-	if r.srv.Health(context.Background()).Found != FoundOurs {
+	if !servesOwn(r.srv) {
 		t.Error("the first Run stopped serving after a second call")
 	}
 }

@@ -228,7 +228,7 @@ func (l *loop) do(e effect) error {
 		if e.at.kind == atUnknown {
 			l.logger.Error(e.at.Err, e.msg, "path", l.m.path)
 		} else {
-			_, found := e.at.Found(l.m.name)
+			found, _ := e.at.describe(l.m.name)
 			l.logger.Error(nil, e.msg, "path", l.m.path, "found", found)
 		}
 	case fail:
@@ -292,7 +292,7 @@ func (l *loop) logChange(ev any, before *machine) {
 			l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
 				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint)
 		case ev.at.kind != atNothing && ev.at.kind != atHandsOver && m.claim == "":
-			_, found := ev.at.Found(m.name)
+			found, _ := ev.at.describe(m.name)
 			l.logger.Info("Replacing the registration socket left at the path", "path", m.path, "found", found)
 		}
 	}

@@ -1,7 +1,7 @@
 package registration
 
 // What is at the registration path: one answer (lookAt) for the loop's
-// looks and claims, and for Health.
+// looks and claims, which Health reuses for the liveness probe.
 
 import (
 	"context"
@@ -109,76 +109,68 @@ func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 	return at
 }
 
-// Found is what a check of the registration path found there.
-type Found int
-
-const (
-	// NotLooked: the path was not looked at, as there is none yet (the
-	// driver is not known, or the loop claims the path it named: State
-	// WaitingForDriver) or Run has returned (State Stopped).
-	NotLooked Found = iota
-	// FoundOurs: the socket this process published.
-	FoundOurs
-	// FoundOther: a live socket of the same driver that another instance
-	// published, typically the newer pod of a rolling update.
-	FoundOther
-	// FoundNothing: nothing is at the path.
-	FoundNothing
-	// FoundBroken: something that is not a registration socket for this
-	// driver, or that cannot be inspected.
-	FoundBroken
-)
-
-// Found is what the probes report of at, with its reason in one line.
-func (at At) Found(driver string) (Found, string) {
+// describe says what at is, in one line, and whether the liveness probe
+// counts it healthy: this instance's socket, or one another instance of
+// the driver serves (restarting this one would take the registration back
+// from it).
+func (at At) describe(driver string) (reason string, healthy bool) {
 	switch at.kind {
 	case atNothing:
-		return FoundNothing, fmt.Sprintf("the registration socket %s does not exist", at.path)
+		return fmt.Sprintf("the registration socket %s does not exist", at.path), false
 	case atOurs:
-		return FoundOurs, "serving " + at.path
+		return "serving " + at.path, true
 	case atLive:
 		if at.Driver != driver {
-			return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
+			return fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver), false
 		}
-		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
+		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
 	case atOwner, atHandsOver:
-		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
+		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
 	case atNotSocket:
-		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode))
+		return fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode)), false
 	case atSocket:
-		return FoundBroken, fmt.Sprintf("%s is a socket that another process published", at.path)
+		return fmt.Sprintf("%s is a socket that another process published", at.path), false
 	case atRefused, atSilent:
-		return FoundBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err)
+		return fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err), false
 	}
-	return FoundBroken, fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err)
+	return fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err), false
 }
 
-// Health is the outcome of a check of the registration path: the
-// registration's State when the check was made, and what the path held.
-type Health struct {
-	State State
-	Found Found
-	// Reason says what was found, in one line.
-	Reason string
-}
-
-// Health checks the registration path. It costs one lstat; a live socket
-// that another process published is asked for GetInfo, unless it is the
-// one of the instance the loop follows while standing aside: its
-// connection to it says that it lives.
-func (s *Server) Health(ctx context.Context) Health {
+// Health re-checks the registration path for the liveness probe, as
+// upstream's /healthz does, at the cost of one lstat: what a socket there
+// answers is what the machine's last look at that file found (it looks at
+// each change at the path). It says in one line what the path holds; its
+// error says why that is not healthy, and wraps fs.ErrNotExist when
+// nothing is there.
+func (s *Server) Health() (string, error) {
 	m := &s.shared.Load().m
 	switch {
 	case m.state == Stopped:
-		return Health{m.state, NotLooked, "the registration server has stopped"}
-	case m.claim != "" && m.path == "":
-		return Health{m.state, NotLooked, "claiming the registration socket for " + m.claim}
+		return "", errors.New("the registration server has stopped")
 	case m.path == "":
-		return Health{m.state, NotLooked, "waiting for the CSI driver"}
+		return m.status().Reason, nil // waiting for the driver, or claiming its path
 	}
-	at := lookAt(ctx, m.path, m.ours, m.owner, s.cfg.CheckTimeout, false)
-	found, reason := at.Found(m.name)
-	return Health{m.state, found, reason}
+	id, mode, err := sockfile.Lstat(m.path)
+	at := m.at
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("the registration socket %s does not exist: %w", m.path, err)
+	case err != nil:
+		at = At{kind: atUnknown, path: m.path, Err: err}
+	case mode.Type() != fs.ModeSocket:
+		at = At{kind: atNotSocket, path: m.path, mode: mode}
+	case id == m.ours:
+		at = At{kind: atOurs, path: m.path}
+	case id == m.owner:
+		at = At{kind: atOwner, path: m.path}
+	case id != m.at.File:
+		return fmt.Sprintf("%s holds a socket that this instance is about to look at", m.path), nil
+	}
+	reason, healthy := at.describe(m.name)
+	if !healthy {
+		return "", errors.New(reason)
+	}
+	return reason, nil
 }
 
 // askInfo calls GetInfo on the registration socket at path.

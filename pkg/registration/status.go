@@ -146,7 +146,7 @@ func (m *machine) status() Status {
 		// as the last look found it.
 		out.Ready, out.Reason = m.at.kind == atOurs, "registered"
 		if !out.Ready {
-			_, out.Reason = m.at.Found(m.name)
+			out.Reason, _ = m.at.describe(m.name)
 		}
 	case Rejected:
 		times := "once, at"
