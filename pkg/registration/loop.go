@@ -24,7 +24,8 @@ import (
 // take to start speaking HTTP/2 (gRPC's own default is 120 s). kubelet and
 // other instances of the registrar send their preface as soon as they are
 // connected; a client that has not done so within this time is not one of
-// them, and while it waits gRPC's Stop and GracefulStop wait for it too.
+// them. gRPC's Stop and GracefulStop wait for the handshakes under way, so
+// this is also how long a client that never speaks can hold the exit.
 const handshakeTimeout = 2 * time.Second
 
 // loop is Run's goroutine, the machine's driver, shaped like etcd raft's
@@ -413,8 +414,7 @@ func (l *loop) stopInBackground(pub *publication) {
 }
 
 // stopGRPC lets in-flight replies go out, within the shutdown timeout;
-// then every connection is closed, as gRPC itself would wait for clients
-// that have not finished their handshake.
+// then every connection is closed.
 func (l *loop) stopGRPC(pub *publication) {
 	srv := pub.grpc
 	done := make(chan struct{})
@@ -426,7 +426,6 @@ func (l *loop) stopGRPC(pub *publication) {
 	case <-done:
 	case <-l.s.cfg.Clock.After(l.s.shutdownTimeout):
 		l.logger.Info("Graceful stop timed out, closing open kubelet connections", "timeout", l.s.shutdownTimeout)
-		pub.sock.CloseAll()
 		srv.Stop()
 		<-done
 	}
@@ -505,10 +504,6 @@ func (l *loop) shutdown() {
 	}
 	l.storeSnapshot()
 	if pub != nil {
-		// Clients that have not said anything yet have nothing in flight,
-		// and nothing to gain from a socket that is gone: a client that
-		// never speaks must not hold the exit.
-		pub.sock.CloseSilent()
 		l.stopGRPC(pub)
 	}
 	l.retired.Wait()

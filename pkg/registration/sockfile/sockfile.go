@@ -2,9 +2,7 @@
 // name in kubelet's plugin registry directory, and takes it away, the way
 // kubelet's plugin watcher needs: kubelet never sees a socket that is not
 // listening yet, nor a name that is gone before it looks at it, and
-// nothing is removed that the socket did not create. A Socket also tracks
-// the connections it accepted, so that a stop does not wait for clients
-// that never speak.
+// nothing is removed that the socket did not create.
 package sockfile
 
 import (
@@ -17,8 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,10 +30,6 @@ type Socket struct {
 	Hidden string
 	// File is the file the socket was bound to.
 	File ID
-
-	mu       sync.Mutex
-	conns    map[*trackedConn]struct{}
-	stopping bool
 }
 
 // Listen listens on a new hidden (dot-prefixed) sibling of path, mode 0600,
@@ -269,84 +261,4 @@ func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
 		}
 	}
 	return removed
-}
-
-// Accept hands the server the next connection. Once the socket is
-// stopping (CloseSilent, CloseAll), a new connection is closed at once: it
-// cannot have a call in flight.
-func (s *Socket) Accept() (net.Conn, error) {
-	for {
-		c, err := s.UnixListener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		tc := &trackedConn{Conn: c, owner: s}
-		s.mu.Lock()
-		stopping := s.stopping
-		if !stopping {
-			if s.conns == nil {
-				s.conns = map[*trackedConn]struct{}{}
-			}
-			s.conns[tc] = struct{}{}
-		}
-		s.mu.Unlock()
-		if !stopping {
-			return tc, nil
-		}
-		_ = c.Close()
-	}
-}
-
-// CloseSilent starts a stop: it closes the connections whose client has
-// not sent a byte (they have no call in flight) and every connection
-// accepted from now on. The others finish their calls.
-func (s *Socket) CloseSilent() {
-	s.closeConns(func(c *trackedConn) bool { return !c.spoke.Load() })
-}
-
-// CloseAll ends a stop that took too long: every connection is closed,
-// so that gRPC's Stop does not wait for a handshake.
-func (s *Socket) CloseAll() {
-	s.closeConns(func(*trackedConn) bool { return true })
-}
-
-func (s *Socket) closeConns(which func(*trackedConn) bool) {
-	var victims []*trackedConn
-	s.mu.Lock()
-	s.stopping = true
-	for c := range s.conns {
-		if which(c) {
-			victims = append(victims, c)
-		}
-	}
-	s.mu.Unlock()
-	for _, c := range victims {
-		_ = c.Close()
-	}
-}
-
-// trackedConn is an accepted connection that knows whether its client has
-// sent anything.
-type trackedConn struct {
-	net.Conn
-	owner *Socket
-	spoke atomic.Bool
-	once  sync.Once
-}
-
-func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 && !c.spoke.Load() {
-		c.spoke.Store(true)
-	}
-	return n, err
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.owner.mu.Lock()
-		delete(c.owner.conns, c)
-		c.owner.mu.Unlock()
-	})
-	return c.Conn.Close()
 }
