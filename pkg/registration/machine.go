@@ -9,35 +9,10 @@ package registration
 // process published, a claim, a takeover, an offer) are conversations: one
 // runs at a time (conversing), and meanwhile only kubelet's calls and the
 // silence timer are acted on; a change at the path is looked at, and a
-// handover asked meanwhile decided, once it is over. Every timer is a deadline in the state (due), which the loop turns
-// into one timer of its clock.
-//
-// State by state (the events not named change nothing):
-//
-//	waiting-for-driver  the driver's name      -> look at the path (claim); the name and
-//	                                              path are the claim's once it ends:
-//	                      registrar that hands over   -> take its socket over (adopted)
-//	                      live registrar of the same driver and endpoint that
-//	                      cannot hand over       -> deferring, follow it
-//	                      anything else          -> publish (start; renamed later)
-//	                      not a socket, unreadable -> fail
-//	waiting-for-kubelet kubelet's GetInfo      -> (silence timer stops)
-//	                    silence timer          -> kubelet-silent
-//	kubelet-silent      kubelet's GetInfo      -> waiting-for-kubelet
-//	any published       verdict accepted       -> registered
-//	                    verdict rejected       -> rejected, retry timer (or fail: Exit policy)
-//	rejected            kubelet's GetInfo      -> (retry timer stops: kubelet tries
-//	                                              again by itself, on this socket)
-//	                    retry timer            -> rejected, publish again (retry)
-//	                    published              -> rejected until kubelet's next verdict
-//	any publishing      path empty             -> vacancy timer; then publish (deleted)
-//	                    dead socket at path    -> publish (stale), after the looks it is due
-//	                    live instance at path  -> superseded, step aside and follow it
-//	                    publication short of a resource -> publish timer; then publish
-//	superseded/deferring path empty, owner dead -> publish (vacated)
-//	registered          handover asked         -> offer (after the conversation that
-//	                                              runs, if any); once taken: superseded
-//	any                 stop                   -> stopped
+// handover asked meanwhile decided, once it is over. Every timer is a
+// deadline in the state (due), which the loop turns into one timer of its
+// clock. The transitions, state by state, are the table of "The
+// registration's states" in docs/architecture.md.
 
 import (
 	"errors"
