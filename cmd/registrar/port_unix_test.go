@@ -161,7 +161,7 @@ func startRegistration(t *testing.T, dir string, setup func(*registration.Server
 	t.Cleanup(func() { cancel(); <-done })
 	srv.DriverFound("test.csi.example.com")
 	poll.Until(t, "the registration serves its socket", func() bool {
-		return srv.Health(context.Background()).Found == registration.FoundOurs
+		return srv.Status().Ready || srv.Status().State == registration.WaitingForKubelet
 	})
 	return srv
 }

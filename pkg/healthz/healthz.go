@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -97,12 +98,19 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	}
 }
 
-// serveHealthz answers as the registration path asks (see statusCode),
-// and fails once the registration has failed for too long (FailureLimit).
+// serveHealthz answers as the registration path asks (Health): a socket
+// of a newer instance of the driver is healthy, as a restart of this older
+// instance would take the registration back from it. It fails once the
+// registration has failed for too long (FailureLimit).
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	h := s.registration.Health(r.Context())
-	code, reason := statusCode(h), h.Reason
-	if code == http.StatusOK {
+	reason, err := s.registration.Health()
+	code := http.StatusOK
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		code, reason = http.StatusNotFound, err.Error() // as upstream answers
+	case err != nil:
+		code, reason = http.StatusInternalServerError, err.Error()
+	default:
 		if f, tooLong := s.opts.FailureLimit.Exceeded(s.registration.Status()); tooLong {
 			code = http.StatusServiceUnavailable
 			reason = fmt.Sprintf("the registration has failed for %v (the limit is %v): %s", f.Lasted.Round(time.Second), s.opts.FailureLimit.After, f.Reason)
@@ -159,23 +167,6 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	out.WriteByte('\n')
 	_, _ = out.WriteTo(w)
-}
-
-// statusCode maps a check of the registration path to the answer a
-// liveness probe expects. A socket published by a newer instance of the
-// driver is healthy: a restart of this older instance would take the
-// registration back from it. A missing socket is 404, as upstream answers.
-func statusCode(h registration.Health) int {
-	switch {
-	case h.State == registration.Stopped:
-		return http.StatusInternalServerError
-	case h.Found == registration.NotLooked, h.Found == registration.FoundOurs, h.Found == registration.FoundOther:
-		return http.StatusOK
-	case h.Found == registration.FoundNothing:
-		return http.StatusNotFound
-	default:
-		return http.StatusInternalServerError
-	}
 }
 
 // logChange logs each probe at V(5) and only a change of outcome at the

@@ -39,7 +39,7 @@ func startRegistration(t *testing.T, dir string) (*registration.Server, func() e
 	})
 	t.Cleanup(func() { stop() })
 	poll.Until(t, "the registration serves its socket", func() bool {
-		return srv.Health(context.Background()).Found == registration.FoundOurs
+		return srv.Status().Ready || srv.Status().State == registration.WaitingForKubelet
 	})
 	return srv, stop
 }
@@ -88,6 +88,8 @@ func TestHealthz(t *testing.T) {
 			dir := tempDir(t)
 			older, _ := startRegistration(t, dir)
 			startRegistration(t, dir)
+			// /healthz answers from the older one's look at the newer socket.
+			poll.Until(t, "the older instance steps aside", func() bool { return older.Status().State == registration.Superseded })
 			return older
 		}, http.StatusOK, "another instance"},
 		{"not a socket", func(t *testing.T) *registration.Server {

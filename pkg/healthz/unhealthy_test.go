@@ -37,7 +37,7 @@ func runWithClock(t *testing.T, clock *testingclock.FakeClock, driver bool) *reg
 	if driver {
 		srv.DriverFound(testDriver)
 		poll.Until(t, "the registration serves its socket", func() bool {
-			return srv.Health(context.Background()).Found == registration.FoundOurs
+			return srv.Status().Ready || srv.Status().State == registration.WaitingForKubelet
 		})
 	}
 	return srv

@@ -107,7 +107,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 	if now := newer.srv.Status().KubeletCalls; now.GetInfo != calls.GetInfo+1 || now.NotifyRegistered != calls.NotifyRegistered+1 {
 		t.Errorf("newer instance's kubelet calls %+v, then %+v: want one GetInfo and one Notify more", calls, now)
 	}
-	if h := older.srv.Health(context.Background()); h.Found != FoundOther {
+	if h := health(older.srv); !strings.Contains(h, "another instance") {
 		t.Errorf("older Health = %+v, want superseded", h)
 	}
 
@@ -118,7 +118,7 @@ func TestHandsTheSocketOverToANewerInstance(t *testing.T) {
 		t.Fatal("the older instance's exit changed the socket at the path")
 	}
 	assertOneHiddenName(t, path)
-	if h := newer.srv.Health(context.Background()); h.Found != FoundOurs {
+	if h := health(newer.srv); !strings.HasPrefix(h, "serving ") {
 		t.Errorf("newer Health after the older one exited = %+v, want serving", h)
 	}
 	if ready, reason := newer.ready(); !ready {
@@ -146,7 +146,7 @@ func TestHandedOverInstancePublishesAgainWhenTheNewerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the older instance publishes again", func() bool {
-		return older.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(older.srv)
 	})
 	st := older.srv.Status()
 	if st.Publications[ReasonVacated] != 1 || st.State != WaitingForKubelet || strings.Contains(st.Reason, "handed") {
@@ -248,7 +248,7 @@ func TestTwoNewerInstancesAtOnce(t *testing.T) {
 		serving := 0
 		for _, r := range newer {
 			switch {
-			case r.srv.Health(context.Background()).Found == FoundOurs:
+			case servesOwn(r.srv):
 				serving++
 			case r.srv.Status().State != Superseded:
 				return false
@@ -273,12 +273,14 @@ func TestHandoverRefusedOnceRunReturned(t *testing.T) {
 	// Run closes done when its loop has returned: a request arriving later
 	// is refused at once, so the socket that shutdown removes is never
 	// handed over.
-	srv, err := New(Config{Endpoint: testEndpoint, Dir: shortTempDir(t)})
+	dir := shortTempDir(t)
+	srv, err := New(Config{Endpoint: testEndpoint, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	close(srv.done)
-	req := &wrapperspb.StringValue{Value: `{"driver":"` + testDriver + `","endpoint":"` + testEndpoint + `","address":"/x"}`}
+	hidden := filepath.Join(dir, "."+testDriver+".0a1b2c")
+	req := &wrapperspb.StringValue{Value: `{"driver":"` + testDriver + `","endpoint":"` + testEndpoint + `","address":"` + hidden + `"}`}
 	_, err = (&rpcServer{s: srv, gen: 1, name: testDriver}).handOver(context.Background(), req)
 	if grpcstatus.Code(err) != codes.Unavailable {
 		t.Fatalf("handOver after Run returned = %v, want Unavailable", err)

@@ -2,37 +2,24 @@ package registration
 
 // The registration's decisions, in one place: machine.step is a function
 // from (state, event) to (state, effects). It does no I/O and reads no
-// clock; the loop (loop.go) gives it each event with the time it is handled,
-// carries out the effects it returns, and feeds their outcomes back as
-// events. Every timer is a deadline in the state (due), which the loop
-// turns into one timer of its clock.
-//
-// State by state (the events not named change nothing):
-//
-//	waiting-for-driver  named                  -> claim the path (start); the name
-//	                                              and path are the claim's until
-//	                                              claimOver takes them
-//	waiting-for-kubelet calledGetInfo          -> (silence timer stops)
-//	                    silence timer          -> kubelet-silent
-//	kubelet-silent      calledGetInfo          -> waiting-for-kubelet
-//	any published       verdict accepted       -> registered
-//	                    verdict rejected       -> rejected, retry timer (or fail: Exit policy)
-//	rejected            calledGetInfo          -> (retry timer stops: kubelet tries
-//	                                              again by itself, on this socket)
-//	                    retry timer            -> rejected, publish again (retry)
-//	                    published              -> rejected until kubelet's next verdict
-//	any publishing      path empty             -> vacancy timer; then publish (deleted)
-//	                    dead socket at path    -> publish (stale), after the looks it is due
-//	                    live instance at path  -> superseded, step aside and follow it
-//	                    publication short of a resource -> shortage timer; then publish
-//	superseded/deferring path empty, owner dead -> publish (vacated)
-//	registered          handed off             -> superseded (handed over)
-//	any                 stop                   -> stopped
+// clock; the loop (loop.go) gives it each event with the time it is handled
+// and carries out the effects it returns. An effect never steps the
+// machine: what it found or did comes back as the next event, through the
+// loop. Effects that talk to another process (a look at a socket another
+// process published, a claim, a takeover, an offer) are conversations: one
+// runs at a time (conversing), and meanwhile only kubelet's calls and the
+// silence timer are acted on; a change at the path is looked at, and a
+// handover asked meanwhile decided, once it is over. Every timer is a
+// deadline in the state (due), which the loop turns into one timer of its
+// clock. The transitions, state by state, are the table of "The
+// registration's states" in docs/architecture.md.
 
 import (
-	"io/fs"
-	"os"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // timer names one of the registration's deadlines.
@@ -46,9 +33,9 @@ const (
 	// vacancyTimer: the path has stayed empty, or its socket silent, for
 	// vacancyGrace.
 	vacancyTimer
-	// shortageTimer: a publication that failed for want of a resource is
-	// due again.
-	shortageTimer
+	// publishTimer: a publication that could not be made when it was
+	// decided (short of a resource, or during a conversation) is due.
+	publishTimer
 	timers
 )
 
@@ -110,12 +97,31 @@ type machine struct {
 	state State
 	// name is the driver's, "" until it named itself; path follows it.
 	name, path string
-	// gen is the current publication, 0 when none is served.
-	gen uint64
-	// claim is the name the driver gave itself while the loop claims its
-	// path (claim): name and path stay those of the registration that
-	// stands until the claim is over; "" when none runs.
-	claim string
+	// driverName is the name the driver gave itself last: a claim of its
+	// path starts when it is not name. driverReachable: its socket
+	// answers; driverError is why it could not be asked last, "" once it
+	// answered.
+	driverName      string
+	driverReachable bool
+	driverError     string
+	// claim is the name whose path is claimed, for claimReason; name and
+	// path stay those of the registration that stands until the claim
+	// ends. "" when none runs.
+	claim, claimReason string
+	// gen is the current publication, 0 when none is served; ours is its
+	// socket file.
+	gen  uint64
+	ours sockfile.ID
+	// at is what was last found at the path: the current publication's
+	// socket since it was published, then what each look found.
+	at At
+	// conversing: a conversation about the path runs. lookAgain: the path
+	// changed meanwhile, and is looked at once it is over.
+	conversing, lookAgain bool
+	// heldHandover: a handover asked during a conversation, decided once
+	// it is over. Refused, it would make the newer instance replace the
+	// socket, and kubelet deregister the driver in a rolling update.
+	heldHandover *handoverAsked
 	// handedOver: superseded because this instance handed its socket over.
 	handedOver bool
 	// due holds each timer's deadline; zero when it is not running.
@@ -123,13 +129,13 @@ type machine struct {
 	// backoff is the wait after kubelet's next rejection; shortBackoff
 	// after the next failed publication.
 	backoff, shortBackoff time.Duration
-	// pending is the reason of a publication that failed for want of a
-	// resource, publishError why.
+	// pending is the reason of a publication due at the publish timer,
+	// publishError why the last attempt failed.
 	pending, publishError string
 	suspect               suspicion
-	// owner is the file of the socket served by the instance this one
-	// follows while standing aside.
-	owner fs.FileInfo
+	// owner is the socket file of the instance this one follows while
+	// standing aside.
+	owner sockfile.ID
 	// failingSince is when the registration last started to fail: the
 	// start while the driver has not named itself, kubelet's first
 	// rejection, or the moment kubelet was due to call and did not; zero
@@ -170,30 +176,44 @@ func newMachine(cfg Config, now time.Time) machine {
 
 // Events: the inputs of step.
 type (
-	// named: the driver named itself (again).
-	named struct{ name string }
-	// claimOver: the conversation about the path claimed is over; the
-	// loop takes its socket over, defers or publishes, under the name
-	// claimed.
-	claimOver struct{}
-	// published: publication gen is served at the path.
+	// looked: what a look for purpose found at the path (the claimed one
+	// for lookClaim).
+	looked struct {
+		at      At
+		purpose purpose
+	}
+	// published: publication gen, socket file, serves the path.
 	published struct {
 		gen    uint64
 		reason string
+		file   sockfile.ID
 	}
-	// adopted: publication gen is a socket taken over from the previous
-	// instance, with kubelet's verdict on it.
-	adopted struct {
-		gen     uint64
-		verdict *Verdict
-	}
-	// deferred: a registrar that cannot hand its socket over serves the
-	// path (its socket is owner); this one waits for it to leave.
-	deferred struct{ owner fs.FileInfo }
 	// publishFailed: publishing for reason failed for want of a resource.
 	publishFailed struct {
 		reason string
 		err    error
+	}
+	// adopted: publication gen is the socket (file) taken over from the
+	// previous instance, with kubelet's verdict on it.
+	adopted struct {
+		gen     uint64
+		file    sockfile.ID
+		verdict *Verdict
+	}
+	// notTaken: the instance at the claimed path did not hand its socket
+	// over.
+	notTaken struct{}
+	// handoverAsked: another instance asks for publication gen's socket;
+	// call is the loop's, passed on untouched.
+	handoverAsked struct {
+		gen  uint64
+		call *handoverCall
+	}
+	// offered: the offer for call ended; nil: the socket is the other
+	// instance's now.
+	offered struct {
+		call *handoverCall
+		err  error
 	}
 	// kubeletCall is one of kubelet's calls on publication gen: GetInfo,
 	// or NotifyRegistrationStatus (notify) with its verdict.
@@ -205,18 +225,11 @@ type (
 	}
 	// fired: a timer's deadline has passed.
 	fired struct{ timer timer }
-	// looked: what is at the path, looked at for purpose.
-	looked struct {
-		at      At
-		purpose purpose
-	}
 	// serveEnded: the gRPC server of publication gen stopped serving.
 	serveEnded struct {
 		gen uint64
 		err error
 	}
-	// handedOff: this instance handed its socket (owner) over.
-	handedOff struct{ owner fs.FileInfo }
 	// pathChanged: the directory changed at the path, or its watch lost
 	// events.
 	pathChanged struct{}
@@ -224,6 +237,8 @@ type (
 	ownerLost struct{}
 	// stopping: Run is returning.
 	stopping struct{}
+	// withdrew: Run removed the socket on its way out.
+	withdrew struct{}
 )
 
 // purpose says why the path is looked at.
@@ -235,25 +250,40 @@ const (
 	// lookVacancy: vacancyGrace has passed since the path was found empty
 	// or silent.
 	lookVacancy
-	// lookPending: a publication that failed for want of a resource is
-	// due again.
+	// lookPending: a publication that could not be made is due.
 	lookPending
+	// lookClaim: the driver named itself: its path is claimed, and a
+	// registrar there is asked whether it can hand its socket over.
+	lookClaim
 )
 
 // Effects: what step asks the loop to do.
 type (
-	// claim: the driver named itself: take the socket at its path over,
-	// defer to a live registrar there, or publish for reason.
-	claim struct{ reason string }
-	// publish: put a new socket at the path, for reason.
-	publish struct{ reason string }
 	// look: look at the path, for purpose, and answer with looked.
 	look struct{ purpose purpose }
-	// stepAside: retire the current publication without touching the
-	// path, and follow the instance whose socket is owner.
-	stepAside struct{ owner fs.FileInfo }
-	// follow: hold a connection to the instance whose socket is owner.
-	follow struct{ owner fs.FileInfo }
+	// takeOver: ask the registrar at the claimed path for its socket;
+	// adopted or notTaken.
+	takeOver struct{}
+	// publish: put a new socket at the path, for reason; published or
+	// publishFailed.
+	publish struct{ reason string }
+	// stepAside: retire the current publication and follow the instance
+	// whose socket is owner; the socket file stays when it was handed
+	// over (it is the other instance's).
+	stepAside struct {
+		owner      sockfile.ID
+		handedOver bool
+	}
+	// follow: hold a connection to the instance whose socket is owner;
+	// ownerLost when it ends.
+	follow struct{ owner sockfile.ID }
+	// offer: hand the current publication over to call; offered.
+	offer struct{ call *handoverCall }
+	// answer: reply to call, once the snapshot shows what it changed.
+	answer struct {
+		call *handoverCall
+		err  error
+	}
 	// warn: something at the path is left alone; tell the operator.
 	warn struct {
 		msg string
@@ -266,35 +296,58 @@ type (
 type effect any
 
 // step applies ev, which happens at now, and returns what to do about it.
+// Between conversations it decides the handover asked meanwhile, then
+// starts the claim the driver's name asks for, or the look that changes at
+// the path asked for meanwhile.
 func (m *machine) step(now time.Time, ev any) []effect {
+	effects := m.decide(now, ev)
+	if held := m.heldHandover; held != nil && !m.conversing {
+		m.heldHandover = nil
+		effects = append(effects, m.decide(now, *held)...)
+	}
+	switch {
+	case m.conversing || m.state == Stopped:
+	case m.driverName != "" && m.driverName != m.name && m.claim == "":
+		effects = append(effects, m.startClaim())
+	case m.lookAgain && m.path != "":
+		m.lookAgain = false
+		effects = append(effects, m.startLook(lookChange))
+	}
+	return effects
+}
+
+func (m *machine) decide(now time.Time, ev any) []effect {
 	switch ev := ev.(type) {
-	case named:
-		if ev.name == m.name {
-			return nil
-		}
-		reason := ReasonStart
-		if m.name != "" {
-			reason = ReasonRenamed
-		}
-		m.claim = ev.name
-		m.attempts, m.due[retryTimer] = 0, time.Time{}
-		return []effect{claim{reason}}
-
-	case claimOver:
-		if m.claim != "" {
-			m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
+	case driverReport:
+		m.driverReachable, m.driverError = ev.reachable, ev.err
+		if ev.name != "" {
+			m.driverName = ev.name
 		}
 
-	case published:
-		m.publishedAt(now, ev.gen, ev.reason)
-		if m.state != Rejected || ev.reason == ReasonStart || ev.reason == ReasonRenamed {
-			// After a rejection kubelet's verdict stands until it gives
-			// another.
-			m.state, m.failingSince = WaitingForKubelet, time.Time{}
+	case looked:
+		m.conversing = false
+		switch {
+		case m.state == Stopped:
+		case ev.purpose == lookClaim:
+			return m.claimFound(ev.at)
+		default:
+			m.at = ev.at
+			return m.lookedAt(now, ev.at, ev.purpose)
+		}
+
+	case notTaken:
+		m.conversing = false
+		if m.state != Stopped {
+			return []effect{publish{m.endClaim()}}
 		}
 
 	case adopted:
-		m.publishedAt(now, ev.gen, ReasonHandover)
+		m.conversing = false
+		if m.state == Stopped {
+			return nil // the stop withdraws it like any other
+		}
+		m.endClaim()
+		m.publishedAt(now, ev.gen, ReasonHandover, ev.file)
 		m.state, m.failingSince = WaitingForKubelet, time.Time{}
 		if ev.verdict != nil {
 			v := *ev.verdict
@@ -305,14 +358,46 @@ func (m *machine) step(now time.Time, ev any) []effect {
 			}
 		}
 
-	case deferred:
-		m.standAside(Deferring, ev.owner)
-		return []effect{follow(ev)}
+	case published:
+		m.publishedAt(now, ev.gen, ev.reason, ev.file)
+		if m.state != Rejected || ev.reason == ReasonStart || ev.reason == ReasonRenamed {
+			// After a rejection kubelet's verdict stands until it gives
+			// another.
+			m.state, m.failingSince = WaitingForKubelet, time.Time{}
+		}
 
 	case publishFailed:
-		m.publishError, m.pending = ev.err.Error(), ev.reason
-		m.due[shortageTimer] = now.Add(m.shortBackoff)
+		m.publishError = ev.err.Error()
+		m.publishLater(ev.reason, now.Add(m.shortBackoff))
 		m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
+
+	case handoverAsked:
+		switch {
+		case m.conversing && m.heldHandover == nil:
+			m.heldHandover = &ev
+			return nil
+		case m.conversing:
+			return []effect{answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")}}
+		case ev.gen != m.gen || m.gen == 0:
+			return []effect{answer{ev.call, errors.New("this instance no longer serves the registration socket")}}
+		case m.state != Registered:
+			return []effect{answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)}}
+		}
+		m.conversing = true
+		return []effect{offer{ev.call}}
+
+	case offered:
+		m.conversing = false
+		if ev.err != nil {
+			return []effect{answer(ev)} // refused: the socket stays ours
+		}
+		// The socket file at the path is the other instance's now.
+		owner := m.ours
+		if m.state != Stopped {
+			m.standAside(Superseded, owner)
+			m.handedOver = true
+		}
+		return []effect{stepAside{owner, true}, answer{ev.call, nil}}
 
 	case kubeletCall:
 		if ev.gen != m.gen || m.gen == 0 {
@@ -336,6 +421,9 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		return m.verdict(now, ev.registered, ev.reason)
 
 	case fired:
+		if m.due[ev.timer].IsZero() || !m.canFire(ev.timer) {
+			return nil // stopped since it was due, or waits for the conversation
+		}
 		m.due[ev.timer] = time.Time{}
 		switch ev.timer {
 		case silenceTimer:
@@ -347,54 +435,114 @@ func (m *machine) step(now time.Time, ev any) []effect {
 				return []effect{publish{ReasonRetry}}
 			}
 		case vacancyTimer:
-			return []effect{look{lookVacancy}}
-		case shortageTimer:
-			return []effect{look{lookPending}}
+			return []effect{m.startLook(lookVacancy)}
+		case publishTimer:
+			return []effect{m.startLook(lookPending)}
 		}
 
-	case looked:
-		return m.lookedAt(now, ev.at, ev.purpose)
-
 	case serveEnded:
-		if ev.gen == m.gen && m.gen != 0 {
+		switch {
+		case ev.gen != m.gen || m.gen == 0:
+		case m.conversing:
+			m.publishLater(ReasonStale, now)
+		default:
 			return []effect{publish{ReasonStale}}
 		}
 
-	case handedOff:
-		m.standAside(Superseded, ev.owner)
-		m.handedOver = true
-		return []effect{follow(ev)}
-
-	case pathChanged:
-		if m.path != "" {
-			return []effect{look{lookChange}}
+	case pathChanged, ownerLost:
+		if _, lost := ev.(ownerLost); lost {
+			// Its socket is no longer known to be served: ask it again.
+			m.owner = sockfile.ID{}
 		}
-
-	case ownerLost:
-		// Its socket is no longer known to be served: ask it again.
-		m.owner = nil
-		return []effect{look{lookChange}}
+		m.lookAgain = m.path != ""
 
 	case stopping:
 		m.state, m.gen, m.due, m.claim = Stopped, 0, [timers]time.Time{}, ""
+
+	case withdrew:
+		m.withdrawn = true
 	}
 	return nil
 }
 
-// publishedAt records that publication gen serves the path since now.
-func (m *machine) publishedAt(now time.Time, gen uint64, reason string) {
-	m.gen, m.handedOver, m.owner, m.kubeletRetrying = gen, false, nil, false
+// startClaim claims the path of the driver's name: it looks at what is
+// there (lookClaim) before it decides.
+func (m *machine) startClaim() effect {
+	path := SocketPath(m.cfg.Dir, m.driverName)
+	if len(path) > MaxSocketPathLength {
+		return fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))}
+	}
+	m.claim, m.claimReason = m.driverName, ReasonStart
+	if m.name != "" {
+		m.claimReason = ReasonRenamed
+	}
+	m.attempts, m.due[retryTimer] = 0, time.Time{}
+	return m.startLook(lookClaim)
+}
+
+// startLook starts a conversation: a look at the path for purpose.
+func (m *machine) startLook(why purpose) effect {
+	m.conversing = true
+	return look{why}
+}
+
+// claimFound decides what to do with the claimed path, given what is
+// there: the claim takes the socket of a registrar that can hand it over,
+// defers to one that cannot, or publishes.
+func (m *machine) claimFound(at At) []effect {
+	switch at.kind {
+	case atUnknown:
+		return []effect{fail{fmt.Errorf("cannot inspect %q: %w", at.path, at.Err)}}
+	case atNotSocket:
+		return []effect{fail{&sockfile.NotASocketError{Path: at.path, Mode: at.mode}}}
+	case atHandsOver:
+		// Most likely the older pod of a rolling update: take its socket
+		// over rather than replace the file, which kubelet would see as a
+		// new plugin and deregister the driver for a reconcile period.
+		m.conversing = true
+		return []effect{takeOver{}}
+	}
+	reason := m.endClaim()
+	if at.kind == atLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
+		// A registrar of the same driver and endpoint that cannot hand
+		// its socket over (upstream's, or an older build): replacing its
+		// socket would make kubelet deregister the driver, and its exit
+		// would do it a second time, as upstream's removes the path when
+		// it stops. Waiting for it to leave costs one deregistration only.
+		m.standAside(Deferring, at.File)
+		return []effect{follow{at.File}}
+	}
+	return []effect{publish{reason}}
+}
+
+// endClaim makes the claimed name and path the registration's, and
+// returns the claim's reason.
+func (m *machine) endClaim() (reason string) {
+	m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
+	return m.claimReason
+}
+
+// publishLater makes a publication for reason due at the publish timer.
+func (m *machine) publishLater(reason string, at time.Time) {
+	m.pending, m.due[publishTimer] = reason, at
+}
+
+// publishedAt records that publication gen, socket file, serves the path
+// since now.
+func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID) {
+	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
+	m.at = At{kind: atOurs, path: m.path, File: file}
 	m.log.publications[reason]++
 	m.log.lastPublish = now
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
-	m.due[vacancyTimer], m.due[shortageTimer] = time.Time{}, time.Time{}
+	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
 	m.pending, m.publishError, m.shortBackoff = "", "", publishRetryInitial
 }
 
 // standAside leaves the path to another instance, whose socket is owner.
-func (m *machine) standAside(state State, owner fs.FileInfo) {
-	m.state, m.gen, m.owner, m.handedOver, m.kubeletRetrying = state, 0, owner, false, false
+func (m *machine) standAside(state State, owner sockfile.ID) {
+	m.state, m.gen, m.ours, m.owner, m.handedOver, m.kubeletRetrying = state, 0, sockfile.ID{}, owner, false, false
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
@@ -446,7 +594,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 		case why == lookVacancy && m.gen != 0:
 			return []effect{publish{ReasonDeleted}}
 		case aside || m.gen != 0:
-			m.await(now)
+			m.lookAfterGrace(now)
 		}
 	case atOurs:
 		if why == lookPending {
@@ -462,12 +610,12 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 	case atOwner:
 		// The connection to the owner this instance follows says whether
 		// it lives, without another call.
-	case atOtherDriver:
-		m.suspect = suspicion{}
-		return []effect{warn{"Another driver's registration socket is at our path; leaving it alone", at}}
 	case atLive:
 		m.suspect = suspicion{}
-		if aside {
+		switch {
+		case at.Driver != m.name:
+			return []effect{warn{"Another driver's registration socket is at our path; leaving it alone", at}}
+		case aside:
 			// Another instance again, e.g. after a handover between two
 			// newer ones: follow the current owner.
 			m.owner = at.File
@@ -476,7 +624,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 		// Never fight back: a newer instance (a rolling update with
 		// maxSurge) owns the registration now.
 		m.standAside(Superseded, at.File)
-		return []effect{stepAside{at.File}}
+		return []effect{stepAside{owner: at.File}}
 	case atRefused, atSilent:
 		// A socket that refuses connections is dead, or was bound a moment
 		// ago and is not listening yet (another registrar between its bind
@@ -485,7 +633,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 		// node: it is replaced only after maxStrikes looks.
 		strikes := m.suspect.look(at.File, now)
 		if strikes < 2 || strikes < maxStrikes && at.kind == atSilent {
-			m.await(now)
+			m.lookAfterGrace(now)
 			return nil
 		}
 		m.suspect = suspicion{}
@@ -497,17 +645,30 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 	return nil
 }
 
-// await looks at the path again after vacancyGrace.
-func (m *machine) await(now time.Time) {
+// lookAfterGrace looks at the path again after vacancyGrace.
+func (m *machine) lookAfterGrace(now time.Time) {
 	if m.due[vacancyTimer].IsZero() {
 		m.due[vacancyTimer] = now.Add(vacancyGrace)
 	}
 }
 
-// next returns the earliest deadline, zero when no timer runs.
+// canFire tells whether timer t may fire. During a conversation only the
+// silence timer does: the others act on the path, and fire once it is
+// over.
+func (m *machine) canFire(t timer) bool {
+	return !m.conversing || t == silenceTimer
+}
+
+// isDue tells whether timer t fires at now.
+func (m *machine) isDue(t timer, now time.Time) bool {
+	return !m.due[t].IsZero() && !m.due[t].After(now) && m.canFire(t)
+}
+
+// next returns the earliest deadline of a timer that can fire, zero when
+// none can.
 func (m *machine) next() (at time.Time) {
-	for _, due := range m.due {
-		if !due.IsZero() && (at.IsZero() || due.Before(at)) {
+	for t, due := range m.due {
+		if !due.IsZero() && m.canFire(timer(t)) && (at.IsZero() || due.Before(at)) {
 			at = due
 		}
 	}
@@ -520,15 +681,15 @@ func (m *machine) next() (at time.Time) {
 // its listen) are one look, or a registrar that binds and then listens
 // would have its new socket replaced as dead.
 type suspicion struct {
-	file    fs.FileInfo
+	file    sockfile.ID
 	strikes int
 	last    time.Time // of the last look counted
 }
 
 // look records a look at file that found it not answering, at now, and
 // returns how many looks count against it.
-func (s *suspicion) look(file fs.FileInfo, now time.Time) int {
-	if s.file == nil || !os.SameFile(s.file, file) {
+func (s *suspicion) look(file sockfile.ID, now time.Time) int {
+	if s.file != file {
 		*s = suspicion{file: file}
 	}
 	if s.strikes == 0 || now.Sub(s.last) >= vacancyGrace {

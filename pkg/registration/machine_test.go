@@ -4,42 +4,38 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // t0 is when every table case starts.
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// testFiles are two file identities for the table: os.SameFile compares
-// what os.Lstat returned, so each case lstats files it made. They are
-// single files, removed by name, which every system can: Wine 8's
-// os.RemoveAll cannot remove a t.TempDir holding them.
-func testFiles(t *testing.T) (a, b fs.FileInfo) {
-	t.Helper()
-	var infos [2]fs.FileInfo
-	for i := range infos {
-		f, err := os.CreateTemp("", "machine-test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(f.Name()) })
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if infos[i], err = os.Lstat(f.Name()); err != nil {
-			t.Fatal(err)
-		}
+// Two socket files, and the one the table's publication 1 was bound to.
+var (
+	fileA = sockfile.ID{Dev: 1, Ino: 10}
+	fileB = sockfile.ID{Dev: 1, Ino: 11}
+	ours  = sockfile.ID{Dev: 1, Ino: 1}
+)
+
+// claiming is m once the driver named itself testDriver, or renamed
+// itself other.example.com: the claim's look runs.
+func claiming(m machine) machine {
+	name := testDriver
+	if m.name != "" {
+		name = "other.example.com"
 	}
-	return infos[0], infos[1]
+	m.step(t0, driverReport{name: name, reachable: true})
+	return m
 }
 
 func testMachine() machine {
-	m := newMachine(Config{Dir: "/reg", Retry: Backoff{Initial: time.Second, Max: 4 * time.Second}, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
+	m := newMachine(Config{Dir: "/reg", Endpoint: testEndpoint, Retry: Backoff{Initial: time.Second, Max: 4 * time.Second}, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
 	return m
 }
 
@@ -47,9 +43,9 @@ func testMachine() machine {
 // to state by the events that lead there.
 func publishedIn(state State) machine {
 	m := testMachine()
-	m.step(t0, named{testDriver})
-	m.step(t0, claimOver{})
-	m.step(t0, published{1, ReasonStart})
+	m.step(t0, driverReport{name: testDriver, reachable: true})
+	m.step(t0, looked{At{kind: atNothing}, lookClaim})
+	m.step(t0, published{1, ReasonStart, ours})
 	switch state {
 	case Registered:
 		m.step(t0, kubeletCall{gen: 1, notify: true, registered: true})
@@ -68,7 +64,6 @@ func then(m machine, at time.Time, events ...any) machine {
 }
 
 func TestTransitions(t *testing.T) {
-	fileA, fileB := testFiles(t)
 	later := t0.Add(time.Minute)
 	rejected := func() machine {
 		m := publishedIn(WaitingForKubelet)
@@ -93,13 +88,51 @@ func TestTransitions(t *testing.T) {
 		ev   any
 		want want
 	}{
-		{"the driver names itself: claim its path", testMachine(), t0, named{testDriver},
-			want{WaitingForDriver, []effect{claim{ReasonStart}}, nil}},
-		{"the same name again: nothing", publishedIn(Registered), t0, named{testDriver},
+		{"the driver names itself: claim its path", testMachine(), t0, driverReport{name: testDriver, reachable: true},
+			want{WaitingForDriver, []effect{look{lookClaim}}, nil}},
+		{"the same name again: nothing", publishedIn(Registered), t0, driverReport{name: testDriver, reachable: true},
 			want{Registered, nil, nil}},
-		{"another name: claim the new path", publishedIn(Registered), t0, named{"other.example.com"},
-			want{Registered, []effect{claim{ReasonRenamed}}, nil}},
-		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart},
+		{"another name: claim the new path", publishedIn(Registered), t0, driverReport{name: "other.example.com", reachable: true},
+			want{Registered, []effect{look{lookClaim}}, nil}},
+		{"a name whose path is too long: fail", testMachine(), t0, driverReport{name: strings.Repeat("d", MaxSocketPathLength), reachable: true},
+			want{WaitingForDriver, []effect{fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory",
+				SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength)), len(SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength))), MaxSocketPathLength))}}, nil}},
+		{"the claimed path is empty: publish", claiming(testMachine()), t0, looked{At{kind: atNothing}, lookClaim},
+			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+		{"the claimed path holds a registrar that can hand over: take its socket over", claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim},
+			want{WaitingForDriver, []effect{takeOver{}}, nil}},
+		{"the claimed path holds a registrar of the driver that cannot hand over: defer to it", claiming(testMachine()), t0,
+			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookClaim},
+			want{Deferring, []effect{follow{fileA}}, nil}},
+		{"the claimed path holds a registrar with another endpoint: replace it", claiming(testMachine()), t0,
+			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
+			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: atRefused, File: fileA}, lookClaim},
+			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+		{"the claimed path holds something that is not a socket: fail", claiming(testMachine()), t0, looked{At{kind: atNotSocket, path: "/reg/p", mode: fs.ModeDir}, lookClaim},
+			want{WaitingForDriver, []effect{fail{&sockfile.NotASocketError{Path: "/reg/p", Mode: fs.ModeDir}}}, nil}},
+		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}), t0, notTaken{},
+			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+		{"a handover asked during a conversation: held", then(publishedIn(Registered), t0, pathChanged{}), t0, handoverAsked{gen: 1},
+			want{Registered, nil, nil}},
+		{"a handover held during a conversation: offered once it is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, looked{At{kind: atOurs, File: ours}, lookChange},
+			want{Registered, []effect{offer{}}, nil}},
+		{"a handover held during a look that finds a newer instance: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0,
+			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookChange},
+			want{Superseded, []effect{stepAside{owner: fileA}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
+		{"a second handover asked during a conversation: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, handoverAsked{gen: 1},
+			want{Registered, []effect{answer{nil, errors.New("this instance is busy with another handover of the registration socket")}}, nil}},
+		{"a handover held when Run stops: refused once the conversation is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}, stopping{}), t0,
+			looked{At{kind: atOurs, File: ours}, lookChange},
+			want{Stopped, []effect{answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
+		{"a handover asked of a registered publication: offer it", publishedIn(Registered), t0, handoverAsked{gen: 1},
+			want{Registered, []effect{offer{}}, nil}},
+		{"a handover asked before kubelet registered: refused", publishedIn(WaitingForKubelet), t0, handoverAsked{gen: 1},
+			want{WaitingForKubelet, []effect{answer{nil, errors.New("kubelet has not registered the driver through this instance's socket (state waiting-for-kubelet)")}},
+				map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
+		{"the path changes during a conversation: looked at once it is over", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: atNothing}, lookClaim},
+			want{Registered, []effect{publish{ReasonRenamed}, look{lookChange}}, nil}},
+		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"kubelet's GetInfo: the silence timer stops", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1},
 			want{WaitingForKubelet, nil, nil}},
@@ -134,9 +167,9 @@ func TestTransitions(t *testing.T) {
 			want{Rejected, []effect{fail{&RejectedError{Reason: "no"}}}, nil}},
 		{"rejected, kubelet not back in time: publish again", rejected(), t0.Add(2500 * time.Millisecond), fired{retryTimer},
 			want{Rejected, []effect{publish{ReasonRetry}}, nil}},
-		{"rejected, published again: still rejected", then(rejected(), t0.Add(time.Second), fired{retryTimer}), t0.Add(time.Second), published{2, ReasonRetry},
+		{"rejected, published again: still rejected", then(rejected(), t0.Add(time.Second), fired{retryTimer}), t0.Add(time.Second), published{2, ReasonRetry, ours},
 			want{Rejected, nil, map[timer]time.Time{silenceTimer: t0.Add(11 * time.Second)}}},
-		{"rejected, published again, kubelet's GetInfo on the new socket: nothing", then(rejected(), t0.Add(time.Second), fired{retryTimer}, published{2, ReasonRetry}), t0.Add(2 * time.Second),
+		{"rejected, published again, kubelet's GetInfo on the new socket: nothing", then(rejected(), t0.Add(time.Second), fired{retryTimer}, published{2, ReasonRetry, ours}), t0.Add(2 * time.Second),
 			kubeletCall{gen: 2},
 			want{Rejected, nil, nil}},
 		{"rejected, kubelet silent after the retry: still rejected", rejected(), later, fired{silenceTimer},
@@ -145,10 +178,10 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, nil}},
 		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
 			m := rejected()
-			m.step(later, named{"other.example.com"})
-			m.step(later, claimOver{})
+			m.step(later, driverReport{name: "other.example.com", reachable: true})
+			m.step(later, looked{At{kind: atNothing}, lookClaim})
 			return m
-		}(), later, published{2, ReasonRenamed},
+		}(), later, published{2, ReasonRenamed, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: later.Add(10 * time.Second)}}},
 		{"our socket deleted: look again after the grace", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
@@ -156,10 +189,10 @@ func TestTransitions(t *testing.T) {
 			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
 		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: atOurs}, lookChange},
 			want{Registered, nil, nil}},
-		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA}, lookChange},
-			want{Superseded, []effect{stepAside{fileA}}, nil}},
-		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atOtherDriver, File: fileA}, lookChange},
-			want{Registered, []effect{warn{"Another driver's registration socket is at our path; leaving it alone", At{kind: atOtherDriver, File: fileA}}}, nil}},
+		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: testDriver}, lookChange},
+			want{Superseded, []effect{stepAside{owner: fileA}}, nil}},
+		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: "other.example.com"}, lookChange},
+			want{Registered, []effect{warn{"Another driver's registration socket is at our path; leaving it alone", At{kind: atLive, File: fileA, Driver: "other.example.com"}}}, nil}},
 		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: atNotSocket, File: fileA}, lookChange},
 			want{Registered, []effect{warn{"Something that is not a socket replaced the registration socket; leaving it alone", At{kind: atNotSocket, File: fileA}}}, nil}},
 		{"a socket that refuses: one more look", publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange},
@@ -174,28 +207,32 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(2 * vacancyGrace)}}},
 		{"superseded, the owner followed: nothing", aside(Superseded), t0, looked{At{kind: atOwner, File: fileA}, lookChange},
 			want{Superseded, nil, nil}},
-		{"superseded, another owner: follow it", aside(Superseded), t0, looked{At{kind: atLive, File: fileB}, lookChange},
+		{"superseded, another owner: follow it", aside(Superseded), t0, looked{At{kind: atLive, File: fileB, Driver: testDriver}, lookChange},
 			want{Superseded, []effect{follow{fileB}}, nil}},
 		{"superseded, the path left empty: look again after the grace", aside(Superseded), t0, looked{At{kind: atNothing}, lookChange},
 			want{Superseded, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
 		{"deferring, the path still empty: publish", aside(Deferring), t0, looked{At{kind: atNothing}, lookVacancy},
 			want{Deferring, []effect{publish{ReasonVacated}}, nil}},
-		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated},
+		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"the owner's connection ended: look", aside(Superseded), t0, ownerLost{},
 			want{Superseded, []effect{look{lookChange}}, nil}},
 		{"a publication short of file descriptors: try again", publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE},
-			want{Registered, nil, map[timer]time.Time{shortageTimer: t0.Add(publishRetryInitial)}}},
+			want{Registered, nil, map[timer]time.Time{publishTimer: t0.Add(publishRetryInitial)}}},
 		{"the shortage's retry finds the path empty: publish",
-			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{shortageTimer}),
+			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{publishTimer}),
 			t0.Add(publishRetryInitial), looked{At{kind: atNothing}, lookPending},
 			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
-		{"handed off: superseded, following the new owner", publishedIn(Registered), t0, handedOff{fileA},
-			want{Superseded, []effect{follow{fileA}}, nil}},
-		{"adopted with kubelet's acceptance: registered", testMachine(), t0, adopted{1, &Verdict{Registered: true}},
+		{"handed over: superseded, following the new owner on our socket file", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{},
+			want{Superseded, []effect{stepAside{ours, true}, answer{}}, nil}},
+		{"the offer failed: registered still", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{err: errors.New("refused")},
+			want{Registered, []effect{answer{err: errors.New("refused")}}, nil}},
+		{"adopted with kubelet's acceptance: registered", claiming(testMachine()), t0, adopted{1, fileA, &Verdict{Registered: true}},
 			want{Registered, nil, nil}},
 		{"the serving socket stopped accepting: publish", publishedIn(Registered), t0, serveEnded{gen: 1, err: errors.New("closed")},
 			want{Registered, []effect{publish{ReasonStale}}, nil}},
+		{"the serving socket stopped accepting during a conversation: publish once it is over", then(publishedIn(Registered), t0, pathChanged{}), t0, serveEnded{gen: 1, err: errors.New("closed")},
+			want{Registered, nil, map[timer]time.Time{publishTimer: t0}}},
 		{"stopping: stopped, no timer", rejected(), t0, stopping{},
 			want{Stopped, nil, nil}},
 	}
@@ -244,7 +281,7 @@ func TestRejectionBackoff(t *testing.T) {
 		if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
 			t.Fatalf("retry %d: effects %v", gen, effects)
 		}
-		m.step(now, published{gen + 1, ReasonRetry})
+		m.step(now, published{gen + 1, ReasonRetry, ours})
 	}
 	// The test's backoff is 1s doubling to 4s; kubelet's retry is due 2s
 	// after its backoff, 500ms doubling for each rejection counted.
@@ -303,7 +340,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			if effects := m.step(now, kubeletCall{gen: 1}); effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
 				t.Fatalf("rejection %d, kubelet's GetInfo: effects %v, retry at %v, retrying %v; want no publication pending", i+1, effects, m.due[retryTimer], m.kubeletRetrying)
 			}
-			if st := (&snapshot{m: m}).status(true, ""); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
+			if st := m.status(); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
 				t.Errorf("rejection %d: status reason %q does not say that kubelet tries again", i+1, st.Reason)
 			}
 		}
@@ -322,7 +359,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
 				t.Fatalf("rejection %d: effects %v, want a publication", gen, effects)
 			}
-			m.step(now, published{gen + 1, ReasonRetry})
+			m.step(now, published{gen + 1, ReasonRetry, ours})
 		}
 		m.step(now, kubeletCall{gen: 4})
 		m.step(now, kubeletCall{gen: 4, notify: true, registered: true})
@@ -341,7 +378,7 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 	for gen := uint64(1); gen <= 3; gen++ {
 		m.step(now, kubeletCall{gen: gen, notify: true, reason: "dial unix /typo/csi.sock: no such file"})
 		for _, moment := range []string{"after the rejection", "after the retry's publication", "after kubelet's GetInfo"} {
-			st := (&snapshot{m: m}).status(true, "")
+			st := m.status()
 			if st.State != Rejected || st.Ready || st.Attempts != gen || st.FailingSince == nil || !st.FailingSince.Equal(t0) ||
 				!strings.Contains(st.Reason, "rejected by kubelet: dial unix /typo/csi.sock") {
 				t.Fatalf("attempt %d, %s: Status = %+v", gen, moment, st)
@@ -360,7 +397,7 @@ func TestStatusThroughARejectionLoop(t *testing.T) {
 				}
 				now = m.due[retryTimer]
 				m.step(now, fired{retryTimer})
-				m.step(now, published{gen + 1, ReasonRetry})
+				m.step(now, published{gen + 1, ReasonRetry, ours})
 			case "after the retry's publication":
 				m.step(now, kubeletCall{gen: gen + 1})
 			}
@@ -396,16 +433,79 @@ func TestFailingSince(t *testing.T) {
 func TestClaimUntilItIsOver(t *testing.T) {
 	for _, m := range []machine{testMachine(), publishedIn(Registered)} {
 		name, path, state := m.name, m.path, m.state
-		m.step(t0, named{"other.example.com"})
-		st := (&snapshot{m: m}).status(true, "")
+		m.step(t0, driverReport{name: "other.example.com", reachable: true})
+		st := m.status()
 		if st.DriverName != name || st.SocketPath != path || st.State != state || st.Ready ||
 			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
 			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
 		}
-		m.step(t0, claimOver{})
-		st = (&snapshot{m: m}).status(true, "")
+		m.step(t0, looked{At{kind: atNothing}, lookClaim})
+		st = m.status()
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
 		}
+	}
+}
+
+// Looks at a socket that does not answer count vacancyGrace apart: the
+// removal of the old socket and the creation of the new one, seen in quick
+// succession between the new one's bind and its listen, are one look.
+func TestSuspicionCountsLooksAGraceApart(t *testing.T) {
+	var s suspicion
+	for _, step := range []struct {
+		file sockfile.ID
+		at   time.Duration
+		want int
+	}{
+		{fileA, 0, 1},
+		{fileA, time.Millisecond, 1}, // the next event at once
+		{fileA, vacancyGrace / 2, 1}, // a timer armed before the first look
+		{fileA, vacancyGrace, 2},     // a grace after the first look
+		{fileA, vacancyGrace + time.Millisecond, 2},
+		{fileA, 2 * vacancyGrace, 3},
+		{fileB, 2 * vacancyGrace, 1}, // another file starts over
+	} {
+		if got := s.look(step.file, t0.Add(step.at)); got != step.want {
+			t.Errorf("look at +%v: %d strikes, want %d", step.at, got, step.want)
+		}
+	}
+}
+
+// A timer that acts on the path does not fire during a conversation: it
+// fires once the conversation is over; the silence timer fires meanwhile.
+func TestTimersWaitForTheConversation(t *testing.T) {
+	m := publishedIn(WaitingForKubelet)
+	m.step(t0, looked{At{kind: atNothing}, lookChange}) // our socket gone: vacancy timer
+	if effects := m.step(t0, pathChanged{}); !reflect.DeepEqual(effects, []effect{look{lookChange}}) {
+		t.Fatalf("a change at the path: effects %v, want a look", effects)
+	}
+	late := t0.Add(time.Minute)
+	if m.isDue(vacancyTimer, late) || !m.isDue(silenceTimer, late) || !m.next().Equal(t0.Add(10*time.Second)) {
+		t.Errorf("during the look: vacancy due %v, silence due %v, next %v; want only the silence timer", m.isDue(vacancyTimer, late), m.isDue(silenceTimer, late), m.next())
+	}
+	if effects := m.step(late, fired{vacancyTimer}); effects != nil || m.due[vacancyTimer].IsZero() {
+		t.Errorf("the vacancy timer fired during the look: effects %v, still due %v", effects, !m.due[vacancyTimer].IsZero())
+	}
+	m.step(late, looked{At{kind: atNothing}, lookChange})
+	if !m.isDue(vacancyTimer, late) {
+		t.Error("the look is over, and the vacancy timer is not due")
+	}
+	if effects := m.step(late, fired{vacancyTimer}); !reflect.DeepEqual(effects, []effect{look{lookVacancy}}) {
+		t.Errorf("the vacancy timer after the look: effects %v, want a look for the vacancy", effects)
+	}
+}
+
+// What the driver side reports is the machine's, and Status says it: why
+// the driver cannot be asked while it cannot, nothing once it answered.
+func TestDriverReportInStatus(t *testing.T) {
+	m := testMachine()
+	m.step(t0, driverReport{err: "connection refused: start the CSI driver"})
+	if st := m.status(); st.DriverReachable || st.DriverError != "connection refused: start the CSI driver" ||
+		st.Reason != "waiting for the CSI driver: connection refused: start the CSI driver" {
+		t.Errorf("driver unreachable: %+v", st)
+	}
+	m.step(t0, driverReport{name: testDriver, reachable: true})
+	if st := m.status(); !st.DriverReachable || st.DriverError != "" || m.driverName != testDriver {
+		t.Errorf("driver found: %+v, name %q", st, m.driverName)
 	}
 }

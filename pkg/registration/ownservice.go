@@ -34,19 +34,12 @@ func (s *Server) ownService() *grpc.ServiceDesc {
 		Methods: []grpc.MethodDesc{
 			stringValueMethod("HandOver", (*rpcServer).handOver),
 			stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-				return jsonValue(r.s.Status())
+				body, err := json.Marshal(r.s.Status())
+				return &wrapperspb.StringValue{Value: string(body)}, err
 			}),
 		},
 		Metadata: "handover",
 	}
-}
-
-func jsonValue(v any) (*wrapperspb.StringValue, error) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return &wrapperspb.StringValue{Value: string(body)}, nil
 }
 
 // stringValueMethod describes the method name of the registrar's own

@@ -1,14 +1,13 @@
 package registration
 
-// What is at the registration path: one answer (lookAt) for the loop,
-// Health, Status and the retry after a shortage.
+// What is at the registration path: one answer (lookAt) for the loop's
+// looks and claims, which Health reuses for the liveness probe.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
@@ -23,47 +23,85 @@ import (
 type atKind int
 
 const (
-	atNothing     atKind = iota // no file
-	atOurs                      // the socket of the current publication
-	atOwner                     // the socket of the instance followed
-	atNotSocket                 // a file that is not a socket
-	atUnknown                   // cannot be inspected
-	atSocket                    // another socket, not asked yet (lookAtFile)
-	atLive                      // another instance of the same driver
-	atOtherDriver               // a registration socket of another driver
-	atRefused                   // a socket that refuses connections
-	atSilent                    // a socket that accepts and does not answer GetInfo
+	atNothing   atKind = iota // no file
+	atOurs                    // the socket of the current publication
+	atOwner                   // the socket of the instance followed
+	atNotSocket               // a file that is not a socket
+	atUnknown                 // cannot be inspected
+	atSocket                  // another socket, not asked (a claim where sockets cannot be handed over)
+	atHandsOver               // a registrar that can hand its socket over (asked by a claim only)
+	atLive                    // a socket that answered GetInfo: Driver, Endpoint
+	atRefused                 // a socket that refuses connections
+	atSilent                  // a socket that accepts and does not answer GetInfo
 )
 
-// At is what is at the registration path.
+// At is what is at the registration path: plain values, which a look
+// finds and the machine decides on.
 type At struct {
 	kind atKind
 	path string
-	File fs.FileInfo
-	// Driver is the driver a socket another process published serves.
-	Driver string
+	File sockfile.ID
+	mode fs.FileMode
+	// Driver and Endpoint are what a socket another process published
+	// answered to GetInfo.
+	Driver, Endpoint string
 	// Err is why the path could not be inspected, or why its socket did
 	// not answer.
 	Err error
 }
 
 // lookAt tells what is at path. ours is the current publication's socket
-// file, owner the one of the instance followed (nil when none). Any other
-// socket is asked its driver's name, and whether it accepts connections
-// when it does not answer.
-func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout time.Duration) At {
-	at := lookAtFile(path, ours, owner)
-	if at.kind != atSocket {
+// file, owner the one of the instance followed (zero when none). Any
+// other socket is asked GetInfo, and whether it accepts connections when
+// it does not answer; for a claim, first whether it can hand the socket
+// over.
+func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout time.Duration, claim bool) At {
+	id, mode, err := sockfile.Lstat(path)
+	at := At{path: path, File: id, mode: mode, Err: err}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		at.kind, at.Err = atNothing, nil
+		return at
+	case err != nil:
+		at.kind = atUnknown
+		return at
+	case ours != sockfile.ID{} && id == ours:
+		at.kind = atOurs
+		return at
+	case mode.Type() != fs.ModeSocket:
+		at.kind = atNotSocket
+		return at
+	case owner != sockfile.ID{} && id == owner:
+		at.kind = atOwner
+		return at
+	case claim && !handover.Supported:
+		at.kind = atSocket
 		return at
 	}
+	if claim {
+		switch can, err := canHandOver(ctx, path, timeout); {
+		case can:
+			at.kind = atHandsOver
+			return at
+		case err != nil:
+			at.Err = err
+			return at.unanswered(ctx, timeout)
+		}
+	}
 	var info *registerapi.PluginInfo
-	info, at.Err = askInfo(ctx, path, timeout)
+	if info, at.Err = askInfo(ctx, path, timeout); at.Err != nil {
+		return at.unanswered(ctx, timeout)
+	}
+	at.kind, at.Driver, at.Endpoint = atLive, info.Name, info.Endpoint
+	return at
+}
+
+// unanswered classifies a socket that did not answer.
+func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 	switch {
-	case at.Err == nil:
-		at.kind, at.Driver = atLive, info.Name
 	case ctx.Err() != nil:
 		at.kind = atUnknown
-	case sockfile.Answers(path, timeout):
+	case sockfile.Answers(at.path, timeout):
 		at.kind = atSilent
 	default:
 		at.kind = atRefused
@@ -71,102 +109,68 @@ func lookAt(ctx context.Context, path string, ours, owner fs.FileInfo, timeout t
 	return at
 }
 
-// lookAtFile is lookAt without a call: it costs one lstat, and another
-// socket stays atSocket.
-func lookAtFile(path string, ours, owner fs.FileInfo) At {
-	fi, err := os.Lstat(path)
-	at := At{kind: atSocket, path: path, File: fi, Err: err}
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		at.kind, at.Err = atNothing, nil
-	case err != nil:
-		at.kind = atUnknown
-	case ours != nil && os.SameFile(fi, ours):
-		at.kind = atOurs
-	case fi.Mode().Type() != fs.ModeSocket:
-		at.kind = atNotSocket
-	case owner != nil && os.SameFile(fi, owner):
-		at.kind = atOwner
-	}
-	return at
-}
-
-// ofDriver resolves atLive against the driver this instance serves.
-func (at At) ofDriver(name string) At {
-	if at.kind == atLive && at.Driver != name {
-		at.kind = atOtherDriver
-	}
-	return at
-}
-
-// Found is what a check of the registration path found there.
-type Found int
-
-const (
-	// NotLooked: the path was not looked at, as there is none yet (the
-	// driver is not known, or the loop claims the path it named: State
-	// WaitingForDriver) or Run has returned (State Stopped).
-	NotLooked Found = iota
-	// FoundOurs: the socket this process published.
-	FoundOurs
-	// FoundOther: a live socket of the same driver that another instance
-	// published, typically the newer pod of a rolling update.
-	FoundOther
-	// FoundNothing: nothing is at the path.
-	FoundNothing
-	// FoundBroken: something that is not a registration socket for this
-	// driver, or that cannot be inspected.
-	FoundBroken
-)
-
-// Found is what the probes report of at, with its reason in one line.
-func (at At) Found(driver string) (Found, string) {
+// describe says what at is, in one line, and whether the liveness probe
+// counts it healthy: this instance's socket, or one another instance of
+// the driver serves (restarting this one would take the registration back
+// from it).
+func (at At) describe(driver string) (reason string, healthy bool) {
 	switch at.kind {
 	case atNothing:
-		return FoundNothing, fmt.Sprintf("the registration socket %s does not exist", at.path)
+		return fmt.Sprintf("the registration socket %s does not exist", at.path), false
 	case atOurs:
-		return FoundOurs, "serving " + at.path
-	case atOwner, atLive:
-		return FoundOther, fmt.Sprintf("%s was published by another instance of %s", at.path, driver)
+		return "serving " + at.path, true
+	case atLive:
+		if at.Driver != driver {
+			return fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver), false
+		}
+		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
+	case atOwner, atHandsOver:
+		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
 	case atNotSocket:
-		return FoundBroken, fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.File.Mode()))
+		return fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode)), false
 	case atSocket:
-		return FoundBroken, fmt.Sprintf("%s is a socket that another process published", at.path)
-	case atOtherDriver:
-		return FoundBroken, fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver)
+		return fmt.Sprintf("%s is a socket that another process published", at.path), false
 	case atRefused, atSilent:
-		return FoundBroken, fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err)
+		return fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err), false
 	}
-	return FoundBroken, fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err)
+	return fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err), false
 }
 
-// Health is the outcome of a check of the registration path: the
-// registration's State when the check was made, and what the path held.
-type Health struct {
-	State State
-	Found Found
-	// Reason says what was found, in one line.
-	Reason string
-}
-
-// Health checks the registration path. It costs one lstat; a live socket
-// that another process published is asked for GetInfo, unless it is the
-// one of the instance the loop follows while standing aside: its
-// connection to it says that it lives.
-func (s *Server) Health(ctx context.Context) Health {
-	shared := s.shared.Load()
-	m := &shared.m
+// Health re-checks the registration path for the liveness probe, as
+// upstream's /healthz does, at the cost of one lstat: what a socket there
+// answers is what the machine's last look at that file found (it looks at
+// each change at the path). It says in one line what the path holds; its
+// error says why that is not healthy, and wraps fs.ErrNotExist when
+// nothing is there.
+func (s *Server) Health() (string, error) {
+	m := &s.shared.Load().m
 	switch {
 	case m.state == Stopped:
-		return Health{m.state, NotLooked, "the registration server has stopped"}
-	case m.claim != "" && m.path == "":
-		return Health{m.state, NotLooked, "claiming the registration socket for " + m.claim}
+		return "", errors.New("the registration server has stopped")
 	case m.path == "":
-		return Health{m.state, NotLooked, "waiting for the CSI driver"}
+		return m.status().Reason, nil // waiting for the driver, or claiming its path
 	}
-	at := lookAt(ctx, m.path, shared.pub.file(), m.owner, s.cfg.CheckTimeout).ofDriver(m.name)
-	found, reason := at.Found(m.name)
-	return Health{m.state, found, reason}
+	id, mode, err := sockfile.Lstat(m.path)
+	at := m.at
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("the registration socket %s does not exist: %w", m.path, err)
+	case err != nil:
+		at = At{kind: atUnknown, path: m.path, Err: err}
+	case mode.Type() != fs.ModeSocket:
+		at = At{kind: atNotSocket, path: m.path, mode: mode}
+	case id == m.ours:
+		at = At{kind: atOurs, path: m.path}
+	case id == m.owner:
+		at = At{kind: atOwner, path: m.path}
+	case id != m.at.File:
+		return fmt.Sprintf("%s holds a socket that this instance is about to look at", m.path), nil
+	}
+	reason, healthy := at.describe(m.name)
+	if !healthy {
+		return "", errors.New(reason)
+	}
+	return reason, nil
 }
 
 // askInfo calls GetInfo on the registration socket at path.

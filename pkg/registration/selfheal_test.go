@@ -27,7 +27,7 @@ func TestPublishesADeletedSocketAgain(t *testing.T) {
 		}
 		poll.Until(t, "the socket is back", func() bool {
 			now, err := os.Lstat(path)
-			return err == nil && !os.SameFile(before, now) && r.srv.Health(context.Background()).Found == FoundOurs
+			return err == nil && !os.SameFile(before, now) && servesOwn(r.srv)
 		})
 		if n := r.srv.Status().Publications[ReasonDeleted]; n != uint64(i) {
 			t.Errorf("publications after deletion %d = %d", i, n)
@@ -72,7 +72,7 @@ func TestStepsAsideForANewerInstanceAndReturnsWhenItLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "the older instance publishes again", func() bool {
-		return older.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(older.srv)
 	})
 	if n := older.srv.Status().Publications[ReasonVacated]; n != 1 {
 		t.Errorf("vacated publications = %d, want 1", n)
@@ -91,7 +91,7 @@ func TestReplacesADeadSocketAtThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "a live socket of ours replaces the dead one", func() bool {
-		return r.srv.Status().Publications[ReasonStale] == 1 && r.srv.Health(context.Background()).Found == FoundOurs
+		return r.srv.Status().Publications[ReasonStale] == 1 && servesOwn(r.srv)
 	})
 }
 
@@ -188,7 +188,7 @@ func TestRegistersUnderTheDriversNewName(t *testing.T) {
 	newPath := SocketPath(filepath.Dir(oldPath), "renamed.csi.example.com")
 	poll.Until(t, "the new socket is published and the old one removed", func() bool {
 		_, errOld := os.Lstat(oldPath)
-		return os.IsNotExist(errOld) && r.srv.Health(context.Background()).Found == FoundOurs && r.srv.SocketPathForTest() == newPath
+		return os.IsNotExist(errOld) && servesOwn(r.srv) && r.srv.SocketPathForTest() == newPath
 	})
 	info, err := client(t, newPath).GetInfo(context.Background(), &registerapi.InfoRequest{})
 	if err != nil || info.Name != "renamed.csi.example.com" {

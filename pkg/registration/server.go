@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -110,7 +109,7 @@ func (e *RejectedError) Error() string {
 // name, the current publication and the state kubelet sees. Everything
 // else talks to it through channels (DriverFound, DriverGone, the RPC
 // handlers, the watch of the socket's owner, each gRPC server's Serve),
-// and reads what it shares after each event: an immutable snapshot
+// and reads what it stores after each event: an immutable snapshot
 // (Status, Health), which observers are also given.
 type Server struct {
 	cfg Config
@@ -119,7 +118,7 @@ type Server struct {
 
 	// The loop's inputs. driver holds what DriverFound and DriverGone
 	// said since the loop last looked.
-	driver      chan driverNews
+	driver      chan driverReport
 	driverMutex sync.Mutex
 	events      chan any
 	// done is closed once the loop no longer reads events: senders stop
@@ -127,10 +126,6 @@ type Server struct {
 	done      chan struct{}
 	closeDone func()
 	ran       atomic.Bool
-	reachable atomic.Bool
-	// driverError is why the driver could not be asked last, "" once it
-	// answered; the loop stores it with reachable.
-	driverError atomic.Pointer[string]
 
 	// started is when New made the server: the registration fails from
 	// then until the driver names itself.
@@ -144,16 +139,18 @@ type Server struct {
 // the registration's goroutine: it must not block.
 type Observer func(old, new Status)
 
-// snapshot is what the loop shares after each event. Neither it nor
-// anything it points to is written again.
+// snapshot is what the loop stores after each event: a copy of its
+// machine, which Status and Health read without I/O of their own, and the
+// current publication. Neither it nor anything it points to is written
+// again.
 type snapshot struct {
 	m   machine
 	pub *publication // nil while none is served
 }
 
-// driverNews is what the driver's side said: its name, when it named
-// one, and whether its socket answers.
-type driverNews struct {
+// driverReport is what the driver's side said, an event of the machine:
+// its name, when it named one, and whether its socket answers.
+type driverReport struct {
 	name      string
 	reachable bool
 	err       string // why it cannot be asked, from DriverUnreachable
@@ -171,10 +168,10 @@ type publication struct {
 	grpc *grpc.Server
 }
 
-// file is pub's socket file; nil when pub is.
-func (pub *publication) file() fs.FileInfo {
+// file is pub's socket file; zero when pub is nil.
+func (pub *publication) file() sockfile.ID {
 	if pub == nil {
-		return nil
+		return sockfile.ID{}
 	}
 	return pub.sock.File
 }
@@ -224,7 +221,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:             cfg,
 		shutdownTimeout: DefaultShutdownTimeout,
-		driver:          make(chan driverNews, 1),
+		driver:          make(chan driverReport, 1),
 		events:          make(chan any, 16),
 		done:            make(chan struct{}),
 		started:         cfg.Clock.Now(),
@@ -238,48 +235,50 @@ func New(cfg Config) (*Server, error) {
 // publish the socket, a later call with another name re-registers under
 // it. It does not block.
 func (s *Server) DriverFound(name string) {
-	s.tell(driverNews{name: name, reachable: true})
+	s.report(driverReport{name: name, reachable: true})
 }
 
 // DriverGone records that the driver's socket went away. The registration
 // stays: kubelet needs the driver only when it calls it.
 func (s *Server) DriverGone() {
-	s.tell(driverNews{reachable: false})
+	s.report(driverReport{reachable: false})
 }
 
 // DriverUnreachable records why the driver could not be asked, for the
 // reason of the state waiting-for-driver; DriverFound clears it. It does
 // not block.
 func (s *Server) DriverUnreachable(why string) {
-	s.tell(driverNews{reachable: false, err: why})
+	s.report(driverReport{reachable: false, err: why})
 }
 
-// tell passes news of the driver to the loop without waiting: merged with
-// news the loop has not taken yet, the latest name and reachability win.
-func (s *Server) tell(news driverNews) {
+// report passes a report of the driver to the loop without waiting:
+// merged with one the loop has not taken yet, the latest name and
+// reachability win.
+func (s *Server) report(r driverReport) {
 	s.driverMutex.Lock()
 	defer s.driverMutex.Unlock()
 	select {
 	case old := <-s.driver:
-		if news.name == "" {
-			news.name = old.name
+		if r.name == "" {
+			r.name = old.name
 		}
 	default:
 	}
-	s.driver <- news
+	s.driver <- r
 }
 
 // Observe adds an observer of the registration; call it before Run.
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 
-// share stores the loop's state for readers and tells the observers.
-func (s *Server) share(m machine, pub *publication) {
+// store keeps a snapshot of the loop's state for readers and tells the
+// observers.
+func (s *Server) store(m machine, pub *publication) {
 	m.log.publications = maps.Clone(m.log.publications)
 	old := s.shared.Swap(&snapshot{m: m, pub: pub})
 	if len(s.observers) == 0 {
 		return
 	}
-	before, now := old.status(s.reachable.Load(), s.lastDriverError()), s.Status()
+	before, now := old.m.status(), s.Status()
 	for _, o := range s.observers {
 		o(before, now)
 	}
@@ -319,7 +318,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), talked: make(chan any, 1)}
+	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan any, 1)}
 	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 	"google.golang.org/grpc"
@@ -78,8 +79,15 @@ func newServer(t *testing.T, dir string, configure ...func(*Config)) *Server {
 // runServer runs srv in the background until the test ends.
 func runServer(t *testing.T, srv *Server) *running {
 	t.Helper()
+	return runServerIn(t, context.Background(), srv)
+}
+
+// runServerIn runs srv in the background, with parent's values (a logger),
+// until the test ends.
+func runServerIn(t *testing.T, parent context.Context, srv *Server) *running {
+	t.Helper()
 	afunix.Require(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	r := &running{srv: srv, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
@@ -106,9 +114,22 @@ func (r *running) waitServing(t *testing.T) {
 			t.Fatalf("Run returned early: %v", r.runErr)
 		default:
 		}
-		return r.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(r.srv)
 	})
 }
+
+// health is what srv's liveness check says: what the path holds when it
+// is healthy, "unhealthy: " and why otherwise.
+func health(srv *Server) string {
+	reason, err := srv.Health()
+	if err != nil {
+		return "unhealthy: " + err.Error()
+	}
+	return reason
+}
+
+// servesOwn tells whether srv's liveness check finds its own socket.
+func servesOwn(srv *Server) bool { return strings.HasPrefix(health(srv), "serving ") }
 
 func (r *running) stop(t *testing.T) error {
 	t.Helper()
@@ -179,7 +200,7 @@ func TestServesKubeletRegistrationAPI(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("registry directory holds %v after shutdown, want nothing", entries)
 	}
-	if h := r.srv.Health(ctx); h.State != Stopped {
+	if h := health(r.srv); !strings.Contains(h, "stopped") {
 		t.Errorf("Health after shutdown = %v, want stopped", h)
 	}
 	if st := r.srv.Status(); st.State != Stopped || st.Ready {
@@ -350,7 +371,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 
 	ctx := context.Background()
 	poll.Until(t, "the older instance steps aside", func() bool { return older.srv.Status().State == Superseded })
-	if h := older.srv.Health(ctx); h.Found != FoundOther {
+	if h := health(older.srv); !strings.Contains(h, "another instance") {
 		t.Errorf("older instance Health = %+v, want superseded", h)
 	}
 	if err := older.stop(t); err != nil {
@@ -363,7 +384,7 @@ func TestNewerInstanceKeepsTheRegistration(t *testing.T) {
 	if !os.SameFile(published, now) {
 		t.Fatal("the socket at the path changed when the older instance stopped")
 	}
-	if h := newer.srv.Health(ctx); h.Found != FoundOurs {
+	if h := health(newer.srv); !strings.HasPrefix(h, "serving ") {
 		t.Errorf("newer instance Health = %+v, want serving", h)
 	}
 	if _, err := client(t, path).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
@@ -452,14 +473,13 @@ func serveForeignInfo(t *testing.T, path string, info *registerapi.PluginInfo) *
 }
 
 func TestHealth(t *testing.T) {
-	ctx := context.Background()
 	cases := []struct {
 		name      string
 		change    func(t *testing.T, path string)
-		want      Found
+		healthy   bool
 		wantInMsg string
 	}{
-		{"ours", func(*testing.T, string) {}, FoundOurs, "serving"},
+		{"ours", func(*testing.T, string) {}, true, "serving"},
 		{"regular file", func(t *testing.T, path string) {
 			// Replaced in one step: a deleted socket would be published again.
 			tmp := path + ".tmp"
@@ -469,21 +489,20 @@ func TestHealth(t *testing.T) {
 			if err := os.Rename(tmp, path); err != nil {
 				t.Fatal(err)
 			}
-		}, FoundBroken, "is a regular file"},
-		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, FoundOther, "another instance"},
-		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, FoundBroken, `"other.example.com"`},
+		}, false, "is a regular file"},
+		{"newer instance", func(t *testing.T, path string) { serveForeign(t, path, testDriver) }, true, "another instance"},
+		{"other driver", func(t *testing.T, path string) { serveForeign(t, path, "other.example.com") }, false, `"other.example.com"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := start(t, shortTempDir(t))
 			tc.change(t, r.srv.SocketPathForTest())
-			var h Health
 			poll.Until(t, "the check sees the change", func() bool {
-				h = r.srv.Health(ctx)
-				return h.Found == tc.want
+				h := health(r.srv)
+				return strings.HasPrefix(h, "unhealthy: ") != tc.healthy && strings.Contains(h, tc.wantInMsg)
 			})
-			if !strings.Contains(h.Reason, tc.wantInMsg) {
-				t.Errorf("Health() = %v %q, want %v with %q", h.Found, h.Reason, tc.want, tc.wantInMsg)
+			if _, err := r.srv.Health(); errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("Health() = %v: want it not to say that nothing is at the path", err)
 			}
 		})
 	}
@@ -496,21 +515,20 @@ func TestHealthOfAMissingSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := srv.Health(context.Background()); h.State != WaitingForDriver || h.Found != NotLooked {
-		t.Errorf("Health() before the driver is known = %+v, want waiting for the driver", h)
+	if reason, err := srv.Health(); err != nil || reason != "waiting for the CSI driver" {
+		t.Errorf("Health() before the driver is known = %q, %v, want waiting for the driver", reason, err)
 	}
 	m := newMachine(srv.cfg, t0)
 	m.name, m.path, m.state = testDriver, SocketPath(dir, testDriver), Registered
 	srv.shared.Store(&snapshot{m: m})
-	if h := srv.Health(context.Background()); h.Found != FoundNothing || !strings.Contains(h.Reason, "does not exist") {
-		t.Errorf("Health() = %v %q, want nothing at the path", h.Found, h.Reason)
+	if _, err := srv.Health(); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Health() = %v, want nothing at the path", err)
 	}
 }
 
 func TestHealthDoesNotAskTheOwnerFollowed(t *testing.T) {
 	r := start(t, shortTempDir(t))
 	path := r.srv.SocketPathForTest()
-	ctx := context.Background()
 	for i, foreign := range []*countingRegistration{nil, nil} {
 		foreign = serveForeign(t, path, testDriver)
 		// The server itself asks once when it sees the new file, and then
@@ -520,7 +538,7 @@ func TestHealthDoesNotAskTheOwnerFollowed(t *testing.T) {
 		})
 		before := foreign.calls.Load()
 		for j := 0; j < 5; j++ {
-			if h := r.srv.Health(ctx); h.Found != FoundOther {
+			if h := health(r.srv); !strings.Contains(h, "another instance") {
 				t.Fatalf("file %d: Health() = %+v, want superseded", i, h)
 			}
 		}
@@ -538,7 +556,7 @@ func (s *Server) timersForTest() string {
 	var names []string
 	for t, due := range s.shared.Load().m.due {
 		if !due.IsZero() {
-			names = append(names, [...]string{"silence", "retry", "vacancy", "shortage"}[t])
+			names = append(names, [...]string{"silence", "retry", "vacancy", "publish"}[t])
 		}
 	}
 	return strings.Join(names, ",")
@@ -548,8 +566,8 @@ func (s *Server) timersForTest() string {
 // socket at its path.
 func (s *Server) followsForTest() bool {
 	m := s.shared.Load().m
-	fi, err := os.Lstat(m.path)
-	return err == nil && m.owner != nil && os.SameFile(fi, m.owner)
+	id, _, err := sockfile.Lstat(m.path)
+	return err == nil && m.owner != sockfile.ID{} && id == m.owner
 }
 
 // Only kubelet's calls count as kubelet's: another instance checking the

@@ -1,7 +1,6 @@
 package registration
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -63,7 +62,7 @@ func TestPublishesAgainOnceInodesAreFree(t *testing.T) {
 		}
 	}
 	poll.Until(t, "the socket is published again", func() bool {
-		return r.srv.Health(context.Background()).Found == FoundOurs
+		return servesOwn(r.srv)
 	})
 	if st := r.srv.Status(); st.PublishError != "" || st.NextPublishRetry != nil || st.Publications[ReasonDeleted] != 1 {
 		t.Errorf("Status after publishing = %+v, want no error and one publication after the deletion", st)

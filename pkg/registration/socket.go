@@ -43,20 +43,3 @@ func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 func dirError(err error) error { return &ConfigError{Field: "Dir", Err: err} }
-
-// checkSocketPath refuses a path that cannot be bound or that holds
-// something the registrar must not replace. It reports whether a socket
-// is already there.
-func checkSocketPath(path string) (socketExists bool, err error) {
-	if len(path) > MaxSocketPathLength {
-		return false, dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))
-	}
-	switch at := lookAtFile(path, nil, nil); at.kind {
-	case atUnknown:
-		return false, fmt.Errorf("cannot inspect %q: %w", path, at.Err)
-	case atNotSocket:
-		return false, &sockfile.NotASocketError{Path: path, Mode: at.File.Mode()}
-	default:
-		return at.kind == atSocket, nil
-	}
-}

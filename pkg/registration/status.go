@@ -99,24 +99,15 @@ type Status struct {
 
 // Status returns a snapshot of the registration.
 func (s *Server) Status() Status {
-	return s.shared.Load().status(s.reachable.Load(), s.lastDriverError())
+	return s.shared.Load().m.status()
 }
 
-// lastDriverError is what DriverUnreachable said last, "" since the driver
-// answered.
-func (s *Server) lastDriverError() string {
-	if why := s.driverError.Load(); why != nil {
-		return *why
-	}
-	return ""
-}
-
-func (sn *snapshot) status(reachable bool, driverError string) Status {
-	m := &sn.m
+// status is what readers see of m: computed from the machine alone.
+func (m *machine) status() Status {
 	out := Status{
 		DriverName:           m.name,
-		DriverReachable:      reachable,
-		DriverError:          driverError,
+		DriverReachable:      m.driverReachable,
+		DriverError:          m.driverError,
 		Endpoint:             m.cfg.Endpoint,
 		SocketPath:           m.path,
 		State:                m.state,
@@ -130,7 +121,7 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 		Attempts:             m.attempts,
 		FailingSince:         timeOrNil(m.failingSince),
 		PublishError:         m.publishError,
-		NextPublishRetry:     timeOrNil(m.due[shortageTimer]),
+		NextPublishRetry:     timeOrNil(m.due[publishTimer]),
 		LastPublished:        timeOrNil(m.log.lastPublish),
 		KubeletSilent:        m.state == KubeletSilent,
 		Withdrawn:            m.withdrawn,
@@ -143,19 +134,19 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
-		if driverError != "" {
-			out.Reason += ": " + driverError
+		if m.driverError != "" {
+			out.Reason += ": " + m.driverError
 		}
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
 	case KubeletSilent:
 		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running, or waits out its backoff (up to 2m2s) after failures at this path"
 	case Registered:
-		// Registered through the socket at the path, while it is ours.
-		at := lookAtFile(m.path, sn.pub.file(), nil)
-		out.Ready, out.Reason = at.kind == atOurs, "registered"
+		// Registered through the socket at the path, while it is ours:
+		// as the last look found it.
+		out.Ready, out.Reason = m.at.kind == atOurs, "registered"
 		if !out.Ready {
-			_, out.Reason = at.Found(m.name)
+			out.Reason, _ = m.at.describe(m.name)
 		}
 	case Rejected:
 		times := "once, at"
@@ -187,7 +178,7 @@ func (sn *snapshot) status(reachable bool, driverError string) Status {
 	if m.claim != "" {
 		// The driver's new name is not registered yet.
 		out.Ready = false
-		out.Reason = "claiming the registration socket for " + m.claim + ": asking the instance serving it, if any, to hand it over"
+		out.Reason = "claiming the registration socket for " + m.claim + ": conversing the instance serving it, if any, to hand it over"
 	}
 	if m.publishError != "" {
 		out.Ready = false

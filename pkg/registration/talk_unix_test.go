@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -94,7 +96,7 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 	if st := r.srv.Status(); st.DriverName != testDriver || st.SocketPath != oldPath || st.State != Registered || st.Ready {
 		t.Errorf("Status during the claim = %+v, want the old name's registration, not ready", st)
 	}
-	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+	if h := health(r.srv); !strings.HasPrefix(h, "serving ") {
 		t.Errorf("Health during the claim = %+v, want the old name's socket, ours", h)
 	}
 	getInfoCounted(t, r.srv, oldPath, "the claim")
@@ -108,7 +110,7 @@ func TestClaimDoesNotHoldTheLoop(t *testing.T) {
 		st := r.srv.Status()
 		return st.Publications[ReasonRenamed] == 1 && st.State == WaitingForKubelet && st.DriverName == renamed && st.SocketPath == newPath
 	})
-	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+	if h := health(r.srv); !strings.HasPrefix(h, "serving ") {
 		t.Errorf("Health after the claim = %+v, want our socket at %s", h, newPath)
 	}
 }
@@ -165,6 +167,99 @@ func TestOfferDoesNotHoldTheLoop(t *testing.T) {
 	}
 }
 
+// A newer instance asks for the socket while the owner is in another
+// conversation (an offer to a newcomer that hangs): its request waits for
+// that conversation to end, and the socket is then handed over to it, so
+// kubelet never sees a new socket at the path.
+func TestHandoverAskedDuringAConversationWaitsForIt(t *testing.T) {
+	dir := shortTempDir(t)
+	asked := make(chan struct{}, 4)
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, `"Handover of the registration socket requested"`) {
+			asked <- struct{}{}
+		}
+	}, funcr.Options{Verbosity: 4})
+	owner := runServerIn(t, klog.NewContext(context.Background(), logger), newServer(t, dir, longChecks))
+	owner.srv.DriverFound(testDriver)
+	owner.waitServing(t)
+	path := owner.srv.SocketPathForTest()
+	notify(t, path, true)
+	poll.Until(t, "kubelet's registration is recorded", func() bool { return owner.srv.Status().Ready })
+	published, _, err := sockfile.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAsked := func(what string) {
+		t.Helper()
+		select {
+		case <-asked:
+		case <-time.After(poll.Timeout):
+			t.Fatalf("the owner was not asked for its socket: %s", what)
+		}
+	}
+
+	hungRecv, err := sockfile.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hungRecv.Remove()
+	hung := listenMute(t, hungRecv.UnixListener)
+	first := make(chan error, 1)
+	go func() {
+		req := handover.Request{Version: handover.Version, Driver: testDriver, Endpoint: testEndpoint, Address: hungRecv.Hidden}
+		first <- unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)
+	}()
+	waitAsked("by the newcomer that hangs")
+	if _, err := hung.next(t, "the owner offers its socket").Read(make([]byte, 1)); err != nil {
+		t.Fatalf("reading the owner's offer: %v", err)
+	}
+
+	recv, err := sockfile.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Remove()
+	type outcome struct {
+		taken *handover.Taken
+		err   error
+	}
+	second := make(chan outcome, 1)
+	go func() {
+		taken, err := handover.Take(handover.Newcomer{Path: path, Found: published, Driver: testDriver, Endpoint: testEndpoint, Receiver: recv, Timeout: time.Minute})
+		second <- outcome{taken, err}
+	}()
+	waitAsked("by the newer instance")
+	// The loop takes its events in order: once it counted a GetInfo sent
+	// after the request was logged, it holds the request.
+	getInfoCounted(t, owner.srv, path, "the offer to the newcomer that hangs")
+
+	hung.shut()
+	select {
+	case err := <-first:
+		if grpcstatus.Code(err) != codes.FailedPrecondition {
+			t.Errorf("handover to the newcomer that died = %v, want refused", err)
+		}
+	case <-time.After(poll.Timeout):
+		t.Fatal("the handover to the newcomer that hangs did not end when it died")
+	}
+	select {
+	case got := <-second:
+		if got.err != nil {
+			t.Fatalf("the newer instance's handover, asked during the offer to the one that hangs: %v", got.err)
+		}
+		defer got.taken.Close()
+		if got.taken.File != published {
+			t.Errorf("the newer instance took socket %v, want the one published, %v", got.taken.File, published)
+		}
+	case <-time.After(poll.Timeout):
+		t.Fatal("the newer instance's handover did not end")
+	}
+	poll.Until(t, "the owner steps aside", func() bool { return owner.srv.Status().State == Superseded })
+	if now, _, err := sockfile.Lstat(path); err != nil || now != published {
+		t.Errorf("the socket at the path is %v (%v), want the one published, %v, never replaced", now, err, published)
+	}
+}
+
 // A process that hangs put a socket at the path in place of ours: while
 // the look asks it, the loop goes on counting kubelet's calls (through the
 // socket's hidden name, which is still ours); once it died, its socket is
@@ -187,7 +282,7 @@ func TestLookDoesNotHoldTheLoop(t *testing.T) {
 
 	hung.shut()
 	poll.Until(t, "the dead socket is replaced", func() bool { return r.srv.Status().Publications[ReasonStale] == 1 })
-	if h := r.srv.Health(context.Background()); h.Found != FoundOurs {
+	if h := health(r.srv); !strings.HasPrefix(h, "serving ") {
 		t.Errorf("Health after the replacement = %+v, want our socket", h)
 	}
 }

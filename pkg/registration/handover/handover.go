@@ -68,7 +68,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,6 +77,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 const (
@@ -164,21 +164,13 @@ func decodeState(data []byte) (State, error) {
 
 // Owner is A: the socket it serves kubelet on, and what it says of it.
 type Owner struct {
-	// Listener is the listening socket; nil where it cannot be passed.
-	Listener *net.UnixListener
-	// Path is where kubelet finds the socket, in the registry directory.
-	Path string
-	// File is the file the socket created at Path.
-	File fs.FileInfo
-	// Hidden is A's hidden second name of the socket, "" if none.
-	Hidden string
+	// Socket is the socket at Socket.Path, in the registry directory,
+	// with A's hidden second name of it, if any.
+	Socket *sockfile.Socket
 	// Driver and Endpoint are what A registers.
 	Driver, Endpoint string
 	// Verdict is kubelet's registration of the driver through the socket.
 	Verdict *Verdict
-	// IsHiddenName tells whether a name in the registry directory is a
-	// hidden name of the driver's socket at Path.
-	IsHiddenName func(name string) bool
 	// Timeout bounds each step of the exchange with B.
 	Timeout time.Duration
 }
@@ -196,7 +188,7 @@ func (o *Owner) Check(req Request) error {
 		return fmt.Errorf("this instance registers driver %q, not %q", o.Driver, req.Driver)
 	case req.Endpoint != o.Endpoint:
 		return fmt.Errorf("this instance gives kubelet the endpoint %q, not %q", o.Endpoint, req.Endpoint)
-	case req.Address != filepath.Join(filepath.Dir(o.Path), name) || !o.IsHiddenName(name):
+	case req.Address != filepath.Join(filepath.Dir(o.Socket.Path), name) || !sockfile.IsHiddenName(o.Socket.Path, name):
 		return fmt.Errorf("%q is not a hidden socket name of the driver in the registry directory", req.Address)
 	}
 	return nil
@@ -211,14 +203,14 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if err := o.Check(req); err != nil {
 		return err
 	}
-	if fi, err := os.Lstat(o.Path); err != nil || !os.SameFile(fi, o.File) {
+	sock := o.Socket
+	if id, _, err := sockfile.Lstat(sock.Path); err != nil || id != sock.File {
 		return errors.New("the socket at the path is not this instance's")
 	}
-	dev, ino, ok := fileID(o.File)
-	if !ok || o.Listener == nil {
+	if !Supported {
 		return errors.New("the socket cannot be handed over on this platform")
 	}
-	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: dev, Ino: ino, Verdict: o.Verdict})
+	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: sock.File.Dev, Ino: sock.File.Ino, Verdict: o.Verdict})
 	if err != nil {
 		return err
 	}
@@ -233,7 +225,7 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if err := uc.SetDeadline(time.Now().Add(o.Timeout)); err != nil {
 		return err
 	}
-	if err := sendListener(uc, append(payload, '\n'), o.Listener); err != nil {
+	if err := sendListener(uc, append(payload, '\n'), sock.UnixListener); err != nil {
 		return fmt.Errorf("cannot send the socket: %w", err)
 	}
 	var answer [1]byte
@@ -244,18 +236,18 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 
 	// Committed: from here on B accepts kubelet's connections. The file at
 	// the path is now B's: it must never be removed from here.
-	_ = o.Listener.Close()
-	if o.Hidden != "" {
-		if fi, err := os.Lstat(o.Hidden); err == nil && os.SameFile(fi, o.File) {
-			if err := os.Rename(o.Hidden, req.Address); err != nil {
-				_ = os.Remove(o.Hidden)
+	_ = sock.Close()
+	if sock.Hidden != "" {
+		if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
+			if err := os.Rename(sock.Hidden, req.Address); err != nil {
+				_ = os.Remove(sock.Hidden)
 			}
 		}
 	}
 	if _, err := uc.Write([]byte{done}); err != nil {
 		// B gave up before the end, and replaces the socket: nobody
 		// serves it under the name given to it.
-		if fi, err := os.Lstat(req.Address); err == nil && os.SameFile(fi, o.File) {
+		if id, _, err := sockfile.Lstat(req.Address); err == nil && id == sock.File {
 			_ = os.Remove(req.Address)
 		}
 	}
@@ -267,26 +259,21 @@ type Newcomer struct {
 	// Path is the registration socket's path.
 	Path string
 	// Found is the file B found at Path: the socket it asks for.
-	Found fs.FileInfo
+	Found sockfile.ID
 	// Driver and Endpoint are what B registers.
 	Driver, Endpoint string
-	// Receiver listens at Address, a new hidden name of the driver's
-	// socket that B made; A sends the socket there. Its caller closes it
-	// and removes its names.
-	Receiver *net.UnixListener
-	Address  string
+	// Receiver listens at Receiver.Hidden, a new hidden name of the
+	// driver's socket that B made; A sends the socket there. Its caller
+	// closes it and removes its names.
+	Receiver *sockfile.Socket
 	// Timeout bounds the wait for the socket, and each step after it.
 	Timeout time.Duration
 }
 
-// Taken is a socket received from A.
+// Taken is a socket received from A, at the Newcomer's Path; its Hidden
+// is the Receiver's name when A moved its hidden name there, "" otherwise.
 type Taken struct {
-	Listener *net.UnixListener
-	// File is the file at the path the socket is bound to.
-	File fs.FileInfo
-	// Hidden is the Address, when it became a second name of the socket
-	// (A moved its hidden name there); "" otherwise.
-	Hidden string
+	*sockfile.Socket
 	// Verdict is kubelet's registration of the driver through the socket,
 	// nil when kubelet had not registered it.
 	Verdict *Verdict
@@ -297,7 +284,7 @@ type Taken struct {
 var errNotAHandover = errors.New("not a handover")
 
 // Take is B's side: it asks the instance serving n.Path for its socket,
-// receives it at n.Address, checks it and accepts it. It is bounded by
+// receives it at n.Receiver, checks it and accepts it. It is bounded by
 // n.Timeout, twice at most, and takes no context: once B has accepted the
 // socket, only finishing the exchange keeps the path served. The error of
 // a refused call carries its gRPC status (Unimplemented: an older build).
@@ -306,7 +293,7 @@ func Take(n Newcomer) (*Taken, error) {
 	defer cancel()
 	rpcDone := make(chan error, 1)
 	go func() {
-		err := ask(ctx, n.Path, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Address})
+		err := ask(ctx, n.Path, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden})
 		if err != nil {
 			// Refused (or an older build): stop waiting for the socket.
 			_ = n.Receiver.SetDeadline(time.Now())
@@ -376,26 +363,25 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 		_ = listener.Close()
 		return nil, fmt.Errorf("the previous instance did not confirm the handover (%q, %v)", confirmed[0], err)
 	}
-	now, err := os.Lstat(n.Path)
-	if err != nil || !os.SameFile(now, n.Found) {
+	now, _, err := sockfile.Lstat(n.Path)
+	if err != nil || now != n.Found {
 		_ = listener.Close()
 		return nil, errors.New("the socket at the path changed during the handover")
 	}
-	taken := &Taken{Listener: listener, File: now, Verdict: st.Verdict}
-	if fi, err := os.Lstat(n.Address); err == nil && os.SameFile(fi, now) {
-		taken.Hidden = n.Address
+	taken := &Taken{Socket: &sockfile.Socket{UnixListener: listener, Path: n.Path, File: now}, Verdict: st.Verdict}
+	if id, _, err := sockfile.Lstat(n.Receiver.Hidden); err == nil && id == now {
+		taken.Hidden = n.Receiver.Hidden
 	}
 	return taken, nil
 }
 
 // checkState is B's check of what A sends: the same driver and endpoint
 // as B's, and the socket bound to the file B found at the path.
-func checkState(st State, driver, endpoint string, found fs.FileInfo) error {
-	dev, ino, ok := fileID(found)
+func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 	switch {
 	case st.Driver != driver || st.Endpoint != endpoint:
 		return fmt.Errorf("the previous instance registers %q with endpoint %q, not %q with %q", st.Driver, st.Endpoint, driver, endpoint)
-	case !ok || st.Dev != dev || st.Ino != ino:
+	case found == (sockfile.ID{}) || st.Dev != found.Dev || st.Ino != found.Ino:
 		return errors.New("the socket handed over is not the one at the path")
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"syscall"
@@ -74,16 +73,6 @@ func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
 		return nil, nil, err
 	}
 	return payload, ul, nil
-}
-
-// fileID is the device and inode of a file.
-func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, 0, false
-	}
-	// The field types differ between platforms.
-	return uint64(st.Dev), uint64(st.Ino), true
 }
 
 // maxStateBytes is the most bytes of handover state, without its

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 const (
@@ -29,9 +30,6 @@ const (
 	testEndpoint = "/var/lib/kubelet/plugins/csi.example.com/csi.sock"
 	testTimeout  = 5 * time.Second
 )
-
-// isTestHidden is the hidden-name rule the tests' owners use.
-func isTestHidden(name string) bool { return strings.HasPrefix(name, "."+testDriver+".") }
 
 // shortDir is a registry directory with a path short enough for sockets.
 func shortDir(t *testing.T) string {
@@ -63,7 +61,7 @@ func listenHidden(t *testing.T, dir, suffix string) (*net.UnixListener, string) 
 type published struct {
 	listener     *net.UnixListener
 	path, hidden string
-	file         fs.FileInfo
+	file         sockfile.ID
 }
 
 func publish(t *testing.T, dir string) *published {
@@ -76,13 +74,13 @@ func publish(t *testing.T, dir string) *published {
 	return &published{listener: l, path: path, hidden: hidden, file: lstat(t, path)}
 }
 
-func lstat(t *testing.T, path string) fs.FileInfo {
+func lstat(t *testing.T, path string) sockfile.ID {
 	t.Helper()
-	fi, err := os.Lstat(path)
+	id, _, err := sockfile.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fi
+	return id
 }
 
 // serveHandOver serves the HandOver call on l with handle.
@@ -115,9 +113,8 @@ func serveHandOver(t *testing.T, l net.Listener, handle func(ctx context.Context
 func serveOwner(t *testing.T, pub *published, verdict *Verdict) {
 	t.Helper()
 	owner := &Owner{
-		Listener: pub.listener, Path: pub.path, File: pub.file, Hidden: pub.hidden,
-		Driver: testDriver, Endpoint: testEndpoint, Verdict: verdict,
-		IsHiddenName: isTestHidden, Timeout: testTimeout,
+		Socket: &sockfile.Socket{UnixListener: pub.listener, Path: pub.path, File: pub.file, Hidden: pub.hidden},
+		Driver: testDriver, Endpoint: testEndpoint, Verdict: verdict, Timeout: testTimeout,
 	}
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
 		req, err := DecodeRequest([]byte(value))
@@ -135,7 +132,7 @@ func newcomer(t *testing.T, dir, path string) Newcomer {
 	recv, address := listenHidden(t, dir, "bbbbbb")
 	return Newcomer{
 		Path: path, Found: lstat(t, path), Driver: testDriver, Endpoint: testEndpoint,
-		Receiver: recv, Address: address, Timeout: testTimeout,
+		Receiver: &sockfile.Socket{UnixListener: recv, Hidden: address}, Timeout: testTimeout,
 	}
 }
 
@@ -186,21 +183,21 @@ func TestOfferAndTake(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take: %v", err)
 	}
-	defer taken.Listener.Close()
-	if !os.SameFile(taken.File, pub.file) || !os.SameFile(lstat(t, pub.path), pub.file) {
+	defer taken.UnixListener.Close()
+	if taken.File != pub.file || lstat(t, pub.path) != pub.file {
 		t.Error("the socket taken is not the one at the path, or the path changed")
 	}
 	if taken.Verdict == nil || !taken.Verdict.Registered || !taken.Verdict.Time.Equal(verdict.Time) {
 		t.Errorf("verdict taken = %+v, want %+v", taken.Verdict, verdict)
 	}
 	// The owner's hidden name moved to the new instance's address.
-	if taken.Hidden != n.Address || !os.SameFile(lstat(t, n.Address), pub.file) {
-		t.Errorf("hidden name taken = %q, want %q, a second name of the socket", taken.Hidden, n.Address)
+	if taken.Hidden != n.Receiver.Hidden || lstat(t, n.Receiver.Hidden) != pub.file {
+		t.Errorf("hidden name taken = %q, want %q, a second name of the socket", taken.Hidden, n.Receiver.Hidden)
 	}
 	if _, err := os.Lstat(pub.hidden); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the owner's hidden name is still there (%v)", err)
 	}
-	assertAccepts(t, taken.Listener, pub.path)
+	assertAccepts(t, taken.UnixListener, pub.path)
 }
 
 // A peer that speaks version 2 sends its socket with a state of version
@@ -209,7 +206,7 @@ func TestOfferAndTake(t *testing.T) {
 func TestTakeRefusesAStateOfAnotherVersion(t *testing.T) {
 	dir := shortDir(t)
 	pub := publish(t, dir)
-	dev, ino, _ := fileID(pub.file)
+	dev, ino := pub.file.Dev, pub.file.Ino
 	answers := make(chan byte, 1)
 	requests := make(chan Request, 1)
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
@@ -245,7 +242,7 @@ func TestTakeRefusesAStateOfAnotherVersion(t *testing.T) {
 	if answer := <-answers; answer != refused {
 		t.Errorf("answer to a state of version 2 = %q, want %q", answer, refused)
 	}
-	if !os.SameFile(lstat(t, pub.path), pub.file) || !os.SameFile(lstat(t, pub.hidden), pub.file) {
+	if lstat(t, pub.path) != pub.file || lstat(t, pub.hidden) != pub.file {
 		t.Error("the peer's socket or its hidden name changed")
 	}
 }
@@ -286,7 +283,7 @@ func TestOfferRefusesARequestOfAnotherVersion(t *testing.T) {
 		}
 		assertNoConnection(t, recv)
 	}
-	if !os.SameFile(lstat(t, pub.path), pub.file) || !os.SameFile(lstat(t, pub.hidden), pub.file) {
+	if lstat(t, pub.path) != pub.file || lstat(t, pub.hidden) != pub.file {
 		t.Fatal("the owner's socket changed after refused requests")
 	}
 	// The owner still has its socket to offer.
@@ -294,8 +291,8 @@ func TestOfferRefusesARequestOfAnotherVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take of version %d after the refusals: %v", Version, err)
 	}
-	defer taken.Listener.Close()
-	assertAccepts(t, taken.Listener, pub.path)
+	defer taken.UnixListener.Close()
+	assertAccepts(t, taken.UnixListener, pub.path)
 }
 
 // A new instance of the previous build sends its request without a
@@ -340,7 +337,7 @@ func TestOfferToThePreviousBuild(t *testing.T) {
 	if err := json.Unmarshal(payload, &old); err != nil || old.Driver != testDriver || old.Endpoint != testEndpoint || old.Verdict == nil || !old.Verdict.Registered {
 		t.Fatalf("state %s read as the previous build does = %+v, %v", payload, old, err)
 	}
-	if dev, ino, _ := fileID(pub.file); old.Dev != dev || old.Ino != ino {
+	if dev, ino := pub.file.Dev, pub.file.Ino; old.Dev != dev || old.Ino != ino {
 		t.Errorf("state names device %d inode %d, want %d %d", old.Dev, old.Ino, dev, ino)
 	}
 	if _, err := conn.Write([]byte{accepted}); err != nil {
@@ -361,7 +358,7 @@ func TestOfferToThePreviousBuild(t *testing.T) {
 func TestTakeFromThePreviousBuild(t *testing.T) {
 	dir := shortDir(t)
 	pub := publish(t, dir)
-	dev, ino, _ := fileID(pub.file)
+	dev, ino := pub.file.Dev, pub.file.Ino
 	serveHandOver(t, pub.listener, func(ctx context.Context, value string) error {
 		// The previous build's request: the same fields, no version.
 		var req struct{ Driver, Endpoint, Address string }
@@ -390,9 +387,9 @@ func TestTakeFromThePreviousBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Take from the previous build: %v", err)
 	}
-	defer taken.Listener.Close()
+	defer taken.UnixListener.Close()
 	if taken.Verdict == nil || !taken.Verdict.Registered {
 		t.Errorf("verdict taken = %+v, want registered", taken.Verdict)
 	}
-	assertAccepts(t, taken.Listener, pub.path)
+	assertAccepts(t, taken.UnixListener, pub.path)
 }

@@ -26,17 +26,10 @@ func requestJSON(driver, endpoint, address string) []byte {
 	return body
 }
 
-// owner is A as registration makes it, with the registrar's hidden-name
-// rule, for the registry directory dir.
+// owner is A as registration makes it, for the registry directory dir.
 func owner(dir string) *handover.Owner {
 	path := registration.SocketPath(dir, fuzzDriver)
-	return &handover.Owner{
-		Path: path, Driver: fuzzDriver, Endpoint: fuzzEndpoint,
-		IsHiddenName: func(name string) bool {
-			driver, ok := sockfile.HiddenDriver(name)
-			return ok && driver == fuzzDriver
-		},
-	}
+	return &handover.Owner{Socket: &sockfile.Socket{Path: path}, Driver: fuzzDriver, Endpoint: fuzzEndpoint}
 }
 
 // FuzzHandoverRequest decodes what a new instance B asks of the owner A
@@ -100,7 +93,7 @@ func FuzzHandoverRequest(f *testing.F) {
 		name := filepath.Base(req.Address)
 		suffix, ok := strings.CutPrefix(name, "."+fuzzDriver+".")
 		if !ok || len(suffix) != 6 || strings.Trim(suffix, "0123456789abcdef") != "" {
-			t.Fatalf("request %+v passed, but %q is not a hidden name of %s", req, name, a.Path)
+			t.Fatalf("request %+v passed, but %q is not a hidden name of %s", req, name, a.Socket.Path)
 		}
 		// Exactly that name in the directory: no "..", "." or empty
 		// element that the kernel would resolve through other

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // The instance B that the fuzzed state reaches.
@@ -27,11 +29,11 @@ func FuzzHandoverState(f *testing.F) {
 	if err := file.Close(); err != nil {
 		f.Fatal(err)
 	}
-	before, err := os.Lstat(file.Name())
+	before, _, err := sockfile.Lstat(file.Name())
 	if err != nil {
 		f.Fatal(err)
 	}
-	dev, ino, _ := fileID(before)
+	dev, ino := before.Dev, before.Ino
 	verdict := &Verdict{Registered: true, Time: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)}
 	for _, st := range []State{
 		{Version: Version, Driver: fuzzDriver, Endpoint: fuzzEndpoint, Dev: dev, Ino: ino, Verdict: verdict},

@@ -2,9 +2,7 @@
 // name in kubelet's plugin registry directory, and takes it away, the way
 // kubelet's plugin watcher needs: kubelet never sees a socket that is not
 // listening yet, nor a name that is gone before it looks at it, and
-// nothing is removed that the socket did not create. A Socket also tracks
-// the connections it accepted, so that a stop does not wait for clients
-// that never speak.
+// nothing is removed that the socket did not create.
 package sockfile
 
 import (
@@ -17,8 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -33,11 +29,7 @@ type Socket struct {
 	// socket.
 	Hidden string
 	// File is the file the socket was bound to.
-	File fs.FileInfo
-
-	mu       sync.Mutex
-	conns    map[*trackedConn]struct{}
-	stopping bool
+	File ID
 }
 
 // Listen listens on a new hidden (dot-prefixed) sibling of path, mode 0600,
@@ -69,7 +61,7 @@ func Listen(path string) (*Socket, error) {
 		_ = os.Remove(hidden)
 		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
 	}
-	file, err := os.Lstat(hidden)
+	file, _, err := Lstat(hidden)
 	if err != nil {
 		_ = ul.Close()
 		_ = os.Remove(hidden)
@@ -77,6 +69,11 @@ func Listen(path string) (*Socket, error) {
 	}
 	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
 }
+
+// ID identifies a file, as os.SameFile does, in a plain comparable value
+// (Lstat): a file put at a path since has another. The zero ID is no
+// file.
+type ID struct{ Dev, Ino uint64 }
 
 // Place gives the socket its final name, path, as a hard link: kubelet
 // sees a newly created plugin socket.
@@ -90,14 +87,14 @@ func Listen(path string) (*Socket, error) {
 // socket meanwhile, or the file system has no hard links for sockets, the
 // socket is renamed into place, which replaces a socket atomically. On
 // failure the socket is closed and its hidden name removed.
-func (s *Socket) Place(path string, replace fs.FileInfo) error {
+func (s *Socket) Place(path string, replace ID) error {
 	fail := func(err error) error {
 		_ = s.Close()
 		_, _ = RemoveIfSame(s.Hidden, s.File)
 		return err
 	}
 	err := os.Link(s.Hidden, path)
-	if errors.Is(err, fs.ErrExist) && replace != nil {
+	if errors.Is(err, fs.ErrExist) && replace != (ID{}) {
 		if _, err := RemoveIfSame(path, replace); err != nil {
 			return fail(fmt.Errorf("cannot remove the socket at %q: %w", path, err))
 		}
@@ -166,15 +163,15 @@ func (s *Socket) Remove() (removed bool, err error) {
 }
 
 // RemoveIfSame unlinks path while it holds file.
-func RemoveIfSame(path string, file fs.FileInfo) (removed bool, err error) {
-	fi, err := os.Lstat(path)
+func RemoveIfSame(path string, file ID) (removed bool, err error) {
+	id, _, err := Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if !os.SameFile(fi, file) {
+	if id != file {
 		return false, nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -264,84 +261,4 @@ func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
 		}
 	}
 	return removed
-}
-
-// Accept hands the server the next connection. Once the socket is
-// stopping (CloseSilent, CloseAll), a new connection is closed at once: it
-// cannot have a call in flight.
-func (s *Socket) Accept() (net.Conn, error) {
-	for {
-		c, err := s.UnixListener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		tc := &trackedConn{Conn: c, owner: s}
-		s.mu.Lock()
-		stopping := s.stopping
-		if !stopping {
-			if s.conns == nil {
-				s.conns = map[*trackedConn]struct{}{}
-			}
-			s.conns[tc] = struct{}{}
-		}
-		s.mu.Unlock()
-		if !stopping {
-			return tc, nil
-		}
-		_ = c.Close()
-	}
-}
-
-// CloseSilent starts a stop: it closes the connections whose client has
-// not sent a byte (they have no call in flight) and every connection
-// accepted from now on. The others finish their calls.
-func (s *Socket) CloseSilent() {
-	s.closeConns(func(c *trackedConn) bool { return !c.spoke.Load() })
-}
-
-// CloseAll ends a stop that took too long: every connection is closed,
-// so that gRPC's Stop does not wait for a handshake.
-func (s *Socket) CloseAll() {
-	s.closeConns(func(*trackedConn) bool { return true })
-}
-
-func (s *Socket) closeConns(which func(*trackedConn) bool) {
-	var victims []*trackedConn
-	s.mu.Lock()
-	s.stopping = true
-	for c := range s.conns {
-		if which(c) {
-			victims = append(victims, c)
-		}
-	}
-	s.mu.Unlock()
-	for _, c := range victims {
-		_ = c.Close()
-	}
-}
-
-// trackedConn is an accepted connection that knows whether its client has
-// sent anything.
-type trackedConn struct {
-	net.Conn
-	owner *Socket
-	spoke atomic.Bool
-	once  sync.Once
-}
-
-func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 && !c.spoke.Load() {
-		c.spoke.Store(true)
-	}
-	return n, err
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.owner.mu.Lock()
-		delete(c.owner.conns, c)
-		c.owner.mu.Unlock()
-	})
-	return c.Conn.Close()
 }

@@ -21,7 +21,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path := filepath.Join(dir, "x.csi.example.com-reg.sock")
 
-	first, err := publish(path, nil)
+	first, err := publish(path, ID{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 	if first.Path != path || first.Hidden == "" || !IsHiddenName(path, filepath.Base(first.Hidden)) {
 		t.Fatalf("published %q with hidden name %q", first.Path, first.Hidden)
 	}
-	if fi, err := os.Lstat(first.Hidden); err != nil || !os.SameFile(fi, first.File) {
+	if id, _, err := Lstat(first.Hidden); err != nil || id != first.File {
 		t.Fatalf("the hidden name is not the socket's: %v", err)
 	}
 	if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != 0o600 {
@@ -41,7 +41,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatalf("Publish over its own socket: %v", err)
 	}
 	defer second.Close()
-	if fi, err := os.Lstat(path); err != nil || !os.SameFile(fi, second.File) {
+	if id, _, err := Lstat(path); err != nil || id != second.File {
 		t.Fatalf("the path does not hold the second socket: %v", err)
 	}
 	if removed, err := first.Remove(); removed || err != nil {
@@ -62,7 +62,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	var notSocket *NotASocketError
-	if _, err := publish(path, nil); !errors.As(err, &notSocket) {
+	if _, err := publish(path, ID{}); !errors.As(err, &notSocket) {
 		t.Errorf("Publish over a regular file = %v, want a NotASocketError", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
@@ -71,7 +71,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 }
 
 // publish listens at path and places the socket there.
-func publish(path string, replace fs.FileInfo) (*Socket, error) {
+func publish(path string, replace ID) (*Socket, error) {
 	s, err := Listen(path)
 	if err != nil {
 		return nil, err
