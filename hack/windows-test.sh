@@ -87,6 +87,8 @@ step "--help: the usage, exit 0"
 # 2. A start with --http-endpoint and no driver, then Ctrl-C.
 mkdir "$work/registry"
 log=$work/registrar.log
+# Created before the background start, which may open it after the first look.
+: >"$log"
 wine "$exe" --http-endpoint=127.0.0.1:0 --csi-address='C:\csi\csi.sock' \
 	--kubelet-registration-path='C:\var\lib\kubelet\plugins\csi.example.com\csi.sock' \
 	--plugin-registration-path="Z:${work//\//\\}\\registry" >"$log" 2>&1 &
