@@ -30,6 +30,16 @@ func TestNodeGateFlags(t *testing.T) {
 	if name, from := o.node(); name != "n1" || from != "--node-name" {
 		t.Errorf("--node-name: node %q from %s", name, from)
 	}
+	if o.nodeConditionType != "" {
+		t.Errorf("--node-condition-type defaults to %q, want empty (<driver name>/NodePluginRegistered)", o.nodeConditionType)
+	}
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil || o.nodeConditionType != "node.gke.io/PDCSIReady" {
+		t.Errorf("--node-condition-type=node.gke.io/PDCSIReady: %q, validate() = %v", o.nodeConditionType, err)
+	}
 	// Off by default: no API server needed.
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
 	if err != nil {
@@ -51,6 +61,9 @@ func TestValidateNodeGate(t *testing.T) {
 	}{
 		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x": the prefix "Example.com" is not a DNS subdomain`},
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
+		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
+		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
+		{"condition type without the condition", []string{"--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n"}, "--node-condition-type=node.gke.io/PDCSIReady has no effect without --node-condition: add --node-condition, or drop --node-condition-type"},
 	}
 	t.Setenv(nodeNameEnv, "")
 	for _, tc := range cases {
