@@ -126,11 +126,11 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 	timeout := cmp.Or(d.cfg.NodeGetInfoTimeout, KubeletNodeGetInfoTimeout)
 	info, err := call(ctx, d.driverSocket, timeout, nodeInfo)
 	d.nodeInfoFailed = true
-	unfinished := "the likely cause of a registration that kubelet never completes: kubelet fails the registration the same way"
+	unfinished := "the likely cause of a registration that kubelet never completes: kubelet needs this answer before it accepts the driver"
 	switch status.Code(err) {
 	case codes.OK:
 	case codes.DeadlineExceeded:
-		return fail(c, fmt.Sprintf("no answer within %v, kubelet's own timeout for it at registration; %s. Look at the driver's node service: its log, and what NodeGetInfo waits for (a metadata server, the cloud's API)", timeout, unfinished))
+		return fail(c, fmt.Sprintf("no answer within %v, as long as kubelet waits for it when it registers the driver; %s. Look at the driver's node service: its log, and what NodeGetInfo waits for (a metadata server, the cloud's API)", timeout, unfinished))
 	case codes.Unimplemented:
 		return fail(c, describeCallError(err, timeout)+": the driver does not serve the CSI Node service, and kubelet calls NodeGetInfo to register a driver; "+unfinished+". Run the driver's node plugin (its node mode or flags) at --csi-address")
 	default:

@@ -412,7 +412,7 @@ func TestRun(t *testing.T) {
 				return e
 			},
 			want:    map[int]Outcome{checkNodeInfo: Fail},
-			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, kubelet's own timeout", "likely cause of a registration that kubelet never completes", "driver's node service"}},
+			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, as long as kubelet waits for it", "likely cause of a registration that kubelet never completes", "driver's node service"}},
 		},
 		{
 			name: "driver fails NodeGetInfo",
