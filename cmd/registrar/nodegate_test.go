@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -93,5 +94,19 @@ func TestNodeGateNeedsThePodsServiceAccount(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
 	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt") {
 		t.Errorf("newNodeGate without the service account's files = %v", err)
+	}
+}
+
+// A bad condition type stops the registrar before anything starts: exit 1,
+// the error naming the flag, and no registration socket.
+func TestBadConditionTypeExitsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	out := runRegistrar(t, "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--plugin-registration-path="+dir,
+		"--node-condition", "--node-name=n1", "--node-condition-type=node.gke.io/")
+	if out.code != exitError || !strings.Contains(out.stderr, `--node-condition-type: condition type \"node.gke.io/\" is not valid`) {
+		t.Errorf("exit code %d, stderr:\n%s\nwant 1 and the flag's error", out.code, out.stderr)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the registry directory holds %v (%v), want nothing", entries, err)
 	}
 }
