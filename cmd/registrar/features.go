@@ -81,10 +81,11 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	}
 	name, _ := o.node()
 	return nodegate.New(nodegate.Config{
-		NodeName:  name,
-		TaintKeys: o.removeNodeTaints,
-		Condition: o.nodeCondition,
-		Client:    client,
+		NodeName:      name,
+		TaintKeys:     o.removeNodeTaints,
+		Condition:     o.nodeCondition,
+		ConditionType: o.nodeConditionType,
+		Client:        client,
 	}), nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +31,16 @@ func TestNodeGateFlags(t *testing.T) {
 	if name, from := o.node(); name != "n1" || from != "--node-name" {
 		t.Errorf("--node-name: node %q from %s", name, from)
 	}
+	if o.nodeConditionType != "" {
+		t.Errorf("--node-condition-type defaults to %q, want empty (<driver name>/NodePluginRegistered)", o.nodeConditionType)
+	}
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil || o.nodeConditionType != "node.gke.io/PDCSIReady" {
+		t.Errorf("--node-condition-type=node.gke.io/PDCSIReady: %q, validate() = %v", o.nodeConditionType, err)
+	}
 	// Off by default: no API server needed.
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
 	if err != nil {
@@ -51,6 +62,9 @@ func TestValidateNodeGate(t *testing.T) {
 	}{
 		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x": the prefix "Example.com" is not a DNS subdomain`},
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
+		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
+		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
+		{"condition type without the condition", []string{"--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n"}, "--node-condition-type=node.gke.io/PDCSIReady has no effect without --node-condition: add --node-condition, or drop --node-condition-type"},
 	}
 	t.Setenv(nodeNameEnv, "")
 	for _, tc := range cases {
@@ -80,5 +94,19 @@ func TestNodeGateNeedsThePodsServiceAccount(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
 	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt") {
 		t.Errorf("newNodeGate without the service account's files = %v", err)
+	}
+}
+
+// A bad condition type stops the registrar before anything starts: exit 1,
+// the error naming the flag, and no registration socket.
+func TestBadConditionTypeExitsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	out := runRegistrar(t, "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--plugin-registration-path="+dir,
+		"--node-condition", "--node-name=n1", "--node-condition-type=node.gke.io/")
+	if out.code != exitError || !strings.Contains(out.stderr, `--node-condition-type: condition type \"node.gke.io/\" is not valid`) {
+		t.Errorf("exit code %d, stderr:\n%s\nwant 1 and the flag's error", out.code, out.stderr)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the registry directory holds %v (%v), want nothing", entries, err)
 	}
 }

@@ -1,5 +1,7 @@
-// Package csiidentity makes the two calls of the CSI Identity service that
-// the registrar needs, GetPluginInfo and Probe, without the CSI spec's
+// Package csiidentity makes the calls to the CSI driver that the registrar
+// needs: the Identity service's GetPluginInfo and Probe, and, for
+// --diagnose, the Node service's NodeGetInfo, as kubelet calls it when it
+// registers the driver. It makes them without the CSI spec's
 // generated Go package, whose cost the registrar's memory budget (VmRSS
 // after registration at most 0.85 of upstream's 19.3 MB) cannot hold: the
 // package registers the descriptors of the whole spec, and of
@@ -29,6 +31,7 @@ import (
 const (
 	GetPluginInfoMethod = "/csi.v1.Identity/GetPluginInfo"
 	ProbeMethod         = "/csi.v1.Identity/Probe"
+	NodeGetInfoMethod   = "/csi.v1.Node/NodeGetInfo"
 )
 
 // PluginInfo is what the driver says of itself in GetPluginInfo.
@@ -48,23 +51,15 @@ func GetPluginInfo(ctx context.Context, conn grpc.ClientConnInterface, opts ...g
 
 func pluginInfo(answer []byte) (info PluginInfo, err error) {
 	err = fields(answer, func(num protowire.Number, typ protowire.Type, value []byte) error {
-		var s *string
 		switch {
 		case typ != protowire.BytesType:
 			return nil // not a field of the spec's: skipped as unknown
 		case num == 1:
-			s = &info.Name
+			return readString(value, &info.Name, "GetPluginInfo")
 		case num == 2:
-			s = &info.VendorVersion
-		default:
-			return nil // the manifest, or a field of a later spec
+			return readString(value, &info.VendorVersion, "GetPluginInfo")
 		}
-		v, n := protowire.ConsumeString(value)
-		if n >= 0 && !utf8.ValidString(v) {
-			return errors.New("GetPluginInfo's answer holds a string that is not UTF-8")
-		}
-		*s = v
-		return parseError(n)
+		return nil // the manifest, or a field of a later spec
 	})
 	return info, err
 }
@@ -106,6 +101,91 @@ func readiness(answer []byte) (bool, error) {
 		return false, err
 	}
 	return !said || value, nil
+}
+
+// NodeInfo is what kubelet reads of the driver's NodeGetInfo answer.
+type NodeInfo struct {
+	NodeID            string            // field 1
+	MaxVolumesPerNode int64             // field 2; 0: not said
+	Topology          map[string]string // field 3, accessible_topology's segments
+}
+
+// NodeGetInfo calls the driver's NodeGetInfo.
+func NodeGetInfo(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) (NodeInfo, error) {
+	answer, err := call(ctx, conn, NodeGetInfoMethod, opts)
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	return nodeInfo(answer)
+}
+
+func nodeInfo(answer []byte) (info NodeInfo, err error) {
+	err = fields(answer, func(num protowire.Number, typ protowire.Type, value []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			return readString(value, &info.NodeID, "NodeGetInfo")
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(value)
+			info.MaxVolumesPerNode = int64(v)
+			return parseError(n)
+		case num == 3 && typ == protowire.BytesType:
+			// A Topology; each occurrence is merged into the previous ones.
+			topology, n := protowire.ConsumeBytes(value)
+			if n < 0 {
+				return parseError(n)
+			}
+			return fields(topology, func(num protowire.Number, typ protowire.Type, entry []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				return readSegment(entry, &info.Topology)
+			})
+		}
+		return nil // not a field of the spec's, or of a later spec
+	})
+	return info, err
+}
+
+// readSegment reads one entry of Topology's map<string, string> segments
+// into *segments: a key (field 1) and a value (field 2), either absent
+// when empty; a key given again replaces its value.
+func readSegment(value []byte, segments *map[string]string) error {
+	entry, n := protowire.ConsumeBytes(value)
+	if n < 0 {
+		return parseError(n)
+	}
+	var key, val string
+	err := fields(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			return readString(v, &key, "NodeGetInfo")
+		case num == 2 && typ == protowire.BytesType:
+			return readString(v, &val, "NodeGetInfo")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if *segments == nil {
+		*segments = map[string]string{}
+	}
+	(*segments)[key] = val
+	return nil
+}
+
+// readString reads a string field's encoded value into *s; protobuf's
+// strings are UTF-8.
+func readString(value []byte, s *string, method string) error {
+	v, n := protowire.ConsumeString(value)
+	if n < 0 {
+		return parseError(n)
+	}
+	if !utf8.ValidString(v) {
+		return errors.New(method + "'s answer holds a string that is not UTF-8")
+	}
+	*s = v
+	return nil
 }
 
 // call invokes method with an empty request and returns the answer as it

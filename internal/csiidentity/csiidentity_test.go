@@ -2,6 +2,7 @@ package csiidentity
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,6 +30,20 @@ func (s *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 	return s.info, nil
 }
 
+// node is a CSI Node server built on the spec's generated code, answering
+// NodeGetInfo with nodeInfo, or failing it when nodeInfo is nil.
+type node struct {
+	csi.UnimplementedNodeServer
+	nodeInfo *csi.NodeGetInfoResponse
+}
+
+func (s *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	if s.nodeInfo == nil {
+		return nil, grpcstatus.Error(codes.FailedPrecondition, "no node")
+	}
+	return s.nodeInfo, nil
+}
+
 func (s *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	if s.probe == nil {
 		return nil, grpcstatus.Error(codes.Unavailable, "not now")
@@ -38,7 +53,7 @@ func (s *identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse
 
 // serve serves srv on a Unix socket in a temporary directory and returns a
 // client of it.
-func serve(t *testing.T, srv *identity) *grpc.ClientConn {
+func serve(t *testing.T, srv *identity, nodeSrv *node) *grpc.ClientConn {
 	t.Helper()
 	afunix.Require(t)
 	dir, err := os.MkdirTemp("", "csiid")
@@ -53,6 +68,7 @@ func serve(t *testing.T, srv *identity) *grpc.ClientConn {
 	}
 	s := grpc.NewServer()
 	csi.RegisterIdentityServer(s, srv)
+	csi.RegisterNodeServer(s, nodeSrv)
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
 	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -67,7 +83,8 @@ func TestCallsADriverBuiltOnTheSpec(t *testing.T) {
 	srv := &identity{info: &csi.GetPluginInfoResponse{
 		Name: "hostpath.csi.k8s.io", VendorVersion: "v1.17.0", Manifest: map[string]string{"url": "https://example.com"},
 	}}
-	conn := serve(t, srv)
+	nodeSrv := &node{}
+	conn := serve(t, srv, nodeSrv)
 	ctx := context.Background()
 
 	info, err := GetPluginInfo(ctx, conn)
@@ -87,6 +104,22 @@ func TestCallsADriverBuiltOnTheSpec(t *testing.T) {
 	if _, err := Probe(ctx, conn); grpcstatus.Code(err) != codes.Unavailable {
 		t.Errorf("Probe of a driver that fails it = %v, want its Unavailable", err)
 	}
+
+	for _, answer := range []*csi.NodeGetInfoResponse{
+		{NodeId: "node-1", MaxVolumesPerNode: 39, AccessibleTopology: &csi.Topology{Segments: map[string]string{"topology.kubernetes.io/zone": "z1", "example.com/rack": ""}}},
+		{NodeId: "node-2"},
+		{}, // an empty node ID: read as it came, kubelet refuses it
+	} {
+		nodeSrv.nodeInfo = answer
+		got, err := NodeGetInfo(ctx, conn)
+		if err != nil || got.NodeID != answer.NodeId || got.MaxVolumesPerNode != answer.MaxVolumesPerNode || !maps.Equal(got.Topology, answer.GetAccessibleTopology().GetSegments()) {
+			t.Errorf("NodeGetInfo answering %v = %+v, %v", answer, got, err)
+		}
+	}
+	nodeSrv.nodeInfo = nil
+	if _, err := NodeGetInfo(ctx, conn); grpcstatus.Code(err) != codes.FailedPrecondition {
+		t.Errorf("NodeGetInfo of a driver that fails it = %v, want its FailedPrecondition", err)
+	}
 }
 
 // Whatever the spec's generated code reads, the answers are read the same.
@@ -95,6 +128,8 @@ func FuzzAnswers(f *testing.F) {
 		&csi.GetPluginInfoResponse{Name: "a", VendorVersion: "1", Manifest: map[string]string{"k": "v"}},
 		&csi.ProbeResponse{Ready: wrapperspb.Bool(true)},
 		&csi.ProbeResponse{Ready: wrapperspb.Bool(false)},
+		&csi.NodeGetInfoResponse{NodeId: "n", MaxVolumesPerNode: 16, AccessibleTopology: &csi.Topology{Segments: map[string]string{"zone": "a", "": "b", "rack": ""}}},
+		&csi.NodeGetInfoResponse{MaxVolumesPerNode: -1},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -103,6 +138,8 @@ func FuzzAnswers(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x0a, 0x02, 0x08, 0x01, 0x0a, 0x00}) // ready twice: merged
+	// Two topologies, the second replacing one key of the first.
+	f.Add([]byte{0x1a, 0x0a, 0x0a, 0x08, 0x0a, 0x01, 'k', 0x12, 0x01, 'a', 0x12, 0x00, 0x1a, 0x07, 0x0a, 0x05, 0x0a, 0x01, 'k', 0x12, 0x00})
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		var info csi.GetPluginInfoResponse
 		if proto.Unmarshal(answer, &info) == nil {
@@ -118,13 +155,21 @@ func FuzzAnswers(f *testing.F) {
 				t.Errorf("Probe's answer %x read as ready %v, %v; the spec's code reads %v", answer, got, err, want)
 			}
 		}
+		var node csi.NodeGetInfoResponse
+		if proto.Unmarshal(answer, &node) == nil {
+			got, err := nodeInfo(answer)
+			segments := node.GetAccessibleTopology().GetSegments()
+			if err != nil || got.NodeID != node.NodeId || got.MaxVolumesPerNode != node.MaxVolumesPerNode || !maps.Equal(got.Topology, segments) {
+				t.Errorf("NodeGetInfo's answer %x read as %+v, %v; the spec's code reads %q, %d, %v", answer, got, err, node.NodeId, node.MaxVolumesPerNode, segments)
+			}
+		}
 	})
 }
 
 // The metric label and the calls use the spec's names for the methods.
 func TestMethodNamesAreTheSpecs(t *testing.T) {
-	if GetPluginInfoMethod != csi.Identity_GetPluginInfo_FullMethodName || ProbeMethod != csi.Identity_Probe_FullMethodName {
-		t.Errorf("methods %q, %q; the spec's are %q, %q", GetPluginInfoMethod, ProbeMethod,
-			csi.Identity_GetPluginInfo_FullMethodName, csi.Identity_Probe_FullMethodName)
+	if GetPluginInfoMethod != csi.Identity_GetPluginInfo_FullMethodName || ProbeMethod != csi.Identity_Probe_FullMethodName || NodeGetInfoMethod != csi.Node_NodeGetInfo_FullMethodName {
+		t.Errorf("methods %q, %q, %q; the spec's are %q, %q, %q", GetPluginInfoMethod, ProbeMethod, NodeGetInfoMethod,
+			csi.Identity_GetPluginInfo_FullMethodName, csi.Identity_Probe_FullMethodName, csi.Node_NodeGetInfo_FullMethodName)
 	}
 }

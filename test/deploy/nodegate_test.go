@@ -147,4 +147,59 @@ func checkPolicy(t *testing.T, objs []runtime.Object, args []string) {
 	if !slices.Equal(flagKeys, policyKeys) {
 		t.Errorf("the policy's taintKeys %q are not the registrar's --remove-node-taint keys %q: set the same keys in both", policyKeys, flagKeys)
 	}
+	if err := conditionTypeMismatch(policy, args); err != "" {
+		t.Error(err)
+	}
+}
+
+// policyDefaultConditionType is the policy's conditionType for the
+// registrar's default type, <driver name>/NodePluginRegistered.
+const policyDefaultConditionType = "variables.driverName + '/NodePluginRegistered'"
+
+// conditionTypeMismatch says how the policy's conditionType differs from
+// the type the registrar's args set; "" when it allows that type alone.
+func conditionTypeMismatch(policy *admissionregistrationv1.ValidatingAdmissionPolicy, args []string) string {
+	want := policyDefaultConditionType
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--node-condition-type="); ok {
+			want = "'" + v + "'"
+		}
+	}
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "conditionType" {
+			if v.Expression != want {
+				return "the policy's conditionType is " + v.Expression + ", not the registrar's condition type " + want + ": set it to the type of --node-condition-type, or to " + policyDefaultConditionType + " without the flag"
+			}
+			return ""
+		}
+	}
+	return "the policy has no variable conditionType: it would admit no condition"
+}
+
+// The check above fails a policy that allows another type than the
+// registrar's, and a policy that allows a type with no flag that sets it.
+func TestConditionTypeMismatch(t *testing.T) {
+	policy := func(expr string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		p.Spec.Variables = []admissionregistrationv1.Variable{{Name: "conditionType", Expression: expr}}
+		return p
+	}
+	custom := []string{"--node-condition", "--node-condition-type=node.gke.io/PDCSIReady"}
+	for _, tc := range []struct {
+		name   string
+		policy *admissionregistrationv1.ValidatingAdmissionPolicy
+		args   []string
+		wrong  bool
+	}{
+		{"default", policy(policyDefaultConditionType), []string{"--node-condition"}, false},
+		{"custom", policy("'node.gke.io/PDCSIReady'"), custom, false},
+		{"custom flag, default policy", policy(policyDefaultConditionType), custom, true},
+		{"custom policy, no flag", policy("'node.gke.io/PDCSIReady'"), []string{"--node-condition"}, true},
+		{"another custom type", policy("'node.gke.io/Other'"), custom, true},
+		{"no variable", &admissionregistrationv1.ValidatingAdmissionPolicy{}, custom, true},
+	} {
+		if got := conditionTypeMismatch(tc.policy, tc.args); (got != "") != tc.wrong {
+			t.Errorf("%s: %q, want a mismatch: %v", tc.name, got, tc.wrong)
+		}
+	}
 }

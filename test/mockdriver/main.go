@@ -69,6 +69,20 @@ func answerProbe(ctx context.Context, answer string) (*csi.ProbeResponse, error)
 	}
 }
 
+// answerNodeGetInfo answers NodeGetInfo with nodeID (kubelet refuses an
+// empty one), an Internal error when fail, or nothing until ctx is done
+// when hang.
+func answerNodeGetInfo(ctx context.Context, nodeID string, fail, hang bool) (*csi.NodeGetInfoResponse, error) {
+	switch {
+	case hang:
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case fail:
+		return nil, status.Error(codes.Internal, "mockdriver: NodeGetInfo fails on request")
+	}
+	return &csi.NodeGetInfoResponse{NodeId: nodeID}, nil
+}
+
 // reporter lets gomock report unexpected calls from a plain program.
 type reporter struct{}
 
@@ -84,12 +98,13 @@ func (reporter) Fatalf(format string, args ...any) {
 func main() {
 	endpoint := flag.String("endpoint", "", "Unix socket path to listen on (required)")
 	name := flag.String("name", "mock.csi.example.com", "driver name returned by GetPluginInfo")
-	nodeID := flag.String("node-id", "mock-node", "node ID returned by NodeGetInfo")
+	nodeID := flag.String("node-id", "mock-node", "node ID returned by NodeGetInfo; empty: kubelet rejects the plugin")
 	infoDelay := flag.Duration("plugin-info-delay", 0, "delay before answering GetPluginInfo")
 	unavailable := flag.Int("unavailable-calls", 0, "answer the first N GetPluginInfo calls with Unavailable")
 	probe := flag.String("probe", probeUnset, "Probe's answer: "+strings.Join(probeAnswers, ", "))
 	probeFile := flag.String("probe-file", "", "file whose first line, when it exists, replaces --probe at each Probe call, so that a test can change the answer of a running driver")
 	failNodeInfo := flag.Bool("fail-node-get-info", false, "answer NodeGetInfo with an Internal error, so kubelet rejects the plugin")
+	hangNodeInfo := flag.Bool("hang-node-get-info", false, "answer NodeGetInfo only when the caller gives up (kubelet after 2 minutes), as a driver stuck on what it asks for the node's ID (kubernetes/kubernetes#138171)")
 	failNodeInfoCalls := flag.Int("fail-node-get-info-calls", 0, "answer the first N NodeGetInfo calls with an Internal error, so kubelet rejects the plugin N times and then accepts it")
 	flag.Parse()
 	if *endpoint == "" {
@@ -129,12 +144,10 @@ func main() {
 	identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.GetPluginCapabilitiesResponse{}, nil)
 	var nodeInfoCalls atomic.Int64
 	node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
-		func(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+		func(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 			fmt.Println("NodeGetInfo")
-			if *failNodeInfo || nodeInfoCalls.Add(1) <= int64(*failNodeInfoCalls) {
-				return nil, status.Error(codes.Internal, "mockdriver: NodeGetInfo fails on request")
-			}
-			return &csi.NodeGetInfoResponse{NodeId: *nodeID}, nil
+			fail := *failNodeInfo || nodeInfoCalls.Add(1) <= int64(*failNodeInfoCalls)
+			return answerNodeGetInfo(ctx, *nodeID, fail, *hangNodeInfo)
 		})
 	node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).AnyTimes().Return(&csi.NodeGetCapabilitiesResponse{}, nil)
 

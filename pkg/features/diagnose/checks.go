@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -113,7 +114,47 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	return ok(c, fmt.Sprintf("name %q, vendor version %q", name, version))
 }
 
-// 4. The length of the registration socket's path.
+// 4. The driver's answer to NodeGetInfo, which kubelet's CSI handler
+// needs before it accepts the driver (kubernetes-csi/docs#583): a driver
+// that hangs or fails there leaves the registration unfinished
+// (kubernetes/kubernetes#138171).
+func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
+	c := Check{Name: "driver NodeGetInfo"}
+	if d.driverName == "" {
+		return skip(c, "needs a driver that answers GetPluginInfo")
+	}
+	timeout := cmp.Or(d.cfg.NodeGetInfoTimeout, KubeletNodeGetInfoTimeout)
+	info, err := call(ctx, d.driverSocket, timeout, nodeInfo)
+	d.nodeInfoFailed = true
+	unfinished := "the likely cause of a registration that kubelet never completes: kubelet needs this answer before it accepts the driver"
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.DeadlineExceeded:
+		return fail(c, fmt.Sprintf("no answer within %v, as long as kubelet waits for it when it registers the driver; %s. Look at the driver's node service: its log, and what NodeGetInfo waits for (a metadata server, the cloud's API)", timeout, unfinished))
+	case codes.Unimplemented:
+		return fail(c, describeCallError(err, timeout)+": the driver does not serve the CSI Node service, and kubelet calls NodeGetInfo to register a driver; "+unfinished+". Run the driver's node plugin (its node mode or flags) at --csi-address")
+	default:
+		return fail(c, describeCallError(err, timeout)+"; "+unfinished+". The driver's log says why")
+	}
+	if info.NodeID == "" {
+		return fail(c, "the answer has an empty node_id, which kubelet refuses (\"driverNodeID must not be empty\"); "+unfinished+". The driver must find this node's ID (its --node-id or metadata)")
+	}
+	d.nodeInfoFailed = false
+	detail := fmt.Sprintf("node ID %q", info.NodeID)
+	if info.MaxVolumesPerNode > 0 {
+		detail += fmt.Sprintf(", at most %d volumes", info.MaxVolumesPerNode)
+	}
+	if len(info.Topology) > 0 {
+		segments := make([]string, 0, len(info.Topology))
+		for _, k := range slices.Sorted(maps.Keys(info.Topology)) {
+			segments = append(segments, k+"="+info.Topology[k])
+		}
+		detail += ", topology " + strings.Join(segments, ",")
+	}
+	return ok(c, detail)
+}
+
+// 5. The length of the registration socket's path.
 func (d *diagnosis) checkSocketPathLength() Check {
 	c := Check{Name: "registration socket path"}
 	if d.driverName == "" {
@@ -126,7 +167,7 @@ func (d *diagnosis) checkSocketPathLength() Check {
 	return ok(c, fmt.Sprintf("%s, %d of at most %d bytes", d.socketPath, len(d.socketPath), registration.MaxSocketPathLength))
 }
 
-// 5. The registration socket and what kubelet learns from it.
+// 6. The registration socket and what kubelet learns from it.
 func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	c := Check{Name: "registration socket"}
 	switch {
@@ -199,7 +240,7 @@ func versionsProblem(versions []string) string {
 // its plugin watcher reacts at once, its reconciler within a second.
 const kubeletQuiet = 5 * time.Second
 
-// 6. What kubelet made of the registration, as the registrar serving the
+// 7. What kubelet made of the registration, as the registrar serving the
 // socket saw it.
 func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	c := Check{Name: "kubelet's registration"}
@@ -216,12 +257,13 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	case err != nil:
 		return warn(c, "cannot read the registrar's state: "+describeCallError(err, d.cfg.Timeout))
 	}
-	return judgeRegistration(c, &st, time.Now(), d.cfg.RegistrationDir)
+	return judgeRegistration(c, &st, time.Now(), d.cfg.RegistrationDir, d.nodeInfoFailed)
 }
 
 // judgeRegistration tells from the registrar's state st, at now, what
-// kubelet made of the registration.
-func judgeRegistration(c Check, st *registration.Status, now time.Time, dir string) Check {
+// kubelet made of the registration; nodeInfoFailed: the driver's
+// NodeGetInfo failed in this diagnosis.
+func judgeRegistration(c Check, st *registration.Status, now time.Time, dir string, nodeInfoFailed bool) Check {
 	since := func(t *time.Time) string {
 		if t == nil {
 			return "at an unknown time"
@@ -251,7 +293,11 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 	case registration.WaitingForKubelet:
 		switch {
 		case st.LastGetInfo != nil && (st.LastPublished == nil || !st.LastGetInfo.Before(*st.LastPublished)):
-			return fail(c, fmt.Sprintf("kubelet called GetInfo %s but has sent no verdict: its CSI handler is still validating the driver, or failed without saying; kubelet's log says why", since(st.LastGetInfo)))
+			cause := "its CSI handler is still validating the driver, or failed without saying; kubelet's log says why"
+			if nodeInfoFailed {
+				cause = "its CSI handler waits for the driver's NodeGetInfo, or gave up on it, which failed here too (above): the likely cause"
+			}
+			return fail(c, fmt.Sprintf("kubelet called GetInfo %s but has sent no verdict: %s", since(st.LastGetInfo), cause))
 		case st.LastPublished != nil && now.Sub(*st.LastPublished) < kubeletQuiet:
 			return warn(c, fmt.Sprintf("the socket was published %s and kubelet has not called yet: run --diagnose again in a few seconds", since(st.LastPublished)))
 		}
@@ -262,7 +308,7 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 	return fail(c, fmt.Sprintf("the registrar serving the socket reports %q: %s", st.State, st.Reason))
 }
 
-// 7. --kubelet-registration-path against --csi-address.
+// 8. --kubelet-registration-path against --csi-address.
 func (d *diagnosis) checkKubeletRegistrationPath() Check {
 	hostPath := d.cfg.KubeletRegistrationPath
 	c := Check{Name: "kubelet registration path " + hostPath}
@@ -324,6 +370,10 @@ func call[T any](ctx context.Context, path string, timeout time.Duration, rpc fu
 
 func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.PluginInfo, error) {
 	return csiidentity.GetPluginInfo(ctx, conn)
+}
+
+func nodeInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.NodeInfo, error) {
+	return csiidentity.NodeGetInfo(ctx, conn)
 }
 
 func registrationInfo(ctx context.Context, conn *grpc.ClientConn) (*registerapi.PluginInfo, error) {

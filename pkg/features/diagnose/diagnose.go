@@ -18,8 +18,18 @@ type Config struct {
 	CSIAddress              string
 	KubeletRegistrationPath string // the driver's socket path on the host
 	RegistrationDir         string
-	Timeout                 time.Duration // bounds each RPC
+	Timeout                 time.Duration // bounds each RPC but NodeGetInfo
+	// NodeGetInfoTimeout bounds NodeGetInfo; zero: KubeletNodeGetInfoTimeout.
+	NodeGetInfoTimeout time.Duration
 }
+
+// KubeletNodeGetInfoTimeout is how long kubelet waits for the driver's
+// NodeGetInfo when it registers the driver: csiTimeout (2 minutes) of
+// kubelet's CSI plugin (k8s.io/kubernetes pkg/volume/csi/csi_plugin.go,
+// RegisterPlugin; its plugin manager passes no timeout of its own), the
+// same from v1.28 to v1.37. The diagnosis waits as long: an answer that
+// comes later is one kubelet never sees.
+const KubeletNodeGetInfoTimeout = 2 * time.Minute
 
 // Outcome is the verdict of one check.
 type Outcome int
@@ -46,14 +56,16 @@ type Check struct {
 // Run performs every check, in order; a check that needs what an earlier
 // one could not establish is skipped, saying why. Run only reads, except on
 // Windows (checkWritable). Each RPC has a connection of its own and
-// cfg.Timeout; there are three of them (the driver, the registration
-// socket, its registrar's state).
+// cfg.Timeout, but NodeGetInfo, which has kubelet's; there are four of them
+// (the driver's GetPluginInfo and NodeGetInfo, the registration socket, its
+// registrar's state).
 func Run(ctx context.Context, cfg Config) []Check {
 	d := &diagnosis{cfg: cfg}
 	checks := []Check{
 		d.checkRegistryDir(),
 		d.checkDriverSocket(),
 		d.checkDriverInfo(ctx),
+		d.checkNodeInfo(ctx),
 		d.checkSocketPathLength(),
 		d.checkRegistrationSocket(ctx),
 		d.checkKubeletVerdict(ctx),
@@ -69,6 +81,7 @@ type diagnosis struct {
 	driverSocket   string // the path --csi-address names, "" when it does not parse
 	socketFound    bool   // a socket is at driverSocket
 	driverName     string // the driver's valid name, "" when unknown
+	nodeInfoFailed bool   // NodeGetInfo failed, or kubelet would refuse its answer
 	socketPath     string // the registration socket's path, once the driver's name is known
 	socketAnswered bool   // a socket there answered GetInfo
 	kubeletRoot    string // kubelet's root dir on the host from the registry's mount, or ""

@@ -37,6 +37,7 @@ const (
 	checkDir = iota
 	checkDriverSocket
 	checkDriverInfo
+	checkNodeInfo
 	checkPathLength
 	checkRegSocket
 	checkKubeletVerdict
@@ -49,6 +50,10 @@ const (
 type env struct {
 	base, regDir, driverSocket string
 	cfg                        Config
+	// nodeInfo answers the driver's NodeGetInfo; node ID "node-1" when
+	// nil. withoutNodeService: the driver serves no Node service at all.
+	nodeInfo           func(ctx context.Context) (*csi.NodeGetInfoResponse, error)
+	withoutNodeService bool
 }
 
 // regSocket is where the registration socket of name goes.
@@ -103,6 +108,18 @@ func healthyEnv(t *testing.T) *env {
 	return e
 }
 
+// nodeInfoEnv is a setUp of healthyEnv's surroundings whose driver answers
+// NodeGetInfo with answer.
+func nodeInfoEnv(answer func(ctx context.Context) (*csi.NodeGetInfoResponse, error)) func(t *testing.T) *env {
+	return func(t *testing.T) *env {
+		e := newEnv(t)
+		e.nodeInfo = answer
+		e.startDriver(t, answerName(testDriver))
+		e.publish(t, testDriver, healthyInfo())
+		return e
+	}
+}
+
 func healthyInfo() *registerapi.PluginInfo {
 	return &registerapi.PluginInfo{
 		Type:              registerapi.CSIPlugin,
@@ -135,6 +152,20 @@ func (e *env) startDriver(t *testing.T, reply answer) {
 		csi.UnsafeIdentityServer
 		*csitest.MockIdentityServer
 	}{MockIdentityServer: identity})
+	if !e.withoutNodeService {
+		node := csitest.NewMockNodeServer(gomock.NewController(t))
+		node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
+			func(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+				if e.nodeInfo == nil {
+					return &csi.NodeGetInfoResponse{NodeId: "node-1"}, nil
+				}
+				return e.nodeInfo(ctx)
+			})
+		csi.RegisterNodeServer(srv, struct {
+			csi.UnsafeNodeServer
+			*csitest.MockNodeServer
+		}{MockNodeServer: node})
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -226,6 +257,7 @@ func TestRun(t *testing.T) {
 				checkDir:          {"present, writable"},
 				checkDriverSocket: {"present, a socket"},
 				checkDriverInfo:   {`"` + testDriver + `"`, `"v1.2.3"`},
+				checkNodeInfo:     {`node ID "node-1"`},
 				checkPathLength:   {testDriver + "-reg.sock"},
 				checkRegSocket:    {"CSIPlugin", testDriver, testEndpoint, "1.0.0"},
 				checkKubeletPath:  {"same file name"},
@@ -268,7 +300,7 @@ func TestRun(t *testing.T) {
 				e.publish(t, testDriver, healthyInfo())
 				return e
 			},
-			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverSocket: {"does not exist", "mount"},
 				checkDriverInfo:   {"skipped"},
@@ -281,7 +313,7 @@ func TestRun(t *testing.T) {
 				e.cfg.CSIAddress = "tcp://127.0.0.1:10000"
 				return e
 			},
-			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverSocket: {`has the scheme "tcp", which is not supported`},
 				checkKubeletPath:  {"does not parse"},
@@ -296,7 +328,7 @@ func TestRun(t *testing.T) {
 				}
 				return e
 			},
-			want:    map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverSocket: Fail, checkDriverInfo: Skip, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverSocket: {"regular file, not a socket"}},
 		},
 		{
@@ -306,7 +338,7 @@ func TestRun(t *testing.T) {
 				leaveStaleSocket(t, e.driverSocket)
 				return e
 			},
-			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"cannot connect", "refused", "nothing listens"}},
 		},
 		{
@@ -316,7 +348,7 @@ func TestRun(t *testing.T) {
 				e.startDriver(t, answerName("csi/example"))
 				return e
 			},
-			want: map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want: map[int]Outcome{checkDriverInfo: Fail, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{
 				checkDriverInfo: {`"csi/example"`, `contains '/'`, `"v1.2.3"`},
 				checkPathLength: {"skipped", "name"},
@@ -331,7 +363,7 @@ func TestRun(t *testing.T) {
 				})
 				return e
 			},
-			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"Internal", "disk on fire"}},
 		},
 		{
@@ -345,8 +377,70 @@ func TestRun(t *testing.T) {
 				e.cfg.Timeout = 50 * time.Millisecond
 				return e
 			},
-			want:    map[int]Outcome{checkDriverInfo: Fail, checkPathLength: Skip, checkRegSocket: Skip},
+			want:    map[int]Outcome{checkDriverInfo: Fail, checkNodeInfo: Skip, checkPathLength: Skip, checkRegSocket: Skip},
 			details: map[int][]string{checkDriverInfo: {"no answer within 50ms"}},
+		},
+		{
+			name: "driver answers NodeGetInfo with limits and topology",
+			setUp: nodeInfoEnv(func(context.Context) (*csi.NodeGetInfoResponse, error) {
+				return &csi.NodeGetInfoResponse{NodeId: "i-0abc", MaxVolumesPerNode: 25, AccessibleTopology: &csi.Topology{
+					Segments: map[string]string{"topology.kubernetes.io/zone": "z1", "example.com/rack": "r7"}}}, nil
+			}),
+			details: map[int][]string{checkNodeInfo: {`node ID "i-0abc", at most 25 volumes, topology example.com/rack=r7,topology.kubernetes.io/zone=z1`}},
+		},
+		{
+			// The driver reads the deadline that gRPC sent with the call,
+			// and answers it as its node ID.
+			name: "NodeGetInfo has kubelet's timeout",
+			setUp: nodeInfoEnv(func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+				deadline, ok := ctx.Deadline()
+				if !ok {
+					return &csi.NodeGetInfoResponse{NodeId: "no deadline"}, nil
+				}
+				return &csi.NodeGetInfoResponse{NodeId: time.Until(deadline).Round(time.Minute).String()}, nil
+			}),
+			details: map[int][]string{checkNodeInfo: {`node ID "2m0s"`}},
+		},
+		{
+			name: "driver hangs in NodeGetInfo",
+			setUp: func(t *testing.T) *env {
+				e := nodeInfoEnv(func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+					<-ctx.Done()
+					return nil, status.FromContextError(ctx.Err()).Err()
+				})(t)
+				e.cfg.NodeGetInfoTimeout = 50 * time.Millisecond
+				return e
+			},
+			want:    map[int]Outcome{checkNodeInfo: Fail},
+			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, as long as kubelet waits for it", "likely cause of a registration that kubelet never completes", "driver's node service"}},
+		},
+		{
+			name: "driver fails NodeGetInfo",
+			setUp: nodeInfoEnv(func(context.Context) (*csi.NodeGetInfoResponse, error) {
+				return nil, status.Error(codes.Unavailable, "metadata server unreachable")
+			}),
+			want:    map[int]Outcome{checkNodeInfo: Fail},
+			details: map[int][]string{checkNodeInfo: {"Unavailable: metadata server unreachable", "likely cause of a registration that kubelet never completes", "driver's log"}},
+		},
+		{
+			name: "driver answers an empty node ID",
+			setUp: nodeInfoEnv(func(context.Context) (*csi.NodeGetInfoResponse, error) {
+				return &csi.NodeGetInfoResponse{MaxVolumesPerNode: 8}, nil
+			}),
+			want:    map[int]Outcome{checkNodeInfo: Fail},
+			details: map[int][]string{checkNodeInfo: {"empty node_id", "kubelet refuses", "driverNodeID must not be empty"}},
+		},
+		{
+			name: "driver serves no Node service",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.withoutNodeService = true
+				e.startDriver(t, answerName(testDriver))
+				e.publish(t, testDriver, healthyInfo())
+				return e
+			},
+			want:    map[int]Outcome{checkNodeInfo: Fail},
+			details: map[int][]string{checkNodeInfo: {"Unimplemented", "does not serve the CSI Node service", "node plugin"}},
 		},
 		{
 			name: "registration socket path too long",

@@ -239,6 +239,29 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a condition type of its own", func(t *testing.T) {
+		f.createNode(t, "n4")
+		const custom = "node.gke.io/PDCSIReady"
+		g := New(Config{NodeName: "n4", Condition: true, ConditionType: custom, Client: f.client(t, gateToken),
+			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		stop := runGate(g)
+		defer stop()
+		g.Registered(driver)
+		waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition != nil })
+		n := f.node(t, "n4")
+		if c := n.condition(custom); c["status"] != "True" || c["reason"] != ReasonRegistered || c["lastTransitionTime"] == "" {
+			t.Errorf("condition %s after registration: %v", custom, c)
+		}
+		if c := n.condition(typ); c != nil {
+			t.Errorf("the default condition was set too: %v", c)
+		}
+		g.Withdrawn(driver)
+		stop()
+		if c := f.node(t, "n4").condition(custom); c["status"] != "False" || c["reason"] != ReasonUnregistered {
+			t.Errorf("condition %s after the stop: %v", custom, c)
+		}
+	})
+
 	// Last: the policy applies to the static user of gateToken too, which
 	// has the service account's name but no node.
 	t.Run("deploy/node-gate's policy", func(t *testing.T) { testPolicy(t, f) })
@@ -455,6 +478,9 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 		}
 	})
 
+	// Last: it replaces the policy.
+	t.Run("a condition type of its own set in the policy", func(t *testing.T) { testPolicyConditionType(t, f, own) })
+
 	t.Run("other service accounts are left alone", func(t *testing.T) {
 		// One with the rule of deploy/node-gate but not its mark (the
 		// static user of narrowToken), one bound to cluster-admin, whose
@@ -472,6 +498,56 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 			}
 		}
 	})
+}
+
+// testPolicyConditionType replaces deploy/node-gate's policy with the same
+// policy whose conditionType is set as its comment says for
+// --node-condition-type: the gate's condition of that type passes, the
+// default type is refused.
+func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *Client) {
+	const custom = "node.gke.io/PDCSIReady"
+	data, err := os.ReadFile("../../../deploy/node-gate/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const defaultType = `expression: "variables.driverName + '/NodePluginRegistered'"`
+	if strings.Count(string(data), defaultType) != 1 {
+		t.Fatalf("deploy/node-gate/policy.yaml has no variable conditionType with %s", defaultType)
+	}
+	file := filepath.Join(f.dir, "policy-custom-type.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(string(data), defaultType, `expression: "'`+custom+`'"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCall(t, http.MethodDelete, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"+policyName, "", nil)
+	f.mustCall(t, http.MethodDelete, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"+policyName, "", nil)
+	if err := f.ApplyPolicy(file); err != nil {
+		t.Fatal(err)
+	}
+	setDefault := func(query string) error {
+		p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
+		return patchQuery(own, "own", "status", query, "application/strategic-merge-patch+json", string(p))
+	}
+	poll.Until(t, "the replaced policy refuses the default condition type (dry run)", func() bool {
+		var apiErr *APIError
+		return errors.As(setDefault("dryRun=All"), &apiErr) && apiErr.Policy == policyName
+	})
+
+	g := New(Config{NodeName: "own", Condition: true, ConditionType: custom, Client: own,
+		RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	stop := runGate(g)
+	defer stop()
+	g.Registered(policyDriver)
+	waitStatus(t, g, func(st Status) bool { return !st.Pending && st.Condition != nil || st.LastError != "" })
+	if st := g.Status(); st.Pending || st.LastError != "" {
+		t.Fatalf("the gate's condition %s under the policy: %+v", custom, st)
+	}
+	if c := f.node(t, "own").condition(custom); c["status"] != "True" {
+		t.Errorf("condition %s: %v", custom, c)
+	}
+	apiErr := policyRefusal(t, setDefault(""))
+	if want := "the node gate may set only the condition " + custom + " of node own, not " + policyDriver + ConditionSuffix; apiErr.PolicyMessage != want {
+		t.Errorf("the policy said:\n%s\nwant:\n%s", apiErr.PolicyMessage, want)
+	}
 }
 
 // What the policy costs the API server: one patch of nodes/status that

@@ -27,8 +27,8 @@ import (
 )
 
 // ConditionSuffix is appended to the driver's name to make the condition's
-// type, <driver name>/NodePluginRegistered: KEP-5233's conditions are
-// domain-prefixed, and its storage example names this one so.
+// default type, <driver name>/NodePluginRegistered: KEP-5233's conditions
+// are domain-prefixed, and its storage example names this one so.
 const ConditionSuffix = "/NodePluginRegistered"
 
 const (
@@ -58,9 +58,11 @@ type Config struct {
 	// TaintKeys are the taints to remove, by key, once kubelet has
 	// accepted the driver.
 	TaintKeys []string
-	// Condition sets the <driver name>/NodePluginRegistered condition.
-	Condition bool
-	Client    *Client
+	// Condition sets the condition of type ConditionType, or
+	// <driver name>/NodePluginRegistered when ConditionType is empty.
+	Condition     bool
+	ConditionType string
+	Client        *Client
 	// RetryInitial and RetryMax bound the backoff after a failed update:
 	// it doubles from RetryInitial up to RetryMax (with up to 20% more, so
 	// that the nodes of a cluster spread out), and starts over after a
@@ -155,7 +157,11 @@ func (g *Gate) want(driverName string, removeTaints bool, status, reason, messag
 	if removeTaints && len(g.cfg.TaintKeys) > 0 {
 		w.taintGen++
 	}
-	c := &Condition{Type: driverName + ConditionSuffix, Status: status, Reason: reason, Message: message}
+	typ := g.cfg.ConditionType
+	if typ == "" {
+		typ = driverName + ConditionSuffix
+	}
+	c := &Condition{Type: typ, Status: status, Reason: reason, Message: message}
 	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
 		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
 			w.condSince = time.Now()

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ValidateTaintKey checks key as the API server checks a taint's key: an
@@ -27,6 +29,16 @@ func ValidateTaintKey(key string) error {
 	}
 	if len(name) > 63 || !regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`).MatchString(name) {
 		return fmt.Errorf("taint key %q is not valid: %s", key, rule)
+	}
+	return nil
+}
+
+// ValidateConditionType checks a condition type given in place of the
+// default one as Kubernetes checks the types of conditions: a qualified
+// name, an optional DNS subdomain prefix and "/", then a name.
+func ValidateConditionType(typ string) error {
+	if errs := validation.IsQualifiedName(typ); len(errs) > 0 {
+		return fmt.Errorf("condition type %q is not valid: %s; e.g. node.example.com/StorageReady", typ, strings.Join(errs, "; "))
 	}
 	return nil
 }

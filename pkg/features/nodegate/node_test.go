@@ -82,3 +82,25 @@ func TestValidateTaintKey(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateConditionType(t *testing.T) {
+	for _, typ := range []string{"node.gke.io/PDCSIReady", "StorageReady", "hostpath.csi.k8s.io/NodePluginRegistered", "a/" + strings.Repeat("b", 63)} {
+		if err := ValidateConditionType(typ); err != nil {
+			t.Errorf("%q: %v", typ, err)
+		}
+	}
+	for typ, want := range map[string]string{
+		"":                                 "name part must be non-empty",
+		"Node.GKE.io/Ready":                "prefix part a lowercase RFC 1123 subdomain",
+		"node.gke.io/":                     "name part must be non-empty",
+		"node.gke.io/PD CSI Ready":         "name part must consist of alphanumeric characters",
+		"a/b/c":                            "with an optional DNS subdomain prefix and '/'",
+		"x/" + strings.Repeat("b", 64):     "name part must be no more than 63 bytes",
+		"-starts-with-a-dash/StorageReady": "prefix part a lowercase RFC 1123 subdomain",
+	} {
+		err := ValidateConditionType(typ)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "condition type \""+typ+"\" is not valid") {
+			t.Errorf("%q: %v, want an error that names the type and says %q", typ, err, want)
+		}
+	}
+}
