@@ -452,7 +452,7 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 	case pathChanged, ownerLost:
 		if _, lost := ev.(ownerLost); lost {
 			// Its socket is no longer known to be served: ask it again.
-			m.owner = sockfile.ID{}
+			m.owner, m.at = sockfile.ID{}, At{}
 		}
 		m.lookAgain = m.path != ""
 
@@ -543,6 +543,9 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 // standAside leaves the path to another instance, whose socket is owner.
 func (m *machine) standAside(state State, owner sockfile.ID) {
 	m.state, m.gen, m.ours, m.owner, m.handedOver, m.kubeletRetrying = state, 0, sockfile.ID{}, owner, false, false
+	// A socket handed over keeps its file: what was known of it as ours
+	// is now known of the owner's.
+	m.at = At{kind: atOwner, path: m.path, File: owner}
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}

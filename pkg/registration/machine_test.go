@@ -509,3 +509,18 @@ func TestDriverReportInStatus(t *testing.T) {
 		t.Errorf("driver found: %+v, name %q", st, m.driverName)
 	}
 }
+
+// TestHandedOverSocketIsNotOurs: the socket handed over keeps its file, and
+// nothing known of it while it was ours may say so once it is the owner's,
+// nor once the owner is lost (Health reads the last look).
+func TestHandedOverSocketIsNotOurs(t *testing.T) {
+	m := then(publishedIn(Registered), t0, handoverAsked{gen: 1})
+	m.step(t0, offered{})
+	if m.state != Superseded || m.at.kind != atOwner || m.at.File != ours || m.owner != ours {
+		t.Fatalf("after the handover: state %s, last look %v of %v, owner %v; want superseded, the owner's socket %v", m.state, m.at.kind, m.at.File, m.owner, ours)
+	}
+	m.step(t0, ownerLost{})
+	if m.at.kind == atOurs || m.at.File == ours {
+		t.Errorf("after the owner was lost: last look %v of %v, want none until the path is looked at again", m.at.kind, m.at.File)
+	}
+}
