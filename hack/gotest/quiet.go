@@ -58,9 +58,10 @@ func (q *quietWatch) check() {
 	fmt.Fprintf(q.out, "go test %s: still compiling or testing (%d min so far)\n", q.what, int(now.Sub(q.start)/time.Minute))
 }
 
-// watch checks every quietAfter until stop is closed.
+// watch checks six times every quietAfter until stop is closed, so that
+// go test is quiet for at most 70 s before the notice.
 func (q *quietWatch) watch(stop <-chan struct{}) {
-	t := q.clock.NewTicker(quietAfter)
+	t := q.clock.NewTicker(quietAfter / 6)
 	defer t.Stop()
 	for {
 		select {
