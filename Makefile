@@ -176,16 +176,17 @@ windows-test:
 	VERSION=$(VERSION) GOTAGS='$(GOTAGS)' hack/windows-test.sh
 
 vet:
-	$(GO) vet ./...
-	cd test/e2e && $(GO) vet ./...
+	hack/progress.sh "vetting the product module" $(GO) vet ./...
+	hack/progress.sh "vetting test/e2e" $(GO) vet -C test/e2e ./...
 
 # test/node's kube-apiserver, which pkg/features/nodegate's and test/deploy's tests
 # run (test/apiserver): built here rather than inside go test, whose
 # 10-minute timeout a cold build on two loaded cores can exceed.
 KUBE_APISERVER_BIN := test/node/_bin/kube-apiserver
 $(KUBE_APISERVER_BIN): test/node/go.mod test/node/go.sum
-	@echo "building kube-apiserver from test/node for the tests against an API server (cold: several minutes)"
-	cd test/node && CGO_ENABLED=0 GOOS= GOARCH= GOARM= $(GO) build -trimpath -o _bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	@echo "building kube-apiserver from test/node for the tests against an API server (from an empty build cache: about 15 min on two cores)"
+	CGO_ENABLED=0 GOOS= GOARCH= GOARM= hack/progress.sh "building kube-apiserver" \
+		$(GO) build -C test/node -trimpath -o _bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 
 # Unit and integration tests of the product module, under the race detector.
 unit: $(KUBE_APISERVER_BIN)
@@ -229,7 +230,8 @@ handover-compat:
 e2e: build
 	@set -e; for m in $(KUBELET_MINORS); do \
 		echo "make e2e: kubelet $$m (test/kubelet/$$m)"; \
-		(cd test/kubelet/$$m && $(GO) build -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .); \
+		hack/progress.sh "building kubelet $$m's plugin manager (fakekubelet)" \
+			$(GO) build -C test/kubelet/$$m -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .; \
 		(cd test/e2e && FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$$m REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...); \
 	done
 

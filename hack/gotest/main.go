@@ -2,7 +2,8 @@
 // without -v (the packages' result lines, a failed test's output, build
 // errors), then every test that skipped, with the reason it gave. make runs
 // each of its go test commands through it (the Makefile's GO_TEST), so that
-// a skip shows instead of passing silently.
+// a skip shows instead of passing silently. While go test prints nothing for
+// a minute (a cold build), it says every minute that go test is still at work.
 //
 //	gotest [-dir DIR] [-go GO] [-record FILE] [--] <go test arguments>
 //
@@ -23,6 +24,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"k8s.io/utils/clock"
 )
 
 func main() {
@@ -42,13 +45,18 @@ type invocation struct {
 	dir, goCmd, record string
 	args               []string
 	stdout, stderr     io.Writer
-	ci                 string // the environment's CI
+	ci                 string           // the environment's CI
+	clock              clock.WithTicker // nil: the real one
 }
 
 func run(in invocation) int {
 	cmd := exec.Command(in.goCmd, append([]string{"test", "-json"}, in.args...)...)
 	cmd.Dir = in.dir
-	cmd.Stderr = in.stderr
+	if in.clock == nil {
+		in.clock = clock.RealClock{}
+	}
+	quiet := newQuietWatch(in.clock, strings.Join(in.args, " "), in.stdout)
+	cmd.Stderr = quiet.writer(in.stderr)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		fmt.Fprintln(in.stderr, "gotest:", err)
@@ -58,8 +66,15 @@ func run(in invocation) int {
 		fmt.Fprintln(in.stderr, "gotest:", err)
 		return 1
 	}
-	skips := filter(stdout, in.stdout)
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		quiet.watch(stopWatch)
+	}()
+	skips := filter(stdout, quiet.writer(in.stdout))
 	waitErr := cmd.Wait()
+	close(stopWatch)
+	<-watchDone
 
 	if len(skips) > 0 {
 		fmt.Fprintf(in.stdout, "go test %s: %d skipped:\n", strings.Join(in.args, " "), len(skips))

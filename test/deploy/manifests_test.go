@@ -15,9 +15,9 @@ import (
 const (
 	// deployDir is the repository's deploy/ directory, from this package's.
 	deployDir = "../../deploy"
-	// overlayDir is the overlay that deploy/README.md shows. It cannot live
-	// under deploy/: kustomize refuses an overlay inside its base.
-	overlayDir = "testdata/example-overlay"
+	// overlayDir is the example overlay that deploy/README.md shows, shipped
+	// beside deploy/: kustomize refuses a base that contains its overlay.
+	overlayDir = "../../deploy-example"
 	// livenessOverlayDir is deploy/ with its driver-liveness component.
 	livenessOverlayDir = "testdata/driver-liveness-overlay"
 	// nodeGateOverlayDir is the base with the deploy/node-gate component.
