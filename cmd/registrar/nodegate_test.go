@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 func TestNodeGateFlags(t *testing.T) {
@@ -100,6 +102,7 @@ func TestNodeGateNeedsThePodsServiceAccount(t *testing.T) {
 // A bad condition type stops the registrar before anything starts: exit 1,
 // the error naming the flag, and no registration socket.
 func TestBadConditionTypeExitsBeforeStarting(t *testing.T) {
+	removeall.Require(t) // before the first temporary directory
 	dir := t.TempDir()
 	out := runRegistrar(t, "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock", "--plugin-registration-path="+dir,
 		"--node-condition", "--node-name=n1", "--node-condition-type=node.gke.io/")
