@@ -209,8 +209,12 @@ version=${VERSION:-$(hack/version.sh)}
 bin=$repo/test/node/_bin
 [[ $kube_module == test/node ]] || bin=$bin/$kube_version
 say "building kubelet, kube-apiserver, kube-controller-manager, kube-scheduler $kube_version (k8s.io/kubernetes from $kube_module/go.mod) into ${bin#"$repo/"}"
+# The release's version, as Kubernetes' own build stamps it: kubelet reports
+# it in its Node's status, where the checks read which kubelet they test.
+IFS=. read -r kube_major kube_minor _ <<<"${kube_version#v}"
+kube_ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=$kube_major -X k8s.io/component-base/version.gitMinor=$kube_minor"
 started=$SECONDS
-(cd "$kube_module" && go build -trimpath -o "$bin/" \
+(cd "$kube_module" && go build -trimpath -ldflags "$kube_ldflags" -o "$bin/" \
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler) &&
 	(cd test/node && go build -trimpath -o "$bin/" ./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"

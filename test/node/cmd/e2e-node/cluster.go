@@ -249,6 +249,9 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	}); err != nil {
 		return err
 	}
+	if c.kubeletVersion.Major() == 0 {
+		return fmt.Errorf("kubelet reports version %s: it was built without its release's version (go build -ldflags '-X k8s.io/component-base/version.gitVersion=v1.NN.P', as hack/e2e-node.sh does), and the checks that depend on kubelet's version need it", c.kubeletVersion)
+	}
 	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
 	return nil
 }
