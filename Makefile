@@ -67,7 +67,9 @@ WINDOWS_IMAGE_OUTPUT ?=
 # docs/compatibility.md.
 KUBELET_MINORS := v1.37 v1.33 v1.30
 
-# Every Go module of the repository: lint covers them all.
+# Every Go module of the repository with Go code: lint covers them all.
+# test/node/kubernetes/v1.NN pin a Kubernetes release for make e2e-node
+# and hold no code of their own.
 MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_MINORS)) test/deploy test/docs test/node test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -344,12 +346,15 @@ mockdriver:
 	$(GO) build -o bin/mockdriver ./test/mockdriver
 
 # The registrar's image as the sidecar of a CSI driver's DaemonSet under a
-# real kubelet, apiserver, controller-manager and scheduler (v1.37.1) on this
-# machine, in namespaces of their own. Needs root; installs etcd-server,
-# containerd, runc and buildah with apt-get when missing. See
+# real kubelet, apiserver, controller-manager and scheduler on this machine,
+# in namespaces of their own, of Kubernetes KUBE_VERSION: empty, test/node's
+# (the newest supported, v1.37.1); else one that a module
+# test/node/kubernetes/v1.NN pins (v1.33.13, v1.30.14). Needs root; installs
+# etcd-server, containerd, runc and buildah with apt-get when missing. See
 # hack/e2e-node.sh and test/node/README.md.
+KUBE_VERSION ?=
 e2e-node:
-	VERSION=$(VERSION) hack/e2e-node.sh
+	VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) hack/e2e-node.sh
 
 # Kubernetes' own storage e2e suite (e2e.test, built unmodified from
 # k8s.io/kubernetes at test/node's version) on make e2e-node's node: the

@@ -5,7 +5,7 @@
 #  1. installs etcd-server, containerd, runc and buildah (and busybox-static
 #     for the hostpath checks) with apt-get when missing;
 #  2. builds kubelet, kube-apiserver, kube-controller-manager and
-#     kube-scheduler from test/node's go.mod into test/node/_bin (the Go
+#     kube-scheduler of KUBE_VERSION (below) into test/node/_bin (the Go
 #     build cache makes later runs fast), the registrar's binary (make
 #     build-all) and the test driver;
 #  3. builds four images with buildah (vfs storage in the scratch
@@ -28,6 +28,13 @@
 #
 #   hack/e2e-node.sh        (make e2e-node; needs root)
 #
+# KUBE_VERSION (default: test/node's k8s.io/kubernetes, the newest
+# supported): the Kubernetes release whose kubelet, kube-apiserver,
+# kube-controller-manager and kube-scheduler the node runs. Each other
+# release has a module of its own, test/node/kubernetes/v1.NN, whose go.mod
+# pins it (k8s.io/kubernetes and its staging modules); its components are
+# built into test/node/_bin/<version>. The node test's program is test/node's
+# whatever the version. make e2e-storage runs test/node's version only.
 # E2E_NODE_MAX_ROLLOUT_GAP (a Go duration, default 0s): the longest time
 # without the driver in CSINode that the rolling update check (4a) accepts.
 # kubelet v1.37 unregisters a plugin whose socket is replaced and registers
@@ -74,6 +81,25 @@ fail() {
 	echo "e2e-node: FAIL: $*" >&2
 	exit 1
 }
+
+# The Kubernetes release to run, and the module that pins it.
+node_version=$(sed -n 's|^\tk8s\.io/kubernetes \(v[^ ]*\)$|\1|p' test/node/go.mod)
+[[ -n $node_version ]] || fail "test/node/go.mod requires no k8s.io/kubernetes version"
+kube_version=${KUBE_VERSION:-$node_version}
+kube_module=
+if [[ $kube_version == "$node_version" ]]; then
+	kube_module=test/node
+else
+	for m in test/node/kubernetes/*/go.mod; do
+		grep -Eq "^(require )?[[:space:]]*k8s\.io/kubernetes $kube_version\$" "$m" && kube_module=${m%/go.mod}
+	done
+fi
+if [[ -z $kube_module ]]; then
+	fail "KUBE_VERSION=$kube_version: no module pins it; supported: $node_version (test/node)$(
+		sed -n 's|^require k8s\.io/kubernetes \(v.*\)$|, \1|p' test/node/kubernetes/*/go.mod | tr -d '\n'
+	) (test/node/kubernetes/v1.NN; see docs/compatibility.md to add one)"
+fi
+[[ $mode == node || $kube_module == test/node ]] || fail "KUBE_VERSION=$kube_version: make e2e-storage runs test/node's version only ($node_version)"
 
 [[ $(id -u) == 0 ]] || fail "needs root: it runs containerd and kubelet, and creates namespaces and cgroups"
 
@@ -178,13 +204,20 @@ done
 export CGO_ENABLED=0
 arch=$(go env GOARCH)
 version=${VERSION:-$(hack/version.sh)}
+# test/node's own release in _bin (where make deploy-test and the node
+# gate's test look for kube-apiserver), another in a directory of its own.
 bin=$repo/test/node/_bin
-say "building kubelet, kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes from test/node/go.mod) into test/node/_bin"
+[[ $kube_module == test/node ]] || bin=$bin/$kube_version
+say "building kubelet, kube-apiserver, kube-controller-manager, kube-scheduler $kube_version (k8s.io/kubernetes from $kube_module/go.mod) into ${bin#"$repo/"}"
+# The release's version, as Kubernetes' own build stamps it: kubelet reports
+# it in its Node's status, where the checks read which kubelet they test.
+IFS=. read -r kube_major kube_minor _ <<<"${kube_version#v}"
+kube_ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=$kube_major -X k8s.io/component-base/version.gitMinor=$kube_minor"
 started=$SECONDS
-(cd test/node && go build -trimpath -o "$bin/" \
+(cd "$kube_module" && go build -trimpath -ldflags "$kube_ldflags" -o "$bin/" \
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
-	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
-	./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"
+	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler) &&
+	(cd test/node && go build -trimpath -o "$bin/" ./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"
 say "built in $((SECONDS - started))s"
 if [[ $mode == storage ]]; then
 	say "building kubectl, agnhost (the suite's test image) and e2e.test (go test -c k8s.io/kubernetes/test/e2e, unmodified) into test/node/_bin"

@@ -617,6 +617,10 @@ type registrarState struct {
 	State        string            `json:"state"`
 	Reason       string            `json:"reason"`
 	Publications map[string]uint64 `json:"socketPublications"`
+	KubeletCalls struct {
+		GetInfo        uint64 `json:"getInfo"`
+		NotifyRejected uint64 `json:"notifyRejected"`
+	} `json:"kubeletCalls"`
 	// Attempts and FailingSince: kubelet's rejections since it last
 	// accepted the driver, and when the registration started to fail.
 	Attempts     uint64     `json:"attempts"`

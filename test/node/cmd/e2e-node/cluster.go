@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -51,6 +52,8 @@ type cluster struct {
 	procs   []*process
 	client  *kubernetes.Clientset
 	timings []timing
+	// kubeletVersion is what kubelet reports in its Node's status.
+	kubeletVersion *version.Version
 	// storage sets the node up for Kubernetes' storage e2e suite (make
 	// e2e-storage): a pod network, the controllers the suite relies on,
 	// no startup taint.
@@ -236,11 +239,18 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "kubelet registered its Node", 3*time.Minute, 500*time.Millisecond, kubelet, func(ctx context.Context) (bool, error) {
-		_, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err := waitFor(ctx, "kubelet registered its Node with its version", 3*time.Minute, 500*time.Millisecond, kubelet, func(ctx context.Context) (bool, error) {
+		node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+		if err != nil || node.Status.NodeInfo.KubeletVersion == "" {
+			return false, err
+		}
+		c.kubeletVersion, err = version.ParseGeneric(node.Status.NodeInfo.KubeletVersion)
 		return err == nil, err
 	}); err != nil {
 		return err
+	}
+	if c.kubeletVersion.Major() == 0 {
+		return fmt.Errorf("kubelet reports version %s: it was built without its release's version (go build -ldflags '-X k8s.io/component-base/version.gitVersion=v1.NN.P', as hack/e2e-node.sh does), and the checks that depend on kubelet's version need it", c.kubeletVersion)
 	}
 	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
 	return nil
@@ -423,6 +433,14 @@ contexts:
 current-context: local
 `, apiServer, token)
 	return os.WriteFile(file, []byte(config), 0o600)
+}
+
+// kubeletRetries reports whether kubelet tries a rejected registration
+// again by itself, on the same socket (kubelet 1.36 and later,
+// kubernetes/kubernetes#133335); older ones try again only on a socket
+// created again, which the registrar then publishes (docs/compatibility.md).
+func (c *cluster) kubeletRetries() bool {
+	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 36))
 }
 
 // dialable reports whether a Unix socket accepts connections.

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
@@ -260,4 +263,66 @@ func (s *suite) setTemplate(ctx context.Context, name string, tmpl corev1.PodTem
 		return err
 	})
 	return updated, err
+}
+
+// ownDriverDaemonSet is deploy/daemonset.yaml adapted as for the test
+// driver, as the DaemonSet dsName of a driver of its own, named driver,
+// with its socket directory under kubelet's plugins directory. It keeps
+// deploy/'s probes as they are: no startup probe.
+func (s *suite) ownDriverDaemonSet(dsName, driver string, rev revision) (*appsv1.DaemonSet, error) {
+	ds, err := s.daemonSet(s.repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"app.kubernetes.io/name": dsName}
+	ds.Name, ds.Labels = dsName, labels
+	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	ds.Spec.Template.Labels = labels
+	pod := &ds.Spec.Template.Spec
+	socketDir := s.path("kubelet", "plugins", driver)
+	for i := range pod.Volumes {
+		if pod.Volumes[i].Name == "socket-dir" {
+			pod.Volumes[i].HostPath.Path = socketDir
+		}
+	}
+	for i := range pod.Containers {
+		ctr := &pod.Containers[i]
+		switch ctr.Name {
+		case registrarName:
+			ctr.StartupProbe = nil
+			for j := range ctr.Env {
+				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
+					ctr.Env[j].Value = filepath.Join(socketDir, rev.socket())
+				}
+			}
+		case driverContainer:
+			for j, arg := range ctr.Args {
+				if strings.HasPrefix(arg, "--name=") {
+					ctr.Args[j] = "--name=" + driver
+				}
+			}
+		}
+	}
+	return ds, nil
+}
+
+// removeDaemonSet deletes a check's DaemonSet and waits until its pods
+// are gone and CSINode no longer lists its driver, as the node was before.
+func (s *suite) removeDaemonSet(ctx context.Context, dsName, driver string) error {
+	background := metav1.DeletePropagationBackground
+	err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, dsName, metav1.DeleteOptions{PropagationPolicy: &background})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete DaemonSet %s: %w", dsName, err)
+	}
+	return waitFor(ctx, dsName+"'s pods gone and "+driver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.podsOf(ctx, dsName)
+		if err != nil || len(pods) > 0 {
+			return false, err
+		}
+		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+		if err != nil {
+			return false, err
+		}
+		return !slices.ContainsFunc(node.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driver }), nil
+	})
 }

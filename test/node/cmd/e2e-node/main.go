@@ -78,7 +78,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 		fmt.Fprintln(os.Stderr, "e2e-node: FAIL: the node did not come up:", err)
 		return 1
 	}
-	fmt.Printf("e2e-node: node %s up after %s\n", nodeName, ms(time.Since(began)))
+	fmt.Printf("e2e-node: node %s up after %s, kubelet %s\n", nodeName, ms(time.Since(began)), c.kubeletVersion)
 
 	s := &suite{cluster: c, options: opts, repo: repo, watch: newCSINodeWatch(driverName)}
 	if storage {
@@ -103,6 +103,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 			s.checkDriverLiveness,
 			s.checkVolume,
 			s.checkMistypedPath,
+			s.checkRejectedThenAccepted,
 			s.checkNodeGate, // last to change the node: it removes the startup taint
 			s.checkKubeletLog,
 		} {
@@ -114,7 +115,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 	}
 
 	fmt.Println()
-	fmt.Println("e2e-node report")
+	fmt.Printf("e2e-node report (kubelet %s)\n", c.kubeletVersion)
 	for _, t := range c.timings {
 		fmt.Printf("  %-7s %s: %s\n", "", t.what, ms(t.took))
 	}
@@ -135,7 +136,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 16 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 9, 11
+	const want = 18 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 12a, 12b, 9, 11
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}

@@ -22,7 +22,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -49,41 +48,19 @@ const (
 // mistypedUnhealthyAfter, and for revMistyped the typo in the registration
 // path. It keeps deploy/'s probes as they are: no startup probe.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.daemonSet(s.repo, rev)
+	ds, err := s.ownDriverDaemonSet(mistypedDaemonSet, mistypedDriver, rev)
 	if err != nil {
 		return nil, err
 	}
-	labels := map[string]string{"app.kubernetes.io/name": mistypedDaemonSet}
-	ds.Name, ds.Labels = mistypedDaemonSet, labels
-	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
-	ds.Spec.Template.Labels = labels
-	pod := &ds.Spec.Template.Spec
-	socketDir := s.path("kubelet", "plugins", mistypedDriver)
-	for i := range pod.Volumes {
-		if pod.Volumes[i].Name == "socket-dir" {
-			pod.Volumes[i].HostPath.Path = socketDir
+	for i := range ds.Spec.Template.Spec.Containers {
+		ctr := &ds.Spec.Template.Spec.Containers[i]
+		if ctr.Name != registrarName {
+			continue
 		}
-	}
-	registrationPath := filepath.Join(socketDir, rev.socket())
-	if rev == revMistyped {
-		registrationPath = filepath.Join(socketDir, mistypedSocket)
-	}
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		switch ctr.Name {
-		case registrarName:
-			ctr.StartupProbe = nil
-			ctr.Args = append(ctr.Args, "--unhealthy-after="+mistypedUnhealthyAfter.String())
-			for j := range ctr.Env {
-				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
-					ctr.Env[j].Value = registrationPath
-				}
-			}
-		case driverContainer:
-			for j, arg := range ctr.Args {
-				if strings.HasPrefix(arg, "--name=") {
-					ctr.Args[j] = "--name=" + mistypedDriver
-				}
+		ctr.Args = append(ctr.Args, "--unhealthy-after="+mistypedUnhealthyAfter.String())
+		for j := range ctr.Env {
+			if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" && rev == revMistyped {
+				ctr.Env[j].Value = filepath.Join(filepath.Dir(ctr.Env[j].Value), mistypedSocket)
 			}
 		}
 	}
@@ -130,7 +107,7 @@ func (before healthyPods) changedSince(after healthyPods) []string {
 
 // checkMistypedPath runs check 10.
 func (s *suite) checkMistypedPath(ctx context.Context) bool {
-	name := fmt.Sprintf("10. mistyped --kubelet-registration-path (.../%s) with deploy/'s probes: kubelet restarts the registrar within --unhealthy-after (%s here; the default is 3m) plus the liveness probe's period x failureThreshold, with kubelet's reason in the pod's status; a rolling update fixing the path registers the driver; no healthy driver's pod restarts",
+	name := fmt.Sprintf("10. mistyped --kubelet-registration-path (.../%s) with deploy/'s probes: kubelet tries again meanwhile (by itself from 1.36, before that on the socket the registrar publishes again) and restarts the registrar within --unhealthy-after (%s here; the default is 3m) plus the liveness probe's period x failureThreshold, with kubelet's reason in the pod's status; a rolling update fixing the path registers the driver; no healthy driver's pod restarts",
 		mistypedSocket, mistypedUnhealthyAfter)
 	ds, err := s.mistypedDaemonSetFor(revMistyped)
 	if err != nil {
@@ -183,7 +160,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	cleanUp := func() error {
 		cleaned = true
 		s.saveMistypedLogs()
-		return s.removeMistyped(ctx)
+		return s.removeDaemonSet(ctx, mistypedDaemonSet, mistypedDriver)
 	}
 	defer func() {
 		if !cleaned {
@@ -198,7 +175,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	// first /healthz 503.
 	var failingSince, healthz503At time.Time
 	var healthz503, lastState string
-	var attempts uint64
+	var attempts, republished uint64
 	var restarted *corev1.Pod
 	port := revMistyped.port()
 	err = waitFor(ctx, "kubelet restarted the registrar", 2*bound+time.Minute, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
@@ -220,6 +197,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		if status, err := registrarStatus(port); err == nil {
 			lastState = status.String()
 			attempts = max(attempts, status.Attempts)
+			republished = max(republished, status.Publications["retry"])
 			if failingSince.IsZero() && status.FailingSince != nil {
 				failingSince = *status.FailingSince
 			}
@@ -260,8 +238,19 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
 		}
 	}
-	failed := fmt.Sprintf("DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q) → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
-		ms(failingSince.Sub(began)), ms(healthz503At.Sub(failingSince)), healthz503, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
+	// Until the restart kubelet tries again: by itself on the same socket
+	// (1.36 and later), or on the socket the registrar publishes again.
+	if attempts < 2 {
+		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d time(s) before the restart, want it to try again", attempts))
+	}
+	switch {
+	case s.kubeletRetries() && republished != 0:
+		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion))
+	case !s.kubeletRetries() && republished == 0:
+		problems = append(problems, fmt.Sprintf("the registrar never published its socket again; kubelet %s tries again only on a new socket", s.kubeletVersion))
+	}
+	failed := fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
+		s.kubeletVersion, ms(failingSince.Sub(began)), ms(healthz503At.Sub(failingSince)), healthz503, attempts, republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
 		restarted.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, unhealthy)
 	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
 
@@ -418,24 +407,4 @@ func (s *suite) saveMistypedLogs() {
 			}
 		}
 	}
-}
-
-// removeMistyped deletes the check's DaemonSet and waits until its pods
-// are gone and CSINode no longer lists its driver, as the node was before.
-func (s *suite) removeMistyped(ctx context.Context) error {
-	background := metav1.DeletePropagationBackground
-	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, mistypedDaemonSet, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
-		return fmt.Errorf("delete DaemonSet: %w", err)
-	}
-	return waitFor(ctx, "check 10's pods gone and "+mistypedDriver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.podsOf(ctx, mistypedDaemonSet)
-		if err != nil || len(pods) > 0 {
-			return false, err
-		}
-		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
-		if err != nil {
-			return false, err
-		}
-		return !slices.ContainsFunc(node.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == mistypedDriver }), nil
-	})
 }

@@ -272,24 +272,9 @@ func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
 	return refusal, err
 }
 
-// removeDaemonSet deletes the DaemonSet and its pods, and waits until the
-// driver has left CSINode.
-func (s *suite) removeDaemonSet(ctx context.Context) error {
-	background := metav1.DeletePropagationBackground
-	err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, "csi-node", metav1.DeleteOptions{PropagationPolicy: &background})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return waitFor(ctx, "no DaemonSet pod left, driver out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
-		reg, _ := s.watch.now()
-		return err == nil && len(pods) == 0 && !reg.registered, err
-	})
-}
-
 func (s *suite) checkNodeGate(ctx context.Context) bool {
 	const name = "9. startup taint removed and node condition set on registration (--remove-node-taint, --node-condition)"
-	if err := s.removeDaemonSet(ctx); err != nil {
+	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
 		return s.report(name, false, "removing the earlier checks' DaemonSet: %v", err)
 	}
 	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
@@ -395,7 +380,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	// Deleting the DaemonSet: the registrar removes its socket, kubelet
 	// unregisters the driver, and the condition goes False.
 	deleted := time.Now()
-	if err := s.removeDaemonSet(ctx); err != nil {
+	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	if err := waitFor(ctx, "the condition False after the DaemonSet's deletion", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
