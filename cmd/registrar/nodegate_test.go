@@ -66,6 +66,7 @@ func TestValidateNodeGate(t *testing.T) {
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
 		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
+		{"CSINode confirmation without the node name", []string{"--confirm-csinode"}, "--confirm-csinode needs the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"condition type without the condition", []string{"--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n"}, "--node-condition-type=node.gke.io/PDCSIReady has no effect without --node-condition: add --node-condition, or drop --node-condition-type"},
 	}
 	t.Setenv(nodeNameEnv, "")

@@ -35,6 +35,7 @@ const (
 	ReasonRegistered   = "Registered"
 	ReasonRejected     = "RejectedByKubelet"
 	ReasonUnregistered = "Unregistered"
+	ReasonNotInCSINode = "NotInCSINode"
 )
 
 // Defaults of Config's durations.
@@ -142,6 +143,13 @@ func (g *Gate) Registered(driverName string) {
 // Rejected records that kubelet rejected the driver, with its reason.
 func (g *Gate) Rejected(driverName, reason string) {
 	g.want(driverName, false, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
+}
+
+// Unconfirmed records that kubelet has the driver registered but this
+// node's CSINode no longer lists it (--confirm-csinode), with what was
+// found: the condition becomes False; taints removed stay removed.
+func (g *Gate) Unconfirmed(driverName, reason string) {
+	g.want(driverName, false, "False", ReasonNotInCSINode, reason)
 }
 
 // Withdrawn records that the registrar removed its registration socket on
