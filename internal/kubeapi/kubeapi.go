@@ -224,6 +224,19 @@ func Code(err error) int {
 	return 0
 }
 
+// CodeLabel is the outcome of a request as its counters label it: the
+// HTTP status code ("200" for a nil err), or "error" when there was no
+// answer.
+func CodeLabel(err error) string {
+	switch code := Code(err); {
+	case code != 0:
+		return strconv.Itoa(code)
+	case err != nil:
+		return "error"
+	}
+	return "200"
+}
+
 // newAPIError reads the API server's Status in answer.
 func newAPIError(code int, verb string, o Object, answer []byte) *APIError {
 	apiErr := &APIError{Code: code, Verb: verb, Object: o}

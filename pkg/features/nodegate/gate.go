@@ -19,7 +19,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -319,14 +318,7 @@ func (g *Gate) errorKeys(err error) []any {
 }
 
 func (g *Gate) count(name string, err error) {
-	code := "200"
-	var apiErr *kubeapi.APIError
-	switch {
-	case errors.As(err, &apiErr):
-		code = strconv.Itoa(apiErr.Code)
-	case err != nil:
-		code = "error"
-	}
+	code := kubeapi.CodeLabel(err)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.st.Requests[name] == nil {
