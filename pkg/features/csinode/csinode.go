@@ -24,8 +24,9 @@ package csinode
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -128,10 +129,7 @@ func (w *Watcher) Status() Status {
 	st := w.st
 	st.Requests = make(map[string]map[string]uint64, len(w.st.Requests))
 	for verb, codes := range w.st.Requests {
-		st.Requests[verb] = make(map[string]uint64, len(codes))
-		for code, n := range codes {
-			st.Requests[verb][code] = n
-		}
+		st.Requests[verb] = maps.Clone(codes)
 	}
 	if st.Finding != nil {
 		f := *st.Finding
@@ -235,7 +233,7 @@ func (w *Watcher) watch(ctx context.Context, rv string) (string, bool, error) {
 		progressed = true
 		cs := &csiNode{}
 		if err := json.Unmarshal(e.Object, cs); err != nil {
-			return rv, progressed, errors.New("a watch event of CSINode " + w.csiNode.Name + " is not one: " + err.Error())
+			return rv, progressed, fmt.Errorf("a watch event of CSINode %s is not one: %w", w.csiNode.Name, err)
 		}
 		if cs.Metadata.ResourceVersion != "" {
 			rv = cs.Metadata.ResourceVersion
