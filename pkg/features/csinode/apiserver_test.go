@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,10 +31,7 @@ const (
 	nobodyToken = "nobody-token"
 )
 
-type fixture struct {
-	*apiserver.Server
-	dir string
-}
+type fixture struct{ *apiserver.Server }
 
 func startAPIServer(t *testing.T) *fixture {
 	t.Helper()
@@ -47,7 +43,7 @@ func startAPIServer(t *testing.T) *fixture {
 		apiserver.User{Token: readerToken, Name: readerUser, Groups: []string{"system:serviceaccounts"}},
 		apiserver.User{Token: nobodyToken, Name: "system:serviceaccount:default:nobody", Groups: []string{"system:serviceaccounts"}})
 	removeall.Require(t)
-	f := &fixture{Server: s, dir: t.TempDir()}
+	f := &fixture{s}
 	f.call(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 		`{"metadata":{"name":"csinode-reader"},"rules":[{"apiGroups":["storage.k8s.io"],"resources":["csinodes"],"verbs":["get","watch"]},{"apiGroups":[""],"resources":["nodes"],"verbs":["get"]}]}`)
 	f.call(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
@@ -66,19 +62,6 @@ func (f *fixture) call(t *testing.T, method, path, body string) []byte {
 		t.Fatal(err)
 	}
 	return answer
-}
-
-func (f *fixture) client(t *testing.T, token string) *kubeapi.Client {
-	t.Helper()
-	file := filepath.Join(f.dir, token)
-	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubeapi.NewClient(kubeapi.Config{Host: f.URL, TokenFile: file, CAFile: f.CAFile, UserAgent: "csinode-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // createNode creates the Node and returns its UID.
@@ -139,7 +122,7 @@ func next(t *testing.T, findings <-chan Finding, want Finding) {
 
 func TestAgainstKubeAPIServer(t *testing.T) {
 	f := startAPIServer(t)
-	reader := f.client(t, readerToken)
+	reader := f.ClientForTest(t, readerToken)
 
 	t.Run("the CSINode's life, with get and watch of csinodes and get of nodes alone", func(t *testing.T) {
 		uid := f.createNode(t, "n1")
@@ -230,7 +213,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 
 	t.Run("without the rights, the missing rule is named", func(t *testing.T) {
 		f.createNode(t, "n4")
-		w, findings := watcher(t, "n4", f.client(t, nobodyToken), 10*time.Minute)
+		w, findings := watcher(t, "n4", f.ClientForTest(t, nobodyToken), 10*time.Minute)
 		w.SetDriver(driver)
 		select {
 		case got := <-findings:

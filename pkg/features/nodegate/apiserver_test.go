@@ -65,23 +65,7 @@ func (f *apiserverFixture) mustCall(t testing.TB, method, path, contentType stri
 // client is a gate client that authenticates with token, and trusts the
 // API server's own self-signed CA.
 func (f *apiserverFixture) client(t testing.TB, token string) *kubeapi.Client {
-	t.Helper()
-	file, err := os.CreateTemp(f.dir, "token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = file.WriteString(token)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubeapi.NewClient(kubeapi.Config{Host: f.URL, TokenFile: file.Name(), CAFile: f.CAFile, UserAgent: "nodegate-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return f.ClientForTest(t, token)
 }
 
 // applyRBAC creates the objects of deploy/node-gate/rbac.yaml as they are,
