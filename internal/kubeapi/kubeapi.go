@@ -370,8 +370,10 @@ func (c *Client) Watch(ctx context.Context, o Object, resourceVersion string, ti
 	// not.
 	headers := time.AfterFunc(requestTimeout, cancel)
 	resp, err := c.send(ctx, http.MethodGet, "watch", c.cfg.Host+o.collection()+"?"+query.Encode(), o, "", nil)
-	if !headers.Stop() && err == nil {
-		resp.Body.Close()
+	if !headers.Stop() {
+		if err == nil {
+			resp.Body.Close()
+		}
 		err = fmt.Errorf("watch %s of %s %q: no answer in %v", o.resource(), o.Kind, o.Name, requestTimeout)
 	}
 	if err != nil {

@@ -6,7 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 )
+
+// cmd/registrar adds the watcher to the HTTP endpoint as a feature.
+var _ healthz.Feature = (*Watcher)(nil)
 
 // The watcher reports its status as it stands: its /status section and its
 // counter, read at each request.
