@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
@@ -199,7 +200,7 @@ func TestWatchStreamsEvents(t *testing.T) {
 		fmt.Fprintln(w, `{"type":"DELETED","object":{"metadata":{"name":"n1","resourceVersion":"13"}}}`)
 		fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 13 (20)"}}`)
 	})
-	w, err := client(t, cfg).Watch(context.Background(), csiNode, "10", 450e9)
+	w, err := client(t, cfg).Watch(context.Background(), csiNode, "10", 450*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,10 +243,10 @@ func TestWatchRefused(t *testing.T) {
 		status(w, http.StatusForbidden, "no")
 	})
 	c := client(t, cfg)
-	if _, err := c.Watch(context.Background(), csiNode, "1", 300e9); Code(err) != http.StatusGone {
+	if _, err := c.Watch(context.Background(), csiNode, "1", 300*time.Second); Code(err) != http.StatusGone {
 		t.Errorf("from an old resourceVersion: %v", err)
 	}
-	if _, err := c.Watch(context.Background(), csiNode, "", 300e9); Code(err) != http.StatusForbidden || !strings.Contains(err.Error(), `verbs: ["watch"]`) {
+	if _, err := c.Watch(context.Background(), csiNode, "", 300*time.Second); Code(err) != http.StatusForbidden || !strings.Contains(err.Error(), `verbs: ["watch"]`) {
 		t.Errorf("forbidden: %v", err)
 	}
 }
@@ -261,7 +262,7 @@ func TestWatchEndsWithItsContext(t *testing.T) {
 		close(gone)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := client(t, cfg).Watch(ctx, csiNode, "", 300e9)
+	w, err := client(t, cfg).Watch(ctx, csiNode, "", 300*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
