@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
@@ -71,10 +72,10 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if !o.gatesNode() {
 		return nil, nil
 	}
-	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
-	var client *nodegate.Client
+	cfg, err := kubeapi.InClusterConfig("csi-node-driver-registrar/" + version)
+	var client *kubeapi.Client
 	if err == nil {
-		client, err = nodegate.NewClient(cfg)
+		client, err = kubeapi.NewClient(cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
