@@ -114,3 +114,26 @@ func TestBadConditionTypeExitsBeforeStarting(t *testing.T) {
 		t.Errorf("the registry directory holds %v (%v), want nothing", entries, err)
 	}
 }
+
+// --confirm-csinode, too, needs the pod's service account, and says so.
+func TestCSINodeConfirmationNeedsThePodsServiceAccount(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o, err := parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--confirm-csinode", "--node-name=n"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wireCSINode(t.Context(), o, &core{}); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("wireCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
+	}
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &core{}
+	if stop, err := wireCSINode(t.Context(), o, c); stop != nil || err != nil || len(c.reports) != 0 {
+		t.Errorf("wireCSINode without the flag = %v, %v, %d reports; want nothing wired", stop != nil, err, len(c.reports))
+	}
+}
