@@ -91,6 +91,11 @@ type Watcher struct {
 	seen    bool
 	cs      *csiNode
 	started bool // a watch was started
+	// staleOwner is the owner UID of the last CSINode read that a replaced
+	// Node owned, until the driver is listed: the garbage collector
+	// deletes such a CSINode within milliseconds, and what is then missing
+	// says why it will be again.
+	staleOwner string
 }
 
 // New returns a watcher of node's CSINode that calls report with each new
@@ -280,6 +285,9 @@ func (w *Watcher) observe(ctx context.Context, cs *csiNode, readNode bool) error
 	defer w.mu.Unlock()
 	w.seen, w.cs = true, cs
 	w.st.CSINodeOwnerUID, w.st.NodeUID = owner, nodeUID
+	if owner != "" && nodeUID != "" && owner != nodeUID {
+		w.staleOwner = owner
+	}
 	w.st.LastError, w.st.LastErrorTime = "", nil
 	w.evaluate()
 	return nil
@@ -306,6 +314,13 @@ func (w *Watcher) evaluate() {
 	switch {
 	case w.seen:
 		f = find(w.csiNode.Name, w.st.Driver, w.cs, w.st.NodeUID)
+		switch {
+		case f.Listed:
+			w.staleOwner = ""
+		case f.Missing && w.staleOwner != "":
+			f.Reason += fmt.Sprintf("; the last one was owned by the replaced Node of UID %s, not by the current one of UID %s: kubelet 1.33 and later create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts",
+				w.staleOwner, w.st.NodeUID)
+		}
 	case w.st.LastError != "":
 		f = Finding{Reason: "cannot read CSINode " + w.csiNode.Name + " yet: " + w.st.LastError}
 	default:
