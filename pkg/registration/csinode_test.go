@@ -91,7 +91,7 @@ func TestCSINodeLossIsHealedByPublishingAgain(t *testing.T) {
 }
 
 // A kubelet that creates the CSINode under a Node that no longer exists
-// (kubelet >= 1.33 after a Node replacement) sees it deleted again by the
+// (kubelet >= 1.35 after a Node replacement) sees it deleted again by the
 // garbage collector: each publication for the loss waits twice as long as
 // the one before, up to csinodeWaitMax.
 func TestCSINodeLossesInARowBackOff(t *testing.T) {

@@ -101,7 +101,7 @@ const (
 // csinodeGrace (a watch may deliver kubelet's own update a moment after
 // its verdict); losses in a row wait twice as long each time, up to
 // csinodeWaitMax, since a kubelet that creates the CSINode under a Node
-// that no longer exists (kubelet >= 1.33 after a Node replacement, until
+// that no longer exists (kubelet >= 1.35 after a Node replacement, until
 // it restarts) sees it deleted again.
 const (
 	csinodeGrace   = time.Second

@@ -11,7 +11,7 @@
 // [5, 10) minutes as client-go's reflector does, renewed from the last
 // resourceVersion seen, the GET made again after a 410 Gone; a GET of the
 // Node for its UID at each GET of the CSINode, at each creation of the
-// CSINode (kubelet 1.33 and later create it again with the Node UID they
+// CSINode (kubelet 1.35 and later create it again with the Node UID they
 // read at their start, which may be a replaced Node's), and whenever the
 // CSINode's Node owner is not the UID last read. Failures are retried with a backoff
 // from 1 s doubling to 5 min, with jitter, on an injected clock.
@@ -318,7 +318,7 @@ func (w *Watcher) evaluate() {
 		case f.Listed:
 			w.staleOwner = ""
 		case f.Missing && w.staleOwner != "":
-			f.Reason += fmt.Sprintf("; the last one was owned by the replaced Node of UID %s, not by the current one of UID %s: kubelet 1.33 and later create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts",
+			f.Reason += fmt.Sprintf("; the last one was owned by the replaced Node of UID %s, not by the current one of UID %s: kubelet 1.35 and later create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts",
 				w.staleOwner, w.st.NodeUID)
 		}
 	case w.st.LastError != "":
