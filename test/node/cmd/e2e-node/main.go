@@ -10,7 +10,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -164,7 +163,13 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 	}
 	if opts.only != nil {
 		// A developer's run of some checks: no full pass.
-		fmt.Printf("  PARTIAL RUN: check 1 and -checks %s only (E2E_NODE_CHECKS); the others were not run\n", strings.Join(slices.Sorted(maps.Keys(opts.only)), ","))
+		var ran []string
+		for _, id := range stepIDs {
+			if opts.only[id] {
+				ran = append(ran, id)
+			}
+		}
+		fmt.Printf("  PARTIAL RUN: check 1 and -checks %s only (E2E_NODE_CHECKS); the others were not run\n", strings.Join(ran, ","))
 	} else if len(s.results) < want {
 		fmt.Printf("  NOT RUN: %d check(s)\n", want-len(s.results))
 	}
