@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -212,9 +213,11 @@ func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, uid typ
 	return c, nil
 }
 
-// removeConfirm deletes check 13's DaemonSet and waits until its pod is
-// gone and CSINode does not list the driver.
+// removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
+// deletes its DaemonSet and waits until its pod is gone and CSINode does
+// not list the driver.
 func (s *suite) removeConfirm(ctx context.Context, id string) {
+	s.savePodLogs("13", confirmDaemonSet)
 	if err := s.removeDaemonSet(ctx, confirmDaemonSet, hostpathDriver); err != nil {
 		fmt.Printf("e2e-node: check %s: %v\n", id, err)
 	}
@@ -402,8 +405,8 @@ func (s *suite) registrarLog(pod *corev1.Pod) string {
 func (s *suite) checkCSINode(ctx context.Context) bool {
 	replaced := "kubelet " + s.kubeletVersion.String() + " (1.32 or earlier) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
-		replaced = fmt.Sprintf("kubelet %s (1.33 or later) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: within %s /status unconfirmed naming the stale owner, never registered, at most %d publications again in the %s after the replacement, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
-			s.kubeletVersion, maxStale, maxBackoffPublications, backoffWindow, maxRestartHeal)
+		replaced = fmt.Sprintf("kubelet %s (1.33 or later) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
+			s.kubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
 	}
 	names := []string{
 		"13a. --confirm-csinode, CSINode deleted while the driver is registered: the registrar publishes its socket again (csinode-lost), CSINode lists the driver again under the current Node within " + maxHeal.String() + ", /status registered again, an inline-volume pod runs",
@@ -547,29 +550,19 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 // restart; then a kubelet restart heals. It returns what it saw and adds
 // what is wrong to problems.
 func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID, newUID types.UID, problems *[]string) string {
-	var staleAt time.Time
-	err := waitFor(ctx, "/status unconfirmed naming the old Node's UID "+string(oldUID), maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		for _, e := range tl.since(began) {
-			if e.state == "unconfirmed" && strings.Contains(e.reason, string(oldUID)) {
-				staleAt = e.at
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	// The stale CSINode lives as long as the garbage collector lets it:
-	// /status may name its owner for less than a poll. The registrar's log
-	// says it too.
-	inLog := strings.Contains(s.registrarLog(pod), string(oldUID))
-	if err != nil && !inLog {
-		*problems = append(*problems, err.Error()+", nor does the registrar's log name it")
+	// The registrar finds the stale owner: /status names it, or, as the
+	// garbage collector deletes the stale CSINode within milliseconds,
+	// often between two polls, the registrar's log does.
+	namesOld := func(e statusEntry) bool {
+		return e.state == "unconfirmed" && strings.Contains(e.reason, string(oldUID))
 	}
-	// kubelet's CSINode under the old Node, as the watch saw it.
-	var oldOwner time.Time
-	for _, r := range watch.between(began, time.Now()) {
-		if r.registered && r.owner == oldUID && oldOwner.IsZero() {
-			oldOwner = r.at
-		}
+	var logAt time.Time
+	err := waitFor(ctx, "the registrar naming the old Node's UID "+string(oldUID)+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
+		logAt = firstLogLine(s.registrarLog(pod), string(oldUID))
+		return !logAt.IsZero() || slices.ContainsFunc(tl.since(began), namesOld), nil
+	})
+	if err != nil {
+		*problems = append(*problems, err.Error())
 	}
 	select {
 	case <-ctx.Done():
@@ -577,11 +570,46 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	case <-time.After(time.Until(began.Add(backoffWindow))):
 	}
 	windowEnd := time.Now()
+	var statusAt time.Time
+	polls := 0
+	for _, e := range tl.since(began) {
+		if namesOld(e) {
+			polls++
+			if statusAt.IsZero() {
+				statusAt = e.at
+			}
+		}
+	}
+	s.timingSince("13b. Node replaced → the registrar logs the stale owner", began, logAt)
+	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, statusAt)
+	// What a user reading /status is told: the replaced Node, as long as
+	// the driver is not usable.
+	final, errFinal := registrarStatus(revConfirm.port())
+	switch {
+	case errFinal != nil:
+		*problems = append(*problems, "/status at the window's end: "+errFinal.Error())
+	case final.State != "unconfirmed" || !strings.Contains(final.Reason, string(oldUID)):
+		*problems = append(*problems, fmt.Sprintf("%s after the replacement /status says %q (%s): it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart", ms(windowEnd.Sub(began)), final.State, final.Reason, oldUID))
+	}
+	// kubelet's CSINode under the old Node, and the garbage collector's
+	// deletion of it, as the watch saw them.
+	var stale []string
+	var staleFrom time.Time
+	for _, r := range watch.between(began, windowEnd) {
+		switch {
+		case r.registered && r.owner == oldUID && staleFrom.IsZero():
+			staleFrom = r.at
+		case !r.registered && !staleFrom.IsZero():
+			stale = append(stale, fmt.Sprintf("+%s for %s", ms(staleFrom.Sub(began)), ms(r.at.Sub(staleFrom))))
+			staleFrom = time.Time{}
+		}
+	}
 	lost := lostBefore
-	var registered bool
+	var out, registered bool
 	for _, e := range tl.since(began) {
 		lost = e.lost
-		registered = registered || e.state == "registered"
+		out = out || e.state != "registered"
+		registered = registered || (out && e.state == "registered")
 	}
 	publications := lost - lostBefore
 	if publications > maxBackoffPublications {
@@ -596,9 +624,8 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 			states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
 		}
 	}
-	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID %s; /status unconfirmed naming it %s (the registrar's log names it: %v); csinode-lost publications in the %s after the replacement: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
-		since(began, oldOwner), since(began, staleAt), inLog, ms(windowEnd.Sub(began)), publications, maxBackoffPublications, registered, states)
-	s.timingSince("13b. Node replaced → /status unconfirmed naming the stale owner", began, staleAt)
+	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); %s after the replacement: %v; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
+		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), final, publications, maxBackoffPublications, registered, states)
 
 	restartAt := time.Now()
 	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
@@ -612,6 +639,21 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	s.timingSince("13b. kubelet restarted → "+hostpathDriver+" in CSINode under the new Node", restartAt, h.csiNodeAt)
 	s.timingSince("13b. kubelet restarted → /status registered", restartAt, h.statusAt)
 	return seen + fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
+}
+
+// firstLogLine returns the time of the first line of a container's log
+// (CRI format: an RFC 3339 time first) that holds substr, or zero.
+func firstLogLine(log, substr string) time.Time {
+	for line := range strings.SplitSeq(log, "\n") {
+		if !strings.Contains(line, substr) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(line, " ")
+		if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // waitReturned waits, after a kubelet restart at began (CSINode then
