@@ -16,14 +16,16 @@ package main
 //     heals it. kubelet 1.33 and later create it under the Node UID they
 //     read at their start (kubernetes/kubernetes#131098), which the garbage
 //     collector deletes again: the registrar must say so (unconfirmed, the
-//     stale owner named) and back off, and only a kubelet restart heals;
+//     stale owner named in /status until kubelet restarts) and back off,
+//     and only a kubelet restart heals;
 //   - 13c does both against upstream's image, which has no such flag: the
 //     driver stays out of CSINode.
 //
 // Each part has a DaemonSet of its own, check 8's hostpathplugin with the
 // registrar under test (a pod with the driver's CSI inline volume shows the
-// node usable again), with deploy/csinode's service account and ClusterRole,
-// and deletes it at the end. Check 8's DaemonSet of the same driver goes
+// node usable again), with deploy/csinode's service account and ClusterRole
+// (check 9 binds the node gate's to the same account only later: these
+// rules alone must do), and deletes it at the end. Check 8's DaemonSet of the same driver goes
 // first. Replacing the Node keeps its startup taint, which check 9, after
 // this one, needs; the pods bound to the node keep running (the DaemonSet
 // controller deletes only unscheduled pods of a missing node, and no pod
@@ -61,8 +63,9 @@ const (
 	// waits 1 s, kubelet's reconciler passes every second: a few seconds
 	// are expected.
 	maxHeal = 30 * time.Second
-	// maxStale is the longest from the Node's replacement to /status
-	// naming the stale owner, with kubelet 1.33 and later.
+	// maxStale is the longest from the Node's replacement to the
+	// registrar naming the stale owner (in /status or its log), with
+	// kubelet 1.33 and later.
 	maxStale = 30 * time.Second
 	// backoffWindow and maxBackoffPublications: with kubelet 1.33 and
 	// later the loss comes back after every registration; the registrar's
