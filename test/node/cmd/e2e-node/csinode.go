@@ -11,9 +11,9 @@ package main
 //     same name with its labels, annotations, taints and spec, as node
 //     repair does: kubelet does not create a deleted Node again,
 //     kubernetes/kubernetes#115761), so that the garbage collector deletes
-//     the CSINode that the old Node's UID owned. kubelet 1.32 and earlier
+//     the CSINode that the old Node's UID owned. kubelet 1.34 and earlier
 //     read the Node when they create a CSINode: the registration made again
-//     heals it. kubelet 1.33 and later create it under the Node UID they
+//     heals it. kubelet 1.35 and later create it under the Node UID they
 //     read at their start (kubernetes/kubernetes#131098), which the garbage
 //     collector deletes again: the registrar must say so (unconfirmed, the
 //     stale owner named in /status until kubelet restarts) and back off,
@@ -65,9 +65,9 @@ const (
 	maxHeal = 30 * time.Second
 	// maxStale is the longest from the Node's replacement to the
 	// registrar naming the stale owner (in /status or its log), with
-	// kubelet 1.33 and later.
+	// kubelet 1.35 and later.
 	maxStale = 30 * time.Second
-	// backoffWindow and maxBackoffPublications: with kubelet 1.33 and
+	// backoffWindow and maxBackoffPublications: with kubelet 1.35 and
 	// later the loss comes back after every registration; the registrar's
 	// wait before each publication doubles from 1 s, so that it publishes
 	// at most about five times in the 30 s after the replacement (1, 2,
@@ -87,10 +87,11 @@ const (
 )
 
 // kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
-// Node UID it read at its start (1.33 and later), rather than the current
-// Node's.
+// Node UID it read at its start (1.35 and later: nodeInfoManager's
+// CreateCSINode in v1.35.0, v1.36.0 and v1.37.1), rather than the current
+// Node's, which it reads when it creates one (v1.34.0, v1.33.13, v1.30.14).
 func (c *cluster) kubeletKeepsNodeUID() bool {
-	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 33))
+	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 35))
 }
 
 // confirmDaemonSetFor is check 8's hostpath DaemonSet under check 13's
@@ -406,9 +407,9 @@ func (s *suite) registrarLog(pod *corev1.Pod) string {
 
 // checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
-	replaced := "kubelet " + s.kubeletVersion.String() + " (1.32 or earlier) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
+	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
-		replaced = fmt.Sprintf("kubelet %s (1.33 or later) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
+		replaced = fmt.Sprintf("kubelet %s (1.35 or later) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
 			s.kubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
 	}
 	names := []string{
@@ -548,7 +549,7 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	return s.report(name, len(problems) == 0, "%s; %v; %s; problems: %d %v", replacement, after, volume, len(problems), problems)
 }
 
-// staleOwner is check 13b's part for kubelet 1.33 and later: the registrar
+// staleOwner is check 13b's part for kubelet 1.35 and later: the registrar
 // names the stale owner, never says registered, backs off and does not
 // restart; then a kubelet restart heals. It returns what it saw and adds
 // what is wrong to problems.
