@@ -73,7 +73,12 @@ const (
 	// at most about five times in the 30 s after the replacement (1, 2,
 	// 4, 8, 16 s), where a registrar that did not back off would publish
 	// at each loss, every 2-3 s.
-	backoffWindow          = 30 * time.Second
+	backoffWindow = 30 * time.Second
+	// staleStatusWait is how long after backoffWindow /status may take to
+	// name the stale owner: one publication's cycle (kubelet registers the
+	// driver again, creates the stale CSINode, the garbage collector
+	// deletes it) on a loaded node.
+	staleStatusWait        = 15 * time.Second
 	maxBackoffPublications = 6
 	// maxRestartHeal is the longest from a kubelet restart to the driver
 	// in CSINode under the current Node and /status registered.
@@ -587,13 +592,25 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	s.timingSince("13b. Node replaced → the registrar logs the stale owner", began, logAt)
 	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, statusAt)
 	// What a user reading /status is told: the replaced Node, as long as
-	// the driver is not usable.
-	final, errFinal := registrarStatus(revConfirm.port())
-	switch {
-	case errFinal != nil:
-		*problems = append(*problems, "/status at the window's end: "+errFinal.Error())
-	case final.State != "unconfirmed" || !strings.Contains(final.Reason, string(oldUID)):
-		*problems = append(*problems, fmt.Sprintf("%s after the replacement /status says %q (%s): it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart", ms(windowEnd.Sub(began)), final.State, final.Reason, oldUID))
+	// the driver is not usable. Read from the window's end until it says
+	// so, for a publication's cycle at most: right after a publication
+	// it says that it waits for kubelet, for as long as kubelet takes.
+	var final *registrarState
+	errFinal := waitFor(ctx, "/status naming the stale owner "+string(oldUID)+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
+		var err error
+		st, err := registrarStatus(revConfirm.port())
+		if err != nil {
+			return false, err
+		}
+		final = st
+		return final.State == "unconfirmed" && strings.Contains(final.Reason, string(oldUID)), nil
+	})
+	finalSaid := "nothing"
+	if final != nil {
+		finalSaid = fmt.Sprintf("%s (%s)", final.State, final.Reason)
+	}
+	if errFinal != nil {
+		*problems = append(*problems, fmt.Sprintf("from %s after the replacement, /status said %s for %s: it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart (%v)", ms(windowEnd.Sub(began)), finalSaid, staleStatusWait, oldUID, errFinal))
 	}
 	// kubelet's CSINode under the old Node, and the garbage collector's
 	// deletion of it, as the watch saw them.
@@ -611,6 +628,9 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	lost := lostBefore
 	var out, registered bool
 	for _, e := range tl.since(began) {
+		if e.at.After(windowEnd) {
+			break
+		}
 		lost = e.lost
 		out = out || e.state != "registered"
 		registered = registered || (out && e.state == "registered")
@@ -628,8 +648,8 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 			states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
 		}
 	}
-	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); %s after the replacement: %v; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
-		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), final, publications, maxBackoffPublications, registered, states)
+	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
+		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), finalSaid, publications, maxBackoffPublications, registered, states)
 
 	restartAt := time.Now()
 	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
