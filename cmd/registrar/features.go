@@ -7,7 +7,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/csinode"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
@@ -17,7 +19,7 @@ import (
 // features are the optional parts (pkg/features), wired into the core flow
 // in this order, each when its flags ask for it. --diagnose is a mode of
 // its own, run instead of the core flow (diagnose.go).
-var features = []feature{wireNodeGate, wireDriverHealth}
+var features = []feature{wireNodeGate, wireCSINode, wireDriverHealth}
 
 // A feature wires itself into the core flow, where its flags ask for it.
 // stop, when not nil, runs once the core flow has stopped.
@@ -71,11 +73,7 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if !o.gatesNode() {
 		return nil, nil
 	}
-	cfg, err := nodegate.InClusterConfig("csi-node-driver-registrar/" + version)
-	var client *nodegate.Client
-	if err == nil {
-		client, err = nodegate.NewClient(cfg)
-	}
+	client, err := inClusterClient()
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
@@ -87,6 +85,42 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 		ConditionType: o.nodeConditionType,
 		Client:        client,
 	}), nil
+}
+
+// inClusterClient is a client of the API server with the pod's service
+// account.
+func inClusterClient() (*kubeapi.Client, error) {
+	cfg, err := kubeapi.InClusterConfig("csi-node-driver-registrar/" + version)
+	if err != nil {
+		return nil, err
+	}
+	return kubeapi.NewClient(cfg)
+}
+
+// wireCSINode runs the CSINode confirmation of --confirm-csinode: the
+// watcher follows the driver's name the registration registers, and its
+// findings go to the registration, which decides what they mean.
+func wireCSINode(_ context.Context, o *options, c *core) (func(), error) {
+	if !o.confirmCSINode {
+		return nil, nil
+	}
+	client, err := inClusterClient()
+	if err != nil {
+		return nil, fmt.Errorf("--confirm-csinode: %w", err)
+	}
+	name, _ := o.node()
+	watcher := csinode.New(name, client, func(f csinode.Finding) { c.srv.ReportCSINode(registration.CSINodeReport(f)) })
+	c.srv.Observe(func(old, now registration.Status) {
+		if now.DriverName != "" && now.DriverName != old.DriverName {
+			watcher.SetDriver(now.DriverName)
+		}
+	})
+	c.reports = append(c.reports, watcher)
+	c.group.Go(func() error {
+		watcher.Run(withFlagLogged(c.groupCtx, "--confirm-csinode"))
+		return nil
+	})
+	return nil, nil
 }
 
 // wireDriverHealth serves --driver-health-endpoint: the driver's own

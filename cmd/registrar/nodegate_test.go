@@ -66,6 +66,7 @@ func TestValidateNodeGate(t *testing.T) {
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
 		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
+		{"CSINode confirmation without the node name", []string{"--confirm-csinode"}, "--confirm-csinode needs the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"condition type without the condition", []string{"--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n"}, "--node-condition-type=node.gke.io/PDCSIReady has no effect without --node-condition: add --node-condition, or drop --node-condition-type"},
 	}
 	t.Setenv(nodeNameEnv, "")
@@ -111,5 +112,28 @@ func TestBadConditionTypeExitsBeforeStarting(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
 		t.Errorf("the registry directory holds %v (%v), want nothing", entries, err)
+	}
+}
+
+// --confirm-csinode, too, needs the pod's service account, and says so.
+func TestCSINodeConfirmationNeedsThePodsServiceAccount(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o, err := parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--confirm-csinode", "--node-name=n"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wireCSINode(t.Context(), o, &core{}); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("wireCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
+	}
+	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &core{}
+	if stop, err := wireCSINode(t.Context(), o, c); stop != nil || err != nil || len(c.reports) != 0 {
+		t.Errorf("wireCSINode without the flag = %v, %v, %d reports; want nothing wired", stop != nil, err, len(c.reports))
 	}
 }

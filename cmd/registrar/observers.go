@@ -60,6 +60,8 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 			gate.Registered(now.DriverName)
 		case newlyRejected(old, now):
 			gate.Rejected(now.DriverName, now.LastVerdict.Reason)
+		case now.State == registration.Unconfirmed && old.State == registration.Registered:
+			gate.Unconfirmed(now.DriverName, now.Reason)
 		case now.Withdrawn && !old.Withdrawn:
 			gate.Withdrawn(now.DriverName)
 		}

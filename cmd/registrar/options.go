@@ -62,6 +62,7 @@ type options struct {
 	removeNodeTaints        taintKeys
 	nodeCondition           bool
 	nodeConditionType       string
+	confirmCSINode          bool
 	unhealthyAfter          time.Duration
 
 	logging *loggingOptions
@@ -90,10 +91,11 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, the driver's GetPluginInfo and NodeGetInfo, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
 	fs.StringVar(&o.driverHealthEndpoint, "driver-health-endpoint", "", "TCP address (host:port, e.g. :9808) of a second HTTP server whose /healthz calls the CSI driver's Identity.Probe, as the livenessprobe sidecar's does: point the driver container's livenessProbe at it, and drop the livenessprobe container. Empty: not served.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", driverhealth.DefaultTimeout, "Timeout of each Identity.Probe call made for --driver-health-endpoint's /healthz (livenessprobe's --probe-timeout).")
-	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint and --node-condition. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
+	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint, --node-condition and --confirm-csinode. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
 	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
 	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	fs.StringVar(&o.nodeConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
+	fs.BoolVar(&o.confirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs get and watch on csinodes and get on nodes (deploy/csinode).")
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. Keep it above 2m: after failures at a path kubelet waits up to 2m2s before it calls again. 0: /healthz never fails for this.")
 	o.logging = addLoggingFlags(fs)
 	o.flags = fs
@@ -174,6 +176,9 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeConditionType))
 		}
 	}
+	if name, _ := o.node(); o.confirmCSINode && name == "" {
+		errs = append(errs, errors.New("--confirm-csinode needs the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
+	}
 	if name, _ := o.node(); o.gatesNode() && name == "" {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
 	}
@@ -197,9 +202,10 @@ func listenAddressError(flag, address, example string) error {
 // register adds what reaches outside the registration.
 func (o *options) registrationConfig() registration.Config {
 	return registration.Config{
-		Endpoint:    o.kubeletRegistrationPath,
-		Dir:         o.pluginRegistrationPath,
-		OnRejection: registration.Policy(o.rejectionPolicy),
+		Endpoint:       o.kubeletRegistrationPath,
+		Dir:            o.pluginRegistrationPath,
+		OnRejection:    registration.Policy(o.rejectionPolicy),
+		ConfirmCSINode: o.confirmCSINode,
 	}
 }
 

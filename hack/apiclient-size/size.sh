@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The release binary's size with each way of calling the API server that
-# the node gate (pkg/features/nodegate) could use, for the choice in its package
+# internal/kubeapi (the client of pkg/features/nodegate and
+# pkg/features/csinode) could be replaced by, for the choice in its package
 # comment: the tree as it is (net/http, the chosen one), then with a file
 # added to cmd/registrar that makes the same calls with client-go's REST
-# client alone, then with client-go's typed core/v1 client. Each variant is
+# client alone, then with client-go's typed core/v1 and storage/v1 clients. Each variant is
 # built in a copy of the module, so that go.mod here never requires
 # client-go. Needs the module proxy (or the module cache) for client-go.
 #

@@ -19,6 +19,7 @@ import (
 var publicationReasons = []string{
 	registration.ReasonStart, registration.ReasonDeleted, registration.ReasonVacated,
 	registration.ReasonStale, registration.ReasonRetry, registration.ReasonRenamed, registration.ReasonHandover,
+	registration.ReasonCSINodeLost,
 }
 
 // pluginInfoBuckets span a driver that answers at once to one at the edge

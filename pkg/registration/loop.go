@@ -106,6 +106,9 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 	case report := <-l.s.driver:
 		return report, nil
 
+	case report := <-l.s.csinode:
+		return report, nil
+
 	case ev := <-l.s.events:
 		switch ev := ev.(type) {
 		case *handoverCall:
@@ -279,6 +282,14 @@ func (l *loop) logChange(ev any, before *machine) {
 		if ev.timer == silenceTimer && m.state == KubeletSilent && before.state != KubeletSilent {
 			l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs; after failures at this path kubelet also waits out a backoff of up to 2m2s",
 				"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
+		}
+	case published:
+		if ev.reason == ReasonCSINodeLost {
+			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", before.csinode.Reason, "nextWait", m.csinodeWait)
+		}
+	case CSINodeReport:
+		if m.state == Registered && before.csinode != nil && before.csinode.Listed && !ev.Listed {
+			l.logger.Info("kubelet has the driver registered, but CSINode no longer confirms it", "csinode", ev.Reason)
 		}
 	case serveEnded:
 		if ev.gen == m.gen {

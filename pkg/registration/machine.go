@@ -36,6 +36,9 @@ const (
 	// publishTimer: a publication that could not be made when it was
 	// decided (short of a resource, or during a conversation) is due.
 	publishTimer
+	// csinodeTimer: this node's CSINode has not listed the driver again
+	// since it lost it while kubelet had the driver registered.
+	csinodeTimer
 	timers
 )
 
@@ -88,6 +91,21 @@ func kubeletRetryDue(rejections uint64) time.Duration {
 const (
 	publishRetryInitial = 100 * time.Millisecond
 	publishRetryMax     = 5 * time.Second
+)
+
+// With Config.ConfirmCSINode, a CSINode that lost the driver while kubelet
+// has it registered (deleted, by hand or by the garbage collector after the
+// Node was replaced) is restored by a registration made again: kubelet
+// creates or updates the CSINode when it registers a driver, and nothing
+// else does. The socket is published again once the loss has lasted
+// csinodeGrace (a watch may deliver kubelet's own update a moment after
+// its verdict); losses in a row wait twice as long each time, up to
+// csinodeWaitMax, since a kubelet that creates the CSINode under a Node
+// that no longer exists (kubelet >= 1.35 after a Node replacement, until
+// it restarts) sees it deleted again.
+const (
+	csinodeGrace   = time.Second
+	csinodeWaitMax = 5 * time.Minute
 )
 
 // machine is the registration: the loop's only state, and what readers
@@ -148,7 +166,12 @@ type machine struct {
 	kubeletRetrying bool
 	// withdrawn: Run removed the socket on its way out.
 	withdrawn bool
-	log       history
+	// csinode is what was last found of the driver in this node's CSINode
+	// (Config.ConfirmCSINode), nil until then; csinodeWait is the wait
+	// before the next publication for its loss.
+	csinode     *CSINodeReport
+	csinodeWait time.Duration
+	log         history
 }
 
 // history is what the registration records of kubelet and of its own
@@ -170,7 +193,8 @@ func newMachine(cfg Config, now time.Time) machine {
 	return machine{
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
 		backoff: cfg.Retry.Initial, shortBackoff: publishRetryInitial,
-		log: history{publications: map[string]uint64{}},
+		csinodeWait: csinodeGrace,
+		log:         history{publications: map[string]uint64{}},
 	}
 }
 
@@ -305,6 +329,7 @@ func (m *machine) step(now time.Time, ev any) []effect {
 		m.heldHandover = nil
 		effects = append(effects, m.decide(now, *held)...)
 	}
+	m.watchCSINode(now)
 	switch {
 	case m.conversing || m.state == Stopped:
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
@@ -322,6 +347,14 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 		m.driverReachable, m.driverError = ev.reachable, ev.err
 		if ev.name != "" {
 			m.driverName = ev.name
+		}
+
+	case CSINodeReport:
+		if m.cfg.ConfirmCSINode {
+			m.csinode = &ev
+			if ev.Listed {
+				m.csinodeWait = csinodeGrace
+			}
 		}
 
 	case looked:
@@ -438,6 +471,9 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 			return []effect{m.startLook(lookVacancy)}
 		case publishTimer:
 			return []effect{m.startLook(lookPending)}
+		case csinodeTimer:
+			m.csinodeWait = min(2*m.csinodeWait, csinodeWaitMax)
+			return []effect{publish{ReasonCSINodeLost}}
 		}
 
 	case serveEnded:
@@ -463,6 +499,20 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 		m.withdrawn = true
 	}
 	return nil
+}
+
+// watchCSINode runs the wait after which the socket is published again for
+// a CSINode that lost the driver, while it has, kubelet has the driver
+// registered through the current publication and no other publication is
+// due; it stops it otherwise.
+func (m *machine) watchCSINode(now time.Time) {
+	lost := m.csinode != nil && m.csinode.Missing && m.state == Registered && m.gen != 0 && m.due[publishTimer].IsZero()
+	switch {
+	case !lost:
+		m.due[csinodeTimer] = time.Time{}
+	case m.due[csinodeTimer].IsZero():
+		m.due[csinodeTimer] = now.Add(m.csinodeWait)
+	}
 }
 
 // startClaim claims the path of the driver's name: it looks at what is

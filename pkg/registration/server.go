@@ -59,6 +59,9 @@ const (
 	ReasonStale   = "stale"   // a dead socket appeared at the path
 	ReasonRetry   = "retry"   // kubelet rejected the plugin, backoff elapsed
 	ReasonRenamed = "renamed" // the driver came back under another name
+	// ReasonCSINodeLost: this node's CSINode lost the driver while kubelet
+	// had it registered (Config.ConfirmCSINode).
+	ReasonCSINodeLost = "csinode-lost"
 	// ReasonHandover: the previous instance handed its listening socket
 	// over; the file at the path did not change.
 	ReasonHandover = "handover"
@@ -87,6 +90,13 @@ type Config struct {
 	CheckTimeout time.Duration
 	// Clock runs every timer of the registration; the real one when nil.
 	Clock clock.WithTicker
+	// ConfirmCSINode: kubelet's acceptance counts as registered only once
+	// ReportCSINode says this node's CSINode lists the driver (state
+	// Unconfirmed until then), and a CSINode that loses the driver while
+	// kubelet has it registered makes the registration publish its socket
+	// again (ReasonCSINodeLost), so that kubelet registers the driver
+	// again, which restores it.
+	ConfirmCSINode bool
 }
 
 // Backoff is a wait that doubles from Initial up to Max.
@@ -120,7 +130,10 @@ type Server struct {
 	// said since the loop last looked.
 	driver      chan driverReport
 	driverMutex sync.Mutex
-	events      chan any
+	// csinode holds the latest CSINode report the loop has not taken yet.
+	csinode      chan CSINodeReport
+	csinodeMutex sync.Mutex
+	events       chan any
 	// done is closed once the loop no longer reads events: senders stop
 	// waiting.
 	done      chan struct{}
@@ -222,6 +235,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:             cfg,
 		shutdownTimeout: DefaultShutdownTimeout,
 		driver:          make(chan driverReport, 1),
+		csinode:         make(chan CSINodeReport, 1),
 		events:          make(chan any, 16),
 		done:            make(chan struct{}),
 		started:         cfg.Clock.Now(),
@@ -265,6 +279,32 @@ func (s *Server) report(r driverReport) {
 	default:
 	}
 	s.driver <- r
+}
+
+// CSINodeReport is what was last found of the driver in this node's
+// CSINode (pkg/features/csinode finds it).
+type CSINodeReport struct {
+	// Listed: the CSINode of the current Node lists the driver.
+	Listed bool
+	// Missing: the CSINode does not exist, or does not list the driver: a
+	// registration made again by kubelet restores it.
+	Missing bool
+	// Reason says what was found when the driver is not Listed, in one
+	// line.
+	Reason string
+}
+
+// ReportCSINode passes what was found in this node's CSINode to the loop
+// (Config.ConfirmCSINode) without waiting: a report the loop has not taken
+// yet is replaced.
+func (s *Server) ReportCSINode(r CSINodeReport) {
+	s.csinodeMutex.Lock()
+	defer s.csinodeMutex.Unlock()
+	select {
+	case <-s.csinode:
+	default:
+	}
+	s.csinode <- r
 }
 
 // Observe adds an observer of the registration; call it before Run.

@@ -20,8 +20,14 @@ const (
 	// KubeletSilent: kubelet has not called GetInfo on the socket in the
 	// time it takes to (Config.KubeletSilence), until it calls.
 	KubeletSilent State = "kubelet-silent"
-	// Registered: kubelet accepted the plugin through the current socket.
+	// Registered: kubelet accepted the plugin through the current socket
+	// (and, with Config.ConfirmCSINode, this node's CSINode lists the
+	// driver).
 	Registered State = "registered"
+	// Unconfirmed (Config.ConfirmCSINode): kubelet accepted the plugin, but
+	// this node's CSINode does not list the driver, or belongs to a Node
+	// that was replaced, or has not been read yet.
+	Unconfirmed State = "unconfirmed"
 	// Rejected: kubelet did not accept the plugin; with the Retry policy
 	// the socket is published again after a backoff unless kubelet tries
 	// again by itself (kubelet >= 1.36), and the registration
@@ -39,7 +45,7 @@ const (
 )
 
 // States lists every State, for metrics.
-var States = []State{WaitingForDriver, WaitingForKubelet, KubeletSilent, Registered, Rejected, Superseded, Deferring, Stopped}
+var States = []State{WaitingForDriver, WaitingForKubelet, KubeletSilent, Registered, Unconfirmed, Rejected, Superseded, Deferring, Stopped}
 
 // Verdict is kubelet's last NotifyRegistrationStatus; it travels with a
 // socket handed over.
@@ -145,8 +151,18 @@ func (m *machine) status() Status {
 		// Registered through the socket at the path, while it is ours:
 		// as the last look found it.
 		out.Ready, out.Reason = m.at.kind == atOurs, "registered"
-		if !out.Ready {
+		switch {
+		case !out.Ready:
 			out.Reason, _ = m.at.describe(m.name)
+		case m.cfg.ConfirmCSINode && (m.csinode == nil || !m.csinode.Listed):
+			out.State, out.Ready = Unconfirmed, false
+			out.Reason = "kubelet registered the driver, but this node's CSINode has not been read yet"
+			if m.csinode != nil {
+				out.Reason = "kubelet registered the driver, but " + m.csinode.Reason
+			}
+			if due := m.due[csinodeTimer]; !due.IsZero() {
+				out.Reason += "; the registration socket is published again at " + due.UTC().Format(time.RFC3339) + ", so that kubelet registers the driver again"
+			}
 		}
 	case Rejected:
 		times := "once, at"

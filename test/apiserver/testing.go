@@ -4,7 +4,11 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
+	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
 // SkipOrFail skips the test, saying why it cannot run against a real
@@ -53,4 +57,21 @@ func StartForTest(t testing.TB, repo string, users ...User) *Server {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// ClientForTest is a client of the API server, as the registrar's, that
+// authenticates with token (kept in a file of a temporary directory, as
+// kubelet mounts it) and trusts the API server's own self-signed CA.
+func (s *Server) ClientForTest(t testing.TB, token string) *kubeapi.Client {
+	t.Helper()
+	removeall.Require(t)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubeapi.NewClient(kubeapi.Config{Host: s.URL, TokenFile: file, CAFile: s.CAFile, UserAgent: "registrar-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -22,6 +22,11 @@ const (
 	livenessOverlayDir = "testdata/driver-liveness-overlay"
 	// nodeGateOverlayDir is the base with the deploy/node-gate component.
 	nodeGateOverlayDir = "testdata/node-gate-overlay"
+	// csiNodeOverlayDir is the base with deploy/csinode and its service
+	// account; nodeGateCSINodeOverlayDir with deploy/node-gate and
+	// deploy/csinode, which share the node gate's.
+	csiNodeOverlayDir         = "testdata/csinode-overlay"
+	nodeGateCSINodeOverlayDir = "testdata/node-gate-csinode-overlay"
 	// monitoringOverlayDir is the base with the deploy/monitoring component.
 	monitoringOverlayDir = "testdata/monitoring-overlay"
 	// hostNetworkOverlayDir is the base with the deploy/host-network component.
@@ -38,7 +43,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir, recipesDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, csiNodeOverlayDir, nodeGateCSINodeOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir, recipesDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -29,15 +29,7 @@ func TestNodeGateComponent(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{policyMarkGroup}, Resources: []string{"nodes"}, Verbs: []string{"restricted"}},
 	}
-	if len(role.Rules) != len(want) {
-		t.Fatalf("ClusterRole %s rules %+v, want %+v", role.Name, role.Rules, want)
-	}
-	for i, r := range role.Rules {
-		w := want[i]
-		if !slices.Equal(r.APIGroups, w.APIGroups) || !slices.Equal(r.Resources, w.Resources) || !slices.Equal(r.Verbs, w.Verbs) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-			t.Errorf("ClusterRole %s rule %d: %+v, want %+v", role.Name, i, r, w)
-		}
-	}
+	checkRules(t, role, want)
 	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}) {
 		t.Errorf("ClusterRoleBinding %s refers to %+v, not ClusterRole %s", binding.Name, binding.RoleRef, role.Name)
 	}
@@ -77,6 +69,21 @@ func TestNodeGateComponent(t *testing.T) {
 	base := registrarContainer(t, onlyDaemonSet(t, render(t, deployDir)))
 	if !slices.Equal(reg.Args[:len(base.Args)], base.Args) {
 		t.Errorf("the registrar's args %q do not start with the base's %q", reg.Args, base.Args)
+	}
+}
+
+// checkRules fails unless role has exactly the rules want, in that order,
+// with no resource names and no non-resource URLs.
+func checkRules(t *testing.T, role *rbacv1.ClusterRole, want []rbacv1.PolicyRule) {
+	t.Helper()
+	if len(role.Rules) != len(want) {
+		t.Fatalf("ClusterRole %s rules %+v, want %+v", role.Name, role.Rules, want)
+	}
+	for i, r := range role.Rules {
+		w := want[i]
+		if !slices.Equal(r.APIGroups, w.APIGroups) || !slices.Equal(r.Resources, w.Resources) || !slices.Equal(r.Verbs, w.Verbs) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+			t.Errorf("ClusterRole %s rule %d: %+v, want %+v", role.Name, i, r, w)
+		}
 	}
 }
 

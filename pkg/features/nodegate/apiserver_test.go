@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
@@ -63,24 +64,8 @@ func (f *apiserverFixture) mustCall(t testing.TB, method, path, contentType stri
 
 // client is a gate client that authenticates with token, and trusts the
 // API server's own self-signed CA.
-func (f *apiserverFixture) client(t testing.TB, token string) *Client {
-	t.Helper()
-	file, err := os.CreateTemp(f.dir, "token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = file.WriteString(token)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewClient(ClientConfig{Host: f.URL, TokenFile: file.Name(), CAFile: f.CAFile, UserAgent: "nodegate-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+func (f *apiserverFixture) client(t testing.TB, token string) *kubeapi.Client {
+	return f.ClientForTest(t, token)
 }
 
 // applyRBAC creates the objects of deploy/node-gate/rbac.yaml as they are,
@@ -199,7 +184,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	t.Run("the API server refuses a stale taint patch", func(t *testing.T) {
 		f.createNode(t, "n2", startup+":NoSchedule", "b:NoSchedule")
 		c := f.client(t, gateToken)
-		stale, err := c.getTaints(context.Background(), "n2")
+		stale, err := getTaints(context.Background(), c, "n2")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,8 +195,8 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		// node.kubernetes.io/not-ready at the node's creation.)
 		before := f.node(t, "n2").Spec.Taints
 		patch, _ := taintRemovalPatch(stale, []string{startup})
-		_, err = c.do(context.Background(), http.MethodPatch, "n2", "", "application/json-patch+json", patch)
-		var apiErr *APIError
+		_, err = c.Do(context.Background(), http.MethodPatch, nodeObject("n2", ""), "", "application/json-patch+json", patch)
+		var apiErr *kubeapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.Code != http.StatusUnprocessableEntity {
 			t.Fatalf("stale patch: %v, want a 422", err)
 		}
@@ -219,7 +204,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 			t.Errorf("the stale patch changed the taints: %v, were %v", after, before)
 		}
 		// And the gate's own removal reads again and finds nothing to do.
-		removed, err := c.removeTaints(context.Background(), "n2", []string{startup}, func(string, error) {})
+		removed, err := removeTaints(context.Background(), c, "n2", []string{startup}, func(string, error) {})
 		if err != nil || len(removed) != 0 {
 			t.Errorf("removeTaints = %v, %v", removed, err)
 		}
@@ -282,7 +267,7 @@ const (
 // the service account csi-node: bound to pod, which runs on a node, as the
 // token kubelet mounts in the registrar's pod; bound to nothing when pod
 // is "".
-func (f *apiserverFixture) tokenClient(t testing.TB, pod string) *Client {
+func (f *apiserverFixture) tokenClient(t testing.TB, pod string) *kubeapi.Client {
 	t.Helper()
 	token, err := f.Token("csi-node", pod)
 	if err != nil {
@@ -292,9 +277,9 @@ func (f *apiserverFixture) tokenClient(t testing.TB, pod string) *Client {
 }
 
 // refusal is the policy's refusal of a request, or a failure.
-func policyRefusal(t *testing.T, err error) *APIError {
+func policyRefusal(t *testing.T, err error) *kubeapi.APIError {
 	t.Helper()
-	var apiErr *APIError
+	var apiErr *kubeapi.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusForbidden || apiErr.Policy != policyName {
 		t.Fatalf("got %v, want a 403 from the ValidatingAdmissionPolicy %s", err, policyName)
 	}
@@ -303,27 +288,20 @@ func policyRefusal(t *testing.T, err error) *APIError {
 
 // patch sends a patch of the node, or of its subresource, as the gate's
 // client sends its own.
-func patch(c *Client, node, subresource, contentType, body string) error {
+func patch(c *kubeapi.Client, node, subresource, contentType, body string) error {
 	return patchQuery(c, node, subresource, "", contentType, body)
 }
 
 // patchQuery is patch with a query, such as dryRun=All.
-func patchQuery(c *Client, node, subresource, query, contentType, body string) error {
-	suffix := ""
-	if subresource != "" {
-		suffix = "/" + subresource
-	}
-	if query != "" {
-		suffix += "?" + query
-	}
-	_, err := c.do(context.Background(), http.MethodPatch, node, suffix, contentType, []byte(body))
+func patchQuery(c *kubeapi.Client, node, subresource, query, contentType, body string) error {
+	_, err := c.Do(context.Background(), http.MethodPatch, nodeObject(node, subresource), query, contentType, []byte(body))
 	return err
 }
 
 // setUpPolicy creates deploy/node-gate's policy, the nodes own and other,
 // each with a pod of the service account csi-node, and returns the client
 // of the pod on own once the API server enforces the policy.
-func (f *apiserverFixture) setUpPolicy(t testing.TB) *Client {
+func (f *apiserverFixture) setUpPolicy(t testing.TB) *kubeapi.Client {
 	t.Helper()
 	if err := f.ApplyPolicy("../../../deploy/node-gate/policy.yaml"); err != nil {
 		t.Fatal(err)
@@ -339,7 +317,7 @@ func (f *apiserverFixture) setUpPolicy(t testing.TB) *Client {
 	// dry run that it refuses is refused.
 	poll.Until(t, "the policy refuses another node's label (dry run)", func() bool {
 		err := patchQuery(own, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"probe":"x"}}}`)
-		var apiErr *APIError
+		var apiErr *kubeapi.APIError
 		return errors.As(err, &apiErr) && apiErr.Policy == policyName
 	})
 	return own
@@ -398,7 +376,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 	})
 
 	t.Run("everything else is refused", func(t *testing.T) {
-		ownTaints, err := own.getTaints(context.Background(), "own")
+		ownTaints, err := getTaints(context.Background(), own, "own")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,12 +388,12 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 			want string
 		}{
 			{"another node's taint", func() error {
-				_, err := own.removeTaints(context.Background(), "other", []string{policyStartup}, func(string, error) {})
+				_, err := removeTaints(context.Background(), own, "other", []string{policyStartup}, func(string, error) {})
 				return err
 			}, "a registrar on node own may change only that Node, not node other"},
 			{"another node's condition", func() error {
 				p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
-				return own.setCondition(context.Background(), "other", p)
+				return setCondition(context.Background(), own, "other", p)
 			}, "a registrar on node own may change only that Node, not node other"},
 			{"a label", func() error {
 				return patch(own, "own", "", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`)
@@ -434,14 +412,14 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 			}, "the node gate may change only the taints in the spec of node own, not unschedulable (cordon), podCIDR(s), providerID or another field"},
 			{"another condition", func() error {
 				p := conditionPatch(Condition{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, time.Now(), time.Now())
-				return own.setCondition(context.Background(), "own", p)
+				return setCondition(context.Background(), own, "own", p)
 			}, "the node gate may set only the condition " + policyDriver + ConditionSuffix + " of node own, not Ready"},
 			{"another field of the status", func() error {
 				return patch(own, "own", "status", "application/merge-patch+json", `{"status":{"capacity":{"example.com/device":"1"}}}`)
 			}, "the node gate may change only the condition " + policyDriver + ConditionSuffix + " in the status of node own"},
 			{"a token bound to no pod", func() error {
 				p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
-				return unbound.setCondition(context.Background(), "own", p)
+				return setCondition(context.Background(), unbound, "own", p)
 			}, "the node gate changes a Node only with a token bound to a pod on that node, as kubelet mounts it in the pod; this token (of system:serviceaccount:default:csi-node) names no node: a token from kubectl create token or from a Secret may change no Node"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -492,7 +470,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, c := range map[string]*Client{"narrow": f.client(t, narrowToken), "admin": f.client(t, adminToken)} {
+		for name, c := range map[string]*kubeapi.Client{"narrow": f.client(t, narrowToken), "admin": f.client(t, adminToken)} {
 			if err := patchQuery(c, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
@@ -504,7 +482,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 // policy whose conditionType is set as its comment says for
 // --node-condition-type: the gate's condition of that type passes, the
 // default type is refused.
-func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *Client) {
+func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *kubeapi.Client) {
 	const custom = "node.gke.io/PDCSIReady"
 	data, err := os.ReadFile("../../../deploy/node-gate/policy.yaml")
 	if err != nil {
@@ -528,7 +506,7 @@ func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *Client) {
 		return patchQuery(own, "own", "status", query, "application/strategic-merge-patch+json", string(p))
 	}
 	poll.Until(t, "the replaced policy refuses the default condition type (dry run)", func() bool {
-		var apiErr *APIError
+		var apiErr *kubeapi.APIError
 		return errors.As(setDefault("dryRun=All"), &apiErr) && apiErr.Policy == policyName
 	})
 
@@ -583,7 +561,7 @@ func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
 	}
 	for _, r := range []struct {
 		name   string
-		client *Client
+		client *kubeapi.Client
 	}{
 		{"user", f.client(b, apiserver.AdminToken)},
 		{"unmarked-service-account", f.client(b, unmarkedToken)},
@@ -595,12 +573,12 @@ func BenchmarkConditionPatchUnderPolicy(b *testing.B) {
 				patches[i] = conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: status, Reason: ReasonRegistered}, time.Now(), time.Now())
 			}
 			// One outside the timing: the connection's TLS handshake.
-			if err := r.client.setCondition(context.Background(), "own", patches[1]); err != nil {
+			if err := setCondition(context.Background(), r.client, "own", patches[1]); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				if err := r.client.setCondition(context.Background(), "own", patches[i%2]); err != nil {
+				if err := setCondition(context.Background(), r.client, "own", patches[i%2]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
@@ -24,7 +25,7 @@ import (
 type fakeAPI struct {
 	t    testing.TB
 	srv  *httptest.Server
-	cfg  ClientConfig
+	cfg  kubeapi.Config
 	node string
 	// requests receives "METHOD path code" after each answer.
 	requests chan string
@@ -51,7 +52,7 @@ func newFakeAPI(t testing.TB, node string, taints ...taint) *fakeAPI {
 	t.Cleanup(f.srv.Close)
 	removeall.Require(t) // the token and CA files
 	dir := t.TempDir()
-	f.cfg = ClientConfig{Host: f.srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"), UserAgent: "test"}
+	f.cfg = kubeapi.Config{Host: f.srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"), UserAgent: "test"}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
 	if err := os.WriteFile(f.cfg.CAFile, ca, 0o600); err != nil {
 		t.Fatal(err)
@@ -66,8 +67,8 @@ func (f *fakeAPI) writeToken(token string) {
 	}
 }
 
-func (f *fakeAPI) client() *Client {
-	c, err := NewClient(f.cfg)
+func (f *fakeAPI) client() *kubeapi.Client {
+	c, err := kubeapi.NewClient(f.cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -9,8 +9,8 @@
 //
 // The registration reports its events (Registered, Rejected, Withdrawn);
 // Run applies the latest state to the Node, retrying with a backoff, and
-// never holds the registration up. The requests are made with net/http
-// (see Client).
+// never holds the registration up. The requests are made with
+// internal/kubeapi's client.
 package nodegate
 
 import (
@@ -19,11 +19,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
 // ConditionSuffix is appended to the driver's name to make the condition's
@@ -35,6 +36,7 @@ const (
 	ReasonRegistered   = "Registered"
 	ReasonRejected     = "RejectedByKubelet"
 	ReasonUnregistered = "Unregistered"
+	ReasonNotInCSINode = "NotInCSINode"
 )
 
 // Defaults of Config's durations.
@@ -62,7 +64,7 @@ type Config struct {
 	// <driver name>/NodePluginRegistered when ConditionType is empty.
 	Condition     bool
 	ConditionType string
-	Client        *Client
+	Client        *kubeapi.Client
 	// RetryInitial and RetryMax bound the backoff after a failed update:
 	// it doubles from RetryInitial up to RetryMax (with up to 20% more, so
 	// that the nodes of a cluster spread out), and starts over after a
@@ -142,6 +144,13 @@ func (g *Gate) Registered(driverName string) {
 // Rejected records that kubelet rejected the driver, with its reason.
 func (g *Gate) Rejected(driverName, reason string) {
 	g.want(driverName, false, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
+}
+
+// Unconfirmed records that kubelet has the driver registered but this
+// node's CSINode no longer lists it (--confirm-csinode), with what was
+// found: the condition becomes False; taints removed stay removed.
+func (g *Gate) Unconfirmed(driverName, reason string) {
+	g.want(driverName, false, "False", ReasonNotInCSINode, reason)
 }
 
 // Withdrawn records that the registrar removed its registration socket on
@@ -257,7 +266,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	var taintErr, condErr error
 	if want.taintGen != done.taintGen {
 		var removed []string
-		removed, taintErr = g.cfg.Client.removeTaints(ctx, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
+		removed, taintErr = removeTaints(ctx, g.cfg.Client, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
 		if taintErr == nil {
 			done.taintGen = want.taintGen
 			now := time.Now()
@@ -278,7 +287,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 			transition = want.condSince
 		}
 		now := time.Now()
-		condErr = g.cfg.Client.setCondition(ctx, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
+		condErr = setCondition(ctx, g.cfg.Client, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
 		g.count(RequestSetCondition, condErr)
 		if condErr == nil {
 			done.condGen, done.cond = want.condGen, want.cond
@@ -309,7 +318,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 // and the admission policy that refused it, if one did.
 func (g *Gate) errorKeys(err error) []any {
 	kv := []any{"node", g.cfg.NodeName}
-	var apiErr *APIError
+	var apiErr *kubeapi.APIError
 	if errors.As(err, &apiErr) && apiErr.Policy != "" {
 		kv = append(kv, "policy", apiErr.Policy)
 	}
@@ -317,14 +326,7 @@ func (g *Gate) errorKeys(err error) []any {
 }
 
 func (g *Gate) count(name string, err error) {
-	code := "200"
-	var apiErr *APIError
-	switch {
-	case errors.As(err, &apiErr):
-		code = strconv.Itoa(apiErr.Code)
-	case err != nil:
-		code = "error"
-	}
+	code := kubeapi.CodeLabel(err)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.st.Requests[name] == nil {

@@ -138,6 +138,20 @@ func TestConditionFollowsKubeletsVerdicts(t *testing.T) {
 		t.Errorf("condition after rejection %v", c)
 	}
 
+	// --confirm-csinode: CSINode lost the driver kubelet has registered.
+	g.Registered("example.com")
+	if got := f.next(); got != "PATCH /api/v1/nodes/n1/status 200" {
+		t.Fatalf("request %q", got)
+	}
+	g.Unconfirmed("example.com", "kubelet registered the driver, but CSINode n1 does not exist")
+	if got := f.next(); got != "PATCH /api/v1/nodes/n1/status 200" {
+		t.Fatalf("request %q", got)
+	}
+	c = f.condition(typ)
+	if c["status"] != "False" || c["reason"] != ReasonNotInCSINode || c["message"] != "kubelet registered the driver, but CSINode n1 does not exist" {
+		t.Errorf("condition after CSINode lost the driver %v", c)
+	}
+
 	// A clean stop: the registration withdraws the socket, then the
 	// gate's context ends; its last attempt still sets False.
 	g.Registered("example.com")

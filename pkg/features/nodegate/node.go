@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
 // ValidateTaintKey checks key as the API server checks a taint's key: an
@@ -128,19 +130,21 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	return mustMarshal(ops), removed
 }
 
+// nodeObject is the Node named node, or its subresource ("" or "status"),
+// as the gate's requests name it.
+func nodeObject(node, subresource string) kubeapi.Object {
+	return kubeapi.Object{Version: "v1", Resource: "nodes", Subresource: subresource, Name: node, Kind: "node", Component: "deploy/node-gate"}
+}
+
 // getTaints reads the node's taints.
-func (c *Client) getTaints(ctx context.Context, node string) ([]taint, error) {
-	body, err := c.do(ctx, http.MethodGet, node, "", "", nil)
-	if err != nil {
-		return nil, err
-	}
+func getTaints(ctx context.Context, c *kubeapi.Client, node string) ([]taint, error) {
 	var n struct {
 		Spec struct {
 			Taints []taint `json:"taints"`
 		} `json:"spec"`
 	}
-	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, fmt.Errorf("get nodes of node %q: the answer is not a Node: %w", node, err)
+	if err := c.Get(ctx, nodeObject(node, ""), &n); err != nil {
+		return nil, err
 	}
 	return n.Spec.Taints, nil
 }
@@ -148,8 +152,8 @@ func (c *Client) getTaints(ctx context.Context, node string) ([]taint, error) {
 // removeTaints removes the node's taints with these keys, and returns
 // those it removed as key:effect (none when the node has none of them).
 // count is told the outcome of each request.
-func (c *Client) removeTaints(ctx context.Context, node string, keys []string, count func(request string, err error)) ([]string, error) {
-	taints, err := c.getTaints(ctx, node)
+func removeTaints(ctx context.Context, c *kubeapi.Client, node string, keys []string, count func(request string, err error)) ([]string, error) {
+	taints, err := getTaints(ctx, c, node)
 	count(RequestGetNode, err)
 	if err != nil {
 		return nil, err
@@ -158,7 +162,7 @@ func (c *Client) removeTaints(ctx context.Context, node string, keys []string, c
 	if patch == nil {
 		return nil, nil
 	}
-	_, err = c.do(ctx, http.MethodPatch, node, "", "application/json-patch+json", patch)
+	_, err = c.Do(ctx, http.MethodPatch, nodeObject(node, ""), "", "application/json-patch+json", patch)
 	count(RequestRemoveTaints, err)
 	if err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func (c *Client) removeTaints(ctx context.Context, node string, keys []string, c
 }
 
 // setCondition patches the node's status with one condition.
-func (c *Client) setCondition(ctx context.Context, node string, patch []byte) error {
-	_, err := c.do(ctx, http.MethodPatch, node, "/status", "application/strategic-merge-patch+json", patch)
+func setCondition(ctx context.Context, c *kubeapi.Client, node string, patch []byte) error {
+	_, err := c.Do(ctx, http.MethodPatch, nodeObject(node, "status"), "", "application/strategic-merge-patch+json", patch)
 	return err
 }

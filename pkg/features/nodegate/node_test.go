@@ -1,9 +1,13 @@
 package nodegate
 
 import (
+	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
 func TestConditionPatch(t *testing.T) {
@@ -102,5 +106,32 @@ func TestValidateConditionType(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "condition type \""+typ+"\" is not valid") {
 			t.Errorf("%q: %v, want an error that names the type and says %q", typ, err, want)
 		}
+	}
+}
+
+// The gate's requests name, when refused, the RBAC rule each needs and
+// the component that has it.
+func TestForbiddenNamesTheMissingRule(t *testing.T) {
+	f := newFakeAPI(t, "n1", taint{"startup", "NoSchedule"})
+	f.forbidden["patch nodes/status"] = true
+	f.forbidden["patch nodes"] = true
+	c := f.client()
+	patch := conditionPatch(Condition{Type: "d/NodePluginRegistered", Status: "True"}, zeroTime, zeroTime)
+	err := setCondition(context.Background(), c, "n1", patch)
+	want := `forbidden: the registrar's service account may not patch nodes/status: its ClusterRole needs the rule {apiGroups: [""], resources: ["nodes/status"], verbs: ["patch"]} (deploy/node-gate has it); the API server said: nodes "n1" is forbidden: User "system:serviceaccount:kube-system:csi" cannot patch resource "nodes/status" in API group "" at the cluster scope`
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n got %v\nwant %s", err, want)
+	}
+	_, err = removeTaints(context.Background(), c, "n1", []string{"startup"}, func(string, error) {})
+	if kubeapi.Code(err) != http.StatusForbidden || !strings.Contains(err.Error(), `resources: ["nodes"], verbs: ["patch"]`) {
+		t.Errorf("taint removal: %v", err)
+	}
+}
+
+func TestNodeNotFound(t *testing.T) {
+	f := newFakeAPI(t, "n1")
+	_, err := getTaints(context.Background(), f.client(), "n2")
+	if err == nil || !strings.HasPrefix(err.Error(), `node "n2" not found: the registrar must be given its own node's name`) {
+		t.Errorf("got %v", err)
 	}
 }

@@ -38,6 +38,9 @@ type options struct {
 	upstreamMissing string
 	// failOnSkip makes a skipped check fail the run, as in CI.
 	failOnSkip bool
+	// only, when set, names the checks to run after check 1 (-checks,
+	// E2E_NODE_CHECKS); nil: all.
+	only map[string]bool
 }
 
 type suite struct {

@@ -95,19 +95,24 @@ func (c *cluster) start(name string, argv ...string) (*process, error) {
 // SIGKILL after a grace period.
 func (c *cluster) stopAll() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		p := c.procs[i]
-		select {
-		case <-p.done:
-			continue
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		c.procs[i].stop()
+	}
+}
+
+// stop ends the process if it runs: SIGTERM, then SIGKILL after a grace
+// period.
+func (p *process) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
 }
 
@@ -235,7 +240,7 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 		return err
 	}
 
-	kubelet, err := c.startKubelet()
+	kubelet, err := c.startKubelet("kubelet")
 	if err != nil {
 		return err
 	}
@@ -355,7 +360,8 @@ func (c *cluster) startAPIServer() (*process, error) {
 		"--v=1")
 }
 
-func (c *cluster) startKubelet() (*process, error) {
+// startKubelet starts kubelet, logging to logs/NAME.log.
+func (c *cluster) startKubelet(name string) (*process, error) {
 	kubeconfig := c.path("kubelet.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, nodeToken); err != nil {
 		return nil, err
@@ -406,11 +412,33 @@ serializeImagePulls: false
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	return c.start("kubelet", filepath.Join(c.bin, "kubelet"),
+	return c.start(name, filepath.Join(c.bin, "kubelet"),
 		"--config="+file, "--kubeconfig="+kubeconfig,
 		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet", "pki"),
 		"--hostname-override="+nodeName, "--node-ip="+nodeIP,
 		"--v=2")
+}
+
+// restartKubelet stops the running kubelet (SIGTERM, then SIGKILL after
+// 15 s) and starts it again with the same configuration, logging to
+// logs/NAME.log, and returns once the new one answers on its healthz port.
+// The pods' containers keep running meanwhile (containerd runs them).
+func (c *cluster) restartKubelet(ctx context.Context, name string) error {
+	var old *process
+	for _, p := range c.procs {
+		if strings.HasPrefix(p.name, "kubelet") {
+			old = p
+		}
+	}
+	if old == nil {
+		return fmt.Errorf("no kubelet to restart")
+	}
+	old.stop()
+	kubelet, err := c.startKubelet(name)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "the restarted kubelet healthy", time.Minute, 200*time.Millisecond, kubelet, httpOK("http://127.0.0.1:10248/healthz", ""))
 }
 
 func writeKubeconfig(file, token string) error {

@@ -69,7 +69,9 @@ const (
 )
 
 // upstream reports whether the revision runs upstream's registrar.
-func (r revision) upstream() bool { return r == revUpstream || r == revStorageUpstream }
+func (r revision) upstream() bool {
+	return r == revUpstream || r == revStorageUpstream || r == revConfirmUpstream
+}
 
 // upstreamFlags are the flags upstream's registrar (v2.17) accepts; it exits
 // on any other.
@@ -320,6 +322,9 @@ func (s *suite) removeDaemonSet(ctx context.Context, dsName, driver string) erro
 			return false, err
 		}
 		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+		if apierrors.IsNotFound(err) {
+			return true, nil // none lists no driver (check 13 deletes it)
+		}
 		if err != nil {
 			return false, err
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,7 @@ func main() {
 	flag.DurationVar(&opts.maxRolloutGap, "max-rollout-gap", 0, "the longest time without the driver in CSINode that the rolling update check (4a) accepts; 0: none")
 	flag.StringVar(&opts.upstreamMissing, "upstream-missing", "", "why there is no image of upstream's registrar ("+upstreamImage+"); set, checks 4b and 4c are skipped with this reason")
 	flag.BoolVar(&opts.failOnSkip, "fail-on-skip", false, "a skipped check fails the run (CI)")
+	only := flag.String("checks", "", "comma-separated checks to run after check 1, in the usual order (2, 3, 4a, 4b, 4c, 4d, 5, 7, 8, 9, 10, 11, 12, 13; 2 is 2b, 8 is 8a-8c, 12 is 12a-12b, 13 is 13a-13c); empty: all. A check may rely on what an earlier one leaves (4c on 4b)")
 	storage := flag.Bool("storage", false, "instead of the checks, run Kubernetes' storage e2e suite (e2e.test and kubectl in -bin) against hostpathplugin with each registrar image (make e2e-storage)")
 	var storageOpts storageOptions
 	tiers := flag.String("storage-tiers", "1", "with -storage: the suite's tiers to run, comma-separated (1, 2)")
@@ -39,6 +41,17 @@ func main() {
 	if *work == "" || *bin == "" || *repo == "" || *images == "" || (*storage && storageOpts.repoList == "") {
 		flag.Usage()
 		os.Exit(2)
+	}
+	if *only != "" {
+		opts.only = map[string]bool{}
+		for _, id := range strings.Split(*only, ",") {
+			id = strings.TrimSpace(id)
+			if !slices.Contains(stepIDs, id) {
+				fmt.Fprintf(os.Stderr, "e2e-node: -checks %q: no check %q; the checks after 1 are %s\n", *only, id, strings.Join(stepIDs, ", "))
+				os.Exit(2)
+			}
+			opts.only[id] = true
+		}
 	}
 	if *storage {
 		for _, t := range strings.Split(*tiers, ",") {
@@ -55,6 +68,10 @@ func main() {
 	}
 	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts, *storage, storageOpts))
 }
+
+// stepIDs are the checks after check 1, in the order they run: what
+// each one leaves is what the next ones expect.
+var stepIDs = []string{"2", "5", "4a", "3", "4b", "4c", "4d", "7", "8", "10", "12", "13", "9", "11"}
 
 func run(work, bin, repo string, images []string, opts options, storage bool, storageOpts storageOptions) int {
 	// As PID 1 of its namespace this process gets no default signal
@@ -92,25 +109,29 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 	// running, registered pod unless it failed badly, so a failure does
 	// not stop the next ones.
 	if s.checkFirstRegistration(ctx) {
-		for _, step := range []func(context.Context) bool{
-			s.checkProbes,
-			s.checkSocketDeleted,
-			s.checkRollingUpdate,
-			s.checkPodDeleted,
-			s.checkRollbackToUpstream,
-			s.checkUpgradeFromUpstream,
-			s.checkSharedPortRollout,
-			s.checkDriverLiveness,
-			s.checkVolume,
-			s.checkMistypedPath,
-			s.checkRejectedThenAccepted,
-			s.checkNodeGate, // last to change the node: it removes the startup taint
-			s.checkKubeletLog,
-		} {
+		steps := map[string]func(context.Context) bool{
+			"2":  s.checkProbes,
+			"5":  s.checkSocketDeleted,
+			"4a": s.checkRollingUpdate,
+			"3":  s.checkPodDeleted,
+			"4b": s.checkRollbackToUpstream,
+			"4c": s.checkUpgradeFromUpstream,
+			"4d": s.checkSharedPortRollout,
+			"7":  s.checkDriverLiveness,
+			"8":  s.checkVolume,
+			"10": s.checkMistypedPath,
+			"12": s.checkRejectedThenAccepted,
+			"13": s.checkCSINode,  // replaces the Node: keeps its startup taint for 9
+			"9":  s.checkNodeGate, // last to change the node: it removes the startup taint
+			"11": s.checkKubeletLog,
+		}
+		for _, id := range stepIDs {
 			if ctx.Err() != nil {
 				break
 			}
-			step(ctx)
+			if opts.only == nil || opts.only[id] {
+				steps[id](ctx)
+			}
 		}
 	}
 
@@ -136,15 +157,24 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
-	const want = 18 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 12a, 12b, 9, 11
+	const want = 21 // 1, 2a, 2b, 3, 4a, 4b, 4c, 4d, 5, 7, 8a, 8b, 8c, 10, 12a, 12b, 13a, 13b, 13c, 9, 11
 	if ctx.Err() != nil {
 		fmt.Println("  interrupted")
 	}
-	if len(s.results) < want {
+	if opts.only != nil {
+		// A developer's run of some checks: no full pass.
+		var ran []string
+		for _, id := range stepIDs {
+			if opts.only[id] {
+				ran = append(ran, id)
+			}
+		}
+		fmt.Printf("  PARTIAL RUN: check 1 and -checks %s only (E2E_NODE_CHECKS); the others were not run\n", strings.Join(ran, ","))
+	} else if len(s.results) < want {
 		fmt.Printf("  NOT RUN: %d check(s)\n", want-len(s.results))
 	}
 	fmt.Printf("  total %s; check 6 (clean-up) follows from hack/e2e-node.sh once the namespaces are gone\n", ms(time.Since(began)))
-	if failed > 0 || len(s.results) < want {
+	if failed > 0 || (opts.only == nil && len(s.results) < want) {
 		return 1
 	}
 	return 0

@@ -391,19 +391,24 @@ func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) strin
 
 // saveMistypedLogs copies the check's pods' container logs (the restarted
 // registrar's included) to the run's logs before the pods are deleted.
-func (s *suite) saveMistypedLogs() {
-	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+mistypedDaemonSet+"-*"))
+func (s *suite) saveMistypedLogs() { s.savePodLogs("10", mistypedDaemonSet) }
+
+// savePodLogs copies the container logs of the pods of the DaemonSet
+// dsName to the run's logs, in pod-logs-<check>/, before the pods are
+// deleted and kubelet removes them.
+func (s *suite) savePodLogs(check, dsName string) {
+	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
 	for _, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 		for _, file := range files {
 			rel, _ := filepath.Rel(s.path("pod-logs"), file)
-			dest := filepath.Join(s.logs, "pod-logs-10", rel)
+			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
 			data, err := os.ReadFile(file)
 			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
 				err = os.WriteFile(dest, data, 0o644)
 			}
 			if err != nil {
-				fmt.Println("e2e-node: check 10: cannot keep", file, ":", err)
+				fmt.Printf("e2e-node: check %s: cannot keep %s: %v\n", check, file, err)
 			}
 		}
 	}

@@ -52,14 +52,20 @@ const (
 var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
 
 // adaptForNodeGate gives revNodeGate's pods what deploy/node-gate gives:
-// the service account with its token, NODE_NAME, the two flags; and the
-// API server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
-// kubernetes Service's IP) does not reach here, with no kube-proxy.
+// the service account with its token, NODE_NAME, the two flags.
 func adaptForNodeGate(pod *corev1.PodSpec, ctr *corev1.Container) {
+	withAccount(pod, ctr)
+	ctr.Args = append(ctr.Args, "--remove-node-taint="+startupTaint, "--node-condition")
+}
+
+// withAccount gives the pods deploy/node-gate's and deploy/csinode's
+// service account with its token, the registrar NODE_NAME, and the API
+// server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
+// kubernetes Service's IP) does not reach here, with no kube-proxy.
+func withAccount(pod *corev1.PodSpec, ctr *corev1.Container) {
 	pod.ServiceAccountName = gateAccount
 	automount := true
 	pod.AutomountServiceAccountToken = &automount
-	ctr.Args = append(ctr.Args, "--remove-node-taint="+startupTaint, "--node-condition")
 	ctr.Env = append(ctr.Env,
 		corev1.EnvVar{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
@@ -163,27 +169,6 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 		}
 		var err error
 		switch meta.Kind {
-		case "ServiceAccount":
-			var sa corev1.ServiceAccount
-			if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
-				return "", err
-			}
-			_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
-		case "ClusterRole":
-			var role rbacv1.ClusterRole
-			if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-				return "", err
-			}
-			_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
-		case "ClusterRoleBinding":
-			var binding rbacv1.ClusterRoleBinding
-			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-				return "", err
-			}
-			for i := range binding.Subjects {
-				binding.Subjects[i].Namespace = namespace
-			}
-			_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
 		case "ValidatingAdmissionPolicy":
 			var policy admissionregistrationv1.ValidatingAdmissionPolicy
 			if err := yaml.UnmarshalStrict(doc, &policy); err != nil {
@@ -204,24 +189,73 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 			}
 			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
 		default:
-			return "", fmt.Errorf("deploy/node-gate: unexpected kind %q; adapt test/node", meta.Kind)
+			if err := s.createAccountObject(ctx, "deploy/node-gate", meta.Kind, doc); err != nil {
+				return "", err
+			}
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", fmt.Errorf("deploy/node-gate: create %s: %w", meta.Kind, err)
 		}
 	}
-	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
-	if err != nil {
-		return "", fmt.Errorf("the API server's self-signed certificate: %w", err)
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
-	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := s.publishRootCA(ctx); err != nil {
 		return "", err
 	}
 	if err := s.typeCheckGatePolicy(ctx); err != nil {
 		return "", err
 	}
 	return s.waitForGatePolicy(ctx)
+}
+
+// createAccountObject creates a ServiceAccount, ClusterRole or
+// ClusterRoleBinding of a deploy/ component (named by from) as kustomize
+// would put it in the namespace (a binding's subjects there too); one that
+// exists is kept, as checks 9 and 13 share the service account.
+func (s *suite) createAccountObject(ctx context.Context, from, kind string, doc []byte) error {
+	var err error
+	switch kind {
+	case "ServiceAccount":
+		var sa corev1.ServiceAccount
+		if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
+	case "ClusterRole":
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
+	case "ClusterRoleBinding":
+		var binding rbacv1.ClusterRoleBinding
+		if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		for i := range binding.Subjects {
+			binding.Subjects[i].Namespace = namespace
+		}
+		_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
+	default:
+		return fmt.Errorf("%s: unexpected kind %q; adapt test/node", from, kind)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: create %s: %w", from, kind, err)
+	}
+	return nil
+}
+
+// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
+// that kubelet's projected service account token volume reads: no
+// controller-manager publishes it here.
+func (s *suite) publishRootCA(ctx context.Context) error {
+	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
+	if err != nil {
+		return fmt.Errorf("the API server's self-signed certificate: %w", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
+	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // typeCheckGatePolicy waits for kube-controller-manager's type check of the

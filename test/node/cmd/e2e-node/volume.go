@@ -62,12 +62,18 @@ func hostpathSocket(rev revision) string {
 // mounted at their host paths (kubelet gives the driver host paths), and
 // its state directory on the host, where the test reads the volumes.
 func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
+	return s.hostpathDaemonSetNamed(hostpathDaemonSet, rev)
+}
+
+// hostpathDaemonSetNamed is hostpathDaemonSetFor's DaemonSet under another
+// name (check 13's own).
+func (s *suite) hostpathDaemonSetNamed(dsName string, rev revision) (*appsv1.DaemonSet, error) {
 	ds, err := s.daemonSet(s.repo, rev)
 	if err != nil {
 		return nil, err
 	}
-	labels := map[string]string{"app.kubernetes.io/name": hostpathDaemonSet}
-	ds.Name, ds.Labels = hostpathDaemonSet, labels
+	labels := map[string]string{"app.kubernetes.io/name": dsName}
+	ds.Name, ds.Labels = dsName, labels
 	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	ds.Spec.Template.Labels = labels
 	pod := &ds.Spec.Template.Spec
@@ -409,9 +415,11 @@ func (s *suite) checkVolume(ctx context.Context) bool {
 	return ok && ok2
 }
 
-func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *csiNodeWatch) bool {
+// hostpathCSIDriver is the CSIDriver object of hostpathplugin's inline
+// volumes: no attach, the pod's information on mount.
+func hostpathCSIDriver() *storagev1.CSIDriver {
 	attach, podInfo := false, true
-	driver := &storagev1.CSIDriver{
+	return &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
 		Spec: storagev1.CSIDriverSpec{
 			AttachRequired:       &attach,
@@ -419,7 +427,10 @@ func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *cs
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
 		},
 	}
-	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil {
+}
+
+func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *csiNodeWatch) bool {
+	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); err != nil {
 		return s.report(name, false, "create CSIDriver: %v", err)
 	}
 	ds, err := s.hostpathDaemonSetFor(revHostpath)

@@ -8,6 +8,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
@@ -19,6 +20,8 @@ type registration struct {
 	at         time.Time
 	registered bool
 	nodeID     string
+	// owner is the UID of the Node that the CSINode names as its owner.
+	owner types.UID
 }
 
 // csiNodeWatch records every write to the node's CSINode object, as the API
@@ -40,6 +43,11 @@ func newCSINodeWatch(driver string) *csiNodeWatch {
 func (w *csiNodeWatch) record(node *storagev1.CSINode) {
 	r := registration{at: time.Now()}
 	if node != nil {
+		for _, o := range node.OwnerReferences {
+			if o.Kind == "Node" {
+				r.owner = o.UID
+			}
+		}
 		for _, d := range node.Spec.Drivers {
 			if d.Name == w.driver {
 				r.registered, r.nodeID = true, d.NodeID
@@ -48,7 +56,7 @@ func (w *csiNodeWatch) record(node *storagev1.CSINode) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if n := len(w.timeline); n > 0 && w.timeline[n-1].registered == r.registered && w.timeline[n-1].nodeID == r.nodeID {
+	if n := len(w.timeline); n > 0 && w.timeline[n-1].registered == r.registered && w.timeline[n-1].nodeID == r.nodeID && w.timeline[n-1].owner == r.owner {
 		return
 	}
 	w.timeline = append(w.timeline, r)

@@ -1,0 +1,40 @@
+package csinode
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StatusKey is the watcher's section of the registrar's /status.
+const StatusKey = "csiNode"
+
+// StatusSection is the watcher's section of /status: its Status.
+func (w *Watcher) StatusSection() (string, any) { return StatusKey, w.Status() }
+
+// Metrics gathers, at each scrape, the watcher's requests to the API
+// server, read from its Status.
+func (w *Watcher) Metrics() prometheus.Gatherer {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(statusCollector{w.Status})
+	return registry
+}
+
+var apiRequestsDesc = prometheus.NewDesc("csi_node_driver_registrar_csinode_api_requests_total",
+	"Requests to the API server about this node's CSINode and Node, by verb (get, watch) and HTTP status code (error: no answer).", []string{"verb", "code"}, nil)
+
+// statusCollector reads a watcher's status at each scrape: the watcher
+// stays the only owner of what it reports.
+type statusCollector struct{ status func() Status }
+
+func (c statusCollector) Describe(ch chan<- *prometheus.Desc) { ch <- apiRequestsDesc }
+
+func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	for _, verb := range slices.Sorted(maps.Keys(st.Requests)) {
+		for _, code := range slices.Sorted(maps.Keys(st.Requests[verb])) {
+			ch <- prometheus.MustNewConstMetric(apiRequestsDesc, prometheus.CounterValue, float64(st.Requests[verb][code]), verb, code)
+		}
+	}
+}
