@@ -129,7 +129,7 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 		if event.Name == filepath.Clean(l.s.cfg.Dir) && event.Has(fsnotify.Remove|fsnotify.Rename) {
 			return nil, fmt.Errorf("the registration directory %q was removed", l.s.cfg.Dir)
 		}
-		if event.Name == l.m.path {
+		if l.m.watches(event.Name) {
 			return pathChanged{}, nil
 		}
 

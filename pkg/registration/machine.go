@@ -490,7 +490,10 @@ func (m *machine) decide(now time.Time, ev any) []effect {
 			// Its socket is no longer known to be served: ask it again.
 			m.owner, m.at = sockfile.ID{}, At{}
 		}
-		m.lookAgain = m.path != ""
+		// A change at a path being claimed counts too: another instance
+		// may publish there while this one takes the socket over, and
+		// the socket taken would then be served unlinked.
+		m.lookAgain = m.path != "" || m.claim != ""
 
 	case stopping:
 		m.state, m.gen, m.due, m.claim = Stopped, 0, [timers]time.Time{}, ""
@@ -513,6 +516,12 @@ func (m *machine) watchCSINode(now time.Time) {
 	case m.due[csinodeTimer].IsZero():
 		m.due[csinodeTimer] = now.Add(m.csinodeWait)
 	}
+}
+
+// watches tells whether a change at path in the registry directory is
+// the machine's: the path of the registration, or the path it claims.
+func (m *machine) watches(path string) bool {
+	return path != "" && (path == m.path || m.claim != "" && path == SocketPath(m.cfg.Dir, m.claim))
 }
 
 // startClaim claims the path of the driver's name: it looks at what is

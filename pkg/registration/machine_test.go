@@ -132,6 +132,12 @@ func TestTransitions(t *testing.T) {
 				map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"the path changes during a conversation: looked at once it is over", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: atNothing}, lookClaim},
 			want{Registered, []effect{publish{ReasonRenamed}, look{lookChange}}, nil}},
+		{"the claimed path changes during the takeover: looked at once the socket is taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
+			adopted{gen: 1, file: fileA, verdict: &Verdict{Registered: true}},
+			want{Registered, []effect{look{lookChange}}, nil}},
+		{"the claimed path changes during the takeover: looked at after publishing when not taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
+			notTaken{},
+			want{WaitingForDriver, []effect{publish{ReasonStart}, look{lookChange}}, nil}},
 		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"kubelet's GetInfo: the silence timer stops", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1},
@@ -443,6 +449,29 @@ func TestClaimUntilItIsOver(t *testing.T) {
 		st = m.status()
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
+		}
+	}
+}
+
+// The loop passes on the changes at the registration's path and, while a
+// claim runs, at the claimed path: another instance may publish there
+// while this one takes the socket over.
+func TestWatchesThePathAndTheClaimedPath(t *testing.T) {
+	other := SocketPath("/reg", "other.example.com")
+	for _, tc := range []struct {
+		name string
+		m    machine
+		want map[string]bool
+	}{
+		{"no name yet", testMachine(), map[string]bool{"": false, SocketPath("/reg", testDriver): false}},
+		{"claiming the first name", claiming(testMachine()), map[string]bool{"": false, SocketPath("/reg", testDriver): true, other: false}},
+		{"registered", publishedIn(Registered), map[string]bool{SocketPath("/reg", testDriver): true, other: false, "/reg/.x": false}},
+		{"claiming a new name", claiming(publishedIn(Registered)), map[string]bool{SocketPath("/reg", testDriver): true, other: true}},
+	} {
+		for path, want := range tc.want {
+			if got := tc.m.watches(path); got != want {
+				t.Errorf("%s: watches(%q) = %v, want %v", tc.name, path, got, want)
+			}
 		}
 	}
 }

@@ -285,7 +285,7 @@ func TestSaysWhenKubeletNeverCalls(t *testing.T) {
 	if st := r.srv.Status(); st.State != WaitingForKubelet {
 		t.Fatalf("before the silence: %s", st.State)
 	}
-	fake.Step(10 * time.Second)
+	stepWhenArmed(t, fake, 10*time.Second)
 	poll.Until(t, "the status says kubelet did not call", func() bool { return r.srv.Status().KubeletSilent })
 	if st := r.srv.Status(); st.State != KubeletSilent || st.Ready || !strings.Contains(st.Reason, "plugins_registry") || st.FailingSince == nil {
 		t.Errorf("Status = %+v, want kubelet-silent, naming the registry directory as a cause", st)

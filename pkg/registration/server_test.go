@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 const testDriver = "test.csi.example.com"
@@ -130,6 +131,16 @@ func health(srv *Server) string {
 
 // servesOwn tells whether srv's liveness check finds its own socket.
 func servesOwn(srv *Server) bool { return strings.HasPrefix(health(srv), "serving ") }
+
+// stepWhenArmed moves fake on by d once the loop has armed its timer: the
+// loop reads the clock, then creates a timer for the deadline after that
+// reading, so a step in between would leave the timer d past the deadline.
+// The loop runs one timer at a time, and none while it has no deadline.
+func stepWhenArmed(t *testing.T, fake *testingclock.FakeClock, d time.Duration) {
+	t.Helper()
+	poll.Until(t, "the registration's timer is armed", fake.HasWaiters)
+	fake.Step(d)
+}
 
 func (r *running) stop(t *testing.T) error {
 	t.Helper()
