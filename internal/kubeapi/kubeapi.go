@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -235,6 +236,28 @@ func CodeLabel(err error) string {
 		return "error"
 	}
 	return "200"
+}
+
+// Requests counts a feature's requests to the API server by the request's
+// name and its outcome (CodeLabel), for its status and metrics. Its owner's
+// lock guards it.
+type Requests map[string]map[string]uint64
+
+// Add counts one request named name that ended with err.
+func (r Requests) Add(name string, err error) {
+	if r[name] == nil {
+		r[name] = map[string]uint64{}
+	}
+	r[name][CodeLabel(err)]++
+}
+
+// Clone returns a copy of r that shares no map with it.
+func (r Requests) Clone() Requests {
+	c := make(Requests, len(r))
+	for name, codes := range r {
+		c[name] = maps.Clone(codes)
+	}
+	return c
 }
 
 // newAPIError reads the API server's Status in answer.

@@ -276,3 +276,22 @@ func TestWatchEndsWithItsContext(t *testing.T) {
 	}
 	<-gone
 }
+
+// Requests counts by name and outcome, and a clone is a snapshot: counting
+// on after it changes the original only.
+func TestRequestsCountAndClone(t *testing.T) {
+	r := Requests{}
+	r.Add("get", nil)
+	r.Add("get", nil)
+	r.Add("get", &APIError{Code: http.StatusForbidden})
+	r.Add("watch", errors.New("connection refused"))
+	snapshot := r.Clone()
+	r.Add("get", nil)
+	want := map[string]map[string]uint64{"get": {"200": 2, "403": 1}, "watch": {"error": 1}}
+	if fmt.Sprint(map[string]map[string]uint64(snapshot)) != fmt.Sprint(want) {
+		t.Errorf("snapshot %v, want %v", snapshot, want)
+	}
+	if r["get"]["200"] != 3 {
+		t.Errorf("counted on after the snapshot: %v, want 3 answers 200 to get", r)
+	}
+}

@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -66,7 +65,7 @@ type Status struct {
 	LastErrorTime  *time.Time `json:"lastErrorTime,omitempty"`
 	// Requests counts the requests to the API server by verb (get, watch)
 	// and answer: the HTTP status code, or "error" when there was none.
-	Requests map[string]map[string]uint64 `json:"requests"`
+	Requests kubeapi.Requests `json:"requests"`
 }
 
 // Watcher watches the node's CSINode for the driver's entry.
@@ -114,7 +113,7 @@ func New(node string, client *kubeapi.Client, report func(Finding)) *Watcher {
 		},
 		backoff: [2]time.Duration{backoffInitial, backoffMax},
 		logger:  klog.Background().WithName("csinode"),
-		st:      Status{Node: node, Requests: map[string]map[string]uint64{}},
+		st:      Status{Node: node, Requests: kubeapi.Requests{}},
 	}
 }
 
@@ -132,10 +131,7 @@ func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.st
-	st.Requests = make(map[string]map[string]uint64, len(w.st.Requests))
-	for verb, codes := range w.st.Requests {
-		st.Requests[verb] = maps.Clone(codes)
-	}
+	st.Requests = w.st.Requests.Clone()
 	if st.Finding != nil {
 		f := *st.Finding
 		st.Finding = &f
@@ -336,11 +332,7 @@ func (w *Watcher) evaluate() {
 }
 
 func (w *Watcher) count(verb string, err error) {
-	code := kubeapi.CodeLabel(err)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.st.Requests[verb] == nil {
-		w.st.Requests[verb] = map[string]uint64{}
-	}
-	w.st.Requests[verb][code]++
+	w.st.Requests.Add(verb, err)
 }

@@ -95,7 +95,7 @@ type Status struct {
 	NextRetry     *time.Time `json:"nextRetryTime,omitempty"`
 	// Requests counts the requests to the API server by request and
 	// answer: the HTTP status code, or "error" when there was none.
-	Requests map[string]map[string]uint64 `json:"requests"`
+	Requests kubeapi.Requests `json:"requests"`
 }
 
 // wanted is what the node should show; the event methods write it, Run
@@ -131,7 +131,7 @@ func New(cfg Config) *Gate {
 	return &Gate{
 		cfg:  cfg,
 		wake: make(chan struct{}, 1),
-		st:   Status{Node: cfg.NodeName, TaintKeys: cfg.TaintKeys, Requests: map[string]map[string]uint64{}},
+		st:   Status{Node: cfg.NodeName, TaintKeys: cfg.TaintKeys, Requests: kubeapi.Requests{}},
 	}
 }
 
@@ -193,10 +193,7 @@ func (g *Gate) Status() Status {
 	defer g.mu.Unlock()
 	st := g.st
 	st.RemovedTaints = slices.Clip(st.RemovedTaints)
-	st.Requests = make(map[string]map[string]uint64, len(g.st.Requests))
-	for r, codes := range g.st.Requests {
-		st.Requests[r] = maps.Clone(codes)
-	}
+	st.Requests = g.st.Requests.Clone()
 	return st
 }
 
@@ -326,13 +323,9 @@ func (g *Gate) errorKeys(err error) []any {
 }
 
 func (g *Gate) count(name string, err error) {
-	code := kubeapi.CodeLabel(err)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.st.Requests[name] == nil {
-		g.st.Requests[name] = map[string]uint64{}
-	}
-	g.st.Requests[name][code]++
+	g.st.Requests.Add(name, err)
 }
 
 // Codes lists the answers counted for a request, sorted.
