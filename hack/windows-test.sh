@@ -153,12 +153,20 @@ while read -r dir path; do
 		cat "$out"
 	fi
 	passed=$(grep -c -- '^ *--- PASS' "$out" || true)
-	# Each skipped test with its reason: the last log line under its
-	# "=== RUN" (or NAME, CONT) headings, as t.Skip logs it last. A skip for what this system lacks
-	# names it (test/afunix, test/removeall); the others are listed.
+	# Each skipped test with its reason, from the log lines under its
+	# "=== RUN" (or NAME, CONT) headings: a skip for what this system lacks
+	# names it (test/afunix, test/removeall); otherwise the last line logged
+	# from a _test.go file, as t.Skip logs it (the cleanups that run after
+	# it may log from the product's files), else the last line. The skips
+	# for what this system lacks are counted, the others listed.
 	skips=$(awk '/^=== (RUN|NAME|CONT) / { cur = $3 }
-		/^ +[^ ]+\.go:[0-9]+: / { why[cur] = $0; sub(/^ +/, "", why[cur]) }
-		/^ *--- SKIP: / { print $3 ": " why[$3] }' "$out")
+		/^ +[^ ]+\.go:[0-9]+: / {
+			line = $0; sub(/^ +/, "", line)
+			if (line ~ /needs (AF_UNIX sockets|os\.RemoveAll)/) lacks[cur] = line
+			else if (line ~ /^[^ ]+_test\.go:[0-9]+: /) test[cur] = line
+			else any[cur] = line
+		}
+		/^ *--- SKIP: / { t = $3; print t ": " (t in lacks ? lacks[t] : t in test ? test[t] : any[t]) }' "$out")
 	unix=$(grep -c 'needs AF_UNIX sockets' <<<"$skips" || true)
 	norm=$(grep -c 'needs os.RemoveAll' <<<"$skips" || true)
 	other=$(grep -v 'needs AF_UNIX sockets\|needs os.RemoveAll' <<<"$skips" | grep -c . || true)
