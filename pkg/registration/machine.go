@@ -10,10 +10,9 @@ package registration
 // runs at a time (conversing), and meanwhile only kubelet's calls and the
 // silence timer are acted on; a change at the path (or at the path
 // claimed) is looked at, and a handover asked meanwhile decided, once it is
-// over. Every timer is a
-// deadline in the state (due), which the loop turns into one timer of its
-// clock. The transitions, state by state, are the table of "The
-// registration's states" in docs/architecture.md.
+// over. Every timer is a deadline in the state (due), which the loop turns
+// into one timer of its clock. The transitions, state by state, are the
+// table of "The registration's states" in docs/architecture.md.
 
 import (
 	"errors"

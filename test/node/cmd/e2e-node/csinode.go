@@ -597,7 +597,6 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	// it says that it waits for kubelet, for as long as kubelet takes.
 	var final *registrarState
 	errFinal := waitFor(ctx, "/status naming the stale owner "+string(oldUID)+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
-		var err error
 		st, err := registrarStatus(revConfirm.port())
 		if err != nil {
 			return false, err
