@@ -110,9 +110,11 @@ func wireCSINode(_ context.Context, o *options, c *core) (func(), error) {
 	}
 	name, _ := o.node()
 	watcher := csinode.New(name, client, func(f csinode.Finding) { c.srv.ReportCSINode(registration.CSINodeReport(f)) })
-	c.srv.Observe(func(old, now registration.Status) {
-		if now.DriverName != "" && now.DriverName != old.DriverName {
-			watcher.SetDriver(now.DriverName)
+	c.srv.Observe(func(_ registration.Status, happened []registration.Transition) {
+		for _, t := range happened {
+			if named, ok := t.(registration.Named); ok {
+				watcher.SetDriver(named.Name)
+			}
 		}
 	})
 	c.reports = append(c.reports, watcher)

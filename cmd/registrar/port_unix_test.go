@@ -77,9 +77,11 @@ func TestReleasesTheHTTPPortOnSteppingAside(t *testing.T) {
 			run := func(p *httpport.Port) *registration.Server {
 				return startRegistration(t, dir, func(srv *registration.Server) {
 					srv.Observe(releaseOnStepAside(klog.Background(), p))
-					srv.Observe(func(old, now registration.Status) {
-						if now.State == registration.Superseded {
-							closeOnce.Do(func() { close(steppedAside) })
+					srv.Observe(func(_ registration.Status, happened []registration.Transition) {
+						for _, t := range happened {
+							if _, ok := t.(registration.SteppedAside); ok {
+								closeOnce.Do(func() { close(steppedAside) })
+							}
 						}
 					})
 				})

@@ -117,7 +117,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	srv.Observe(reportTermination(logger, termination))
 	// The registration as it was before it stopped, for stoppedFailing.
 	var lastRunning atomic.Pointer[registration.Status]
-	srv.Observe(func(_, now registration.Status) {
+	srv.Observe(func(now registration.Status, _ []registration.Transition) {
 		if now.State != registration.Stopped {
 			lastRunning.Store(&now)
 		}

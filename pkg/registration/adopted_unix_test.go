@@ -16,9 +16,11 @@ func TestRegisteredOnTakingARegisteredSocketOver(t *testing.T) {
 	startRegistered(t, dir)
 	srv := newServer(t, dir)
 	seen := make(chan Status, 64)
-	srv.Observe(func(_, now Status) {
-		if now.State == Registered {
-			seen <- now
+	srv.Observe(func(now Status, happened []Transition) {
+		for _, t := range happened {
+			if _, ok := t.(DriverRegistered); ok {
+				seen <- now
+			}
 		}
 	})
 	newer := runServer(t, srv)

@@ -49,7 +49,7 @@ func TestCSINodeConfirmsTheRegistration(t *testing.T) {
 
 func TestCSINodeReportsBeforeTheVerdictDoNothing(t *testing.T) {
 	m := confirming(WaitingForKubelet)
-	if effects := m.step(t0, missing); effects != nil || !m.due[csinodeTimer].IsZero() {
+	if effects := m.step(t0, missing).effects; effects != nil || !m.due[csinodeTimer].IsZero() {
 		t.Fatalf("a CSINode without the driver before kubelet's verdict: effects %v, csinode timer %v; want nothing (kubelet has not registered it yet)", effects, m.due[csinodeTimer])
 	}
 	// kubelet registers the driver, but the watch has not delivered its
@@ -68,14 +68,14 @@ func TestCSINodeLossIsHealedByPublishingAgain(t *testing.T) {
 	m := confirming(Registered)
 	m.step(t0, listed)
 	lost := t0.Add(time.Minute)
-	if effects := m.step(lost, missing); effects != nil {
+	if effects := m.step(lost, missing).effects; effects != nil {
 		t.Fatalf("loss: effects %v, want none before the grace", effects)
 	}
 	st := m.status()
 	if st.State != Unconfirmed || st.Ready || !strings.HasPrefix(st.Reason, "kubelet registered the driver, but CSINode node-1 does not exist; the registration socket is published again at ") {
 		t.Fatalf("loss: state %s, ready %v, reason %q; want unconfirmed, saying when it publishes again", st.State, st.Ready, st.Reason)
 	}
-	if effects := m.step(lost.Add(csinodeGrace), fired{csinodeTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
+	if effects := m.step(lost.Add(csinodeGrace), fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
 		t.Fatalf("the grace is over: effects %v, want a publication for %s", effects, ReasonCSINodeLost)
 	}
 	m.step(lost.Add(csinodeGrace), published{2, ReasonCSINodeLost, fileA})
@@ -106,7 +106,7 @@ func TestCSINodeLossesInARowBackOff(t *testing.T) {
 		}
 		waits = append(waits, due.Sub(now))
 		now = due
-		if effects := m.step(now, fired{csinodeTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
+		if effects := m.step(now, fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
 			t.Fatalf("wait %d over: effects %v, want a publication", len(waits), effects)
 		}
 		gen++
@@ -131,7 +131,7 @@ func TestCSINodeLossWhileNotServingDoesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m
-			if effects := m.step(t0, missing); effects != nil || !m.due[csinodeTimer].IsZero() {
+			if effects := m.step(t0, missing).effects; effects != nil || !m.due[csinodeTimer].IsZero() {
 				t.Fatalf("effects %v, csinode timer %v; want nothing", effects, m.due[csinodeTimer])
 			}
 		})

@@ -45,7 +45,7 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 	}
 	call := &handoverCall{ctx: ctx, gen: r.gen, req: req, reply: make(chan error, 1)}
 	stopping := grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
-	if !r.s.send(call) {
+	if !r.s.send(handoverAsked{r.gen, call}) {
 		return nil, stopping
 	}
 	select {
@@ -68,18 +68,18 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 
 // offer is A's side, a conversation: it offers the current publication
 // to call; the machine steps aside once it was taken.
-func (l *loop) offer(call *handoverCall) func() any {
+func (l *loop) offer(call *handoverCall) func() outcome {
 	if l.pub == nil || l.pub.gen != call.gen {
 		// A publication decided with the offer, after a conversation
 		// during which the offer was held, replaced the one asked for.
 		err := errors.New("this instance no longer serves the registration socket")
-		return func() any { return offered{call, err} }
+		return func() outcome { return outcome{ev: offered{call, err}} }
 	}
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
 		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
 	}
-	return func() any { return offered{call, handover.Offer(call.ctx, owner, call.req)} }
+	return func() outcome { return outcome{ev: offered{call, handover.Offer(call.ctx, owner, call.req)}} }
 }
 
 // canHandOver asks the socket at path whether it serves the registrar's
@@ -107,9 +107,9 @@ func canHandOver(ctx context.Context, path string, timeout time.Duration) (ok bo
 // its own. Its outcome is the socket taken; or, when the owner did not
 // hand it over, that hidden socket, still listening, to be published
 // instead (its name stays); or notTaken when it cannot be.
-func (l *loop) takeOver() func() any {
+func (l *loop) takeOver() func() outcome {
 	name, path := l.m.claim, SocketPath(l.s.cfg.Dir, l.m.claim)
-	return func() any {
+	return func() outcome {
 		before, _, err := sockfile.Lstat(path)
 		var recv *sockfile.Socket
 		if err == nil {
@@ -117,7 +117,7 @@ func (l *loop) takeOver() func() any {
 		}
 		if err != nil {
 			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
-			return notTaken{}
+			return outcome{ev: notTaken{}}
 		}
 		taken, err := handover.Take(handover.Newcomer{
 			Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
@@ -128,11 +128,11 @@ func (l *loop) takeOver() func() any {
 			// Still our receiving socket when the owner did not move its
 			// hidden name here.
 			_, _ = recv.Remove()
-			return tookOver{taken, name}
+			return outcome{taken: &tookOver{taken, name}}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
-			return recv
+			return outcome{spare: recv}
 		}
 		_ = recv.Close()
 		_, _ = recv.Remove()
@@ -143,7 +143,7 @@ func (l *loop) takeOver() func() any {
 		// rename is not possible: the owner removes the name itself when its
 		// confirmation fails.
 		_, _ = sockfile.RemoveIfSame(recv.Hidden, before)
-		return notTaken{}
+		return outcome{ev: notTaken{}}
 	}
 }
 
@@ -158,7 +158,5 @@ type tookOver struct {
 // instance's registration.
 func (l *loop) adopt(t tookOver) adopted {
 	gen := l.install(t.taken.Socket, t.name)
-	l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-		"driver", t.name, "path", t.taken.Path, "endpoint", l.s.cfg.Endpoint, "registered", t.taken.Verdict != nil, "reason", ReasonHandover)
 	return adopted{gen, t.taken.File, t.taken.Verdict}
 }

@@ -44,18 +44,20 @@ type loop struct {
 	pub    *publication // nil while none is served
 	// queue holds the outcomes of the effects done on the loop, taken
 	// before any other event.
-	queue []any
+	queue []event
 	// outcomes carries the outcome of the conversation that runs, if any
 	// (m.conversing).
-	outcomes chan any
+	outcomes chan outcome
+	// happened holds the transitions since the last snapshot.
+	happened []Transition
 	// spare is the receiving socket of a takeover that did not happen,
 	// published by the next publication.
 	spare *sockfile.Socket
 	// retired counts the graceful stops of old publications.
 	retired sync.WaitGroup
-	// watch is the connection to the instance followed while standing
-	// aside.
-	watch *ownerWatch
+	// unfollow ends the connection to the instance followed while
+	// standing aside; nil when none is held.
+	unfollowOwner context.CancelFunc
 	// gens counts the publications, for their generation.
 	gens uint64
 	// timer wakes the loop at the machine's next deadline, timerAt,
@@ -83,7 +85,7 @@ func (l *loop) run(watcher *fsnotify.Watcher) error {
 // next waits for the next event: an effect's outcome, the machine's timers
 // that are due, or what the loop's sources said. nil: nothing for the
 // machine (a report of the driver without a name, a stale watch, a stop).
-func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
+func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	now := l.s.cfg.Clock.Now()
 	for t := range timers {
 		if len(l.queue) == 0 && l.m.isDue(t, now) {
@@ -100,8 +102,8 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 	case <-l.ctx.Done():
 		return nil, nil
 
-	case outcome := <-l.outcomes:
-		return l.outcomeEvent(outcome), nil
+	case o := <-l.outcomes:
+		return l.outcomeEvent(o), nil
 
 	case report := <-l.s.driver:
 		return report, nil
@@ -110,16 +112,6 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 		return report, nil
 
 	case ev := <-l.s.events:
-		switch ev := ev.(type) {
-		case *handoverCall:
-			return handoverAsked{ev.gen, ev}, nil
-		case watchLost:
-			if l.watch != ev.watch {
-				return nil, nil // a watch replaced meanwhile
-			}
-			l.watch = nil
-			return ownerLost{}, nil
-		}
 		return ev, nil
 
 	case event, ok := <-watcher.Events:
@@ -148,168 +140,178 @@ func (l *loop) next(watcher *fsnotify.Watcher) (any, error) {
 	return nil, nil
 }
 
-// outcomeEvent turns a conversation's outcome into the machine's event; a
-// socket it brought stays on the loop's side.
-func (l *loop) outcomeEvent(outcome any) any {
-	switch o := outcome.(type) {
-	case tookOver:
-		return l.adopt(o)
-	case *sockfile.Socket:
-		l.spare = o
+// outcome is what a conversation ended with: the machine's event, or a
+// socket it brought, which stays on the loop's side.
+type outcome struct {
+	ev    event
+	taken *tookOver
+	spare *sockfile.Socket
+}
+
+// outcomeEvent turns a conversation's outcome into the machine's event.
+func (l *loop) outcomeEvent(o outcome) event {
+	switch {
+	case o.taken != nil:
+		return l.adopt(*o.taken)
+	case o.spare != nil:
+		l.spare = o.spare
 		return notTaken{}
-	case offered:
-		if o.err == nil {
-			// The socket is the new instance's: its file at the path must
-			// never be removed from here (stepAside). The HandOver call
-			// itself is in flight on this publication's server.
-			l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", l.m.path)
-		}
-	case looked:
-		if o.at.kind == atRefused || o.at.kind == atSilent {
-			l.logger.V(2).Info("The socket at the path does not answer", "path", o.at.path, "err", o.at.Err)
-		}
 	}
-	return outcome
+	if lk, ok := o.ev.(looked); ok && (lk.at.kind == atRefused || lk.at.kind == atSilent) {
+		l.logger.V(2).Info("The socket at the path does not answer", "path", lk.at.path, "err", lk.at.Err)
+	}
+	return o.ev
 }
 
 // handle steps the machine through ev and carries out its effects. It is
 // the only caller of step.
-func (l *loop) handle(ev any) error {
-	before := l.m
-	effects := l.m.step(l.s.cfg.Clock.Now(), ev)
-	l.logChange(ev, &before)
-	for _, e := range effects {
-		if err := l.do(e); err != nil {
+func (l *loop) handle(ev event) error {
+	out := l.m.step(l.s.cfg.Clock.Now(), ev)
+	for _, t := range out.transitions {
+		l.logTransition(t)
+	}
+	l.happened = append(l.happened, out.transitions...)
+	for _, e := range out.effects {
+		if err := e.carryOut(l); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// do carries out one effect.
-func (l *loop) do(e effect) error {
-	switch e := e.(type) {
-	case look:
-		path, ours, owner := l.m.path, l.pub.file(), l.m.owner
-		if e.purpose == lookClaim {
-			path = SocketPath(l.s.cfg.Dir, l.m.claim)
-		}
-		l.converse(func() any {
-			if e.purpose == lookClaim {
-				for _, leftover := range sockfile.RemoveLeftovers(path, l.s.cfg.CheckTimeout) {
-					l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
-				}
-			}
-			return looked{lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim), e.purpose}
-		})
-	case takeOver:
-		l.converse(l.takeOver())
-	case offer:
-		l.converse(l.offer(e.call))
-	case publish:
-		return l.publish(e.reason)
-	case stepAside:
-		if pub := l.pub; pub != nil {
-			l.pub = nil
-			if e.handedOver {
-				l.stopInBackground(pub)
-			} else {
-				l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", l.m.path)
-				l.retire(pub)
-			}
-		}
-		l.follow(e.owner)
-	case follow:
-		if l.watch == nil || l.watch.file != e.owner {
-			l.follow(e.owner)
-		}
-	case answer:
-		// The caller, and tests, see the outcome in the snapshot as soon
-		// as the reply is out.
-		l.storeSnapshot()
-		e.call.reply <- e.err
-	case warn:
-		if e.at.kind == atUnknown {
-			l.logger.Error(e.at.Err, e.msg, "path", l.m.path)
-		} else {
-			found, _ := e.at.describe(l.m.name)
-			l.logger.Error(nil, e.msg, "path", l.m.path, "found", found)
-		}
-	case fail:
-		return e.err
-	default:
-		panic(fmt.Sprintf("registration: unknown effect %T", e))
+func (e look) carryOut(l *loop) error {
+	path, ours, owner := l.m.path, l.pub.file(), l.m.owner
+	if e.purpose == lookClaim {
+		path = SocketPath(l.s.cfg.Dir, l.m.claim)
 	}
+	l.converse(func() outcome {
+		if e.purpose == lookClaim {
+			for _, leftover := range sockfile.RemoveLeftovers(path, l.s.cfg.CheckTimeout) {
+				l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
+			}
+		}
+		return outcome{ev: looked{lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim), e.purpose}}
+	})
 	return nil
 }
 
+func (takeOver) carryOut(l *loop) error {
+	l.converse(l.takeOver())
+	return nil
+}
+
+func (e offer) carryOut(l *loop) error {
+	l.converse(l.offer(e.call))
+	return nil
+}
+
+func (e publish) carryOut(l *loop) error { return l.publish(e.reason) }
+
+func (e stepAside) carryOut(l *loop) error {
+	if pub := l.pub; pub != nil {
+		l.pub = nil
+		if e.handedOver {
+			l.stopInBackground(pub)
+		} else {
+			l.retire(pub)
+		}
+	}
+	l.follow(e.owner)
+	return nil
+}
+
+func (e follow) carryOut(l *loop) error {
+	l.follow(e.owner)
+	return nil
+}
+
+func (e answer) carryOut(l *loop) error {
+	// The caller, and tests, see the outcome in the snapshot as soon as
+	// the reply is out.
+	l.storeSnapshot()
+	e.call.reply <- e.err
+	return nil
+}
+
+func (e fail) carryOut(*loop) error { return e.err }
+
 // converse runs a conversation with another process on a goroutine of
 // its own; its outcome comes back on outcomes.
-func (l *loop) converse(conversation func() any) {
+func (l *loop) converse(conversation func() outcome) {
 	go func() { l.outcomes <- conversation() }()
 }
 
-// logChange logs what an event changed, once: each line at the default
-// level is a change an operator should know of. before is the machine
-// before the event.
-func (l *loop) logChange(ev any, before *machine) {
+// logTransition logs what the machine did: each line at the default level
+// is a change an operator should know of.
+func (l *loop) logTransition(t Transition) {
 	m := &l.m
-	switch ev := ev.(type) {
-	case kubeletCall:
-		switch {
-		case ev.gen != m.gen:
-			if ev.notify {
-				l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", ev.registered, "reason", ev.reason)
-			}
-		case !ev.notify:
-			if m.kubeletRetrying {
-				l.logger.V(2).Info("kubelet tries again by itself: the registration socket stays", "attempts", m.attempts)
-			}
-		case ev.registered && before.state != Registered:
-			l.logger.Info("kubelet registered the driver", "endpoint", l.s.cfg.Endpoint)
-		case ev.registered:
+	switch t := t.(type) {
+	case Claiming:
+		if t.Renamed {
+			l.logger.Info("The CSI driver changed its name: registering under the new one", "newName", t.Name)
+		}
+	case Replacing:
+		l.logger.Info("Replacing the registration socket left at the path", "path", m.path, "found", t.Found)
+	case Deferred:
+		l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
+			"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint)
+	case Published:
+		switch t.Reason {
+		case ReasonHandover:
+			l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
+				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.log.lastVerdict != nil, "reason", t.Reason)
+		case ReasonCSINodeLost:
+			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", m.csinode.Reason, "nextWait", m.csinodeWait)
+			fallthrough
+		default:
+			l.logger.Info("Registration socket published, waiting for kubelet", "driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "reason", t.Reason)
+		}
+	case PublishFailed:
+		if t.Repeated {
+			l.logger.V(2).Info("Cannot publish the registration socket yet", "reason", t.Reason, "retry", t.Retry, "err", t.Err)
+		} else {
+			l.logger.Error(errors.New(t.Err), "Cannot publish the registration socket: trying again after a backoff", "reason", t.Reason, "retry", t.Retry)
+		}
+	case KubeletAccepted:
+		if t.Again {
 			// kubelet confirms again after each of its restarts.
 			l.logger.V(2).Info("kubelet confirmed the registration again")
-		case before.state != Rejected:
-			l.logger.Error(nil, "kubelet rejected the plugin", "reason", ev.reason, "policy", l.s.cfg.OnRejection)
-			if l.s.cfg.OnRejection == Retry {
-				l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", m.due[retryTimer].Sub(m.log.lastNotify))
-			}
-		default:
-			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", ev.reason, "attempts", m.attempts)
+		} else {
+			l.logger.Info("kubelet registered the driver", "endpoint", l.s.cfg.Endpoint)
 		}
-	case fired:
-		if ev.timer == silenceTimer && m.state == KubeletSilent && before.state != KubeletSilent {
-			l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs; after failures at this path kubelet also waits out a backoff of up to 2m2s",
-				"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
-		}
-	case published:
-		if ev.reason == ReasonCSINodeLost {
-			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", before.csinode.Reason, "nextWait", m.csinodeWait)
-		}
-	case CSINodeReport:
-		if m.state == Registered && before.csinode != nil && before.csinode.Listed && !ev.Listed {
-			l.logger.Info("kubelet has the driver registered, but CSINode no longer confirms it", "csinode", ev.Reason)
-		}
-	case serveEnded:
-		if ev.gen == m.gen {
-			l.logger.Error(ev.err, "The registration socket stopped accepting connections: publishing it again", "path", m.path)
-		}
-	case looked:
-		if ev.purpose != lookClaim || m.state == Stopped {
-			break
-		}
+	case CSINodeUnconfirmed:
+		l.logger.Info("kubelet has the driver registered, but CSINode no longer confirms it", "csinode", t.Reason)
+	case KubeletRejected:
 		switch {
-		case m.state == Deferring && before.state != Deferring:
-			l.logger.Info("A registrar that cannot hand its socket over serves the driver's registration socket: leaving it in place, and publishing ours when it leaves",
-				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint)
-		case ev.at.kind != atNothing && ev.at.kind != atHandsOver && m.claim == "":
-			found, _ := ev.at.describe(m.name)
-			l.logger.Info("Replacing the registration socket left at the path", "path", m.path, "found", found)
+		case !t.First:
+			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", t.Reason, "attempts", t.Attempts)
+		case t.Retry.IsZero():
+			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+		default:
+			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(m.log.lastNotify))
 		}
-	}
-	if m.claim != "" && before.claim == "" && m.claimReason == ReasonRenamed {
-		l.logger.Info("The CSI driver changed its name: registering under the new one", "newName", m.claim)
+	case VerdictIgnored:
+		l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", t.Registered, "reason", t.Reason)
+	case KubeletRetrying:
+		l.logger.V(2).Info("kubelet tries again by itself: the registration socket stays", "attempts", t.Attempts)
+	case KubeletWentSilent:
+		l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs; after failures at this path kubelet also waits out a backoff of up to 2m2s",
+			"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
+	case SteppedAside:
+		if t.HandedOver {
+			l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", m.path)
+		} else {
+			l.logger.Info("Another instance of the driver published the registration socket: stepping aside", "path", m.path)
+		}
+	case LeftAlone:
+		if t.Found == "" {
+			l.logger.Error(t.Err, t.Why, "path", m.path)
+		} else {
+			l.logger.Error(nil, t.Why, "path", m.path, "found", t.Found)
+		}
+	case ServeEnded:
+		l.logger.Error(t.Err, "The registration socket stopped accepting connections: publishing it again", "path", m.path)
 	}
 }
 
@@ -331,9 +333,11 @@ func (l *loop) arm(now time.Time) {
 }
 
 // storeSnapshot gives readers a snapshot of the registration, and tells
-// the observers.
+// the observers what happened since the last one.
 func (l *loop) storeSnapshot() {
-	l.s.store(l.m, l.pub)
+	happened := l.happened
+	l.happened = nil
+	l.s.store(l.m, l.pub, happened)
 }
 
 // publish puts a new socket with its own gRPC server in place at the
@@ -358,18 +362,12 @@ func (l *loop) publish(reason string) error {
 	}
 	switch {
 	case err != nil && sockfile.IsShortage(err):
-		if l.m.publishError != err.Error() {
-			l.logger.Error(err, "Cannot publish the registration socket: trying again after a backoff", "reason", reason, "backoff", l.m.shortBackoff)
-		} else {
-			l.logger.V(2).Info("Cannot publish the registration socket yet", "reason", reason, "backoff", l.m.shortBackoff, "err", err)
-		}
 		l.queue = append(l.queue, publishFailed{reason, err})
 		return nil
 	case err != nil:
 		return err
 	}
 	gen := l.install(sock, l.m.name)
-	l.logger.Info("Registration socket published, waiting for kubelet", "driver", l.m.name, "path", l.m.path, "endpoint", l.s.cfg.Endpoint, "reason", reason)
 	l.queue = append(l.queue, published{gen, reason, sock.File})
 	return nil
 }
@@ -450,8 +448,8 @@ func (l *loop) stopGRPC(pub *publication) {
 func (l *loop) follow(owner sockfile.ID) {
 	l.unfollow()
 	ctx, cancel := context.WithCancel(l.ctx)
-	watch, path := &ownerWatch{file: owner, cancel: cancel}, l.m.path
-	l.watch = watch
+	path := l.m.path
+	l.unfollowOwner = cancel
 	go func() {
 		err := unixgrpc.Hold(ctx, path, l.s.cfg.CheckTimeout, func() error {
 			// The connection may have reached a socket that replaced owner.
@@ -461,26 +459,17 @@ func (l *loop) follow(owner sockfile.ID) {
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			l.s.send(watchLost{watch})
+			l.s.send(ownerLost{owner})
 		}
 	}()
 }
 
 func (l *loop) unfollow() {
-	if l.watch != nil {
-		l.watch.cancel()
-		l.watch = nil
+	if l.unfollowOwner != nil {
+		l.unfollowOwner()
+		l.unfollowOwner = nil
 	}
 }
-
-// ownerWatch is the connection to the instance followed (follow).
-type ownerWatch struct {
-	file   sockfile.ID
-	cancel context.CancelFunc
-}
-
-// watchLost: the connection of an owner watch failed.
-type watchLost struct{ watch *ownerWatch }
 
 // shutdown withdraws the registration before it stops answering, so that
 // kubelet deregisters the driver rather than failing to reach it. A

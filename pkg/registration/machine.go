@@ -1,8 +1,9 @@
 package registration
 
 // The registration's decisions, in one place: machine.step is a function
-// from (state, event) to (state, effects). It does no I/O and reads no
-// clock; the loop (loop.go) gives it each event with the time it is handled
+// from (state, event) to (state, transitions, effects): what happened, for
+// the log and the observers, and what the loop is to do. It does no I/O and
+// reads no clock; the loop (loop.go) gives it each event with the time it is handled
 // and carries out the effects it returns. An effect never steps the
 // machine: what it found or did comes back as the next event, through the
 // loop. Effects that talk to another process (a look at a socket another
@@ -198,6 +199,21 @@ func newMachine(cfg Config, now time.Time) machine {
 	}
 }
 
+// An event is an input of step; each handles itself on the machine.
+type event interface {
+	step(m *machine, now time.Time, o *output)
+}
+
+// output is what a step decided: the transitions it made, in order, and
+// the effects for the loop to carry out.
+type output struct {
+	transitions []Transition
+	effects     []effect
+}
+
+func (o *output) record(t ...Transition) { o.transitions = append(o.transitions, t...) }
+func (o *output) do(e ...effect)         { o.effects = append(o.effects, e...) }
+
 // Events: the inputs of step.
 type (
 	// looked: what a look for purpose found at the path (the claimed one
@@ -257,8 +273,9 @@ type (
 	// pathChanged: the directory changed at the path, or its watch lost
 	// events.
 	pathChanged struct{}
-	// ownerLost: the connection to the instance followed ended.
-	ownerLost struct{}
+	// ownerLost: the connection to the instance whose socket is owner
+	// ended.
+	ownerLost struct{ owner sockfile.ID }
 	// stopping: Run is returning.
 	stopping struct{}
 	// withdrew: Run removed the socket on its way out.
@@ -281,7 +298,12 @@ const (
 	lookClaim
 )
 
-// Effects: what step asks the loop to do.
+// An effect is what step asks the loop to do; loop.go carries each out.
+type effect interface {
+	carryOut(l *loop) error
+}
+
+// Effects.
 type (
 	// look: look at the path, for purpose, and answer with looked.
 	look struct{ purpose purpose }
@@ -308,200 +330,238 @@ type (
 		call *handoverCall
 		err  error
 	}
-	// warn: something at the path is left alone; tell the operator.
-	warn struct {
-		msg string
-		at  At
-	}
 	// fail: Run returns err.
 	fail struct{ err error }
 )
 
-type effect any
-
-// step applies ev, which happens at now, and returns what to do about it.
-// Between conversations it decides the handover asked meanwhile, then
-// starts the claim the driver's name asks for, or the look that changes at
-// the path asked for meanwhile.
-func (m *machine) step(now time.Time, ev any) []effect {
-	effects := m.decide(now, ev)
+// step applies ev, which happens at now, and returns what happened and
+// what to do about it. Between conversations it decides the handover
+// asked meanwhile, then starts the claim the driver's name asks for, or
+// the look that changes at the path asked for meanwhile.
+func (m *machine) step(now time.Time, ev event) output {
+	var o output
+	ev.step(m, now, &o)
 	if held := m.heldHandover; held != nil && !m.conversing {
 		m.heldHandover = nil
-		effects = append(effects, m.decide(now, *held)...)
+		held.step(m, now, &o)
 	}
 	m.watchCSINode(now)
 	switch {
 	case m.conversing || m.state == Stopped:
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
-		effects = append(effects, m.startClaim())
+		m.startClaim(&o)
 	case m.lookAgain && m.path != "":
 		m.lookAgain = false
-		effects = append(effects, m.startLook(lookChange))
+		o.do(m.startLook(lookChange))
 	}
-	return effects
+	return o
 }
 
-func (m *machine) decide(now time.Time, ev any) []effect {
-	switch ev := ev.(type) {
-	case driverReport:
-		m.driverReachable, m.driverError = ev.reachable, ev.err
-		if ev.name != "" {
-			m.driverName = ev.name
-		}
+func (ev driverReport) step(m *machine, _ time.Time, _ *output) {
+	m.driverReachable, m.driverError = ev.reachable, ev.err
+	if ev.name != "" {
+		m.driverName = ev.name
+	}
+}
 
-	case CSINodeReport:
-		if m.cfg.ConfirmCSINode {
-			m.csinode = &ev
-			if ev.Listed {
-				m.csinodeWait = csinodeGrace
+func (ev CSINodeReport) step(m *machine, _ time.Time, o *output) {
+	if !m.cfg.ConfirmCSINode {
+		return
+	}
+	wasConfirmed := m.confirmed()
+	m.csinode = &ev
+	if ev.Listed {
+		m.csinodeWait = csinodeGrace
+	}
+	switch {
+	case m.state != Registered:
+	case !wasConfirmed && m.confirmed():
+		o.record(DriverRegistered{})
+	case wasConfirmed && !m.confirmed():
+		o.record(CSINodeUnconfirmed{Reason: ev.Reason})
+	}
+}
+
+func (ev looked) step(m *machine, now time.Time, o *output) {
+	m.conversing = false
+	switch {
+	case m.state == Stopped:
+	case ev.purpose == lookClaim:
+		m.claimFound(ev.at, o)
+	default:
+		m.at = ev.at
+		m.lookedAt(now, ev.at, ev.purpose, o)
+	}
+}
+
+func (notTaken) step(m *machine, _ time.Time, o *output) {
+	m.conversing = false
+	if m.state != Stopped {
+		o.do(publish{m.endClaim(o)})
+	}
+}
+
+func (ev adopted) step(m *machine, now time.Time, o *output) {
+	m.conversing = false
+	if m.state == Stopped {
+		return // the stop withdraws it like any other
+	}
+	m.endClaim(o)
+	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
+	m.state, m.failingSince = WaitingForKubelet, time.Time{}
+	if ev.verdict != nil {
+		v := *ev.verdict
+		m.log.lastVerdict = &v
+		if v.Registered {
+			m.state = Registered
+			m.due[silenceTimer] = time.Time{}
+			if m.confirmed() {
+				o.record(DriverRegistered{})
 			}
 		}
+	}
+}
 
-	case looked:
-		m.conversing = false
-		switch {
-		case m.state == Stopped:
-		case ev.purpose == lookClaim:
-			return m.claimFound(ev.at)
-		default:
-			m.at = ev.at
-			return m.lookedAt(now, ev.at, ev.purpose)
-		}
-
-	case notTaken:
-		m.conversing = false
-		if m.state != Stopped {
-			return []effect{publish{m.endClaim()}}
-		}
-
-	case adopted:
-		m.conversing = false
-		if m.state == Stopped {
-			return nil // the stop withdraws it like any other
-		}
-		m.endClaim()
-		m.publishedAt(now, ev.gen, ReasonHandover, ev.file)
+func (ev published) step(m *machine, now time.Time, o *output) {
+	m.publishedAt(now, ev.gen, ev.reason, ev.file, o)
+	if m.state != Rejected || ev.reason == ReasonStart || ev.reason == ReasonRenamed {
+		// After a rejection kubelet's verdict stands until it gives
+		// another.
 		m.state, m.failingSince = WaitingForKubelet, time.Time{}
-		if ev.verdict != nil {
-			v := *ev.verdict
-			m.log.lastVerdict = &v
-			if v.Registered {
-				m.state = Registered
-				m.due[silenceTimer] = time.Time{}
-			}
-		}
+	}
+}
 
-	case published:
-		m.publishedAt(now, ev.gen, ev.reason, ev.file)
-		if m.state != Rejected || ev.reason == ReasonStart || ev.reason == ReasonRenamed {
-			// After a rejection kubelet's verdict stands until it gives
-			// another.
+func (ev publishFailed) step(m *machine, now time.Time, o *output) {
+	err := ev.err.Error()
+	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: now.Add(m.shortBackoff), Repeated: m.publishError == err})
+	m.publishError = err
+	m.publishLater(ev.reason, now.Add(m.shortBackoff))
+	m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
+}
+
+func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
+	switch {
+	case m.conversing && m.heldHandover == nil:
+		m.heldHandover = &ev
+	case m.conversing:
+		o.do(answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")})
+	case ev.gen != m.gen || m.gen == 0:
+		o.do(answer{ev.call, errors.New("this instance no longer serves the registration socket")})
+	case m.state != Registered:
+		o.do(answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)})
+	default:
+		m.conversing = true
+		o.do(offer{ev.call})
+	}
+}
+
+func (ev offered) step(m *machine, _ time.Time, o *output) {
+	m.conversing = false
+	if ev.err != nil {
+		o.do(answer(ev)) // refused: the socket stays ours
+		return
+	}
+	// The socket file at the path is the other instance's now.
+	owner := m.ours
+	if m.state != Stopped {
+		m.standAside(Superseded, owner)
+		m.handedOver = true
+	}
+	o.record(SteppedAside{HandedOver: true})
+	o.do(stepAside{owner, true}, answer{ev.call, nil})
+}
+
+func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
+	switch {
+	case ev.gen != m.gen || m.gen == 0:
+		if ev.notify {
+			o.record(VerdictIgnored{Registered: ev.registered, Reason: ev.reason})
+		}
+	case ev.notify:
+		m.verdict(now, ev.registered, ev.reason, o)
+	default:
+		m.log.calls.GetInfo++
+		m.log.lastGetInfo = now
+		m.due[silenceTimer] = time.Time{}
+		if m.state == Rejected && !m.due[retryTimer].IsZero() {
+			// kubelet came back to the socket it rejected: it retries by
+			// itself, and a new socket now would be one under the name it
+			// may be about to accept.
+			m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
+			o.record(KubeletRetrying{Attempts: m.attempts})
+		}
+		if m.state == KubeletSilent {
 			m.state, m.failingSince = WaitingForKubelet, time.Time{}
 		}
-
-	case publishFailed:
-		m.publishError = ev.err.Error()
-		m.publishLater(ev.reason, now.Add(m.shortBackoff))
-		m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
-
-	case handoverAsked:
-		switch {
-		case m.conversing && m.heldHandover == nil:
-			m.heldHandover = &ev
-			return nil
-		case m.conversing:
-			return []effect{answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")}}
-		case ev.gen != m.gen || m.gen == 0:
-			return []effect{answer{ev.call, errors.New("this instance no longer serves the registration socket")}}
-		case m.state != Registered:
-			return []effect{answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)}}
-		}
-		m.conversing = true
-		return []effect{offer{ev.call}}
-
-	case offered:
-		m.conversing = false
-		if ev.err != nil {
-			return []effect{answer(ev)} // refused: the socket stays ours
-		}
-		// The socket file at the path is the other instance's now.
-		owner := m.ours
-		if m.state != Stopped {
-			m.standAside(Superseded, owner)
-			m.handedOver = true
-		}
-		return []effect{stepAside{owner, true}, answer{ev.call, nil}}
-
-	case kubeletCall:
-		if ev.gen != m.gen || m.gen == 0 {
-			return nil // about a socket since replaced
-		}
-		if !ev.notify {
-			m.log.calls.GetInfo++
-			m.log.lastGetInfo = now
-			m.due[silenceTimer] = time.Time{}
-			if m.state == Rejected && !m.due[retryTimer].IsZero() {
-				// kubelet came back to the socket it rejected: it
-				// retries by itself, and a new socket now would be
-				// one under the name it may be about to accept.
-				m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
-			}
-			if m.state == KubeletSilent {
-				m.state, m.failingSince = WaitingForKubelet, time.Time{}
-			}
-			return nil
-		}
-		return m.verdict(now, ev.registered, ev.reason)
-
-	case fired:
-		if m.due[ev.timer].IsZero() || !m.canFire(ev.timer) {
-			return nil // stopped since it was due, or waits for the conversation
-		}
-		m.due[ev.timer] = time.Time{}
-		switch ev.timer {
-		case silenceTimer:
-			if m.state == WaitingForKubelet {
-				m.state, m.failingSince = KubeletSilent, now
-			}
-		case retryTimer:
-			if m.state == Rejected && m.gen != 0 {
-				return []effect{publish{ReasonRetry}}
-			}
-		case vacancyTimer:
-			return []effect{m.startLook(lookVacancy)}
-		case publishTimer:
-			return []effect{m.startLook(lookPending)}
-		case csinodeTimer:
-			m.csinodeWait = min(2*m.csinodeWait, csinodeWaitMax)
-			return []effect{publish{ReasonCSINodeLost}}
-		}
-
-	case serveEnded:
-		switch {
-		case ev.gen != m.gen || m.gen == 0:
-		case m.conversing:
-			m.publishLater(ReasonStale, now)
-		default:
-			return []effect{publish{ReasonStale}}
-		}
-
-	case pathChanged, ownerLost:
-		if _, lost := ev.(ownerLost); lost {
-			// Its socket is no longer known to be served: ask it again.
-			m.owner, m.at = sockfile.ID{}, At{}
-		}
-		// A change at a path being claimed counts too: another instance
-		// may publish there while this one takes the socket over, and
-		// the socket taken would then be served unlinked.
-		m.lookAgain = m.path != "" || m.claim != ""
-
-	case stopping:
-		m.state, m.gen, m.due, m.claim = Stopped, 0, [timers]time.Time{}, ""
-
-	case withdrew:
-		m.withdrawn = true
 	}
-	return nil
+}
+
+func (ev fired) step(m *machine, now time.Time, o *output) {
+	if m.due[ev.timer].IsZero() || !m.canFire(ev.timer) {
+		return // stopped since it was due, or waits for the conversation
+	}
+	m.due[ev.timer] = time.Time{}
+	switch ev.timer {
+	case silenceTimer:
+		if m.state == WaitingForKubelet {
+			m.state, m.failingSince = KubeletSilent, now
+			o.record(KubeletWentSilent{})
+		}
+	case retryTimer:
+		if m.state == Rejected && m.gen != 0 {
+			o.do(publish{ReasonRetry})
+		}
+	case vacancyTimer:
+		o.do(m.startLook(lookVacancy))
+	case publishTimer:
+		o.do(m.startLook(lookPending))
+	case csinodeTimer:
+		m.csinodeWait = min(2*m.csinodeWait, csinodeWaitMax)
+		o.do(publish{ReasonCSINodeLost})
+	}
+}
+
+func (ev serveEnded) step(m *machine, now time.Time, o *output) {
+	if ev.gen != m.gen || m.gen == 0 {
+		return
+	}
+	o.record(ServeEnded{Err: ev.err})
+	if m.conversing {
+		m.publishLater(ReasonStale, now)
+		return
+	}
+	o.do(publish{ReasonStale})
+}
+
+func (pathChanged) step(m *machine, _ time.Time, _ *output) {
+	// A change at a path being claimed counts too: another instance may
+	// publish there while this one takes the socket over, and the socket
+	// taken would then be served unlinked.
+	m.lookAgain = m.path != "" || m.claim != ""
+}
+
+func (ev ownerLost) step(m *machine, now time.Time, o *output) {
+	if ev.owner != m.owner || m.owner == (sockfile.ID{}) {
+		return // an owner followed before
+	}
+	// Its socket is no longer known to be served: ask it again.
+	m.owner, m.at = sockfile.ID{}, At{}
+	pathChanged{}.step(m, now, o)
+}
+
+func (stopping) step(m *machine, _ time.Time, _ *output) {
+	m.state, m.gen, m.due, m.claim = Stopped, 0, [timers]time.Time{}, ""
+}
+
+func (withdrew) step(m *machine, _ time.Time, o *output) {
+	m.withdrawn = true
+	o.record(Withdrawn{})
+}
+
+// confirmed tells whether kubelet's acceptance counts: always, unless
+// Config.ConfirmCSINode asks for this node's CSINode to list the driver.
+func (m *machine) confirmed() bool {
+	return !m.cfg.ConfirmCSINode || m.csinode != nil && m.csinode.Listed
 }
 
 // watchCSINode runs the wait after which the socket is published again for
@@ -526,17 +586,19 @@ func (m *machine) watches(path string) bool {
 
 // startClaim claims the path of the driver's name: it looks at what is
 // there (lookClaim) before it decides.
-func (m *machine) startClaim() effect {
+func (m *machine) startClaim(o *output) {
 	path := SocketPath(m.cfg.Dir, m.driverName)
 	if len(path) > MaxSocketPathLength {
-		return fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))}
+		o.do(fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))})
+		return
 	}
 	m.claim, m.claimReason = m.driverName, ReasonStart
 	if m.name != "" {
 		m.claimReason = ReasonRenamed
 	}
 	m.attempts, m.due[retryTimer] = 0, time.Time{}
-	return m.startLook(lookClaim)
+	o.record(Claiming{Name: m.claim, Renamed: m.name != ""})
+	o.do(m.startLook(lookClaim))
 }
 
 // startLook starts a conversation: a look at the path for purpose.
@@ -548,20 +610,23 @@ func (m *machine) startLook(why purpose) effect {
 // claimFound decides what to do with the claimed path, given what is
 // there: the claim takes the socket of a registrar that can hand it over,
 // defers to one that cannot, or publishes.
-func (m *machine) claimFound(at At) []effect {
+func (m *machine) claimFound(at At, o *output) {
 	switch at.kind {
 	case atUnknown:
-		return []effect{fail{fmt.Errorf("cannot inspect %q: %w", at.path, at.Err)}}
+		o.do(fail{fmt.Errorf("cannot inspect %q: %w", at.path, at.Err)})
+		return
 	case atNotSocket:
-		return []effect{fail{&sockfile.NotASocketError{Path: at.path, Mode: at.mode}}}
+		o.do(fail{&sockfile.NotASocketError{Path: at.path, Mode: at.mode}})
+		return
 	case atHandsOver:
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
 		m.conversing = true
-		return []effect{takeOver{}}
+		o.do(takeOver{})
+		return
 	}
-	reason := m.endClaim()
+	reason := m.endClaim(o)
 	if at.kind == atLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
 		// A registrar of the same driver and endpoint that cannot hand
 		// its socket over (upstream's, or an older build): replacing its
@@ -569,15 +634,22 @@ func (m *machine) claimFound(at At) []effect {
 		// would do it a second time, as upstream's removes the path when
 		// it stops. Waiting for it to leave costs one deregistration only.
 		m.standAside(Deferring, at.File)
-		return []effect{follow{at.File}}
+		o.record(Deferred{})
+		o.do(follow{at.File})
+		return
 	}
-	return []effect{publish{reason}}
+	if at.kind != atNothing {
+		found, _ := at.describe(m.name)
+		o.record(Replacing{Found: found})
+	}
+	o.do(publish{reason})
 }
 
 // endClaim makes the claimed name and path the registration's, and
 // returns the claim's reason.
-func (m *machine) endClaim() (reason string) {
+func (m *machine) endClaim(o *output) (reason string) {
 	m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
+	o.record(Named{Name: m.name})
 	return m.claimReason
 }
 
@@ -588,7 +660,7 @@ func (m *machine) publishLater(reason string, at time.Time) {
 
 // publishedAt records that publication gen, socket file, serves the path
 // since now.
-func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID) {
+func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
 	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
 	m.at = At{kind: atOurs, path: m.path, File: file}
 	m.log.publications[reason]++
@@ -597,6 +669,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
 	m.pending, m.publishError, m.shortBackoff = "", "", publishRetryInitial
+	o.record(Published{Reason: reason})
 }
 
 // standAside leaves the path to another instance, whose socket is owner.
@@ -611,17 +684,22 @@ func (m *machine) standAside(state State, owner sockfile.ID) {
 }
 
 // verdict records kubelet's verdict on the current publication.
-func (m *machine) verdict(now time.Time, registered bool, reason string) []effect {
+func (m *machine) verdict(now time.Time, registered bool, reason string, o *output) {
 	m.log.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
 	m.log.lastNotify = now
 	m.due[silenceTimer] = time.Time{}
 	m.kubeletRetrying = false
 	if registered {
+		o.record(KubeletAccepted{Again: m.state == Registered})
 		m.log.calls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
 		m.backoff, m.due[retryTimer] = m.cfg.Retry.Initial, time.Time{}
-		return nil
+		if m.confirmed() {
+			o.record(DriverRegistered{})
+		}
+		return
 	}
+	first := m.state != Rejected
 	m.log.calls.NotifyRejected++
 	m.log.failures++
 	m.log.lastFailure = now
@@ -632,7 +710,9 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 	}
 	m.state = Rejected
 	if m.cfg.OnRejection == Exit {
-		return []effect{fail{&RejectedError{Reason: reason}}}
+		o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first})
+		o.do(fail{&RejectedError{Reason: reason}})
+		return
 	}
 	if m.due[retryTimer].IsZero() {
 		// Published again only after kubelet's own retry is overdue: a
@@ -640,35 +720,36 @@ func (m *machine) verdict(now time.Time, registered bool, reason string) []effec
 		m.due[retryTimer] = now.Add(max(m.backoff, kubeletRetryDue(m.attempts)))
 		m.backoff = min(2*m.backoff, m.cfg.Retry.Max)
 	}
-	return nil
+	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
 }
 
 // lookedAt decides what to do about what is at the path.
-func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
+func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
 	switch at.kind {
 	case atNothing:
 		switch {
 		case why == lookPending:
-			return []effect{publish{m.pending}}
+			o.do(publish{m.pending})
 		case why == lookVacancy && aside:
-			return []effect{publish{ReasonVacated}}
+			o.do(publish{ReasonVacated})
 		case why == lookVacancy && m.gen != 0:
-			return []effect{publish{ReasonDeleted}}
+			o.do(publish{ReasonDeleted})
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
 	case atOurs:
 		if why == lookPending {
-			return []effect{publish{m.pending}}
+			o.do(publish{m.pending})
 		}
 	case atNotSocket:
 		if why == lookPending {
-			return []effect{publish{m.pending}} // fails, saying why
+			o.do(publish{m.pending}) // fails, saying why
+			return
 		}
-		return []effect{warn{"Something that is not a socket replaced the registration socket; leaving it alone", at}}
+		m.leaveAlone("Something that is not a socket replaced the registration socket; leaving it alone", at, o)
 	case atUnknown:
-		return []effect{warn{"Cannot inspect the registration socket", at}}
+		m.leaveAlone("Cannot inspect the registration socket", at, o)
 	case atOwner:
 		// The connection to the owner this instance follows says whether
 		// it lives, without another call.
@@ -676,17 +757,19 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 		m.suspect = suspicion{}
 		switch {
 		case at.Driver != m.name:
-			return []effect{warn{"Another driver's registration socket is at our path; leaving it alone", at}}
+			m.leaveAlone("Another driver's registration socket is at our path; leaving it alone", at, o)
 		case aside:
 			// Another instance again, e.g. after a handover between two
 			// newer ones: follow the current owner.
 			m.owner = at.File
-			return []effect{follow{at.File}}
+			o.do(follow{at.File})
+		default:
+			// Never fight back: a newer instance (a rolling update with
+			// maxSurge) owns the registration now.
+			m.standAside(Superseded, at.File)
+			o.record(SteppedAside{})
+			o.do(stepAside{owner: at.File})
 		}
-		// Never fight back: a newer instance (a rolling update with
-		// maxSurge) owns the registration now.
-		m.standAside(Superseded, at.File)
-		return []effect{stepAside{owner: at.File}}
 	case atRefused, atSilent:
 		// A socket that refuses connections is dead, or was bound a moment
 		// ago and is not listening yet (another registrar between its bind
@@ -696,15 +779,24 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose) []effect {
 		strikes := m.suspect.look(at.File, now)
 		if strikes < 2 || strikes < maxStrikes && at.kind == atSilent {
 			m.lookAfterGrace(now)
-			return nil
+			return
 		}
 		m.suspect = suspicion{}
 		if aside {
-			return []effect{publish{ReasonVacated}}
+			o.do(publish{ReasonVacated})
+			return
 		}
-		return []effect{publish{ReasonStale}}
+		o.do(publish{ReasonStale})
 	}
-	return nil
+}
+
+// leaveAlone records that what is at the path is left alone, and why.
+func (m *machine) leaveAlone(why string, at At, o *output) {
+	t := LeftAlone{Why: why, Err: at.Err}
+	if at.kind != atUnknown {
+		t.Found, _ = at.describe(m.name)
+	}
+	o.record(t)
 }
 
 // lookAfterGrace looks at the path again after vacancyGrace.

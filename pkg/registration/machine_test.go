@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"reflect"
 	"strings"
 	"syscall"
@@ -56,7 +57,7 @@ func publishedIn(state State) machine {
 }
 
 // then steps m through events at, and returns it.
-func then(m machine, at time.Time, events ...any) machine {
+func then(m machine, at time.Time, events ...event) machine {
 	for _, ev := range events {
 		m.step(at, ev)
 	}
@@ -85,7 +86,7 @@ func TestTransitions(t *testing.T) {
 		name string
 		m    machine
 		at   time.Time
-		ev   any
+		ev   event
 		want want
 	}{
 		{"the driver names itself: claim its path", testMachine(), t0, driverReport{name: testDriver, reachable: true},
@@ -105,9 +106,9 @@ func TestTransitions(t *testing.T) {
 			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookClaim},
 			want{Deferring, []effect{follow{fileA}}, nil}},
 		{"the claimed path holds a registrar with another endpoint: replace it", claiming(testMachine()), t0,
-			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
+			looked{At{kind: atLive, path: "/reg/p", File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
 			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
-		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: atRefused, File: fileA}, lookClaim},
+		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: atRefused, path: "/reg/p", File: fileA, Err: syscall.ECONNREFUSED}, lookClaim},
 			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
 		{"the claimed path holds something that is not a socket: fail", claiming(testMachine()), t0, looked{At{kind: atNotSocket, path: "/reg/p", mode: fs.ModeDir}, lookClaim},
 			want{WaitingForDriver, []effect{fail{&sockfile.NotASocketError{Path: "/reg/p", Mode: fs.ModeDir}}}, nil}},
@@ -197,10 +198,10 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, nil}},
 		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: testDriver}, lookChange},
 			want{Superseded, []effect{stepAside{owner: fileA}}, nil}},
-		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: "other.example.com"}, lookChange},
-			want{Registered, []effect{warn{"Another driver's registration socket is at our path; leaving it alone", At{kind: atLive, File: fileA, Driver: "other.example.com"}}}, nil}},
-		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: atNotSocket, File: fileA}, lookChange},
-			want{Registered, []effect{warn{"Something that is not a socket replaced the registration socket; leaving it alone", At{kind: atNotSocket, File: fileA}}}, nil}},
+		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atLive, path: "/reg/p", File: fileA, Driver: "other.example.com"}, lookChange},
+			want{Registered, nil, nil}},
+		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: atNotSocket, path: "/reg/p", File: fileA, mode: fs.ModeDir}, lookChange},
+			want{Registered, nil, nil}},
 		{"a socket that refuses: one more look", publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
 		{"a socket that still refuses a grace later: replace it",
@@ -221,8 +222,10 @@ func TestTransitions(t *testing.T) {
 			want{Deferring, []effect{publish{ReasonVacated}}, nil}},
 		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
-		{"the owner's connection ended: look", aside(Superseded), t0, ownerLost{},
+		{"the owner's connection ended: look", aside(Superseded), t0, ownerLost{fileA},
 			want{Superseded, []effect{look{lookChange}}, nil}},
+		{"an earlier owner's connection ended: nothing", aside(Superseded), t0, ownerLost{fileB},
+			want{Superseded, nil, nil}},
 		{"a publication short of file descriptors: try again", publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE},
 			want{Registered, nil, map[timer]time.Time{publishTimer: t0.Add(publishRetryInitial)}}},
 		{"the shortage's retry finds the path empty: publish",
@@ -242,10 +245,54 @@ func TestTransitions(t *testing.T) {
 		{"stopping: stopped, no timer", rejected(), t0, stopping{},
 			want{Stopped, nil, nil}},
 	}
+	// happened: the transitions of the cases that make any.
+	happened := map[string][]Transition{
+		"the driver names itself: claim its path":                                                         {Claiming{Name: testDriver}},
+		"another name: claim the new path":                                                                {Claiming{Name: "other.example.com", Renamed: true}},
+		"the claimed path is empty: publish":                                                              {Named{testDriver}},
+		"the claimed path holds a registrar of the driver that cannot hand over: defer to it":             {Named{testDriver}, Deferred{}},
+		"the claimed path holds a registrar with another endpoint: replace it":                            {Named{testDriver}, Replacing{"/reg/p was published by another instance of " + testDriver}},
+		"the claimed path holds a dead socket: replace it":                                                {Named{testDriver}, Replacing{"/reg/p was published by another process and does not answer GetInfo: connection refused"}},
+		"the socket was not handed over: publish":                                                         {Named{testDriver}},
+		"a handover held during a look that finds a newer instance: refused":                              {SteppedAside{}},
+		"the path changes during a conversation: looked at once it is over":                               {Named{"other.example.com"}},
+		"the claimed path changes during the takeover: looked at once the socket is taken":                {Named{testDriver}, Published{ReasonHandover}, DriverRegistered{}},
+		"the claimed path changes during the takeover: looked at after publishing when not taken":         {Named{testDriver}},
+		"published: wait for kubelet, which is due":                                                       {Published{ReasonStart}},
+		"kubelet does not call in time: kubelet-silent":                                                   {KubeletWentSilent{}},
+		"accepted: registered":                                                                            {KubeletAccepted{}, DriverRegistered{}},
+		"accepted while silent: registered":                                                               {KubeletAccepted{}, DriverRegistered{}},
+		"a verdict on an earlier socket: ignored":                                                         {VerdictIgnored{Registered: true}},
+		"rejected: publish again once kubelet's own retry is overdue":                                     {KubeletRejected{Reason: "no", Attempts: 1, First: true, Retry: t0.Add(2500 * time.Millisecond)}},
+		"rejected with a registrar's backoff longer than kubelet's retry: the backoff":                    {KubeletRejected{Reason: "no", Attempts: 1, First: true, Retry: t0.Add(10 * time.Second)}},
+		"rejected, kubelet calls GetInfo on the rejected socket: it retries by itself, the socket stays":  {KubeletRetrying{Attempts: 1}},
+		"rejected, kubelet retried by itself and rejects again: publish once its second retry is overdue": {KubeletRejected{Reason: "no", Attempts: 2, Retry: t0.Add(4 * time.Second)}},
+		"rejected, kubelet retried by itself and accepts: registered":                                     {KubeletAccepted{}, DriverRegistered{}},
+		"rejected with the Exit policy: fail":                                                             {KubeletRejected{Reason: "no", Attempts: 1, First: true}},
+		"rejected, published again: still rejected":                                                       {Published{ReasonRetry}},
+		"rejected, then accepted: registered":                                                             {KubeletAccepted{}, DriverRegistered{}},
+		"rejected, the driver renamed: waiting for kubelet again":                                         {Published{ReasonRenamed}},
+		"a live instance of the driver at the path: step aside":                                           {SteppedAside{}},
+		"another driver's socket: left alone": {LeftAlone{Why: "Another driver's registration socket is at our path; leaving it alone",
+			Found: `/reg/p was published by another process for driver "other.example.com", not "` + testDriver + `"`}},
+		"not a socket: left alone":                                                            {LeftAlone{Why: "Something that is not a socket replaced the registration socket; leaving it alone", Found: "/reg/p is a directory, not a socket"}},
+		"superseded, published again: waiting for kubelet":                                    {Published{ReasonVacated}},
+		"a publication short of file descriptors: try again":                                  {PublishFailed{Reason: ReasonDeleted, Err: "too many open files", Retry: t0.Add(publishRetryInitial)}},
+		"handed over: superseded, following the new owner on our socket file":                 {SteppedAside{HandedOver: true}},
+		"adopted with kubelet's acceptance: registered":                                       {Named{testDriver}, Published{ReasonHandover}, DriverRegistered{}},
+		"the serving socket stopped accepting: publish":                                       {ServeEnded{errors.New("closed")}},
+		"the serving socket stopped accepting during a conversation: publish once it is over": {ServeEnded{errors.New("closed")}},
+	}
+	unused := maps.Clone(happened)
 	for _, tc := range cases {
+		delete(unused, tc.name)
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m
-			effects := m.step(tc.at, tc.ev)
+			out := m.step(tc.at, tc.ev)
+			effects := out.effects
+			if !reflect.DeepEqual(out.transitions, happened[tc.name]) {
+				t.Errorf("transitions = %#v, want %#v", out.transitions, happened[tc.name])
+			}
 			if m.state != tc.want.state {
 				t.Errorf("state = %s, want %s", m.state, tc.want.state)
 			}
@@ -262,6 +309,9 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("timers = %v, want %v", due, tc.want.due)
 			}
 		})
+	}
+	for name := range unused {
+		t.Errorf("transitions given for %q, which is no case", name)
 	}
 }
 
@@ -284,7 +334,7 @@ func TestRejectionBackoff(t *testing.T) {
 		}
 		waits = append(waits, due.Sub(now))
 		now = due
-		if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+		if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
 			t.Fatalf("retry %d: effects %v", gen, effects)
 		}
 		m.step(now, published{gen + 1, ReasonRetry, ours})
@@ -343,7 +393,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			if now.After(m.due[retryTimer]) {
 				t.Fatalf("rejection %d: the retry is due at %v, before kubelet's own at %v", i+1, m.due[retryTimer], now)
 			}
-			if effects := m.step(now, kubeletCall{gen: 1}); effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
+			if effects := m.step(now, kubeletCall{gen: 1}).effects; effects != nil || !m.due[retryTimer].IsZero() || !m.kubeletRetrying {
 				t.Fatalf("rejection %d, kubelet's GetInfo: effects %v, retry at %v, retrying %v; want no publication pending", i+1, effects, m.due[retryTimer], m.kubeletRetrying)
 			}
 			if st := m.status(); !strings.Contains(st.Reason, "kubelet tries again by itself on this socket") {
@@ -362,7 +412,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			m.step(now, kubeletCall{gen: gen})
 			m.step(now, kubeletCall{gen: gen, notify: true, reason: "no"})
 			now = m.due[retryTimer]
-			if effects := m.step(now, fired{retryTimer}); !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+			if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
 				t.Fatalf("rejection %d: effects %v, want a publication", gen, effects)
 			}
 			m.step(now, published{gen + 1, ReasonRetry, ours})
@@ -505,21 +555,21 @@ func TestSuspicionCountsLooksAGraceApart(t *testing.T) {
 func TestTimersWaitForTheConversation(t *testing.T) {
 	m := publishedIn(WaitingForKubelet)
 	m.step(t0, looked{At{kind: atNothing}, lookChange}) // our socket gone: vacancy timer
-	if effects := m.step(t0, pathChanged{}); !reflect.DeepEqual(effects, []effect{look{lookChange}}) {
+	if effects := m.step(t0, pathChanged{}).effects; !reflect.DeepEqual(effects, []effect{look{lookChange}}) {
 		t.Fatalf("a change at the path: effects %v, want a look", effects)
 	}
 	late := t0.Add(time.Minute)
 	if m.isDue(vacancyTimer, late) || !m.isDue(silenceTimer, late) || !m.next().Equal(t0.Add(10*time.Second)) {
 		t.Errorf("during the look: vacancy due %v, silence due %v, next %v; want only the silence timer", m.isDue(vacancyTimer, late), m.isDue(silenceTimer, late), m.next())
 	}
-	if effects := m.step(late, fired{vacancyTimer}); effects != nil || m.due[vacancyTimer].IsZero() {
+	if effects := m.step(late, fired{vacancyTimer}).effects; effects != nil || m.due[vacancyTimer].IsZero() {
 		t.Errorf("the vacancy timer fired during the look: effects %v, still due %v", effects, !m.due[vacancyTimer].IsZero())
 	}
 	m.step(late, looked{At{kind: atNothing}, lookChange})
 	if !m.isDue(vacancyTimer, late) {
 		t.Error("the look is over, and the vacancy timer is not due")
 	}
-	if effects := m.step(late, fired{vacancyTimer}); !reflect.DeepEqual(effects, []effect{look{lookVacancy}}) {
+	if effects := m.step(late, fired{vacancyTimer}).effects; !reflect.DeepEqual(effects, []effect{look{lookVacancy}}) {
 		t.Errorf("the vacancy timer after the look: effects %v, want a look for the vacancy", effects)
 	}
 }
@@ -548,7 +598,7 @@ func TestHandedOverSocketIsNotOurs(t *testing.T) {
 	if m.state != Superseded || m.at.kind != atOwner || m.at.File != ours || m.owner != ours {
 		t.Fatalf("after the handover: state %s, last look %v of %v, owner %v; want superseded, the owner's socket %v", m.state, m.at.kind, m.at.File, m.owner, ours)
 	}
-	m.step(t0, ownerLost{})
+	m.step(t0, ownerLost{ours})
 	if m.at.kind == atOurs || m.at.File == ours {
 		t.Errorf("after the owner was lost: last look %v of %v, want none until the path is looked at again", m.at.kind, m.at.File)
 	}

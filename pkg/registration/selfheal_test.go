@@ -102,11 +102,13 @@ func TestRetriesAfterRejection(t *testing.T) {
 	})
 	var mu sync.Mutex
 	var observed []string
-	srv.Observe(func(old, now Status) {
-		if now.Attempts > old.Attempts {
-			mu.Lock()
-			observed = append(observed, now.LastVerdict.Reason)
-			mu.Unlock()
+	srv.Observe(func(_ Status, happened []Transition) {
+		for _, t := range happened {
+			if r, ok := t.(KubeletRejected); ok {
+				mu.Lock()
+				observed = append(observed, r.Reason)
+				mu.Unlock()
+			}
 		}
 	})
 	r := runServer(t, srv)

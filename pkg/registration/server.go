@@ -133,7 +133,7 @@ type Server struct {
 	// csinode holds the latest CSINode report the loop has not taken yet.
 	csinode      chan CSINodeReport
 	csinodeMutex sync.Mutex
-	events       chan any
+	events       chan event
 	// done is closed once the loop no longer reads events: senders stop
 	// waiting.
 	done      chan struct{}
@@ -148,9 +148,10 @@ type Server struct {
 	observers []Observer
 }
 
-// An Observer is told of each change of the registration, in order, on
-// the registration's goroutine: it must not block.
-type Observer func(old, new Status)
+// An Observer is told, in order and on the registration's goroutine, of
+// each snapshot of the registration with what happened since the last one
+// (often nothing): it must not block.
+type Observer func(now Status, happened []Transition)
 
 // snapshot is what the loop stores after each event: a copy of its
 // machine, which Status and Health read without I/O of their own, and the
@@ -236,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 		shutdownTimeout: DefaultShutdownTimeout,
 		driver:          make(chan driverReport, 1),
 		csinode:         make(chan CSINodeReport, 1),
-		events:          make(chan any, 16),
+		events:          make(chan event, 16),
 		done:            make(chan struct{}),
 		started:         cfg.Clock.Now(),
 	}
@@ -311,21 +312,21 @@ func (s *Server) ReportCSINode(r CSINodeReport) {
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 
 // store keeps a snapshot of the loop's state for readers and tells the
-// observers.
-func (s *Server) store(m machine, pub *publication) {
+// observers what happened since the last one.
+func (s *Server) store(m machine, pub *publication, happened []Transition) {
 	m.log.publications = maps.Clone(m.log.publications)
-	old := s.shared.Swap(&snapshot{m: m, pub: pub})
+	s.shared.Store(&snapshot{m: m, pub: pub})
 	if len(s.observers) == 0 {
 		return
 	}
-	before, now := old.m.status(), s.Status()
+	now := s.Status()
 	for _, o := range s.observers {
-		o(before, now)
+		o(now, happened)
 	}
 }
 
 // send passes an event to the loop; false when the loop has returned.
-func (s *Server) send(ev any) bool {
+func (s *Server) send(ev event) bool {
 	select {
 	case s.events <- ev:
 		return true
@@ -358,7 +359,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan any, 1)}
+	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan outcome, 1)}
 	err = l.run(watcher)
 	// Events sent from now on have nobody to act on them: their senders,
 	// RPC handlers among them, must not wait, or the graceful stop of the

@@ -407,9 +407,11 @@ func TestRejectionEndsRunAfterReplyingWithTheExitPolicy(t *testing.T) {
 	dir := shortTempDir(t)
 	srv := newServer(t, dir, func(c *Config) { c.OnRejection = Exit })
 	var reasons []string // written on Run's goroutine, read once it returned
-	srv.Observe(func(old, now Status) {
-		if now.State == Rejected && old.State != Rejected {
-			reasons = append(reasons, now.LastVerdict.Reason)
+	srv.Observe(func(_ Status, happened []Transition) {
+		for _, t := range happened {
+			if r, ok := t.(KubeletRejected); ok && r.First {
+				reasons = append(reasons, r.Reason)
+			}
 		}
 	})
 	r := runServer(t, srv)
