@@ -55,10 +55,10 @@ func TestCSINodeReportsBeforeTheVerdictDoNothing(t *testing.T) {
 	// kubelet registers the driver, but the watch has not delivered its
 	// update of CSINode yet: the loss is acted on only after the grace.
 	m.step(t0, kubeletCall{gen: 1, notify: true, registered: true})
-	if want := t0.Add(csinodeGrace); !m.due[csinodeTimer].Equal(want) {
+	if want := t0.Add(csinodeBackoff.Duration); !m.due[csinodeTimer].Equal(want) {
 		t.Fatalf("registered while the last report says missing: csinode timer due %v, want %v", m.due[csinodeTimer], want)
 	}
-	m.step(t0.Add(csinodeGrace/2), listed)
+	m.step(t0.Add(csinodeBackoff.Duration/2), listed)
 	if !m.due[csinodeTimer].IsZero() || m.status().State != Registered {
 		t.Fatalf("kubelet's update arrives within the grace: csinode timer %v, state %s; want stopped, registered", m.due[csinodeTimer], m.status().State)
 	}
@@ -75,25 +75,25 @@ func TestCSINodeLossIsHealedByPublishingAgain(t *testing.T) {
 	if st.State != Unconfirmed || st.Ready || !strings.HasPrefix(st.Reason, "kubelet registered the driver, but CSINode node-1 does not exist; the registration socket is published again at ") {
 		t.Fatalf("loss: state %s, ready %v, reason %q; want unconfirmed, saying when it publishes again", st.State, st.Ready, st.Reason)
 	}
-	if effects := m.step(lost.Add(csinodeGrace), fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
+	if effects := m.step(lost.Add(csinodeBackoff.Duration), fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
 		t.Fatalf("the grace is over: effects %v, want a publication for %s", effects, ReasonCSINodeLost)
 	}
-	m.step(lost.Add(csinodeGrace), published{2, ReasonCSINodeLost, fileA})
+	m.step(lost.Add(csinodeBackoff.Duration), published{2, ReasonCSINodeLost, fileA})
 	if m.state != WaitingForKubelet || !m.due[csinodeTimer].IsZero() || m.log.publications[ReasonCSINodeLost] != 1 {
 		t.Fatalf("published again: state %s, csinode timer %v, %s publications %d; want waiting for kubelet, no timer, 1", m.state, m.due[csinodeTimer], ReasonCSINodeLost, m.log.publications[ReasonCSINodeLost])
 	}
 	// kubelet registers the driver again, and creates the CSINode.
 	m.step(lost.Add(2*time.Second), kubeletCall{gen: 2, notify: true, registered: true})
 	m.step(lost.Add(2*time.Second), listed)
-	if st := m.status(); st.State != Registered || !st.Ready || m.csinodeWait != csinodeGrace {
-		t.Fatalf("healed: state %s, ready %v, next wait %v; want registered, ready, the wait back to %v", st.State, st.Ready, m.csinodeWait, csinodeGrace)
+	if st := m.status(); st.State != Registered || !st.Ready || m.csinodeWait != csinodeBackoff {
+		t.Fatalf("healed: state %s, ready %v, next wait %v; want registered, ready, the wait back to %v", st.State, st.Ready, m.csinodeWait.Duration, csinodeBackoff.Duration)
 	}
 }
 
 // A kubelet that creates the CSINode under a Node that no longer exists
 // (kubelet >= 1.35 after a Node replacement) sees it deleted again by the
 // garbage collector: each publication for the loss waits twice as long as
-// the one before, up to csinodeWaitMax.
+// the one before, up to csinodeBackoff.Cap.
 func TestCSINodeLossesInARowBackOff(t *testing.T) {
 	m := confirming(Registered)
 	now, gen := t0, uint64(1)
@@ -114,7 +114,7 @@ func TestCSINodeLossesInARowBackOff(t *testing.T) {
 		m.step(now, kubeletCall{gen: gen, notify: true, registered: true})
 		m.step(now, stale) // created under the old Node's UID
 	}
-	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, csinodeWaitMax, csinodeWaitMax, csinodeWaitMax}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, csinodeBackoff.Cap, csinodeBackoff.Cap, csinodeBackoff.Cap}
 	if !reflect.DeepEqual(waits, want) {
 		t.Fatalf("waits before each publication = %v, want %v", waits, want)
 	}

@@ -34,7 +34,7 @@ func TestCSINodeLossPublishesTheSocketAgain(t *testing.T) {
 	if st := r.srv.Status(); st.Publications[ReasonCSINodeLost] != 0 {
 		t.Fatalf("published again before the grace: %v", st.Publications)
 	}
-	stepWhenArmed(t, fake, csinodeGrace)
+	stepWhenArmed(t, fake, csinodeBackoff.Duration)
 	poll.Until(t, "the socket is published again", func() bool {
 		now, err := os.Lstat(path)
 		return err == nil && !os.SameFile(before, now) && r.srv.Status().Publications[ReasonCSINodeLost] == 1

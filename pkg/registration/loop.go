@@ -261,7 +261,7 @@ func (l *loop) logTransition(t Transition) {
 			l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
 				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.log.lastVerdict != nil, "reason", t.Reason)
 		case ReasonCSINodeLost:
-			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", m.csinode.Reason, "nextWait", m.csinodeWait)
+			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", m.csinode.Reason, "nextWait", m.csinodeWait.Duration)
 			fallthrough
 		default:
 			l.logger.Info("Registration socket published, waiting for kubelet", "driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "reason", t.Reason)

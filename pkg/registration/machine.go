@@ -18,7 +18,10 @@ package registration
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
@@ -69,9 +72,9 @@ const maxStrikes = 4
 // registers it again. So after a rejection the socket is published again
 // only once kubelet's own retry is overdue; a GetInfo on the rejected socket
 // before that means kubelet retries by itself, and the socket stays.
+var kubeletBackoff = doubling(500*time.Millisecond, 2*time.Minute+2*time.Second)
+
 const (
-	kubeletBackoffInitial = 500 * time.Millisecond
-	kubeletBackoffMax     = 2*time.Minute + 2*time.Second
 	// kubeletRetryLate is what kubelet's retry may take beyond its backoff:
 	// its reconciler's period (1 s), and a second to spare on a loaded node.
 	kubeletRetryLate = 2 * time.Second
@@ -80,34 +83,33 @@ const (
 // kubeletRetryDue is when kubelet >= 1.36, after its rejections'th
 // rejection in a row, has called GetInfo again at the latest.
 func kubeletRetryDue(rejections uint64) time.Duration {
-	backoff := kubeletBackoffInitial
-	for i := uint64(1); i < rejections && backoff < kubeletBackoffMax; i++ {
-		backoff *= 2
+	b := kubeletBackoff
+	for i := uint64(1); i < rejections && b.Steps > 0; i++ {
+		b.Step()
 	}
-	return min(backoff, kubeletBackoffMax) + kubeletRetryLate
+	return b.Duration + kubeletRetryLate
+}
+
+// doubling is a wait that starts at initial and doubles up to max.
+func doubling(initial, max time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: initial, Factor: 2, Cap: max, Steps: math.MaxInt32}
 }
 
 // Backoff of a publication that failed for want of a resource: the same as
 // the registrar's other transient faults (the calls to the driver).
-const (
-	publishRetryInitial = 100 * time.Millisecond
-	publishRetryMax     = 5 * time.Second
-)
+var publishRetry = doubling(100*time.Millisecond, 5*time.Second)
 
 // With Config.ConfirmCSINode, a CSINode that lost the driver while kubelet
 // has it registered (deleted, by hand or by the garbage collector after the
 // Node was replaced) is restored by a registration made again: kubelet
 // creates or updates the CSINode when it registers a driver, and nothing
 // else does. The socket is published again once the loss has lasted
-// csinodeGrace (a watch may deliver kubelet's own update a moment after
-// its verdict); losses in a row wait twice as long each time, up to
-// csinodeWaitMax, since a kubelet that creates the CSINode under a Node
+// a second (a watch may deliver kubelet's own update a moment after its
+// verdict); losses in a row wait twice as long each time, up to five
+// minutes, since a kubelet that creates the CSINode under a Node
 // that no longer exists (kubelet >= 1.35 after a Node replacement, until
 // it restarts) sees it deleted again.
-const (
-	csinodeGrace   = time.Second
-	csinodeWaitMax = 5 * time.Minute
-)
+var csinodeBackoff = doubling(time.Second, 5*time.Minute)
 
 // machine is the registration: the loop's only state, and what readers
 // see of it (a copy, in each snapshot).
@@ -147,7 +149,7 @@ type machine struct {
 	due [timers]time.Time
 	// backoff is the wait after kubelet's next rejection; shortBackoff
 	// after the next failed publication.
-	backoff, shortBackoff time.Duration
+	backoff, shortBackoff wait.Backoff
 	// pending is the reason of a publication due at the publish timer,
 	// publishError why the last attempt failed.
 	pending, publishError string
@@ -171,7 +173,7 @@ type machine struct {
 	// (Config.ConfirmCSINode), nil until then; csinodeWait is the wait
 	// before the next publication for its loss.
 	csinode     *CSINodeReport
-	csinodeWait time.Duration
+	csinodeWait wait.Backoff
 	log         history
 }
 
@@ -193,8 +195,8 @@ type history struct {
 func newMachine(cfg Config, now time.Time) machine {
 	return machine{
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
-		backoff: cfg.Retry.Initial, shortBackoff: publishRetryInitial,
-		csinodeWait: csinodeGrace,
+		backoff: cfg.Retry.doubling(), shortBackoff: publishRetry,
+		csinodeWait: csinodeBackoff,
 		log:         history{publications: map[string]uint64{}},
 	}
 }
@@ -371,7 +373,7 @@ func (ev CSINodeReport) step(m *machine, _ time.Time, o *output) {
 	wasConfirmed := m.confirmed()
 	m.csinode = &ev
 	if ev.Listed {
-		m.csinodeWait = csinodeGrace
+		m.csinodeWait = csinodeBackoff
 	}
 	switch {
 	case m.state != Registered:
@@ -432,11 +434,10 @@ func (ev published) step(m *machine, now time.Time, o *output) {
 }
 
 func (ev publishFailed) step(m *machine, now time.Time, o *output) {
-	err := ev.err.Error()
-	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: now.Add(m.shortBackoff), Repeated: m.publishError == err})
+	err, retry := ev.err.Error(), now.Add(m.shortBackoff.Step())
+	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.publishError == err})
 	m.publishError = err
-	m.publishLater(ev.reason, now.Add(m.shortBackoff))
-	m.shortBackoff = min(2*m.shortBackoff, publishRetryMax)
+	m.publishLater(ev.reason, retry)
 }
 
 func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
@@ -516,7 +517,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 	case publishTimer:
 		o.do(m.startLook(lookPending))
 	case csinodeTimer:
-		m.csinodeWait = min(2*m.csinodeWait, csinodeWaitMax)
+		m.csinodeWait.Step()
 		o.do(publish{ReasonCSINodeLost})
 	}
 }
@@ -574,7 +575,7 @@ func (m *machine) watchCSINode(now time.Time) {
 	case !lost:
 		m.due[csinodeTimer] = time.Time{}
 	case m.due[csinodeTimer].IsZero():
-		m.due[csinodeTimer] = now.Add(m.csinodeWait)
+		m.due[csinodeTimer] = now.Add(m.csinodeWait.Duration)
 	}
 }
 
@@ -668,7 +669,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
-	m.pending, m.publishError, m.shortBackoff = "", "", publishRetryInitial
+	m.pending, m.publishError, m.shortBackoff = "", "", publishRetry
 	o.record(Published{Reason: reason})
 }
 
@@ -693,7 +694,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		o.record(KubeletAccepted{Again: m.state == Registered})
 		m.log.calls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
-		m.backoff, m.due[retryTimer] = m.cfg.Retry.Initial, time.Time{}
+		m.backoff, m.due[retryTimer] = m.cfg.Retry.doubling(), time.Time{}
 		if m.confirmed() {
 			o.record(DriverRegistered{})
 		}
@@ -717,8 +718,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 	if m.due[retryTimer].IsZero() {
 		// Published again only after kubelet's own retry is overdue: a
 		// kubelet that retries by itself calls GetInfo before then.
-		m.due[retryTimer] = now.Add(max(m.backoff, kubeletRetryDue(m.attempts)))
-		m.backoff = min(2*m.backoff, m.cfg.Retry.Max)
+		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
 	}
 	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
 }

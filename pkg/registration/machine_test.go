@@ -157,7 +157,7 @@ func TestTransitions(t *testing.T) {
 			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(2500 * time.Millisecond)}}},
 		{"rejected with a registrar's backoff longer than kubelet's retry: the backoff", func() machine {
 			m := publishedIn(WaitingForKubelet)
-			m.backoff = 10 * time.Second
+			m.backoff.Duration = 10 * time.Second
 			return m
 		}(), t0, kubeletCall{gen: 1, notify: true, reason: "no"},
 			want{Rejected, nil, map[timer]time.Time{retryTimer: t0.Add(10 * time.Second)}}},
@@ -227,10 +227,10 @@ func TestTransitions(t *testing.T) {
 		{"an earlier owner's connection ended: nothing", aside(Superseded), t0, ownerLost{fileB},
 			want{Superseded, nil, nil}},
 		{"a publication short of file descriptors: try again", publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE},
-			want{Registered, nil, map[timer]time.Time{publishTimer: t0.Add(publishRetryInitial)}}},
+			want{Registered, nil, map[timer]time.Time{publishTimer: t0.Add(publishRetry.Duration)}}},
 		{"the shortage's retry finds the path empty: publish",
 			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{publishTimer}),
-			t0.Add(publishRetryInitial), looked{At{kind: atNothing}, lookPending},
+			t0.Add(publishRetry.Duration), looked{At{kind: atNothing}, lookPending},
 			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
 		{"handed over: superseded, following the new owner on our socket file", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{},
 			want{Superseded, []effect{stepAside{ours, true}, answer{}}, nil}},
@@ -277,7 +277,7 @@ func TestTransitions(t *testing.T) {
 			Found: `/reg/p was published by another process for driver "other.example.com", not "` + testDriver + `"`}},
 		"not a socket: left alone":                                                            {LeftAlone{Why: "Something that is not a socket replaced the registration socket; leaving it alone", Found: "/reg/p is a directory, not a socket"}},
 		"superseded, published again: waiting for kubelet":                                    {Published{ReasonVacated}},
-		"a publication short of file descriptors: try again":                                  {PublishFailed{Reason: ReasonDeleted, Err: "too many open files", Retry: t0.Add(publishRetryInitial)}},
+		"a publication short of file descriptors: try again":                                  {PublishFailed{Reason: ReasonDeleted, Err: "too many open files", Retry: t0.Add(publishRetry.Duration)}},
 		"handed over: superseded, following the new owner on our socket file":                 {SteppedAside{HandedOver: true}},
 		"adopted with kubelet's acceptance: registered":                                       {Named{testDriver}, Published{ReasonHandover}, DriverRegistered{}},
 		"the serving socket stopped accepting: publish":                                       {ServeEnded{errors.New("closed")}},

@@ -20,6 +20,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
@@ -101,6 +102,8 @@ type Config struct {
 
 // Backoff is a wait that doubles from Initial up to Max.
 type Backoff struct{ Initial, Max time.Duration }
+
+func (b Backoff) doubling() wait.Backoff { return doubling(b.Initial, b.Max) }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
 // and the policy is Exit.
