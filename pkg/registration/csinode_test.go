@@ -75,7 +75,7 @@ func TestCSINodeLossIsHealedByPublishingAgain(t *testing.T) {
 	if st.State != Unconfirmed || st.Ready || !strings.HasPrefix(st.Reason, "kubelet registered the driver, but CSINode node-1 does not exist; the registration socket is published again at ") {
 		t.Fatalf("loss: state %s, ready %v, reason %q; want unconfirmed, saying when it publishes again", st.State, st.Ready, st.Reason)
 	}
-	if effects := m.step(lost.Add(csinodeBackoff.Duration), fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
+	if effects := m.step(lost.Add(csinodeBackoff.Duration), fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost, 2}}) {
 		t.Fatalf("the grace is over: effects %v, want a publication for %s", effects, ReasonCSINodeLost)
 	}
 	m.step(lost.Add(csinodeBackoff.Duration), published{2, ReasonCSINodeLost, fileA})
@@ -106,7 +106,7 @@ func TestCSINodeLossesInARowBackOff(t *testing.T) {
 		}
 		waits = append(waits, due.Sub(now))
 		now = due
-		if effects := m.step(now, fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost}}) {
+		if effects := m.step(now, fired{csinodeTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonCSINodeLost, gen + 1}}) {
 			t.Fatalf("wait %d over: effects %v, want a publication", len(waits), effects)
 		}
 		gen++

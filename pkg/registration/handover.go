@@ -8,7 +8,6 @@ package registration
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,7 +23,6 @@ import (
 // publication.
 type handoverCall struct {
 	ctx   context.Context
-	gen   uint64
 	req   handover.Request
 	reply chan error
 }
@@ -37,13 +35,14 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 		return nil, err
 	}
 	r.logger.V(4).Info("Handover of the registration socket requested", "driver", req.Driver, "address", req.Address)
-	// A request no state of the loop can accept (the question of canHandOver)
-	// is answered here: it never waits for a conversation of the loop.
+	// The request is checked here, once: one that no state of the loop can
+	// accept (the question of canHandOver) never waits for a conversation
+	// of the loop, and the loop only decides whether to offer.
 	asked := handover.Owner{Socket: &sockfile.Socket{Path: SocketPath(r.s.cfg.Dir, r.name)}, Driver: r.name, Endpoint: r.s.cfg.Endpoint}
 	if err := asked.Check(req); err != nil {
 		return nil, grpcstatus.Error(codes.FailedPrecondition, err.Error())
 	}
-	call := &handoverCall{ctx: ctx, gen: r.gen, req: req, reply: make(chan error, 1)}
+	call := &handoverCall{ctx: ctx, req: req, reply: make(chan error, 1)}
 	stopping := grpcstatus.Error(codes.Unavailable, "the registrar is stopping")
 	if !r.s.send(handoverAsked{r.gen, call}) {
 		return nil, stopping
@@ -69,12 +68,6 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 // offer is A's side, a conversation: it offers the current publication
 // to call; the machine steps aside once it was taken.
 func (l *loop) offer(call *handoverCall) func() outcome {
-	if l.pub == nil || l.pub.gen != call.gen {
-		// A publication decided with the offer, after a conversation
-		// during which the offer was held, replaced the one asked for.
-		err := errors.New("this instance no longer serves the registration socket")
-		return func() outcome { return outcome{ev: offered{call, err}} }
-	}
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
 		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
@@ -107,7 +100,7 @@ func canHandOver(ctx context.Context, path string, timeout time.Duration) (ok bo
 // its own. Its outcome is the socket taken; or, when the owner did not
 // hand it over, that hidden socket, still listening, to be published
 // instead (its name stays); or notTaken when it cannot be.
-func (l *loop) takeOver() func() outcome {
+func (l *loop) takeOver(gen uint64) func() outcome {
 	name, path := l.m.claim, SocketPath(l.s.cfg.Dir, l.m.claim)
 	return func() outcome {
 		before, _, err := sockfile.Lstat(path)
@@ -128,7 +121,7 @@ func (l *loop) takeOver() func() outcome {
 			// Still our receiving socket when the owner did not move its
 			// hidden name here.
 			_, _ = recv.Remove()
-			return outcome{taken: &tookOver{taken, name}}
+			return outcome{taken: &tookOver{taken, name, gen}}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
@@ -152,11 +145,12 @@ func (l *loop) takeOver() func() outcome {
 type tookOver struct {
 	taken *handover.Taken
 	name  string
+	gen   uint64
 }
 
 // adopt serves kubelet on a socket taken over, with the previous
 // instance's registration.
 func (l *loop) adopt(t tookOver) adopted {
-	gen := l.install(t.taken.Socket, t.name)
-	return adopted{gen, t.taken.File, t.taken.Verdict}
+	l.install(t.taken.Socket, t.name, t.gen)
+	return adopted{t.gen, t.taken.File, t.taken.Verdict}
 }

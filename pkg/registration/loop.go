@@ -58,8 +58,6 @@ type loop struct {
 	// unfollow ends the connection to the instance followed while
 	// standing aside; nil when none is held.
 	unfollowOwner context.CancelFunc
-	// gens counts the publications, for their generation.
-	gens uint64
 	// timer wakes the loop at the machine's next deadline, timerAt,
 	// through fire; nil while none runs.
 	timer   clock.Timer
@@ -195,8 +193,8 @@ func (e look) carryOut(l *loop) error {
 	return nil
 }
 
-func (takeOver) carryOut(l *loop) error {
-	l.converse(l.takeOver())
+func (e takeOver) carryOut(l *loop) error {
+	l.converse(l.takeOver(e.gen))
 	return nil
 }
 
@@ -205,7 +203,7 @@ func (e offer) carryOut(l *loop) error {
 	return nil
 }
 
-func (e publish) carryOut(l *loop) error { return l.publish(e.reason) }
+func (e publish) carryOut(l *loop) error { return l.publish(e.reason, e.gen) }
 
 func (e stepAside) carryOut(l *loop) error {
 	if pub := l.pub; pub != nil {
@@ -345,7 +343,7 @@ func (l *loop) storeSnapshot() {
 // takeover that did not happen, when there is one. Its outcome is queued:
 // published, or publishFailed when the node or the process is short of a
 // resource.
-func (l *loop) publish(reason string) error {
+func (l *loop) publish(reason string, gen uint64) error {
 	// What the machine decided to replace: our own socket, or a dead one;
 	// anything else at the path is never removed.
 	var replace sockfile.ID
@@ -367,16 +365,15 @@ func (l *loop) publish(reason string) error {
 	case err != nil:
 		return err
 	}
-	gen := l.install(sock, l.m.name)
+	l.install(sock, l.m.name, gen)
 	l.queue = append(l.queue, published{gen, reason, sock.File})
 	return nil
 }
 
 // install serves kubelet on a new socket, makes it the current
 // publication and retires the previous one.
-func (l *loop) install(sock *sockfile.Socket, name string) uint64 {
-	l.gens++
-	pub := &publication{gen: l.gens, name: name, path: sock.Path, sock: sock}
+func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
+	pub := &publication{gen: gen, name: name, path: sock.Path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
 	rpc := &rpcServer{s: l.s, gen: pub.gen, name: pub.name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
@@ -398,7 +395,6 @@ func (l *loop) install(sock *sockfile.Socket, name string) uint64 {
 	if previous != nil {
 		l.retire(previous)
 	}
-	return pub.gen
 }
 
 // retire stops a publication in the background: its socket is removed if

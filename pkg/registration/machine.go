@@ -130,9 +130,9 @@ type machine struct {
 	// ends. "" when none runs.
 	claim, claimReason string
 	// gen is the current publication, 0 when none is served; ours is its
-	// socket file.
-	gen  uint64
-	ours sockfile.ID
+	// socket file. gens counts the publications decided.
+	gen, gens uint64
+	ours      sockfile.ID
 	// at is what was last found at the path: the current publication's
 	// socket since it was published, then what each look found.
 	at At
@@ -215,6 +215,23 @@ type output struct {
 
 func (o *output) record(t ...Transition) { o.transitions = append(o.transitions, t...) }
 func (o *output) do(e ...effect)         { o.effects = append(o.effects, e...) }
+
+// publishing tells whether the step decided a publication, which will
+// replace the current one.
+func (o *output) publishing() bool {
+	for _, e := range o.effects {
+		if _, ok := e.(publish); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// publish decides a new publication for reason.
+func (m *machine) publish(reason string) publish {
+	m.gens++
+	return publish{reason, m.gens}
+}
 
 // Events: the inputs of step.
 type (
@@ -309,12 +326,15 @@ type effect interface {
 type (
 	// look: look at the path, for purpose, and answer with looked.
 	look struct{ purpose purpose }
-	// takeOver: ask the registrar at the claimed path for its socket;
-	// adopted or notTaken.
-	takeOver struct{}
-	// publish: put a new socket at the path, for reason; published or
-	// publishFailed.
-	publish struct{ reason string }
+	// takeOver: ask the registrar at the claimed path for its socket, to
+	// serve it as publication gen; adopted or notTaken.
+	takeOver struct{ gen uint64 }
+	// publish: put a new socket at the path as publication gen, for
+	// reason; published or publishFailed.
+	publish struct {
+		reason string
+		gen    uint64
+	}
 	// stepAside: retire the current publication and follow the instance
 	// whose socket is owner; the socket file stays when it was handed
 	// over (it is the other instance's).
@@ -399,7 +419,7 @@ func (ev looked) step(m *machine, now time.Time, o *output) {
 func (notTaken) step(m *machine, _ time.Time, o *output) {
 	m.conversing = false
 	if m.state != Stopped {
-		o.do(publish{m.endClaim(o)})
+		o.do(m.publish(m.endClaim(o)))
 	}
 }
 
@@ -446,7 +466,7 @@ func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
 		m.heldHandover = &ev
 	case m.conversing:
 		o.do(answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")})
-	case ev.gen != m.gen || m.gen == 0:
+	case ev.gen != m.gen || m.gen == 0 || o.publishing():
 		o.do(answer{ev.call, errors.New("this instance no longer serves the registration socket")})
 	case m.state != Registered:
 		o.do(answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)})
@@ -510,7 +530,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		}
 	case retryTimer:
 		if m.state == Rejected && m.gen != 0 {
-			o.do(publish{ReasonRetry})
+			o.do(m.publish(ReasonRetry))
 		}
 	case vacancyTimer:
 		o.do(m.startLook(lookVacancy))
@@ -518,7 +538,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		o.do(m.startLook(lookPending))
 	case csinodeTimer:
 		m.csinodeWait.Step()
-		o.do(publish{ReasonCSINodeLost})
+		o.do(m.publish(ReasonCSINodeLost))
 	}
 }
 
@@ -531,7 +551,7 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 		m.publishLater(ReasonStale, now)
 		return
 	}
-	o.do(publish{ReasonStale})
+	o.do(m.publish(ReasonStale))
 }
 
 func (pathChanged) step(m *machine, _ time.Time, _ *output) {
@@ -624,7 +644,8 @@ func (m *machine) claimFound(at At, o *output) {
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
 		m.conversing = true
-		o.do(takeOver{})
+		m.gens++
+		o.do(takeOver{m.gens})
 		return
 	}
 	reason := m.endClaim(o)
@@ -643,7 +664,7 @@ func (m *machine) claimFound(at At, o *output) {
 		found, _ := at.describe(m.name)
 		o.record(Replacing{Found: found})
 	}
-	o.do(publish{reason})
+	o.do(m.publish(reason))
 }
 
 // endClaim makes the claimed name and path the registration's, and
@@ -730,21 +751,21 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	case atNothing:
 		switch {
 		case why == lookPending:
-			o.do(publish{m.pending})
+			o.do(m.publish(m.pending))
 		case why == lookVacancy && aside:
-			o.do(publish{ReasonVacated})
+			o.do(m.publish(ReasonVacated))
 		case why == lookVacancy && m.gen != 0:
-			o.do(publish{ReasonDeleted})
+			o.do(m.publish(ReasonDeleted))
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
 	case atOurs:
 		if why == lookPending {
-			o.do(publish{m.pending})
+			o.do(m.publish(m.pending))
 		}
 	case atNotSocket:
 		if why == lookPending {
-			o.do(publish{m.pending}) // fails, saying why
+			o.do(m.publish(m.pending)) // fails, saying why
 			return
 		}
 		m.leaveAlone("Something that is not a socket replaced the registration socket; leaving it alone", at, o)
@@ -783,10 +804,10 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		}
 		m.suspect = suspicion{}
 		if aside {
-			o.do(publish{ReasonVacated})
+			o.do(m.publish(ReasonVacated))
 			return
 		}
-		o.do(publish{ReasonStale})
+		o.do(m.publish(ReasonStale))
 	}
 }
 

@@ -99,21 +99,21 @@ func TestTransitions(t *testing.T) {
 			want{WaitingForDriver, []effect{fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory",
 				SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength)), len(SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength))), MaxSocketPathLength))}}, nil}},
 		{"the claimed path is empty: publish", claiming(testMachine()), t0, looked{At{kind: atNothing}, lookClaim},
-			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
 		{"the claimed path holds a registrar that can hand over: take its socket over", claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim},
-			want{WaitingForDriver, []effect{takeOver{}}, nil}},
+			want{WaitingForDriver, []effect{takeOver{1}}, nil}},
 		{"the claimed path holds a registrar of the driver that cannot hand over: defer to it", claiming(testMachine()), t0,
 			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookClaim},
 			want{Deferring, []effect{follow{fileA}}, nil}},
 		{"the claimed path holds a registrar with another endpoint: replace it", claiming(testMachine()), t0,
 			looked{At{kind: atLive, path: "/reg/p", File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
-			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
 		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: atRefused, path: "/reg/p", File: fileA, Err: syscall.ECONNREFUSED}, lookClaim},
-			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
 		{"the claimed path holds something that is not a socket: fail", claiming(testMachine()), t0, looked{At{kind: atNotSocket, path: "/reg/p", mode: fs.ModeDir}, lookClaim},
 			want{WaitingForDriver, []effect{fail{&sockfile.NotASocketError{Path: "/reg/p", Mode: fs.ModeDir}}}, nil}},
 		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}), t0, notTaken{},
-			want{WaitingForDriver, []effect{publish{ReasonStart}}, nil}},
+			want{WaitingForDriver, []effect{publish{ReasonStart, 2}}, nil}},
 		{"a handover asked during a conversation: held", then(publishedIn(Registered), t0, pathChanged{}), t0, handoverAsked{gen: 1},
 			want{Registered, nil, nil}},
 		{"a handover held during a conversation: offered once it is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, looked{At{kind: atOurs, File: ours}, lookChange},
@@ -121,6 +121,10 @@ func TestTransitions(t *testing.T) {
 		{"a handover held during a look that finds a newer instance: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0,
 			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookChange},
 			want{Superseded, []effect{stepAside{owner: fileA}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
+		{"a handover held during a look whose outcome is a new publication: refused",
+			then(publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange}, fired{vacancyTimer}, handoverAsked{gen: 1}), t0.Add(vacancyGrace),
+			looked{At{kind: atNothing}, lookVacancy},
+			want{Registered, []effect{publish{ReasonDeleted, 2}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
 		{"a second handover asked during a conversation: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, handoverAsked{gen: 1},
 			want{Registered, []effect{answer{nil, errors.New("this instance is busy with another handover of the registration socket")}}, nil}},
 		{"a handover held when Run stops: refused once the conversation is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}, stopping{}), t0,
@@ -132,13 +136,13 @@ func TestTransitions(t *testing.T) {
 			want{WaitingForKubelet, []effect{answer{nil, errors.New("kubelet has not registered the driver through this instance's socket (state waiting-for-kubelet)")}},
 				map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"the path changes during a conversation: looked at once it is over", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: atNothing}, lookClaim},
-			want{Registered, []effect{publish{ReasonRenamed}, look{lookChange}}, nil}},
+			want{Registered, []effect{publish{ReasonRenamed, 2}, look{lookChange}}, nil}},
 		{"the claimed path changes during the takeover: looked at once the socket is taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
 			adopted{gen: 1, file: fileA, verdict: &Verdict{Registered: true}},
 			want{Registered, []effect{look{lookChange}}, nil}},
 		{"the claimed path changes during the takeover: looked at after publishing when not taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
 			notTaken{},
-			want{WaitingForDriver, []effect{publish{ReasonStart}, look{lookChange}}, nil}},
+			want{WaitingForDriver, []effect{publish{ReasonStart, 2}, look{lookChange}}, nil}},
 		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"kubelet's GetInfo: the silence timer stops", publishedIn(WaitingForKubelet), t0, kubeletCall{gen: 1},
@@ -173,7 +177,7 @@ func TestTransitions(t *testing.T) {
 			kubeletCall{gen: 1, notify: true, reason: "no"},
 			want{Rejected, []effect{fail{&RejectedError{Reason: "no"}}}, nil}},
 		{"rejected, kubelet not back in time: publish again", rejected(), t0.Add(2500 * time.Millisecond), fired{retryTimer},
-			want{Rejected, []effect{publish{ReasonRetry}}, nil}},
+			want{Rejected, []effect{publish{ReasonRetry, 2}}, nil}},
 		{"rejected, published again: still rejected", then(rejected(), t0.Add(time.Second), fired{retryTimer}), t0.Add(time.Second), published{2, ReasonRetry, ours},
 			want{Rejected, nil, map[timer]time.Time{silenceTimer: t0.Add(11 * time.Second)}}},
 		{"rejected, published again, kubelet's GetInfo on the new socket: nothing", then(rejected(), t0.Add(time.Second), fired{retryTimer}, published{2, ReasonRetry, ours}), t0.Add(2 * time.Second),
@@ -193,7 +197,7 @@ func TestTransitions(t *testing.T) {
 		{"our socket deleted: look again after the grace", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
 		{"still empty after the grace: publish", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookVacancy},
-			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
+			want{Registered, []effect{publish{ReasonDeleted, 2}}, nil}},
 		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: atOurs}, lookChange},
 			want{Registered, nil, nil}},
 		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: testDriver}, lookChange},
@@ -207,7 +211,7 @@ func TestTransitions(t *testing.T) {
 		{"a socket that still refuses a grace later: replace it",
 			then(then(publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
 			t0.Add(vacancyGrace), looked{At{kind: atRefused, File: fileA}, lookVacancy},
-			want{Registered, []effect{publish{ReasonStale}}, nil}},
+			want{Registered, []effect{publish{ReasonStale, 2}}, nil}},
 		{"a slow socket at its second look: one more",
 			then(then(publishedIn(Registered), t0, looked{At{kind: atSilent, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
 			t0.Add(vacancyGrace), looked{At{kind: atSilent, File: fileA}, lookVacancy},
@@ -219,7 +223,7 @@ func TestTransitions(t *testing.T) {
 		{"superseded, the path left empty: look again after the grace", aside(Superseded), t0, looked{At{kind: atNothing}, lookChange},
 			want{Superseded, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
 		{"deferring, the path still empty: publish", aside(Deferring), t0, looked{At{kind: atNothing}, lookVacancy},
-			want{Deferring, []effect{publish{ReasonVacated}}, nil}},
+			want{Deferring, []effect{publish{ReasonVacated, 2}}, nil}},
 		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
 		{"the owner's connection ended: look", aside(Superseded), t0, ownerLost{fileA},
@@ -231,7 +235,7 @@ func TestTransitions(t *testing.T) {
 		{"the shortage's retry finds the path empty: publish",
 			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{publishTimer}),
 			t0.Add(publishRetry.Duration), looked{At{kind: atNothing}, lookPending},
-			want{Registered, []effect{publish{ReasonDeleted}}, nil}},
+			want{Registered, []effect{publish{ReasonDeleted, 2}}, nil}},
 		{"handed over: superseded, following the new owner on our socket file", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{},
 			want{Superseded, []effect{stepAside{ours, true}, answer{}}, nil}},
 		{"the offer failed: registered still", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{err: errors.New("refused")},
@@ -239,7 +243,7 @@ func TestTransitions(t *testing.T) {
 		{"adopted with kubelet's acceptance: registered", claiming(testMachine()), t0, adopted{1, fileA, &Verdict{Registered: true}},
 			want{Registered, nil, nil}},
 		{"the serving socket stopped accepting: publish", publishedIn(Registered), t0, serveEnded{gen: 1, err: errors.New("closed")},
-			want{Registered, []effect{publish{ReasonStale}}, nil}},
+			want{Registered, []effect{publish{ReasonStale, 2}}, nil}},
 		{"the serving socket stopped accepting during a conversation: publish once it is over", then(publishedIn(Registered), t0, pathChanged{}), t0, serveEnded{gen: 1, err: errors.New("closed")},
 			want{Registered, nil, map[timer]time.Time{publishTimer: t0}}},
 		{"stopping: stopped, no timer", rejected(), t0, stopping{},
@@ -334,7 +338,7 @@ func TestRejectionBackoff(t *testing.T) {
 		}
 		waits = append(waits, due.Sub(now))
 		now = due
-		if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+		if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry, gen + 1}}) {
 			t.Fatalf("retry %d: effects %v", gen, effects)
 		}
 		m.step(now, published{gen + 1, ReasonRetry, ours})
@@ -412,7 +416,7 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 			m.step(now, kubeletCall{gen: gen})
 			m.step(now, kubeletCall{gen: gen, notify: true, reason: "no"})
 			now = m.due[retryTimer]
-			if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry}}) {
+			if effects := m.step(now, fired{retryTimer}).effects; !reflect.DeepEqual(effects, []effect{publish{ReasonRetry, gen + 1}}) {
 				t.Fatalf("rejection %d: effects %v, want a publication", gen, effects)
 			}
 			m.step(now, published{gen + 1, ReasonRetry, ours})

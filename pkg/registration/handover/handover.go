@@ -194,15 +194,12 @@ func (o *Owner) Check(req Request) error {
 	return nil
 }
 
-// Offer is A's side: it checks req, sends the socket to B and, once B
-// accepted it, closes its listener, moves its hidden name to B's address
-// and confirms. An error means nothing changed: the socket is still A's.
-// nil means A has let go: the socket is B's, or nobody's when B gave up
-// before the confirmation (B then replaces it).
+// Offer is A's side, for a req that o.Check accepted: it sends the socket
+// to B and, once B accepted it, closes its listener, moves its hidden name
+// to B's address and confirms. An error means nothing changed: the socket
+// is still A's. nil means A has let go: the socket is B's, or nobody's
+// when B gave up before the confirmation (B then replaces it).
 func Offer(ctx context.Context, o *Owner, req Request) error {
-	if err := o.Check(req); err != nil {
-		return err
-	}
 	sock := o.Socket
 	if id, _, err := sockfile.Lstat(sock.Path); err != nil || id != sock.File {
 		return errors.New("the socket at the path is not this instance's")
