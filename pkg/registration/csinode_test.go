@@ -14,7 +14,7 @@ func confirming(state State) machine {
 	m := testMachine()
 	m.cfg.ConfirmCSINode = true
 	m.step(t0, driverReport{name: testDriver, reachable: true})
-	m.step(t0, looked{At{kind: atNothing}, lookClaim})
+	m.step(t0, looked{At{kind: AtNothing}, lookClaim})
 	m.step(t0, published{1, ReasonStart, ours})
 	if state == Registered {
 		m.step(t0, kubeletCall{gen: 1, notify: true, registered: true})

@@ -155,7 +155,7 @@ func (l *loop) outcomeEvent(o outcome) event {
 		l.spare = o.spare
 		return notTaken{}
 	}
-	if lk, ok := o.ev.(looked); ok && (lk.at.kind == atRefused || lk.at.kind == atSilent) {
+	if lk, ok := o.ev.(looked); ok && (lk.at.kind == AtRefused || lk.at.kind == AtSilent) {
 		l.logger.V(2).Info("The socket at the path does not answer", "path", lk.at.path, "err", lk.at.Err)
 	}
 	return o.ev

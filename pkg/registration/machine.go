@@ -633,13 +633,13 @@ func (m *machine) startLook(why purpose) effect {
 // defers to one that cannot, or publishes.
 func (m *machine) claimFound(at At, o *output) {
 	switch at.kind {
-	case atUnknown:
+	case AtUnknown:
 		o.do(fail{fmt.Errorf("cannot inspect %q: %w", at.path, at.Err)})
 		return
-	case atNotSocket:
+	case AtNotSocket:
 		o.do(fail{&sockfile.NotASocketError{Path: at.path, Mode: at.mode}})
 		return
-	case atHandsOver:
+	case AtHandsOver:
 		// Most likely the older pod of a rolling update: take its socket
 		// over rather than replace the file, which kubelet would see as a
 		// new plugin and deregister the driver for a reconcile period.
@@ -649,7 +649,7 @@ func (m *machine) claimFound(at At, o *output) {
 		return
 	}
 	reason := m.endClaim(o)
-	if at.kind == atLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
+	if at.kind == AtLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
 		// A registrar of the same driver and endpoint that cannot hand
 		// its socket over (upstream's, or an older build): replacing its
 		// socket would make kubelet deregister the driver, and its exit
@@ -660,7 +660,7 @@ func (m *machine) claimFound(at At, o *output) {
 		o.do(follow{at.File})
 		return
 	}
-	if at.kind != atNothing {
+	if at.kind != AtNothing {
 		found, _ := at.describe(m.name)
 		o.record(Replacing{Found: found})
 	}
@@ -684,7 +684,7 @@ func (m *machine) publishLater(reason string, at time.Time) {
 // since now.
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
 	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
-	m.at = At{kind: atOurs, path: m.path, File: file}
+	m.at = At{kind: AtOurs, path: m.path, File: file}
 	m.log.publications[reason]++
 	m.log.lastPublish = now
 	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
@@ -699,7 +699,7 @@ func (m *machine) standAside(state State, owner sockfile.ID) {
 	m.state, m.gen, m.ours, m.owner, m.handedOver, m.kubeletRetrying = state, 0, sockfile.ID{}, owner, false, false
 	// A socket handed over keeps its file: what was known of it as ours
 	// is now known of the owner's.
-	m.at = At{kind: atOwner, path: m.path, File: owner}
+	m.at = At{kind: AtOwner, path: m.path, File: owner}
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
@@ -748,7 +748,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
 	switch at.kind {
-	case atNothing:
+	case AtNothing:
 		switch {
 		case why == lookPending:
 			o.do(m.publish(m.pending))
@@ -759,22 +759,22 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
-	case atOurs:
+	case AtOurs:
 		if why == lookPending {
 			o.do(m.publish(m.pending))
 		}
-	case atNotSocket:
+	case AtNotSocket:
 		if why == lookPending {
 			o.do(m.publish(m.pending)) // fails, saying why
 			return
 		}
 		m.leaveAlone("Something that is not a socket replaced the registration socket; leaving it alone", at, o)
-	case atUnknown:
+	case AtUnknown:
 		m.leaveAlone("Cannot inspect the registration socket", at, o)
-	case atOwner:
+	case AtOwner:
 		// The connection to the owner this instance follows says whether
 		// it lives, without another call.
-	case atLive:
+	case AtLive:
 		m.suspect = suspicion{}
 		switch {
 		case at.Driver != m.name:
@@ -791,14 +791,14 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 			o.record(SteppedAside{})
 			o.do(stepAside{owner: at.File})
 		}
-	case atRefused, atSilent:
+	case AtRefused, AtSilent:
 		// A socket that refuses connections is dead, or was bound a moment
 		// ago and is not listening yet (another registrar between its bind
 		// and its listen): one more look after the grace. One that accepts
 		// and does not answer in time is slow, perhaps only on a loaded
 		// node: it is replaced only after maxStrikes looks.
 		strikes := m.suspect.look(at.File, now)
-		if strikes < 2 || strikes < maxStrikes && at.kind == atSilent {
+		if strikes < 2 || strikes < maxStrikes && at.kind == AtSilent {
 			m.lookAfterGrace(now)
 			return
 		}
@@ -814,7 +814,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 // leaveAlone records that what is at the path is left alone, and why.
 func (m *machine) leaveAlone(why string, at At, o *output) {
 	t := LeftAlone{Why: why, Err: at.Err}
-	if at.kind != atUnknown {
+	if at.kind != AtUnknown {
 		t.Found, _ = at.describe(m.name)
 	}
 	o.record(t)

@@ -45,7 +45,7 @@ func testMachine() machine {
 func publishedIn(state State) machine {
 	m := testMachine()
 	m.step(t0, driverReport{name: testDriver, reachable: true})
-	m.step(t0, looked{At{kind: atNothing}, lookClaim})
+	m.step(t0, looked{At{kind: AtNothing}, lookClaim})
 	m.step(t0, published{1, ReasonStart, ours})
 	switch state {
 	case Registered:
@@ -98,49 +98,49 @@ func TestTransitions(t *testing.T) {
 		{"a name whose path is too long: fail", testMachine(), t0, driverReport{name: strings.Repeat("d", MaxSocketPathLength), reachable: true},
 			want{WaitingForDriver, []effect{fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory",
 				SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength)), len(SocketPath("/reg", strings.Repeat("d", MaxSocketPathLength))), MaxSocketPathLength))}}, nil}},
-		{"the claimed path is empty: publish", claiming(testMachine()), t0, looked{At{kind: atNothing}, lookClaim},
+		{"the claimed path is empty: publish", claiming(testMachine()), t0, looked{At{kind: AtNothing}, lookClaim},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
-		{"the claimed path holds a registrar that can hand over: take its socket over", claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim},
+		{"the claimed path holds a registrar that can hand over: take its socket over", claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim},
 			want{WaitingForDriver, []effect{takeOver{1}}, nil}},
 		{"the claimed path holds a registrar of the driver that cannot hand over: defer to it", claiming(testMachine()), t0,
-			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookClaim},
+			looked{At{kind: AtLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookClaim},
 			want{Deferring, []effect{follow{fileA}}, nil}},
 		{"the claimed path holds a registrar with another endpoint: replace it", claiming(testMachine()), t0,
-			looked{At{kind: atLive, path: "/reg/p", File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
+			looked{At{kind: AtLive, path: "/reg/p", File: fileA, Driver: testDriver, Endpoint: "/other/csi.sock"}, lookClaim},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
-		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: atRefused, path: "/reg/p", File: fileA, Err: syscall.ECONNREFUSED}, lookClaim},
+		{"the claimed path holds a dead socket: replace it", claiming(testMachine()), t0, looked{At{kind: AtRefused, path: "/reg/p", File: fileA, Err: syscall.ECONNREFUSED}, lookClaim},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 1}}, nil}},
-		{"the claimed path holds something that is not a socket: fail", claiming(testMachine()), t0, looked{At{kind: atNotSocket, path: "/reg/p", mode: fs.ModeDir}, lookClaim},
+		{"the claimed path holds something that is not a socket: fail", claiming(testMachine()), t0, looked{At{kind: AtNotSocket, path: "/reg/p", mode: fs.ModeDir}, lookClaim},
 			want{WaitingForDriver, []effect{fail{&sockfile.NotASocketError{Path: "/reg/p", Mode: fs.ModeDir}}}, nil}},
-		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}), t0, notTaken{},
+		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}), t0, notTaken{},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 2}}, nil}},
 		{"a handover asked during a conversation: held", then(publishedIn(Registered), t0, pathChanged{}), t0, handoverAsked{gen: 1},
 			want{Registered, nil, nil}},
-		{"a handover held during a conversation: offered once it is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, looked{At{kind: atOurs, File: ours}, lookChange},
+		{"a handover held during a conversation: offered once it is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, looked{At{kind: AtOurs, File: ours}, lookChange},
 			want{Registered, []effect{offer{}}, nil}},
 		{"a handover held during a look that finds a newer instance: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0,
-			looked{At{kind: atLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookChange},
+			looked{At{kind: AtLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookChange},
 			want{Superseded, []effect{stepAside{owner: fileA}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
 		{"a handover held during a look whose outcome is a new publication: refused",
-			then(publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange}, fired{vacancyTimer}, handoverAsked{gen: 1}), t0.Add(vacancyGrace),
-			looked{At{kind: atNothing}, lookVacancy},
+			then(publishedIn(Registered), t0, looked{At{kind: AtNothing}, lookChange}, fired{vacancyTimer}, handoverAsked{gen: 1}), t0.Add(vacancyGrace),
+			looked{At{kind: AtNothing}, lookVacancy},
 			want{Registered, []effect{publish{ReasonDeleted, 2}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
 		{"a second handover asked during a conversation: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0, handoverAsked{gen: 1},
 			want{Registered, []effect{answer{nil, errors.New("this instance is busy with another handover of the registration socket")}}, nil}},
 		{"a handover held when Run stops: refused once the conversation is over", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}, stopping{}), t0,
-			looked{At{kind: atOurs, File: ours}, lookChange},
+			looked{At{kind: AtOurs, File: ours}, lookChange},
 			want{Stopped, []effect{answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
 		{"a handover asked of a registered publication: offer it", publishedIn(Registered), t0, handoverAsked{gen: 1},
 			want{Registered, []effect{offer{}}, nil}},
 		{"a handover asked before kubelet registered: refused", publishedIn(WaitingForKubelet), t0, handoverAsked{gen: 1},
 			want{WaitingForKubelet, []effect{answer{nil, errors.New("kubelet has not registered the driver through this instance's socket (state waiting-for-kubelet)")}},
 				map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
-		{"the path changes during a conversation: looked at once it is over", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: atNothing}, lookClaim},
+		{"the path changes during a conversation: looked at once it is over", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: AtNothing}, lookClaim},
 			want{Registered, []effect{publish{ReasonRenamed, 2}, look{lookChange}}, nil}},
-		{"the claimed path changes during the takeover: looked at once the socket is taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
+		{"the claimed path changes during the takeover: looked at once the socket is taken", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
 			adopted{gen: 1, file: fileA, verdict: &Verdict{Registered: true}},
 			want{Registered, []effect{look{lookChange}}, nil}},
-		{"the claimed path changes during the takeover: looked at after publishing when not taken", then(claiming(testMachine()), t0, looked{At{kind: atHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
+		{"the claimed path changes during the takeover: looked at after publishing when not taken", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
 			notTaken{},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 2}, look{lookChange}}, nil}},
 		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart, ours},
@@ -190,39 +190,39 @@ func TestTransitions(t *testing.T) {
 		{"rejected, the driver renamed: waiting for kubelet again", func() machine {
 			m := rejected()
 			m.step(later, driverReport{name: "other.example.com", reachable: true})
-			m.step(later, looked{At{kind: atNothing}, lookClaim})
+			m.step(later, looked{At{kind: AtNothing}, lookClaim})
 			return m
 		}(), later, published{2, ReasonRenamed, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: later.Add(10 * time.Second)}}},
-		{"our socket deleted: look again after the grace", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookChange},
+		{"our socket deleted: look again after the grace", publishedIn(Registered), t0, looked{At{kind: AtNothing}, lookChange},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
-		{"still empty after the grace: publish", publishedIn(Registered), t0, looked{At{kind: atNothing}, lookVacancy},
+		{"still empty after the grace: publish", publishedIn(Registered), t0, looked{At{kind: AtNothing}, lookVacancy},
 			want{Registered, []effect{publish{ReasonDeleted, 2}}, nil}},
-		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: atOurs}, lookChange},
+		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: AtOurs}, lookChange},
 			want{Registered, nil, nil}},
-		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: atLive, File: fileA, Driver: testDriver}, lookChange},
+		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: AtLive, File: fileA, Driver: testDriver}, lookChange},
 			want{Superseded, []effect{stepAside{owner: fileA}}, nil}},
-		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: atLive, path: "/reg/p", File: fileA, Driver: "other.example.com"}, lookChange},
+		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: AtLive, path: "/reg/p", File: fileA, Driver: "other.example.com"}, lookChange},
 			want{Registered, nil, nil}},
-		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: atNotSocket, path: "/reg/p", File: fileA, mode: fs.ModeDir}, lookChange},
+		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: AtNotSocket, path: "/reg/p", File: fileA, mode: fs.ModeDir}, lookChange},
 			want{Registered, nil, nil}},
-		{"a socket that refuses: one more look", publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange},
+		{"a socket that refuses: one more look", publishedIn(Registered), t0, looked{At{kind: AtRefused, File: fileA}, lookChange},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
 		{"a socket that still refuses a grace later: replace it",
-			then(then(publishedIn(Registered), t0, looked{At{kind: atRefused, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
-			t0.Add(vacancyGrace), looked{At{kind: atRefused, File: fileA}, lookVacancy},
+			then(then(publishedIn(Registered), t0, looked{At{kind: AtRefused, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
+			t0.Add(vacancyGrace), looked{At{kind: AtRefused, File: fileA}, lookVacancy},
 			want{Registered, []effect{publish{ReasonStale, 2}}, nil}},
 		{"a slow socket at its second look: one more",
-			then(then(publishedIn(Registered), t0, looked{At{kind: atSilent, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
-			t0.Add(vacancyGrace), looked{At{kind: atSilent, File: fileA}, lookVacancy},
+			then(then(publishedIn(Registered), t0, looked{At{kind: AtSilent, File: fileA}, lookChange}), t0.Add(vacancyGrace), fired{vacancyTimer}),
+			t0.Add(vacancyGrace), looked{At{kind: AtSilent, File: fileA}, lookVacancy},
 			want{Registered, nil, map[timer]time.Time{vacancyTimer: t0.Add(2 * vacancyGrace)}}},
-		{"superseded, the owner followed: nothing", aside(Superseded), t0, looked{At{kind: atOwner, File: fileA}, lookChange},
+		{"superseded, the owner followed: nothing", aside(Superseded), t0, looked{At{kind: AtOwner, File: fileA}, lookChange},
 			want{Superseded, nil, nil}},
-		{"superseded, another owner: follow it", aside(Superseded), t0, looked{At{kind: atLive, File: fileB, Driver: testDriver}, lookChange},
+		{"superseded, another owner: follow it", aside(Superseded), t0, looked{At{kind: AtLive, File: fileB, Driver: testDriver}, lookChange},
 			want{Superseded, []effect{follow{fileB}}, nil}},
-		{"superseded, the path left empty: look again after the grace", aside(Superseded), t0, looked{At{kind: atNothing}, lookChange},
+		{"superseded, the path left empty: look again after the grace", aside(Superseded), t0, looked{At{kind: AtNothing}, lookChange},
 			want{Superseded, nil, map[timer]time.Time{vacancyTimer: t0.Add(vacancyGrace)}}},
-		{"deferring, the path still empty: publish", aside(Deferring), t0, looked{At{kind: atNothing}, lookVacancy},
+		{"deferring, the path still empty: publish", aside(Deferring), t0, looked{At{kind: AtNothing}, lookVacancy},
 			want{Deferring, []effect{publish{ReasonVacated, 2}}, nil}},
 		{"superseded, published again: waiting for kubelet", aside(Superseded), t0, published{2, ReasonVacated, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
@@ -234,7 +234,7 @@ func TestTransitions(t *testing.T) {
 			want{Registered, nil, map[timer]time.Time{publishTimer: t0.Add(publishRetry.Duration)}}},
 		{"the shortage's retry finds the path empty: publish",
 			then(publishedIn(Registered), t0, publishFailed{ReasonDeleted, syscall.EMFILE}, fired{publishTimer}),
-			t0.Add(publishRetry.Duration), looked{At{kind: atNothing}, lookPending},
+			t0.Add(publishRetry.Duration), looked{At{kind: AtNothing}, lookPending},
 			want{Registered, []effect{publish{ReasonDeleted, 2}}, nil}},
 		{"handed over: superseded, following the new owner on our socket file", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{},
 			want{Superseded, []effect{stepAside{ours, true}, answer{}}, nil}},
@@ -499,7 +499,7 @@ func TestClaimUntilItIsOver(t *testing.T) {
 			!strings.HasPrefix(st.Reason, "claiming the registration socket for other.example.com") {
 			t.Errorf("while %q claims its path: %+v, want %q at %q %s, not ready, claiming", "other.example.com", st, name, path, state)
 		}
-		m.step(t0, looked{At{kind: atNothing}, lookClaim})
+		m.step(t0, looked{At{kind: AtNothing}, lookClaim})
 		st = m.status()
 		if m.claim != "" || st.DriverName != "other.example.com" || st.SocketPath != SocketPath("/reg", "other.example.com") || strings.HasPrefix(st.Reason, "claiming") {
 			t.Errorf("after the claim: %+v, want the new name and path", st)
@@ -558,7 +558,7 @@ func TestSuspicionCountsLooksAGraceApart(t *testing.T) {
 // fires once the conversation is over; the silence timer fires meanwhile.
 func TestTimersWaitForTheConversation(t *testing.T) {
 	m := publishedIn(WaitingForKubelet)
-	m.step(t0, looked{At{kind: atNothing}, lookChange}) // our socket gone: vacancy timer
+	m.step(t0, looked{At{kind: AtNothing}, lookChange}) // our socket gone: vacancy timer
 	if effects := m.step(t0, pathChanged{}).effects; !reflect.DeepEqual(effects, []effect{look{lookChange}}) {
 		t.Fatalf("a change at the path: effects %v, want a look", effects)
 	}
@@ -569,7 +569,7 @@ func TestTimersWaitForTheConversation(t *testing.T) {
 	if effects := m.step(late, fired{vacancyTimer}).effects; effects != nil || m.due[vacancyTimer].IsZero() {
 		t.Errorf("the vacancy timer fired during the look: effects %v, still due %v", effects, !m.due[vacancyTimer].IsZero())
 	}
-	m.step(late, looked{At{kind: atNothing}, lookChange})
+	m.step(late, looked{At{kind: AtNothing}, lookChange})
 	if !m.isDue(vacancyTimer, late) {
 		t.Error("the look is over, and the vacancy timer is not due")
 	}
@@ -599,11 +599,11 @@ func TestDriverReportInStatus(t *testing.T) {
 func TestHandedOverSocketIsNotOurs(t *testing.T) {
 	m := then(publishedIn(Registered), t0, handoverAsked{gen: 1})
 	m.step(t0, offered{})
-	if m.state != Superseded || m.at.kind != atOwner || m.at.File != ours || m.owner != ours {
+	if m.state != Superseded || m.at.kind != AtOwner || m.at.File != ours || m.owner != ours {
 		t.Fatalf("after the handover: state %s, last look %v of %v, owner %v; want superseded, the owner's socket %v", m.state, m.at.kind, m.at.File, m.owner, ours)
 	}
 	m.step(t0, ownerLost{ours})
-	if m.at.kind == atOurs || m.at.File == ours {
+	if m.at.kind == AtOurs || m.at.File == ours {
 		t.Errorf("after the owner was lost: last look %v of %v, want none until the path is looked at again", m.at.kind, m.at.File)
 	}
 }

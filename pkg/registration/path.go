@@ -1,7 +1,8 @@
 package registration
 
-// What is at the registration path: one answer (lookAt) for the loop's
-// looks and claims, which Health reuses for the liveness probe.
+// What is at the registration path: one classifier (fileAt, then lookAt's
+// calls) for the loop's looks and claims, the liveness probe (Health) and
+// --diagnose (Look).
 
 import (
 	"context"
@@ -19,69 +20,85 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
-// atKind classifies what is at the path.
-type atKind int
+// Kind classifies what is at the path.
+type Kind int
 
 const (
-	atNothing   atKind = iota // no file
-	atOurs                    // the socket of the current publication
-	atOwner                   // the socket of the instance followed
-	atNotSocket               // a file that is not a socket
-	atUnknown                 // cannot be inspected
-	atSocket                  // another socket, not asked (a claim where sockets cannot be handed over)
-	atHandsOver               // a registrar that can hand its socket over (asked by a claim only)
-	atLive                    // a socket that answered GetInfo: Driver, Endpoint
-	atRefused                 // a socket that refuses connections
-	atSilent                  // a socket that accepts and does not answer GetInfo
+	AtNothing   Kind = iota // no file
+	AtOurs                  // the socket of the current publication
+	AtOwner                 // the socket of the instance followed
+	AtNotSocket             // a file that is not a socket
+	AtUnknown               // cannot be inspected
+	AtSocket                // another socket, not asked (a claim where sockets cannot be handed over)
+	AtHandsOver             // a registrar that can hand its socket over (asked by a claim only)
+	AtLive                  // a socket that answered GetInfo: Driver, Endpoint
+	AtRefused               // a socket that refuses connections
+	AtSilent                // a socket that accepts and does not answer GetInfo
 )
 
 // At is what is at the registration path: plain values, which a look
 // finds and the machine decides on.
 type At struct {
-	kind atKind
+	kind Kind
 	path string
 	File sockfile.ID
 	mode fs.FileMode
-	// Driver and Endpoint are what a socket another process published
-	// answered to GetInfo.
-	Driver, Endpoint string
+	// Driver, Endpoint, Type and Versions are what a socket another
+	// process published answered to GetInfo.
+	Driver, Endpoint, Type string
+	Versions               []string
 	// Err is why the path could not be inspected, or why its socket did
 	// not answer.
 	Err error
 }
 
-// lookAt tells what is at path. ours is the current publication's socket
-// file, owner the one of the instance followed (zero when none). Any
-// other socket is asked GetInfo, and whether it accepts connections when
-// it does not answer; for a claim, first whether it can hand the socket
-// over.
-func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout time.Duration, claim bool) At {
+// Kind says what kind of file is at the path.
+func (at At) Kind() Kind { return at.kind }
+
+// Mode is the file's mode.
+func (at At) Mode() fs.FileMode { return at.mode }
+
+// Look tells what is at path to a process that serves no socket there
+// (--diagnose): what the registrar's own looks would find.
+func Look(ctx context.Context, path string, timeout time.Duration) At {
+	return lookAt(ctx, path, sockfile.ID{}, sockfile.ID{}, timeout, false)
+}
+
+// fileAt tells what is at path from the file alone: ours is the current
+// publication's socket file, owner the one of the instance followed (zero
+// when none). AtSocket: any other socket, which only a call can tell about.
+func fileAt(path string, ours, owner sockfile.ID) At {
 	id, mode, err := sockfile.Lstat(path)
 	at := At{path: path, File: id, mode: mode, Err: err}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		at.kind, at.Err = atNothing, nil
-		return at
+		at.kind, at.Err = AtNothing, nil
 	case err != nil:
-		at.kind = atUnknown
-		return at
+		at.kind = AtUnknown
 	case ours != sockfile.ID{} && id == ours:
-		at.kind = atOurs
-		return at
+		at.kind = AtOurs
 	case mode.Type() != fs.ModeSocket:
-		at.kind = atNotSocket
-		return at
+		at.kind = AtNotSocket
 	case owner != sockfile.ID{} && id == owner:
-		at.kind = atOwner
-		return at
-	case claim && !handover.Supported:
-		at.kind = atSocket
+		at.kind = AtOwner
+	default:
+		at.kind = AtSocket
+	}
+	return at
+}
+
+// lookAt tells what is at path (fileAt); any other socket is asked
+// GetInfo, and whether it accepts connections when it does not answer; for
+// a claim, first whether it can hand the socket over.
+func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout time.Duration, claim bool) At {
+	at := fileAt(path, ours, owner)
+	if at.kind != AtSocket || claim && !handover.Supported {
 		return at
 	}
 	if claim {
 		switch can, err := canHandOver(ctx, path, timeout); {
 		case can:
-			at.kind = atHandsOver
+			at.kind = AtHandsOver
 			return at
 		case err != nil:
 			at.Err = err
@@ -92,7 +109,8 @@ func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout t
 	if info, at.Err = askInfo(ctx, path, timeout); at.Err != nil {
 		return at.unanswered(ctx, timeout)
 	}
-	at.kind, at.Driver, at.Endpoint = atLive, info.Name, info.Endpoint
+	at.kind, at.Driver, at.Endpoint = AtLive, info.Name, info.Endpoint
+	at.Type, at.Versions = info.Type, info.SupportedVersions
 	return at
 }
 
@@ -100,11 +118,11 @@ func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout t
 func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 	switch {
 	case ctx.Err() != nil:
-		at.kind = atUnknown
-	case sockfile.Answers(at.path, timeout):
-		at.kind = atSilent
+		at.kind = AtUnknown
+	case errors.As(at.Err, new(*unixgrpc.ConnectError)) || !sockfile.Answers(at.path, timeout):
+		at.kind = AtRefused
 	default:
-		at.kind = atRefused
+		at.kind = AtSilent
 	}
 	return at
 }
@@ -115,22 +133,22 @@ func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 // from it).
 func (at At) describe(driver string) (reason string, healthy bool) {
 	switch at.kind {
-	case atNothing:
+	case AtNothing:
 		return fmt.Sprintf("the registration socket %s does not exist", at.path), false
-	case atOurs:
+	case AtOurs:
 		return "serving " + at.path, true
-	case atLive:
+	case AtLive:
 		if at.Driver != driver {
 			return fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver), false
 		}
 		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
-	case atOwner, atHandsOver:
+	case AtOwner, AtHandsOver:
 		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
-	case atNotSocket:
+	case AtNotSocket:
 		return fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode)), false
-	case atSocket:
+	case AtSocket:
 		return fmt.Sprintf("%s is a socket that another process published", at.path), false
-	case atRefused, atSilent:
+	case AtRefused, AtSilent:
 		return fmt.Sprintf("%s was published by another process and does not answer GetInfo: %v", at.path, at.Err), false
 	}
 	return fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err), false
@@ -150,21 +168,15 @@ func (s *Server) Health() (string, error) {
 	case m.path == "":
 		return m.status().Reason, nil // waiting for the driver, or claiming its path
 	}
-	id, mode, err := sockfile.Lstat(m.path)
-	at := m.at
+	at := fileAt(m.path, m.ours, m.owner)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("the registration socket %s does not exist: %w", m.path, err)
-	case err != nil:
-		at = At{kind: atUnknown, path: m.path, Err: err}
-	case mode.Type() != fs.ModeSocket:
-		at = At{kind: atNotSocket, path: m.path, mode: mode}
-	case id == m.ours:
-		at = At{kind: atOurs, path: m.path}
-	case id == m.owner:
-		at = At{kind: atOwner, path: m.path}
-	case id != m.at.File:
+	case at.kind == AtNothing:
+		return "", fmt.Errorf("the registration socket %s does not exist: %w", m.path, fs.ErrNotExist)
+	case at.kind != AtSocket:
+	case at.File != m.at.File:
 		return fmt.Sprintf("%s holds a socket that this instance is about to look at", m.path), nil
+	default:
+		at = m.at
 	}
 	reason, healthy := at.describe(m.name)
 	if !healthy {
@@ -175,13 +187,13 @@ func (s *Server) Health() (string, error) {
 
 // askInfo calls GetInfo on the registration socket at path.
 func askInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
-	conn, err := unixgrpc.NewClient(path)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := unixgrpc.Once(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
 }
 

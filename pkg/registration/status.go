@@ -150,7 +150,7 @@ func (m *machine) status() Status {
 	case Registered:
 		// Registered through the socket at the path, while it is ours:
 		// as the last look found it.
-		out.Ready, out.Reason = m.at.kind == atOurs, "registered"
+		out.Ready, out.Reason = m.at.kind == AtOurs, "registered"
 		switch {
 		case !out.Ready:
 			out.Reason, _ = m.at.describe(m.name)

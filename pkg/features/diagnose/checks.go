@@ -177,34 +177,32 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 		return skip(c, "no registry directory")
 	}
 	c.Name += " " + d.socketPath
-	fi, err := os.Lstat(d.socketPath)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	at := registration.Look(ctx, d.socketPath, d.cfg.Timeout)
+	switch at.Kind() {
+	case registration.AtNothing:
 		return fail(c, "missing, so the driver is not registered: is the registrar running? Its log says what it is waiting for or why it stopped")
-	case err != nil:
-		return fail(c, "cannot be inspected: "+pathErrorCause(err))
-	case fi.Mode().Type() != fs.ModeSocket:
-		return fail(c, "is a "+sockfile.DescribeFileType(fi.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
-	}
-	info, err := call(ctx, d.socketPath, d.cfg.Timeout, registrationInfo)
-	if errors.As(err, new(*unixgrpc.ConnectError)) {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
-	} else if err != nil {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+" to GetInfo: whatever holds this socket is not a working registrar; restart the registrar container")
+	case registration.AtUnknown:
+		return fail(c, "cannot be inspected: "+pathErrorCause(at.Err))
+	case registration.AtNotSocket:
+		return fail(c, "is a "+sockfile.DescribeFileType(at.Mode())+", not a socket: kubelet ignores it and the registrar will not replace it; remove it")
+	case registration.AtRefused:
+		return fail(c, describeCallError(at.Err, d.cfg.Timeout)+": a stale socket left by a registrar that died; restart the registrar container, it replaces the socket")
+	case registration.AtSilent:
+		return fail(c, describeCallError(at.Err, d.cfg.Timeout)+" to GetInfo: whatever holds this socket is not a working registrar; restart the registrar container")
 	}
 
 	d.socketAnswered = true
-	c.Detail = fmt.Sprintf("answers %s %q, endpoint %q, versions %v", info.GetType(), info.GetName(), info.GetEndpoint(), info.GetSupportedVersions())
-	if info.GetName() != d.driverName {
-		c.note(Fail, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", info.GetName(), d.driverName))
+	c.Detail = fmt.Sprintf("answers %s %q, endpoint %q, versions %v", at.Type, at.Driver, at.Endpoint, at.Versions)
+	if at.Driver != d.driverName {
+		c.note(Fail, fmt.Sprintf("it answers for driver %q, not %q: this path is served by another driver's registrar; find it", at.Driver, d.driverName))
 	}
-	if info.GetType() != registerapi.CSIPlugin {
-		c.note(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", info.GetType(), registerapi.CSIPlugin))
+	if at.Type != registerapi.CSIPlugin {
+		c.note(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", at.Type, registerapi.CSIPlugin))
 	}
-	if p := versionsProblem(info.GetSupportedVersions()); p != "" {
+	if p := versionsProblem(at.Versions); p != "" {
 		c.note(Fail, p)
 	}
-	if want := d.cfg.KubeletRegistrationPath; want != "" && info.GetEndpoint() != want {
+	if want := d.cfg.KubeletRegistrationPath; want != "" && at.Endpoint != want {
 		c.note(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
 	return c
@@ -374,10 +372,6 @@ func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.PluginI
 
 func nodeInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.NodeInfo, error) {
 	return csiidentity.NodeGetInfo(ctx, conn)
-}
-
-func registrationInfo(ctx context.Context, conn *grpc.ClientConn) (*registerapi.PluginInfo, error) {
-	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
 }
 
 // describeCallError says in a few words how a call failed.

@@ -48,9 +48,8 @@ func runRegistrar(t *testing.T, name string, cfg registration.Config) (*registra
 // registrar must not count that as a call of kubelet's.
 func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 	srv, path := runRegistrar(t, "diag.csi.example.com", registration.Config{})
-	info, err := call(context.Background(), path, 5*time.Second, registrationInfo)
-	if err != nil || info.Name != "diag.csi.example.com" {
-		t.Fatalf("registrationInfo = %v, %v", info, err)
+	if at := registration.Look(context.Background(), path, 5*time.Second); at.Kind() != registration.AtLive || at.Driver != "diag.csi.example.com" {
+		t.Fatalf("Look = %+v, want the registrar answering for diag.csi.example.com", at)
 	}
 	// Then a call as kubelet makes it, without the registrar's user agent.
 	// A call reaches the registrar's loop before its reply goes out: once
