@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if o.mode == probeMode {
-		return probe(o, args[0], stderr)
+		return runProbeMode(o, args[0], stderr)
 	}
 	if o.diagnose {
 		return runDiagnose(ctx, o, stdout)
@@ -102,11 +102,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// probe is --mode=kubelet-registration-probe, which old manifests run as an
-// exec liveness probe: exit 0, or 1 without --kubelet-registration-path, as
-// upstream. The message goes to stderr, which kubelet shows in the probe's
-// event, and not to the termination message, which is the registrar's.
-func probe(o *options, program string, stderr io.Writer) int {
+// runProbeMode is --mode=kubelet-registration-probe, which old manifests
+// run as an exec liveness probe: exit 0, or 1 without
+// --kubelet-registration-path, as upstream. The message goes to stderr,
+// which kubelet shows in the probe's event, and not to the termination
+// message, which is the registrar's.
+func runProbeMode(o *options, program string, stderr io.Writer) int {
 	if o.kubeletRegistrationPath == "" {
 		fmt.Fprintf(stderr, "%s: --mode=%s needs --kubelet-registration-path, as upstream's probe does: give the probe the registrar's own --kubelet-registration-path, or replace the exec probe with an HTTP probe on /healthz (--http-endpoint)\n", program, probeMode)
 		return exitError
