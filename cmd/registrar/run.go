@@ -24,8 +24,8 @@ import (
 
 // Exit codes. As upstream's, 2 when Go's flag package cannot parse the
 // command line, and 1 for a flag value that parses but cannot be used (a
-// missing --kubelet-registration-path) or any other fatal error. Logging
-// flags refused before logging starts also give 2.
+// missing --kubelet-registration-path, a logging value component-base
+// refuses) or any other fatal error.
 const (
 	exitOK    = 0
 	exitError = 1
