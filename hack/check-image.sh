@@ -132,8 +132,8 @@ out=$(run --version) || fail "/csi-node-driver-registrar --version failed: $out"
 [[ $out == "/csi-node-driver-registrar "* ]] || fail "--version printed '$out', want '/csi-node-driver-registrar <version>'"
 step "ok: --version, run $where, printed '$out'"
 expect "the binary's --version, against the image's version label" "${out#* }" "$label_version"
-run --mode=kubelet-registration-probe >/dev/null 2>&1 ||
-	fail "the legacy exec probe /csi-node-driver-registrar --mode=kubelet-registration-probe did not exit 0"
+run --mode=kubelet-registration-probe --kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock >/dev/null 2>&1 ||
+	fail "the legacy exec probe /csi-node-driver-registrar --mode=kubelet-registration-probe --kubelet-registration-path=... did not exit 0"
 step "ok: the legacy exec probe exits 0"
 bah umount "$container" >/dev/null
 

@@ -66,19 +66,14 @@ func isOldKlogFlag(f *flag.Flag) bool {
 // deprecation warning. apply changes process-wide state: call it once,
 // before logging.
 func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
-	gate := featuregate.NewFeatureGate()
-	if err := logsapi.AddFeatureGates(gate); err != nil {
-		return err
-	}
-	// The split streams and info buffers are alpha options in component-base;
-	// without a --feature-gates flag, they would be flags that only fail.
-	if err := gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}); err != nil {
+	gate, err := loggingFeatureGate()
+	if err != nil {
 		return err
 	}
 	capInfoBuffers(l.config)
 	logs.InitLogs()
 	if err := logsapi.ValidateAndApplyWithOptions(l.config, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, gate); err != nil {
-		return fmt.Errorf("the logging flags are not valid: %w; --help gives the values each takes", err)
+		return invalidLogging(err)
 	}
 
 	var given []*klogFlag
@@ -115,6 +110,41 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 		klog.StopFlushDaemon()
 	}
 	return nil
+}
+
+// validate checks the logging flags as apply does, and changes nothing:
+// upstream checks them before anything else, so that even --version and the
+// probe mode exit 1 on a value component-base refuses.
+func (l *loggingOptions) validate() error {
+	gate, err := loggingFeatureGate()
+	if err != nil {
+		return err
+	}
+	return invalidLogging(logsapi.Validate(l.config, gate, nil).ToAggregate())
+}
+
+// loggingFeatureGate is component-base's logging gate with
+// LoggingAlphaOptions on: the split streams and info buffers are alpha
+// options, and without a --feature-gates flag they would be flags that only
+// fail.
+func loggingFeatureGate() (featuregate.FeatureGate, error) {
+	gate := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gate); err != nil {
+		return nil, err
+	}
+	if err := gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}); err != nil {
+		return nil, err
+	}
+	return gate, nil
+}
+
+// invalidLogging says what component-base refused and where to look; nil
+// stays nil.
+func invalidLogging(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("the logging flags are not valid: %w; --help gives the values each takes", err)
 }
 
 // buffersInfo tells whether the format in use holds info lines in a buffer,

@@ -82,7 +82,7 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz (liveness), /readyz (readiness), /status (JSON), /metrics (Prometheus) and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
 	fs.IntVar(&o.healthPort, "health-port", 0, "Deprecated: use --http-endpoint=:PORT. Port of the HTTP server; 0 or less disables it.")
-	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once, for exec liveness probes in old manifests; use an HTTP probe on /healthz instead. Any other value registers the driver.")
+	fs.StringVar(&o.mode, "mode", "", "Deprecated. \""+probeMode+"\" exits 0 at once (1 without --kubelet-registration-path), for exec liveness probes in old manifests; use an HTTP probe on /healthz instead. Any other value registers the driver.")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "Serve the Go profiler under /debug/pprof/ on the HTTP server.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")

@@ -262,3 +262,33 @@ func TestHTTPEndpointHelpNamesPaths(t *testing.T) {
 		}
 	}
 }
+
+// As upstream, --version and the probe mode come after the logging flags are
+// checked, and the probe mode needs --kubelet-registration-path; none of
+// these sets up logging, so they run in this process.
+func TestVersionAndProbeExitCodes(t *testing.T) {
+	probe := "--mode=" + probeMode
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"--version"}, exitOK, ""},
+		{[]string{"--version", "--logging-format=xml"}, exitError, "Unsupported log format"},
+		{[]string{"--version", "--log-flush-frequency=0s"}, exitError, "flushFrequency"},
+		{[]string{probe, "--kubelet-registration-path=/k"}, exitOK, ""},
+		{[]string{probe, "--kubelet-registration-path=/k", "--logging-format=xml"}, exitError, "Unsupported log format"},
+		{[]string{probe}, exitError, probe + " needs --kubelet-registration-path"},
+		{[]string{"--version", probe}, exitOK, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			if code := run(context.Background(), append([]string{"registrar"}, tc.args...), &stdout, &stderr); code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr: %q", code, tc.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) || (tc.stderr == "") != (stderr.Len() == 0) {
+				t.Errorf("stderr %q, want %q", stderr.String(), tc.stderr)
+			}
+		})
+	}
+}

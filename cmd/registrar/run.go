@@ -24,8 +24,8 @@ import (
 
 // Exit codes. As upstream's, 2 when Go's flag package cannot parse the
 // command line, and 1 for a flag value that parses but cannot be used (a
-// missing --kubelet-registration-path) or any other fatal error. Logging
-// flags refused before logging starts also give 2.
+// missing --kubelet-registration-path, a logging value component-base
+// refuses) or any other fatal error.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -45,21 +45,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// The flag package has already printed the problem and the usage.
 		return exitUsage
 	}
+	// Upstream's order: the logging flags first, then --version, then
+	// --kubelet-registration-path, then the probe mode. A value of the
+	// right type that logging cannot use gives 1, as upstream exits when
+	// component-base refuses its configuration.
+	if err := o.logging.validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
+		return exitError
+	}
 	if o.showVersion {
 		fmt.Fprintln(stdout, args[0], version)
 		return exitOK
 	}
 	if o.mode == probeMode {
-		// Old manifests run this as an exec liveness probe; the HTTP
-		// probe on /healthz replaces it.
-		return exitOK
+		return runProbeMode(o, args[0], stderr)
 	}
 	if o.diagnose {
 		return runDiagnose(ctx, o, stdout)
 	}
 	if err := o.logging.apply(stdout, stderr); err != nil {
-		// A value of the right type that logging cannot use: 1, as
-		// upstream exits when component-base refuses its configuration.
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
 		return exitError
 	}
@@ -95,6 +99,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	logger.Info("Stopped")
+	return exitOK
+}
+
+// runProbeMode is --mode=kubelet-registration-probe, which old manifests
+// run as an exec liveness probe: exit 0, or 1 without
+// --kubelet-registration-path, as upstream. The message goes to stderr,
+// which kubelet shows in the probe's event, and not to the termination
+// message, which is the registrar's.
+func runProbeMode(o *options, program string, stderr io.Writer) int {
+	if o.kubeletRegistrationPath == "" {
+		fmt.Fprintf(stderr, "%s: --mode=%s needs --kubelet-registration-path, as upstream's probe does: give the probe the registrar's own --kubelet-registration-path, or replace the exec probe with an HTTP probe on /healthz (--http-endpoint)\n", program, probeMode)
+		return exitError
+	}
 	return exitOK
 }
 

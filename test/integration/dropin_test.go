@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +65,129 @@ func TestExitCodesAsUpstream(t *testing.T) {
 			}
 			if entries, _ := os.ReadDir(n.registry); len(entries) != 0 {
 				t.Errorf("files published in the registry: %v", entries)
+			}
+		})
+	}
+}
+
+// upstreamRegistrarEnv names upstream's registrar binary when it is not at
+// ../shared/interop/ beside the repository, as for the e2e suite
+// (harness.FindUpstreamRegistrar).
+const upstreamRegistrarEnv = "UPSTREAM_REGISTRAR_BIN"
+
+// upstreamRegistrar is the path of upstream's registrar, the binary users
+// run today (linux/amd64); where it is missing or cannot run the test is
+// skipped, saying why, except in CI, which always has it.
+func upstreamRegistrar(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv(upstreamRegistrarEnv)
+	if path == "" {
+		path = filepath.Join("..", "..", "..", "shared", "interop", "upstream-csi-node-driver-registrar")
+	}
+	path, err := filepath.Abs(path)
+	if err == nil {
+		err = exec.Command(path, "--version").Run()
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("upstream's registrar %s: %v: CI must have it", path, err)
+		}
+		t.Skipf("upstream's registrar is not available (%v): set %s to its binary", err, upstreamRegistrarEnv)
+	}
+	return path
+}
+
+// exitCode runs argv in dir and returns its exit code.
+func exitCode(t *testing.T, dir string, argv ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), slowTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if ctx.Err() != nil || (err != nil && !errors.As(err, &exit)) {
+		t.Fatalf("%q: %v (%v); stderr:\n%s", argv, err, ctx.Err(), stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// Each command line here ends before a registration starts, in upstream's
+// registrar as in this one, and both exit with the same code, unless a
+// difference is documented (docs/flags.md) and given as ours: a difference
+// found later fails here. Every argument is upstream's, so that upstream
+// runs each as a user's manifest would.
+func TestExitCodesSameAsUpstreamBinary(t *testing.T) {
+	upstream := upstreamRegistrar(t)
+	const probe = "--mode=kubelet-registration-probe"
+	cases := []struct {
+		args     []string
+		upstream int
+		// ours, when it differs on purpose, and why.
+		ours   int
+		reason string
+		// says is what our stderr must say.
+		says string
+	}{
+		{args: []string{"--version"}},
+		{args: []string{"--version", "--logging-format=xml"}, upstream: 1},
+		{args: []string{"--version", "--log-flush-frequency=0s"}, upstream: 1},
+		{args: []string{"--version", "--logging-format=json", "--vmodule=a=1"}, upstream: 1},
+		{args: []string{"--version", "--logging-format=JSON"}, upstream: 1},
+		{args: []string{"--version", "--log-flush-frequency=-1s"}, upstream: 1},
+		{args: []string{"--version", "-v=high"}, upstream: 2},
+		{args: []string{"--version", "--vmodule=a"}, upstream: 2},
+		{args: []string{"--version", "--timeout=abc"}, upstream: 2},
+		{args: []string{"--version", "--no-such-flag"}, upstream: 2},
+		{args: []string{"--version=maybe"}, upstream: 2},
+		{args: []string{"-version"}},
+		// Parsing stops at the first argument that is not a flag.
+		{args: []string{"--version", "x", "--no-such-flag"}},
+		{args: []string{"--version", probe}},
+		{args: []string{probe}, upstream: 1, says: "needs --kubelet-registration-path"},
+		{args: []string{probe, "--kubelet-registration-path="}, upstream: 1, says: "needs --kubelet-registration-path"},
+		{args: []string{probe, "--kubelet-registration-path=/k/csi.sock"}},
+		{args: []string{probe, "--kubelet-registration-path=/k/csi.sock", "--logging-format=xml"}, upstream: 1},
+		{args: []string{probe, "--kubelet-registration-path=/k/csi.sock", "--log-flush-frequency=0s"}, upstream: 1},
+		// Upstream checks these after the probe mode.
+		{args: []string{probe, "--kubelet-registration-path=/k/csi.sock", "--health-port=1", "--http-endpoint=:2"}},
+		{args: []string{probe, "--kubelet-registration-path=/k/csi.sock", "--csi-address=tcp://localhost:1"}},
+		{args: []string{"-h"}},
+		{args: []string{"--help"}},
+		{args: []string{"-help"}},
+		{args: []string{"--no-such-flag"}, upstream: 2},
+		{args: []string{"--kubelet-registration-path"}, upstream: 2},
+		{args: nil, upstream: 1},
+		{args: []string{"registration"}, upstream: 1},
+		{args: []string{"--kubelet-registration-path=/k/csi.sock", "--health-port=1", "--http-endpoint=:2"}, upstream: 1},
+		{args: []string{"--version", "--log-text-split-stream"}, upstream: 1, ours: 0, reason: "the registrar turns component-base's LoggingAlphaOptions on"},
+		{args: []string{"--version", "--log-json-info-buffer-size=1Mi"}, upstream: 1, ours: 0, reason: "the registrar turns component-base's LoggingAlphaOptions on"},
+		{args: []string{"--version", "--logtostderr"}, upstream: 2, ours: 0, reason: "klog's own flags of upstream v2.10 are accepted again"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			want := tc.upstream
+			if tc.reason != "" {
+				want = tc.ours
+			}
+			if got, stderr := exitCode(t, dir, append([]string{upstream}, tc.args...)...); got != tc.upstream {
+				t.Errorf("upstream's registrar exits %d, the test expects %d; stderr:\n%s", got, tc.upstream, stderr)
+			}
+			// A registrar that stops on a value writes the reason to the
+			// termination message: not to /dev/termination-log of the
+			// container the test may run in.
+			ours := append([]string{"--termination-message-path=" + filepath.Join(dir, "absent")}, tc.args...)
+			got, stderr := exitCode(t, dir, registrarArgv(ours...)...)
+			if got != want && tc.reason != "" {
+				t.Errorf("exit code %d, want %d, not upstream's %d: %s; stderr:\n%s", got, want, tc.upstream, tc.reason, stderr)
+			} else if got != want {
+				t.Errorf("exit code %d, want upstream's, %d; stderr:\n%s", got, want, stderr)
+			}
+			if !strings.Contains(stderr, tc.says) {
+				t.Errorf("stderr does not say %q:\n%s", tc.says, stderr)
 			}
 		})
 	}

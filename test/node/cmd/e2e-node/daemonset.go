@@ -191,17 +191,13 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 			}
 			// Old manifests' liveness probe, here as a startup probe so the
 			// HTTP liveness probe stays: kubelet runs it with a runtime exec.
+			// Without --kubelet-registration-path it exits 1, in both
+			// registrars; upstream's manifests pass it.
 			ctr.StartupProbe = &corev1.Probe{
 				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-					Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe"},
+					Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe", "--kubelet-registration-path=" + filepath.Join(driverDir, rev.socket())},
 				}},
 				PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
-			}
-			if rev.upstream() {
-				// Upstream checks its flags before the mode: without this
-				// one the probe exits 1. Its manifests pass it.
-				exec := ctr.StartupProbe.Exec
-				exec.Command = append(exec.Command, "--kubelet-registration-path="+filepath.Join(driverDir, rev.socket()))
 			}
 		case driverContainer:
 			found++
