@@ -152,7 +152,7 @@ func kubeletRegisters(t *testing.T, path string) {
 // serves the socket at its path.
 func startRegistration(t *testing.T, dir string, setup func(*registration.Server)) *registration.Server {
 	t.Helper()
-	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir, KubeletSilence: 10 * time.Second})
+	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func runWithClock(t *testing.T, clock *testingclock.FakeClock, driver bool) *reg
 	if driver {
 		afunix.Require(t) // the registration socket
 	}
-	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t), KubeletSilence: 10 * time.Second, Clock: clock})
+	srv, err := registration.New(registration.Config{Endpoint: "/csi.sock", Dir: tempDir(t), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

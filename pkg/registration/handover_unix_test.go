@@ -22,6 +22,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
@@ -200,7 +201,7 @@ func TestReplacesTheSocketWhenNoHandoverIsPossible(t *testing.T) {
 		}},
 		{"not registered by kubelet", func(t *testing.T, dir string) *running { return start(t, dir) }},
 		{"rejected by kubelet", func(t *testing.T, dir string) *running {
-			r := start(t, dir, func(c *Config) { c.Retry.Initial = DefaultRetryMax })
+			r := start(t, dir, func(c *Config) { c.Clock = testingclock.NewFakeClock(time.Now()) })
 			notify(t, r.srv.SocketPathForTest(), false)
 			poll.Until(t, "the rejection is recorded", func() bool { return r.srv.Status().State == Rejected })
 			return r

@@ -295,7 +295,7 @@ func (l *loop) logTransition(t Transition) {
 		l.logger.V(2).Info("kubelet tries again by itself: the registration socket stays", "attempts", t.Attempts)
 	case KubeletWentSilent:
 		l.logger.Info("kubelet has not called GetInfo on the registration socket: kubelet does not watch the registration directory, or is not running. Check that the directory is the host's <kubelet --root-dir>/plugins_registry (a relocated root dir: microk8s, k0s, --root-dir) and that kubelet runs; after failures at this path kubelet also waits out a backoff of up to 2m2s",
-			"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", l.s.cfg.KubeletSilence)
+			"path", m.path, "directory", l.s.cfg.Dir, "publishedFor", kubeletSilence)
 	case SteppedAside:
 		if t.HandedOver {
 			l.logger.Info("Handed the registration socket over to a newer instance of the driver: kubelet's registration stays", "path", m.path)

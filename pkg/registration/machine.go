@@ -195,7 +195,7 @@ type history struct {
 func newMachine(cfg Config, now time.Time) machine {
 	return machine{
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
-		backoff: cfg.Retry.doubling(), shortBackoff: publishRetry,
+		backoff: rejectionBackoff, shortBackoff: publishRetry,
 		csinodeWait: csinodeBackoff,
 		log:         history{publications: map[string]uint64{}},
 	}
@@ -687,7 +687,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 	m.at = At{kind: AtOurs, path: m.path, File: file}
 	m.log.publications[reason]++
 	m.log.lastPublish = now
-	m.due[silenceTimer] = now.Add(m.cfg.KubeletSilence)
+	m.due[silenceTimer] = now.Add(kubeletSilence)
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
 	m.pending, m.publishError, m.shortBackoff = "", "", publishRetry
@@ -715,7 +715,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		o.record(KubeletAccepted{Again: m.state == Registered})
 		m.log.calls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
-		m.backoff, m.due[retryTimer] = m.cfg.Retry.doubling(), time.Time{}
+		m.backoff, m.due[retryTimer] = rejectionBackoff, time.Time{}
 		if m.confirmed() {
 			o.record(DriverRegistered{})
 		}

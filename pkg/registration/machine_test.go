@@ -36,7 +36,7 @@ func claiming(m machine) machine {
 }
 
 func testMachine() machine {
-	m := newMachine(Config{Dir: "/reg", Endpoint: testEndpoint, Retry: Backoff{Initial: time.Second, Max: 4 * time.Second}, KubeletSilence: 10 * time.Second, OnRejection: Retry}, t0)
+	m := newMachine(Config{Dir: "/reg", Endpoint: testEndpoint, OnRejection: Retry}, t0)
 	return m
 }
 

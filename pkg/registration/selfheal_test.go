@@ -98,7 +98,7 @@ func TestReplacesADeadSocketAtThePath(t *testing.T) {
 func TestRetriesAfterRejection(t *testing.T) {
 	fake := testingclock.NewFakeClock(time.Now())
 	srv := newServer(t, shortTempDir(t), func(c *Config) {
-		c.Retry, c.Clock = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond}, fake
+		c.Clock = fake
 	})
 	var mu sync.Mutex
 	var observed []string
@@ -158,17 +158,20 @@ func TestRetriesAfterRejection(t *testing.T) {
 	mu.Unlock()
 }
 
-func TestRetryBackoffDoublesUpToItsCap(t *testing.T) {
-	// Long enough that the retry does not happen during the test.
-	r := start(t, shortTempDir(t), func(c *Config) { c.Retry = Backoff{Initial: time.Hour, Max: 4 * time.Hour} })
+// A rejection schedules the next publication once kubelet's own retry is
+// overdue (its first: 500 ms and 2 s for its reconciler), and a second
+// rejection does not push it back.
+func TestRetryAfterARejectionIsScheduledOnce(t *testing.T) {
+	// The clock does not move: the retry does not happen during the test.
+	r := start(t, shortTempDir(t), func(c *Config) { c.Clock = testingclock.NewFakeClock(time.Now()) })
 	path := r.srv.SocketPathForTest()
 	if _, err := client(t, path).NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{Error: "no"}); err != nil {
 		t.Fatal(err)
 	}
 	var st Status
 	poll.Until(t, "the retry is scheduled", func() bool { st = r.srv.Status(); return st.NextRetry != nil })
-	if wait := st.NextRetry.Sub(*st.LastFailure); wait < time.Hour || wait > time.Hour+time.Minute {
-		t.Errorf("first retry after %v, want 1h", wait)
+	if wait := st.NextRetry.Sub(*st.LastFailure); wait != 2500*time.Millisecond {
+		t.Errorf("first retry after %v, want 2.5s", wait)
 	}
 	if ready, reason := r.ready(); ready || !strings.Contains(reason, "rejected by kubelet: no") {
 		t.Errorf("Ready() = %v %q, want not ready with kubelet's reason", ready, reason)
@@ -283,7 +286,7 @@ func TestRemovesHiddenSocketsLeftByAKilledRegistrar(t *testing.T) {
 // silence has lasted, until kubelet's first call.
 func TestSaysWhenKubeletNeverCalls(t *testing.T) {
 	fake := testingclock.NewFakeClock(time.Now())
-	r := start(t, shortTempDir(t), func(c *Config) { c.KubeletSilence, c.Clock = 10*time.Second, fake })
+	r := start(t, shortTempDir(t), func(c *Config) { c.Clock = fake })
 	if st := r.srv.Status(); st.State != WaitingForKubelet {
 		t.Fatalf("before the silence: %s", st.State)
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/clock"
@@ -36,10 +35,16 @@ var SupportedVersions = []string{"1.0.0"}
 const (
 	DefaultShutdownTimeout = 3 * time.Second // of a gRPC server
 	DefaultCheckTimeout    = time.Second
-	DefaultRetryInitial    = time.Second
-	DefaultRetryMax        = 5 * time.Minute
-	DefaultKubeletSilence  = 10 * time.Second
 )
+
+// kubeletSilence is how long after a publication kubelet may not have
+// called GetInfo before the registration is kubelet-silent: kubelet's
+// plugin watcher reacts at once, its reconciler within a second.
+const kubeletSilence = 10 * time.Second
+
+// rejectionBackoff is the Retry policy's wait after a rejection (unless
+// kubelet's own retry is due later); it starts over once kubelet accepts.
+var rejectionBackoff = doubling(time.Second, 5*time.Minute)
 
 // Policy says what to do when kubelet rejects the plugin.
 type Policy string
@@ -78,14 +83,6 @@ type Config struct {
 	// OnRejection is the policy when kubelet rejects the plugin; Retry
 	// when empty.
 	OnRejection Policy
-	// Retry is the backoff of the Retry policy: it doubles from Initial up
-	// to Max, and starts over after kubelet accepted the plugin.
-	Retry Backoff
-	// KubeletSilence is how long after a publication kubelet may not have
-	// called GetInfo before the registration is kubelet-silent
-	// (DefaultKubeletSilence): kubelet's plugin watcher reacts at once,
-	// its reconciler within a second.
-	KubeletSilence time.Duration
 	// CheckTimeout bounds each call that identifies a socket at the path
 	// that this process did not create.
 	CheckTimeout time.Duration
@@ -99,11 +96,6 @@ type Config struct {
 	// again, which restores it.
 	ConfirmCSINode bool
 }
-
-// Backoff is a wait that doubles from Initial up to Max.
-type Backoff struct{ Initial, Max time.Duration }
-
-func (b Backoff) doubling() wait.Backoff { return doubling(b.Initial, b.Max) }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
 // and the policy is Exit.
@@ -225,15 +217,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.CheckTimeout <= 0 {
 		cfg.CheckTimeout = DefaultCheckTimeout
-	}
-	if cfg.Retry.Initial <= 0 {
-		cfg.Retry.Initial = DefaultRetryInitial
-	}
-	if cfg.KubeletSilence <= 0 {
-		cfg.KubeletSilence = DefaultKubeletSilence
-	}
-	if cfg.Retry.Max < cfg.Retry.Initial {
-		cfg.Retry.Max = max(DefaultRetryMax, cfg.Retry.Initial)
 	}
 	s := &Server{
 		cfg:             cfg,

@@ -18,7 +18,7 @@ const (
 	// its verdict on it yet.
 	WaitingForKubelet State = "waiting-for-kubelet"
 	// KubeletSilent: kubelet has not called GetInfo on the socket in the
-	// time it takes to (Config.KubeletSilence), until it calls.
+	// time it takes to, until it calls.
 	KubeletSilent State = "kubelet-silent"
 	// Registered: kubelet accepted the plugin through the current socket
 	// (and, with Config.ConfirmCSINode, this node's CSINode lists the

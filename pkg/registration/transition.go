@@ -59,8 +59,8 @@ type (
 	// KubeletRetrying: kubelet called GetInfo again on the socket it
 	// rejected: it tries again by itself, and the socket stays.
 	KubeletRetrying struct{ Attempts uint64 }
-	// KubeletWentSilent: kubelet has not called GetInfo within
-	// Config.KubeletSilence of the publication.
+	// KubeletWentSilent: kubelet has not called GetInfo within ten
+	// seconds of the publication.
 	KubeletWentSilent struct{}
 	// SteppedAside: another instance of the driver owns the registration
 	// now; HandedOver when this one handed its socket over.

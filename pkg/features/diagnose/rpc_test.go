@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -63,7 +64,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 // The diagnosis reads kubelet's verdict from the running registrar, and
 // fails with kubelet's own reason after a rejection.
 func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
-	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Retry: registration.Backoff{Initial: time.Hour}})
+	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Clock: testingclock.NewFakeClock(time.Now())})
 	ctx := context.Background()
 	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, socketPath: path, socketAnswered: true}
 
