@@ -6,31 +6,24 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// FailureLimit is the one place that decides when the registration has
-// failed for too long (--unhealthy-after): /healthz answers 503 with its
-// answer, and after a stop the registrar exits 1 with it and leaves its
-// reason in the termination message.
+// FailureLimit decides when the registration has failed too long, for
+// /healthz and the exit code alike.
 type FailureLimit struct {
-	// After is how long a failure may last; zero or less: never too long.
+	// After zero or less: never too long.
 	After time.Duration
-	// Clock tells the time; the real one when nil.
+	// Clock is the real one when nil.
 	Clock clock.PassiveClock
 }
 
 // Failure is a registration that has failed for too long.
 type Failure struct {
-	// Since is when it started to fail (Status.FailingSince).
-	Since time.Time
-	// Lasted is how long it has failed, at the time of the question.
+	Since  time.Time
 	Lasted time.Duration
-	// Reason is why: the status's reason, and for a driver that never
-	// answered, the driver's last error.
+	// Reason includes the driver's last error when it never answered.
 	Reason string
 }
 
-// Exceeded returns st's failure when it has lasted at least After, and
-// false while it has not, or st does not fail (a registered driver never
-// does).
+// Exceeded returns st's failure once it has lasted After.
 func (f FailureLimit) Exceeded(st Status) (Failure, bool) {
 	if f.After <= 0 || st.FailingSince == nil {
 		return Failure{}, false

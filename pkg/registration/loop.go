@@ -20,46 +20,30 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
-// handshakeTimeout bounds how long a client of the registration socket may
-// take to start speaking HTTP/2 (gRPC's own default is 120 s). kubelet and
-// other instances of the registrar send their preface as soon as they are
-// connected; a client that has not done so within this time is not one of
-// them. gRPC's Stop and GracefulStop wait for the handshakes under way, so
-// this is also how long a client that never speaks can hold the exit.
+// handshakeTimeout: kubelet and other registrars speak HTTP/2 at once, and
+// gRPC's stops wait for handshakes under way, so a silent client holds the
+// exit this long at most (gRPC's default is 120 s).
 const handshakeTimeout = 2 * time.Second
 
-// loop is Run's goroutine, the machine's driver, shaped like etcd raft's
-// Node: it takes one event at a time, steps the machine through it (in
-// handle, the only caller of step), and carries out the effects step
-// returns. An effect's outcome is the next event: queued at once when the
-// effect is done on the loop (a publication), or sent back on outcomes
-// when it is a conversation with another process, which runs on a
-// goroutine of its own. It owns the machine, the current publication and
-// the goroutines that serve it.
+// loop is Run's goroutine: it steps the machine one event at a time and
+// carries out the effects. Outcomes are queued (done on the loop) or come
+// back on outcomes (conversations, each on a goroutine of its own).
 type loop struct {
 	s      *Server
 	ctx    context.Context
 	logger logr.Logger
 	m      machine
 	pub    *publication // nil while none is served
-	// queue holds the outcomes of the effects done on the loop, taken
-	// before any other event.
-	queue []event
-	// outcomes carries the outcome of the conversation that runs, if any
-	// (m.conversing).
+	// queue is taken before any other event.
+	queue    []event
 	outcomes chan outcome
 	// happened holds the transitions since the last snapshot.
 	happened []Transition
-	// spare is the receiving socket of a takeover that did not happen,
-	// published by the next publication.
-	spare *sockfile.Socket
-	// retired counts the graceful stops of old publications.
-	retired sync.WaitGroup
-	// unfollow ends the connection to the instance followed while
-	// standing aside; nil when none is held.
+	// spare: a takeover's receiving socket, for the next publication.
+	spare         *sockfile.Socket
+	retired       sync.WaitGroup
 	unfollowOwner context.CancelFunc
-	// timer wakes the loop at the machine's next deadline, timerAt,
-	// through fire; nil while none runs.
+	// timer wakes the loop at the machine's next deadline, timerAt.
 	timer   clock.Timer
 	timerAt time.Time
 	fire    <-chan time.Time
@@ -80,9 +64,7 @@ func (l *loop) run(watcher *fsnotify.Watcher) error {
 	}
 }
 
-// next waits for the next event: an effect's outcome, the machine's timers
-// that are due, or what the loop's sources said. nil: nothing for the
-// machine (a report of the driver without a name, a stale watch, a stop).
+// next waits for the next event; nil when there is none for the machine.
 func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	now := l.s.cfg.Clock.Now()
 	for t := range timers {
@@ -138,15 +120,13 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	return nil, nil
 }
 
-// outcome is what a conversation ended with: the machine's event, or a
-// socket it brought, which stays on the loop's side.
+// outcome is a conversation's event, or a socket it brought for the loop.
 type outcome struct {
 	ev    event
 	taken *tookOver
 	spare *sockfile.Socket
 }
 
-// outcomeEvent turns a conversation's outcome into the machine's event.
 func (l *loop) outcomeEvent(o outcome) event {
 	switch {
 	case o.taken != nil:
@@ -161,8 +141,7 @@ func (l *loop) outcomeEvent(o outcome) event {
 	return o.ev
 }
 
-// handle steps the machine through ev and carries out its effects. It is
-// the only caller of step.
+// handle is the only caller of step.
 func (l *loop) handle(ev event) error {
 	out := l.m.step(l.s.cfg.Clock.Now(), ev)
 	for _, t := range out.transitions {
@@ -224,8 +203,7 @@ func (e follow) carryOut(l *loop) error {
 }
 
 func (e answer) carryOut(l *loop) error {
-	// The caller, and tests, see the outcome in the snapshot as soon as
-	// the reply is out.
+	// The caller sees the outcome in the snapshot once it has the reply.
 	l.storeSnapshot()
 	e.call.reply <- e.err
 	return nil
@@ -233,14 +211,11 @@ func (e answer) carryOut(l *loop) error {
 
 func (e fail) carryOut(*loop) error { return e.err }
 
-// converse runs a conversation with another process on a goroutine of
-// its own; its outcome comes back on outcomes.
 func (l *loop) converse(conversation func() outcome) {
 	go func() { l.outcomes <- conversation() }()
 }
 
-// logTransition logs what the machine did: each line at the default level
-// is a change an operator should know of.
+// logTransition logs at the default level only what an operator should know.
 func (l *loop) logTransition(t Transition) {
 	m := &l.m
 	switch t := t.(type) {
@@ -313,7 +288,6 @@ func (l *loop) logTransition(t Transition) {
 	}
 }
 
-// arm sets the loop's one timer to the machine's next deadline.
 func (l *loop) arm(now time.Time) {
 	next := l.m.next()
 	if next.Equal(l.timerAt) {
@@ -330,22 +304,17 @@ func (l *loop) arm(now time.Time) {
 	}
 }
 
-// storeSnapshot gives readers a snapshot of the registration, and tells
-// the observers what happened since the last one.
+// storeSnapshot also tells the observers what happened since the last one.
 func (l *loop) storeSnapshot() {
 	happened := l.happened
 	l.happened = nil
 	l.s.store(l.m, l.pub, happened)
 }
 
-// publish puts a new socket with its own gRPC server in place at the
-// path, then retires the previous publication: the spare socket of a
-// takeover that did not happen, when there is one. Its outcome is queued:
-// published, or publishFailed when the node or the process is short of a
-// resource.
+// publish puts a new socket in place at the path, the spare one if any,
+// and retires the previous publication.
 func (l *loop) publish(reason string, gen uint64) error {
-	// What the machine decided to replace: our own socket, or a dead one;
-	// anything else at the path is never removed.
+	// The machine decided to replace our socket or a dead one; nothing else.
 	var replace sockfile.ID
 	if id, mode, err := sockfile.Lstat(l.m.path); err == nil && mode.Type() == fs.ModeSocket {
 		replace = id
@@ -370,8 +339,6 @@ func (l *loop) publish(reason string, gen uint64) error {
 	return nil
 }
 
-// install serves kubelet on a new socket, makes it the current
-// publication and retires the previous one.
 func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 	pub := &publication{gen: gen, name: name, path: sock.Path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
@@ -383,9 +350,7 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 	pub.grpc = srv
 	l.unfollow()
 	go func() {
-		// Serve returns nil once the server is stopped, ErrServerStopped
-		// when it was stopped before Serve began; an error when accepting
-		// fails otherwise, or the listener was closed for a handover.
+		// ErrServerStopped: stopped before Serve began.
 		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			l.s.send(serveEnded{gen: pub.gen, err: err})
 		}
@@ -397,8 +362,7 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 	}
 }
 
-// retire stops a publication in the background: its socket is removed if
-// it is still ours, and its gRPC server stops gracefully.
+// retire removes pub's socket if it is still ours, and stops its server.
 func (l *loop) retire(pub *publication) {
 	if removed, err := pub.sock.Remove(); err != nil {
 		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.path)
@@ -408,8 +372,7 @@ func (l *loop) retire(pub *publication) {
 	l.stopInBackground(pub)
 }
 
-// stopInBackground stops pub's gRPC server (stopGRPC) without waiting;
-// shutdown waits.
+// stopInBackground does not wait; shutdown does.
 func (l *loop) stopInBackground(pub *publication) {
 	l.retired.Add(1)
 	go func() {
@@ -418,8 +381,7 @@ func (l *loop) stopInBackground(pub *publication) {
 	}()
 }
 
-// stopGRPC lets in-flight replies go out, within the shutdown timeout;
-// then every connection is closed.
+// stopGRPC lets in-flight replies go out within the shutdown timeout.
 func (l *loop) stopGRPC(pub *publication) {
 	srv := pub.grpc
 	done := make(chan struct{})
@@ -436,11 +398,8 @@ func (l *loop) stopGRPC(pub *publication) {
 	}
 }
 
-// follow holds a connection to the instance that serves the socket file
-// owner at the path in this one's place: a process that dies leaves its
-// socket file behind and nothing changes in the directory, but the kernel
-// closes its end of the connection, which tells the loop to look at the
-// path again.
+// follow holds a connection to owner's instance: a process that dies
+// leaves its socket file, but the kernel closes the connection.
 func (l *loop) follow(owner sockfile.ID) {
 	l.unfollow()
 	ctx, cancel := context.WithCancel(l.ctx)
@@ -467,10 +426,9 @@ func (l *loop) unfollow() {
 	}
 }
 
-// shutdown withdraws the registration before it stops answering, so that
-// kubelet deregisters the driver rather than failing to reach it. A
-// conversation under way ends first (Run cancelled its context): a socket
-// it took over is withdrawn like any other.
+// shutdown withdraws the socket before it stops answering, so that kubelet
+// deregisters the driver rather than failing to reach it. A conversation
+// under way ends first, and a socket it took over is withdrawn too.
 func (l *loop) shutdown() {
 	_ = l.handle(stopping{})
 	for l.m.conversing {

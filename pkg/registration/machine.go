@@ -1,19 +1,11 @@
 package registration
 
-// The registration's decisions, in one place: machine.step is a function
-// from (state, event) to (state, transitions, effects): what happened, for
-// the log and the observers, and what the loop is to do. It does no I/O and
-// reads no clock; the loop (loop.go) gives it each event with the time it is handled
-// and carries out the effects it returns. An effect never steps the
-// machine: what it found or did comes back as the next event, through the
-// loop. Effects that talk to another process (a look at a socket another
-// process published, a claim, a takeover, an offer) are conversations: one
-// runs at a time (conversing), and meanwhile only kubelet's calls and the
-// silence timer are acted on; a change at the path (or at the path
-// claimed) is looked at, and a handover asked meanwhile decided, once it is
-// over. Every timer is a deadline in the state (due), which the loop turns
-// into one timer of its clock. The transitions, state by state, are the
-// table of "The registration's states" in docs/architecture.md.
+// machine.step is the registration's one decision: (state, event) to (state,
+// transitions, effects), with no I/O and no clock read. The loop carries the
+// effects out, and their outcomes come back as events. Effects that talk to
+// another process are conversations, one at a time; meanwhile only kubelet's
+// calls and the silence timer are acted on. docs/architecture.md tables the
+// transitions.
 
 import (
 	"errors"
@@ -30,58 +22,40 @@ import (
 type timer int
 
 const (
-	// silenceTimer: kubelet's first GetInfo on a publication is due.
 	silenceTimer timer = iota
-	// retryTimer: the backoff after kubelet's rejection has elapsed.
 	retryTimer
-	// vacancyTimer: the path has stayed empty, or its socket silent, for
-	// vacancyGrace.
 	vacancyTimer
-	// publishTimer: a publication that could not be made when it was
-	// decided (short of a resource, or during a conversation) is due.
+	// publishTimer: a publication deferred (short of a resource, or by a
+	// conversation) is due.
 	publishTimer
-	// csinodeTimer: this node's CSINode has not listed the driver again
-	// since it lost it while kubelet had the driver registered.
+	// csinodeTimer: CSINode lost the driver while kubelet has it registered.
 	csinodeTimer
 	timers
 )
 
-// vacancyGrace is how long an empty path, or a socket there that does not
-// answer, is left alone before this instance publishes its socket there
-// again. Another registrar that takes the path over may remove the socket
-// there first and bind its own next (upstream's does, at start), and its
-// new socket refuses connections between its bind and its listen: a
-// socket published in between would either make its bind fail or replace
-// its socket with ours while it serves an unlinked one. The wait is far
-// shorter than kubelet's reconcile period (1 s), so kubelet sees the same
-// events.
+// vacancyGrace is how long an empty or silent path is left alone before
+// publishing there again: another registrar (upstream's, at start) may have
+// removed the socket to bind its own, which refuses connections until it
+// listens. It is far shorter than kubelet's reconcile period.
 const vacancyGrace = 100 * time.Millisecond
 
-// maxStrikes is how many looks, vacancyGrace apart, a socket at the path
-// that accepts connections and does not answer GetInfo within the check
-// timeout gets before it is replaced as dead.
+// maxStrikes is how many looks, vacancyGrace apart, a socket that accepts
+// connections but does not answer GetInfo gets before it is replaced as dead.
 const maxStrikes = 4
 
-// kubelet >= 1.36 tries a rejected registration again by itself, on the
-// same socket: its plugin manager's backoff for the socket's path (500 ms,
-// doubling after each failure in a row, at most 2m2s) has to elapse, then
-// its reconciler's next pass (every second) calls GetInfo. Older kubelets
-// never do; only a socket created again makes them try again, and a socket
-// created again while kubelet >= 1.36 retries is a new socket under the name
-// kubelet may just have accepted: kubelet deregisters the driver and
-// registers it again. So after a rejection the socket is published again
-// only once kubelet's own retry is overdue; a GetInfo on the rejected socket
-// before that means kubelet retries by itself, and the socket stays.
+// kubeletBackoff is kubelet's (>= 1.36) own retry of a rejected socket.
+// Older kubelets retry only a socket created again, which would deregister
+// the driver for a newer kubelet: so a rejected socket is published again
+// only once kubelet's retry is overdue.
 var kubeletBackoff = doubling(500*time.Millisecond, 2*time.Minute+2*time.Second)
 
 const (
-	// kubeletRetryLate is what kubelet's retry may take beyond its backoff:
-	// its reconciler's period (1 s), and a second to spare on a loaded node.
+	// kubeletRetryLate is kubelet's reconciler period, and a second to spare.
 	kubeletRetryLate = 2 * time.Second
 )
 
-// kubeletRetryDue is when kubelet >= 1.36, after its rejections'th
-// rejection in a row, has called GetInfo again at the latest.
+// kubeletRetryDue is when kubelet has retried at the latest after its
+// rejections'th rejection in a row.
 func kubeletRetryDue(rejections uint64) time.Duration {
 	b := kubeletBackoff
 	for i := uint64(1); i < rejections && b.Steps > 0; i++ {
@@ -90,95 +64,68 @@ func kubeletRetryDue(rejections uint64) time.Duration {
 	return b.Duration + kubeletRetryLate
 }
 
-// doubling is a wait that starts at initial and doubles up to max.
 func doubling(initial, max time.Duration) wait.Backoff {
 	return wait.Backoff{Duration: initial, Factor: 2, Cap: max, Steps: math.MaxInt32}
 }
 
-// Backoff of a publication that failed for want of a resource: the same as
-// the registrar's other transient faults (the calls to the driver).
+// publishRetry is the backoff of the registrar's other transient faults.
 var publishRetry = doubling(100*time.Millisecond, 5*time.Second)
 
-// With Config.ConfirmCSINode, a CSINode that lost the driver while kubelet
-// has it registered (deleted, by hand or by the garbage collector after the
-// Node was replaced) is restored by a registration made again: kubelet
-// creates or updates the CSINode when it registers a driver, and nothing
-// else does. The socket is published again once the loss has lasted
-// a second (a watch may deliver kubelet's own update a moment after its
-// verdict); losses in a row wait twice as long each time, up to five
-// minutes, since a kubelet that creates the CSINode under a Node
-// that no longer exists (kubelet >= 1.35 after a Node replacement, until
-// it restarts) sees it deleted again.
+// csinodeBackoff: only kubelet writes CSINode, so one that lost the driver is
+// restored by registering again. The first second lets a watch deliver
+// kubelet's own update; it doubles since a kubelet that writes under a
+// replaced Node sees its CSINode deleted again.
 var csinodeBackoff = doubling(time.Second, 5*time.Minute)
 
-// machine is the registration: the loop's only state, and what readers
-// see of it (a copy, in each snapshot).
+// machine is the loop's only state; readers see a copy in each snapshot.
 type machine struct {
 	cfg   Config
 	state State
 	// name is the driver's, "" until it named itself; path follows it.
 	name, path string
-	// driverName is the name the driver gave itself last: a claim of its
-	// path starts when it is not name. driverReachable: its socket
-	// answers; driverError is why it could not be asked last, "" once it
-	// answered.
+	// driverName is the driver's latest name: a claim starts when it is not name.
 	driverName      string
 	driverReachable bool
 	driverError     string
-	// claim is the name whose path is claimed, for claimReason; name and
-	// path stay those of the registration that stands until the claim
-	// ends. "" when none runs.
+	// claim is the name whose path is claimed ("" when none); name and path
+	// stay the standing registration's until it ends.
 	claim, claimReason string
-	// gen is the current publication, 0 when none is served; ours is its
-	// socket file. gens counts the publications decided.
+	// gen is the current publication (0: none), ours its socket file; gens
+	// counts the publications decided.
 	gen, gens uint64
 	ours      sockfile.ID
-	// at is what was last found at the path: the current publication's
-	// socket since it was published, then what each look found.
+	// at is what was last found at the path.
 	at At
-	// conversing: a conversation about the path runs. lookAgain: the path
-	// changed meanwhile, and is looked at once it is over.
+	// lookAgain: the path changed during a conversation.
 	conversing, lookAgain bool
-	// heldHandover: a handover asked during a conversation, decided once
-	// it is over. Refused, it would make the newer instance replace the
-	// socket, and kubelet deregister the driver in a rolling update.
+	// heldHandover waits for the conversation: refused, the newer instance
+	// would replace the socket, and kubelet deregister the driver.
 	heldHandover *handoverAsked
-	// handedOver: superseded because this instance handed its socket over.
-	handedOver bool
+	handedOver   bool
 	// due holds each timer's deadline; zero when it is not running.
 	due [timers]time.Time
-	// backoff is the wait after kubelet's next rejection; shortBackoff
-	// after the next failed publication.
+	// backoff follows kubelet's rejections, shortBackoff failed publications.
 	backoff, shortBackoff wait.Backoff
-	// pending is the reason of a publication due at the publish timer,
-	// publishError why the last attempt failed.
+	// pending is the reason of the publication due at publishTimer.
 	pending, publishError string
 	suspect               suspicion
-	// owner is the socket file of the instance this one follows while
-	// standing aside.
+	// owner is the socket file of the instance followed while standing aside.
 	owner sockfile.ID
-	// failingSince is when the registration last started to fail: the
-	// start while the driver has not named itself, kubelet's first
-	// rejection, or the moment kubelet was due to call and did not; zero
-	// while it does not fail.
+	// failingSince: the start (no driver name yet), kubelet's first rejection
+	// or its missed call; zero while nothing fails.
 	failingSince time.Time
 	// attempts counts kubelet's rejections since it last accepted.
 	attempts uint64
-	// kubeletRetrying: kubelet called GetInfo on the socket it rejected
-	// after its last rejection: it tries again by itself.
+	// kubeletRetrying: kubelet called GetInfo on the socket it rejected.
 	kubeletRetrying bool
-	// withdrawn: Run removed the socket on its way out.
-	withdrawn bool
-	// csinode is what was last found of the driver in this node's CSINode
-	// (Config.ConfirmCSINode), nil until then; csinodeWait is the wait
-	// before the next publication for its loss.
+	withdrawn       bool
+	// csinode is the last CSINodeReport, nil before one.
 	csinode     *CSINodeReport
 	csinodeWait wait.Backoff
 	log         history
 }
 
-// history is what the registration records of kubelet and of its own
-// publications, for Status.
+// history is what Status reports of kubelet's calls and the publications.
 type history struct {
 	lastVerdict  *Verdict
 	lastGetInfo  time.Time
@@ -190,8 +137,7 @@ type history struct {
 	calls        KubeletCalls
 }
 
-// newMachine is the registration started at now: it waits for the
-// driver, which counts as failing from the start.
+// newMachine waits for the driver, which counts as failing from now.
 func newMachine(cfg Config, now time.Time) machine {
 	return machine{
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
@@ -206,8 +152,7 @@ type event interface {
 	step(m *machine, now time.Time, o *output)
 }
 
-// output is what a step decided: the transitions it made, in order, and
-// the effects for the loop to carry out.
+// output is what a step decided: its transitions, in order, and effects.
 type output struct {
 	transitions []Transition
 	effects     []effect
@@ -216,8 +161,7 @@ type output struct {
 func (o *output) record(t ...Transition) { o.transitions = append(o.transitions, t...) }
 func (o *output) do(e ...effect)         { o.effects = append(o.effects, e...) }
 
-// publishing tells whether the step decided a publication, which will
-// replace the current one.
+// publishing tells whether the step decided a publication.
 func (o *output) publishing() bool {
 	for _, e := range o.effects {
 		if _, ok := e.(publish); ok {
@@ -227,7 +171,6 @@ func (o *output) publishing() bool {
 	return false
 }
 
-// publish decides a new publication for reason.
 func (m *machine) publish(reason string) publish {
 	m.gens++
 	return publish{reason, m.gens}
@@ -235,8 +178,7 @@ func (m *machine) publish(reason string) publish {
 
 // Events: the inputs of step.
 type (
-	// looked: what a look for purpose found at the path (the claimed one
-	// for lookClaim).
+	// looked: what a look found at the path (the claimed one for lookClaim).
 	looked struct {
 		at      At
 		purpose purpose
@@ -252,51 +194,41 @@ type (
 		reason string
 		err    error
 	}
-	// adopted: publication gen is the socket (file) taken over from the
-	// previous instance, with kubelet's verdict on it.
+	// adopted: gen is the socket taken over, with kubelet's verdict on it.
 	adopted struct {
 		gen     uint64
 		file    sockfile.ID
 		verdict *Verdict
 	}
-	// notTaken: the instance at the claimed path did not hand its socket
-	// over.
 	notTaken struct{}
-	// handoverAsked: another instance asks for publication gen's socket;
-	// call is the loop's, passed on untouched.
+	// handoverAsked: another instance asks for publication gen's socket.
 	handoverAsked struct {
 		gen  uint64
 		call *handoverCall
 	}
-	// offered: the offer for call ended; nil: the socket is the other
-	// instance's now.
+	// offered: the offer ended; err nil: the socket is the other instance's.
 	offered struct {
 		call *handoverCall
 		err  error
 	}
-	// kubeletCall is one of kubelet's calls on publication gen: GetInfo,
-	// or NotifyRegistrationStatus (notify) with its verdict.
+	// kubeletCall: kubelet's GetInfo, or its verdict (notify), on gen.
 	kubeletCall struct {
 		gen        uint64
 		notify     bool
 		registered bool
 		reason     string
 	}
-	// fired: a timer's deadline has passed.
 	fired struct{ timer timer }
 	// serveEnded: the gRPC server of publication gen stopped serving.
 	serveEnded struct {
 		gen uint64
 		err error
 	}
-	// pathChanged: the directory changed at the path, or its watch lost
-	// events.
+	// pathChanged: the path changed, or its watch lost events.
 	pathChanged struct{}
-	// ownerLost: the connection to the instance whose socket is owner
-	// ended.
+	// ownerLost: the connection to owner's instance ended.
 	ownerLost struct{ owner sockfile.ID }
-	// stopping: Run is returning.
-	stopping struct{}
+	stopping  struct{}
 	// withdrew: Run removed the socket on its way out.
 	withdrew struct{}
 )
@@ -305,15 +237,10 @@ type (
 type purpose int
 
 const (
-	// lookChange: something changed at the path.
 	lookChange purpose = iota
-	// lookVacancy: vacancyGrace has passed since the path was found empty
-	// or silent.
 	lookVacancy
-	// lookPending: a publication that could not be made is due.
 	lookPending
-	// lookClaim: the driver named itself: its path is claimed, and a
-	// registrar there is asked whether it can hand its socket over.
+	// lookClaim also asks a registrar there whether it can hand over.
 	lookClaim
 )
 
@@ -322,44 +249,36 @@ type effect interface {
 	carryOut(l *loop) error
 }
 
-// Effects.
+// Effects, each with the events its outcome comes back as.
 type (
-	// look: look at the path, for purpose, and answer with looked.
+	// look at the path: looked.
 	look struct{ purpose purpose }
-	// takeOver: ask the registrar at the claimed path for its socket, to
-	// serve it as publication gen; adopted or notTaken.
+	// takeOver the claimed path's socket as publication gen: adopted or notTaken.
 	takeOver struct{ gen uint64 }
-	// publish: put a new socket at the path as publication gen, for
-	// reason; published or publishFailed.
+	// publish a new socket at the path: published or publishFailed.
 	publish struct {
 		reason string
 		gen    uint64
 	}
-	// stepAside: retire the current publication and follow the instance
-	// whose socket is owner; the socket file stays when it was handed
-	// over (it is the other instance's).
+	// stepAside retires the publication; a socket handed over stays.
 	stepAside struct {
 		owner      sockfile.ID
 		handedOver bool
 	}
-	// follow: hold a connection to the instance whose socket is owner;
-	// ownerLost when it ends.
+	// follow owner's instance over a held connection: ownerLost.
 	follow struct{ owner sockfile.ID }
-	// offer: hand the current publication over to call; offered.
+	// offer the current publication to call: offered.
 	offer struct{ call *handoverCall }
-	// answer: reply to call, once the snapshot shows what it changed.
+	// answer call once the snapshot shows what it changed.
 	answer struct {
 		call *handoverCall
 		err  error
 	}
-	// fail: Run returns err.
 	fail struct{ err error }
 )
 
-// step applies ev, which happens at now, and returns what happened and
-// what to do about it. Between conversations it decides the handover
-// asked meanwhile, then starts the claim the driver's name asks for, or
-// the look that changes at the path asked for meanwhile.
+// step applies ev at now. Between conversations it then decides a held
+// handover, then starts the driver name's claim or a look the path asks for.
 func (m *machine) step(now time.Time, ev event) output {
 	var o output
 	ev.step(m, now, &o)
@@ -447,8 +366,7 @@ func (ev adopted) step(m *machine, now time.Time, o *output) {
 func (ev published) step(m *machine, now time.Time, o *output) {
 	m.publishedAt(now, ev.gen, ev.reason, ev.file, o)
 	if m.state != Rejected || ev.reason == ReasonStart || ev.reason == ReasonRenamed {
-		// After a rejection kubelet's verdict stands until it gives
-		// another.
+		// After a rejection kubelet's verdict stands until its next.
 		m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	}
 }
@@ -505,9 +423,8 @@ func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
 		m.log.lastGetInfo = now
 		m.due[silenceTimer] = time.Time{}
 		if m.state == Rejected && !m.due[retryTimer].IsZero() {
-			// kubelet came back to the socket it rejected: it retries by
-			// itself, and a new socket now would be one under the name it
-			// may be about to accept.
+			// kubelet retries by itself: a new socket now could replace
+			// one it is about to accept.
 			m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
 			o.record(KubeletRetrying{Attempts: m.attempts})
 		}
@@ -555,9 +472,8 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 }
 
 func (pathChanged) step(m *machine, _ time.Time, _ *output) {
-	// A change at a path being claimed counts too: another instance may
-	// publish there while this one takes the socket over, and the socket
-	// taken would then be served unlinked.
+	// The claimed path counts too: a socket published there during a
+	// takeover would leave the one taken unlinked.
 	m.lookAgain = m.path != "" || m.claim != ""
 }
 
@@ -579,16 +495,14 @@ func (withdrew) step(m *machine, _ time.Time, o *output) {
 	o.record(Withdrawn{})
 }
 
-// confirmed tells whether kubelet's acceptance counts: always, unless
-// Config.ConfirmCSINode asks for this node's CSINode to list the driver.
+// confirmed: kubelet's acceptance counts, unless ConfirmCSINode waits for
+// the CSINode to list the driver.
 func (m *machine) confirmed() bool {
 	return !m.cfg.ConfirmCSINode || m.csinode != nil && m.csinode.Listed
 }
 
-// watchCSINode runs the wait after which the socket is published again for
-// a CSINode that lost the driver, while it has, kubelet has the driver
-// registered through the current publication and no other publication is
-// due; it stops it otherwise.
+// watchCSINode runs csinodeTimer while CSINode misses a driver registered
+// through the current publication and no other publication is due.
 func (m *machine) watchCSINode(now time.Time) {
 	lost := m.csinode != nil && m.csinode.Missing && m.state == Registered && m.gen != 0 && m.due[publishTimer].IsZero()
 	switch {
@@ -599,14 +513,12 @@ func (m *machine) watchCSINode(now time.Time) {
 	}
 }
 
-// watches tells whether a change at path in the registry directory is
-// the machine's: the path of the registration, or the path it claims.
+// watches: path is the registration's or the claimed one.
 func (m *machine) watches(path string) bool {
 	return path != "" && (path == m.path || m.claim != "" && path == SocketPath(m.cfg.Dir, m.claim))
 }
 
-// startClaim claims the path of the driver's name: it looks at what is
-// there (lookClaim) before it decides.
+// startClaim claims the driver name's path, looking there first.
 func (m *machine) startClaim(o *output) {
 	path := SocketPath(m.cfg.Dir, m.driverName)
 	if len(path) > MaxSocketPathLength {
@@ -622,15 +534,13 @@ func (m *machine) startClaim(o *output) {
 	o.do(m.startLook(lookClaim))
 }
 
-// startLook starts a conversation: a look at the path for purpose.
 func (m *machine) startLook(why purpose) effect {
 	m.conversing = true
 	return look{why}
 }
 
-// claimFound decides what to do with the claimed path, given what is
-// there: the claim takes the socket of a registrar that can hand it over,
-// defers to one that cannot, or publishes.
+// claimFound takes the socket of a registrar that can hand it over, defers
+// to one that cannot, or publishes.
 func (m *machine) claimFound(at At, o *output) {
 	switch at.kind {
 	case AtUnknown:
@@ -640,9 +550,8 @@ func (m *machine) claimFound(at At, o *output) {
 		o.do(fail{&sockfile.NotASocketError{Path: at.path, Mode: at.mode}})
 		return
 	case AtHandsOver:
-		// Most likely the older pod of a rolling update: take its socket
-		// over rather than replace the file, which kubelet would see as a
-		// new plugin and deregister the driver for a reconcile period.
+		// A new file would make kubelet deregister the driver for a
+		// reconcile period.
 		m.conversing = true
 		m.gens++
 		o.do(takeOver{m.gens})
@@ -650,11 +559,8 @@ func (m *machine) claimFound(at At, o *output) {
 	}
 	reason := m.endClaim(o)
 	if at.kind == AtLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
-		// A registrar of the same driver and endpoint that cannot hand
-		// its socket over (upstream's, or an older build): replacing its
-		// socket would make kubelet deregister the driver, and its exit
-		// would do it a second time, as upstream's removes the path when
-		// it stops. Waiting for it to leave costs one deregistration only.
+		// Upstream's or an older build: replacing its socket deregisters
+		// the driver, and its exit (removing the path) again; waiting costs one.
 		m.standAside(Deferring, at.File)
 		o.record(Deferred{})
 		o.do(follow{at.File})
@@ -667,21 +573,17 @@ func (m *machine) claimFound(at At, o *output) {
 	o.do(m.publish(reason))
 }
 
-// endClaim makes the claimed name and path the registration's, and
-// returns the claim's reason.
+// endClaim makes the claimed name the registration's.
 func (m *machine) endClaim(o *output) (reason string) {
 	m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
 	o.record(Named{Name: m.name})
 	return m.claimReason
 }
 
-// publishLater makes a publication for reason due at the publish timer.
 func (m *machine) publishLater(reason string, at time.Time) {
 	m.pending, m.due[publishTimer] = reason, at
 }
 
-// publishedAt records that publication gen, socket file, serves the path
-// since now.
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
 	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
 	m.at = At{kind: AtOurs, path: m.path, File: file}
@@ -697,15 +599,13 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 // standAside leaves the path to another instance, whose socket is owner.
 func (m *machine) standAside(state State, owner sockfile.ID) {
 	m.state, m.gen, m.ours, m.owner, m.handedOver, m.kubeletRetrying = state, 0, sockfile.ID{}, owner, false, false
-	// A socket handed over keeps its file: what was known of it as ours
-	// is now known of the owner's.
+	// A socket handed over keeps its file: ours is now the owner's.
 	m.at = At{kind: AtOwner, path: m.path, File: owner}
 	m.due = [timers]time.Time{}
 	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
 }
 
-// verdict records kubelet's verdict on the current publication.
 func (m *machine) verdict(now time.Time, registered bool, reason string, o *output) {
 	m.log.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
 	m.log.lastNotify = now
@@ -737,8 +637,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		return
 	}
 	if m.due[retryTimer].IsZero() {
-		// Published again only after kubelet's own retry is overdue: a
-		// kubelet that retries by itself calls GetInfo before then.
+		// Not before kubelet's own retry is overdue (kubeletBackoff).
 		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
 	}
 	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
@@ -772,31 +671,25 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	case AtUnknown:
 		m.leaveAlone("Cannot inspect the registration socket", at, o)
 	case AtOwner:
-		// The connection to the owner this instance follows says whether
-		// it lives, without another call.
+		// The connection to the followed owner says whether it lives.
 	case AtLive:
 		m.suspect = suspicion{}
 		switch {
 		case at.Driver != m.name:
 			m.leaveAlone("Another driver's registration socket is at our path; leaving it alone", at, o)
 		case aside:
-			// Another instance again, e.g. after a handover between two
-			// newer ones: follow the current owner.
+			// Another instance again (a handover between newer ones).
 			m.owner = at.File
 			o.do(follow{at.File})
 		default:
-			// Never fight back: a newer instance (a rolling update with
-			// maxSurge) owns the registration now.
+			// Never fight back: a newer instance owns the registration.
 			m.standAside(Superseded, at.File)
 			o.record(SteppedAside{})
 			o.do(stepAside{owner: at.File})
 		}
 	case AtRefused, AtSilent:
-		// A socket that refuses connections is dead, or was bound a moment
-		// ago and is not listening yet (another registrar between its bind
-		// and its listen): one more look after the grace. One that accepts
-		// and does not answer in time is slow, perhaps only on a loaded
-		// node: it is replaced only after maxStrikes looks.
+		// A refusing socket may be between its bind and its listen: one
+		// more look. A silent one may be slow on a loaded node: maxStrikes.
 		strikes := m.suspect.look(at.File, now)
 		if strikes < 2 || strikes < maxStrikes && at.kind == AtSilent {
 			m.lookAfterGrace(now)
@@ -811,7 +704,6 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	}
 }
 
-// leaveAlone records that what is at the path is left alone, and why.
 func (m *machine) leaveAlone(why string, at At, o *output) {
 	t := LeftAlone{Why: why, Err: at.Err}
 	if at.kind != AtUnknown {
@@ -820,27 +712,23 @@ func (m *machine) leaveAlone(why string, at At, o *output) {
 	o.record(t)
 }
 
-// lookAfterGrace looks at the path again after vacancyGrace.
 func (m *machine) lookAfterGrace(now time.Time) {
 	if m.due[vacancyTimer].IsZero() {
 		m.due[vacancyTimer] = now.Add(vacancyGrace)
 	}
 }
 
-// canFire tells whether timer t may fire. During a conversation only the
-// silence timer does: the others act on the path, and fire once it is
-// over.
+// canFire: during a conversation only the silence timer fires; the others
+// act on the path.
 func (m *machine) canFire(t timer) bool {
 	return !m.conversing || t == silenceTimer
 }
 
-// isDue tells whether timer t fires at now.
 func (m *machine) isDue(t timer, now time.Time) bool {
 	return !m.due[t].IsZero() && !m.due[t].After(now) && m.canFire(t)
 }
 
-// next returns the earliest deadline of a timer that can fire, zero when
-// none can.
+// next is the earliest deadline of a timer that can fire, or zero.
 func (m *machine) next() (at time.Time) {
 	for t, due := range m.due {
 		if !due.IsZero() && m.canFire(timer(t)) && (at.IsZero() || due.Before(at)) {
@@ -850,19 +738,16 @@ func (m *machine) next() (at time.Time) {
 	return at
 }
 
-// suspicion counts the looks at a socket at the path that did not answer,
-// vacancyGrace apart at least: two events in quick succession (the
-// removal of a socket and the creation of the next, between its bind and
-// its listen) are one look, or a registrar that binds and then listens
-// would have its new socket replaced as dead.
+// suspicion counts looks at a socket that did not answer, vacancyGrace
+// apart: a socket's removal and the next one's bind are one look, or a
+// registrar between bind and listen would be replaced as dead.
 type suspicion struct {
 	file    sockfile.ID
 	strikes int
 	last    time.Time // of the last look counted
 }
 
-// look records a look at file that found it not answering, at now, and
-// returns how many looks count against it.
+// look counts a look at file, not answering at now, and returns its strikes.
 func (s *suspicion) look(file sockfile.ID, now time.Time) int {
 	if s.file != file {
 		*s = suspicion{file: file}

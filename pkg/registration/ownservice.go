@@ -1,11 +1,7 @@
 package registration
 
-// The registrar's own gRPC service on its registration socket, beside
-// kubelet's: HandOver (handover.go, the wire format in package handover)
-// and Status (the Status of /status, for --diagnose, which needs no HTTP
-// endpoint). Each takes and returns a StringValue, JSON inside. Upstream's
-// registrar and older builds answer the calls they do not know with
-// Unimplemented.
+// The registrar's own gRPC service beside kubelet's: HandOver, and Status
+// for --diagnose, which needs no HTTP endpoint. JSON in StringValues.
 
 import (
 	"context"
@@ -18,15 +14,13 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
-// ReadStatus asks the registrar serving the registration socket at path
-// for its Status.
+// ReadStatus asks the registrar serving the socket at path for its Status.
 func ReadStatus(ctx context.Context, path string) (Status, error) {
 	var st Status
 	err := unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/Status", struct{}{}, &st)
 	return st, err
 }
 
-// ownService describes the registrar's own service.
 func (s *Server) ownService() *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: handover.ServiceName,
@@ -42,8 +36,6 @@ func (s *Server) ownService() *grpc.ServiceDesc {
 	}
 }
 
-// stringValueMethod describes the method name of the registrar's own
-// service, served by handle.
 func stringValueMethod(name string, handle func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
 	return grpc.MethodDesc{
 		MethodName: name,

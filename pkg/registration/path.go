@@ -1,8 +1,7 @@
 package registration
 
-// What is at the registration path: one classifier (fileAt, then lookAt's
-// calls) for the loop's looks and claims, the liveness probe (Health) and
-// --diagnose (Look).
+// One classifier of what is at the registration path, for the loop, Health
+// and --diagnose.
 
 import (
 	"context"
@@ -36,20 +35,16 @@ const (
 	AtSilent                // a socket that accepts and does not answer GetInfo
 )
 
-// At is what is at the registration path: plain values, which a look
-// finds and the machine decides on.
+// At is what is at the registration path, as plain values.
 type At struct {
 	kind Kind
 	path string
 	File sockfile.ID
 	mode fs.FileMode
-	// Driver, Endpoint, Type and Versions are what a socket another
-	// process published answered to GetInfo.
+	// Driver, Endpoint, Type and Versions: another process's GetInfo answer.
 	Driver, Endpoint, Type string
 	Versions               []string
-	// Err is why the path could not be inspected, or why its socket did
-	// not answer.
-	Err error
+	Err                    error
 }
 
 // Kind says what kind of file is at the path.
@@ -58,15 +53,12 @@ func (at At) Kind() Kind { return at.kind }
 // Mode is the file's mode.
 func (at At) Mode() fs.FileMode { return at.mode }
 
-// Look tells what is at path to a process that serves no socket there
-// (--diagnose): what the registrar's own looks would find.
+// Look tells what the registrar's own looks would find at path.
 func Look(ctx context.Context, path string, timeout time.Duration) At {
 	return lookAt(ctx, path, sockfile.ID{}, sockfile.ID{}, timeout, false)
 }
 
-// fileAt tells what is at path from the file alone: ours is the current
-// publication's socket file, owner the one of the instance followed (zero
-// when none). AtSocket: any other socket, which only a call can tell about.
+// fileAt tells what is at path from the file alone; AtSocket needs a call.
 func fileAt(path string, ours, owner sockfile.ID) At {
 	id, mode, err := sockfile.Lstat(path)
 	at := At{path: path, File: id, mode: mode, Err: err}
@@ -87,9 +79,8 @@ func fileAt(path string, ours, owner sockfile.ID) At {
 	return at
 }
 
-// lookAt tells what is at path (fileAt); any other socket is asked
-// GetInfo, and whether it accepts connections when it does not answer; for
-// a claim, first whether it can hand the socket over.
+// lookAt asks another socket GetInfo (for a claim, first whether it can
+// hand over), and whether it accepts connections when it does not answer.
 func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout time.Duration, claim bool) At {
 	at := fileAt(path, ours, owner)
 	if at.kind != AtSocket || claim && !handover.Supported {
@@ -114,7 +105,6 @@ func lookAt(ctx context.Context, path string, ours, owner sockfile.ID, timeout t
 	return at
 }
 
-// unanswered classifies a socket that did not answer.
 func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 	switch {
 	case ctx.Err() != nil:
@@ -127,10 +117,8 @@ func (at At) unanswered(ctx context.Context, timeout time.Duration) At {
 	return at
 }
 
-// describe says what at is, in one line, and whether the liveness probe
-// counts it healthy: this instance's socket, or one another instance of
-// the driver serves (restarting this one would take the registration back
-// from it).
+// describe says what at is, and whether the liveness probe counts it
+// healthy: restarting this instance would not help another of the driver.
 func (at At) describe(driver string) (reason string, healthy bool) {
 	switch at.kind {
 	case AtNothing:
@@ -154,12 +142,9 @@ func (at At) describe(driver string) (reason string, healthy bool) {
 	return fmt.Sprintf("cannot inspect %s: %v", at.path, at.Err), false
 }
 
-// Health re-checks the registration path for the liveness probe, as
-// upstream's /healthz does, at the cost of one lstat: what a socket there
-// answers is what the machine's last look at that file found (it looks at
-// each change at the path). It says in one line what the path holds; its
-// error says why that is not healthy, and wraps fs.ErrNotExist when
-// nothing is there.
+// Health re-checks the path for the liveness probe with one lstat; a
+// socket there answers what the last look at that file found. Its error
+// wraps fs.ErrNotExist when nothing is there.
 func (s *Server) Health() (string, error) {
 	m := &s.shared.Load().m
 	switch {
@@ -185,7 +170,6 @@ func (s *Server) Health() (string, error) {
 	return reason, nil
 }
 
-// askInfo calls GetInfo on the registration socket at path.
 func askInfo(ctx context.Context, path string, timeout time.Duration) (*registerapi.PluginInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -197,10 +181,8 @@ func askInfo(ctx context.Context, path string, timeout time.Duration) (*register
 	return registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
 }
 
-// calledByRegistrar tells whether a call came from the registrar itself:
-// another instance checking the socket at the path, or --diagnose, which
-// set unixgrpc.UserAgent; gRPC puts it before its own, as
-// "<UserAgent> grpc-go/<version>". Those are not kubelet's calls.
+// calledByRegistrar: another instance or --diagnose, not kubelet; gRPC
+// puts unixgrpc.UserAgent before its own.
 func calledByRegistrar(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, agent := range md.Get("user-agent") {

@@ -1,11 +1,8 @@
-// Package registration is the kubelet-facing side of the registrar: it
-// publishes <driver>-reg.sock in kubelet's plugin registry directory, serves
-// kubelet's plugin registration API (pluginregistration.v1) on it, and keeps
-// it there: it publishes it again when it is deleted, when kubelet rejected
-// it (after a backoff) and when the driver changes its name, and steps aside
-// when a newer instance of the same driver takes the path over. Its event
-// loop decides when to hand the socket over to such an instance or take it
-// from an older one; package handover passes it.
+// Package registration publishes <driver>-reg.sock in kubelet's plugin
+// registry, serves kubelet's plugin registration API on it, and keeps it
+// there: published again when deleted, rejected or renamed, handed over to
+// (or taken from) another instance of the same driver, which package
+// handover carries out.
 package registration
 
 import (
@@ -27,8 +24,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
-// SupportedVersions is what the registrar tells kubelet about the CSI
-// driver: kubelet's CSI handler requires the highest version to be 1.x.
+// SupportedVersions: kubelet's CSI handler requires the highest to be 1.x.
 var SupportedVersions = []string{"1.0.0"}
 
 // Defaults for Config.
@@ -37,21 +33,18 @@ const (
 	DefaultCheckTimeout    = time.Second
 )
 
-// kubeletSilence is how long after a publication kubelet may not have
-// called GetInfo before the registration is kubelet-silent: kubelet's
-// plugin watcher reacts at once, its reconciler within a second.
+// kubeletSilence: kubelet's plugin watcher calls GetInfo at once, its
+// reconciler within a second.
 const kubeletSilence = 10 * time.Second
 
-// rejectionBackoff is the Retry policy's wait after a rejection (unless
-// kubelet's own retry is due later); it starts over once kubelet accepts.
+// rejectionBackoff starts over once kubelet accepts.
 var rejectionBackoff = doubling(time.Second, 5*time.Minute)
 
 // Policy says what to do when kubelet rejects the plugin.
 type Policy string
 
 const (
-	// Retry publishes the socket again after a backoff, so that kubelet
-	// tries again, until it accepts.
+	// Retry publishes the socket again after a backoff until kubelet accepts.
 	Retry Policy = "retry"
 	// Exit ends Run with a *RejectedError, as upstream exits.
 	Exit Policy = "exit"
@@ -65,42 +58,32 @@ const (
 	ReasonStale   = "stale"   // a dead socket appeared at the path
 	ReasonRetry   = "retry"   // kubelet rejected the plugin, backoff elapsed
 	ReasonRenamed = "renamed" // the driver came back under another name
-	// ReasonCSINodeLost: this node's CSINode lost the driver while kubelet
-	// had it registered (Config.ConfirmCSINode).
+	// ReasonCSINodeLost: CSINode lost the driver kubelet had registered.
 	ReasonCSINodeLost = "csinode-lost"
-	// ReasonHandover: the previous instance handed its listening socket
-	// over; the file at the path did not change.
+	// ReasonHandover: the previous instance handed its socket over.
 	ReasonHandover = "handover"
 )
 
 // Config says where to register and how to behave.
 type Config struct {
-	// Endpoint is the driver's socket as kubelet sees it on the host; it
-	// is returned to kubelet verbatim.
+	// Endpoint is the driver's socket on the host, given to kubelet as is.
 	Endpoint string
 	// Dir is kubelet's plugin registry directory as mounted here.
 	Dir string
-	// OnRejection is the policy when kubelet rejects the plugin; Retry
-	// when empty.
+	// OnRejection is Retry when empty.
 	OnRejection Policy
-	// CheckTimeout bounds each call that identifies a socket at the path
-	// that this process did not create.
+	// CheckTimeout bounds each call to a socket another process published.
 	CheckTimeout time.Duration
-	// Clock runs every timer of the registration; the real one when nil.
+	// Clock is the real one when nil.
 	Clock clock.WithTicker
-	// ConfirmCSINode: kubelet's acceptance counts as registered only once
-	// ReportCSINode says this node's CSINode lists the driver (state
-	// Unconfirmed until then), and a CSINode that loses the driver while
-	// kubelet has it registered makes the registration publish its socket
-	// again (ReasonCSINodeLost), so that kubelet registers the driver
-	// again, which restores it.
+	// ConfirmCSINode: registered only once ReportCSINode says CSINode lists
+	// the driver; a CSINode that loses it gets a new publication.
 	ConfirmCSINode bool
 }
 
 // RejectedError is returned by Run when kubelet did not accept the plugin
 // and the policy is Exit.
 type RejectedError struct {
-	// Reason is kubelet's error message from NotifyRegistrationStatus.
 	Reason string
 }
 
@@ -109,66 +92,47 @@ func (e *RejectedError) Error() string {
 }
 
 // Server publishes the registration socket and answers kubelet on it.
-//
-// One goroutine, Run's event loop, owns the registration: the driver's
-// name, the current publication and the state kubelet sees. Everything
-// else talks to it through channels (DriverFound, DriverGone, the RPC
-// handlers, the watch of the socket's owner, each gRPC server's Serve),
-// and reads what it stores after each event: an immutable snapshot
-// (Status, Health), which observers are also given.
+// Run's event loop alone owns the registration; others send it events and
+// read the immutable snapshot it stores after each.
 type Server struct {
-	cfg Config
-	// shutdownTimeout bounds the graceful stop of a gRPC server.
+	cfg             Config
 	shutdownTimeout time.Duration
 
-	// The loop's inputs. driver holds what DriverFound and DriverGone
-	// said since the loop last looked.
-	driver      chan driverReport
-	driverMutex sync.Mutex
-	// csinode holds the latest CSINode report the loop has not taken yet.
+	// driver and csinode hold the latest report the loop has not taken.
+	driver       chan driverReport
+	driverMutex  sync.Mutex
 	csinode      chan CSINodeReport
 	csinodeMutex sync.Mutex
 	events       chan event
-	// done is closed once the loop no longer reads events: senders stop
-	// waiting.
+	// done is closed once the loop no longer reads events.
 	done      chan struct{}
 	closeDone func()
 	ran       atomic.Bool
 
-	// started is when New made the server: the registration fails from
-	// then until the driver names itself.
-	started time.Time
-	// shared is the loop's latest snapshot; observers are told of each.
+	started   time.Time
 	shared    atomic.Pointer[snapshot]
 	observers []Observer
 }
 
-// An Observer is told, in order and on the registration's goroutine, of
-// each snapshot of the registration with what happened since the last one
-// (often nothing): it must not block.
+// An Observer is given each snapshot, with what happened since the last,
+// on the registration's goroutine: it must not block.
 type Observer func(now Status, happened []Transition)
 
-// snapshot is what the loop stores after each event: a copy of its
-// machine, which Status and Health read without I/O of their own, and the
-// current publication. Neither it nor anything it points to is written
-// again.
+// snapshot is never written once stored, nor anything it points to.
 type snapshot struct {
 	m   machine
 	pub *publication // nil while none is served
 }
 
-// driverReport is what the driver's side said, an event of the machine:
-// its name, when it named one, and whether its socket answers.
+// driverReport is what the driver's side said; name is "" when it named none.
 type driverReport struct {
 	name      string
 	reachable bool
 	err       string // why it cannot be asked, from DriverUnreachable
 }
 
-// publication is one socket put in place, with its own gRPC server.
-// Kubelet's verdicts are attributed to the publication they came through,
-// so an old socket's verdict never counts for the current one. Its fields
-// are not written once it is installed.
+// publication is one socket with its own gRPC server; kubelet's verdicts
+// count for the one they came through only. Not written once installed.
 type publication struct {
 	gen  uint64
 	name string
@@ -177,7 +141,6 @@ type publication struct {
 	grpc *grpc.Server
 }
 
-// file is pub's socket file; zero when pub is nil.
 func (pub *publication) file() sockfile.ID {
 	if pub == nil {
 		return sockfile.ID{}
@@ -185,8 +148,7 @@ func (pub *publication) file() sockfile.ID {
 	return pub.sock.File
 }
 
-// Validate says what is wrong with cfg's values; the registry directory
-// is checked by New.
+// Validate says what is wrong with cfg's values; New checks the directory.
 func (cfg Config) Validate() error {
 	var errs []error
 	if cfg.Endpoint == "" {
@@ -200,8 +162,7 @@ func (cfg Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// New checks cfg (Validate, and that its directory exists); Run publishes
-// the socket once DriverFound named the driver.
+// New checks cfg; Run publishes the socket once DriverFound names the driver.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -232,28 +193,25 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// DriverFound tells the server the driver's name: the first call lets Run
-// publish the socket, a later call with another name re-registers under
-// it. It does not block.
+// DriverFound tells the driver's name; another name re-registers. It does
+// not block.
 func (s *Server) DriverFound(name string) {
 	s.report(driverReport{name: name, reachable: true})
 }
 
-// DriverGone records that the driver's socket went away. The registration
-// stays: kubelet needs the driver only when it calls it.
+// DriverGone keeps the registration: kubelet needs the driver only when it
+// calls it.
 func (s *Server) DriverGone() {
 	s.report(driverReport{reachable: false})
 }
 
-// DriverUnreachable records why the driver could not be asked, for the
-// reason of the state waiting-for-driver; DriverFound clears it. It does
-// not block.
+// DriverUnreachable records why the driver could not be asked, until
+// DriverFound. It does not block.
 func (s *Server) DriverUnreachable(why string) {
 	s.report(driverReport{reachable: false, err: why})
 }
 
-// report passes a report of the driver to the loop without waiting:
-// merged with one the loop has not taken yet, the latest name and
+// report merges with a report the loop has not taken: the latest name and
 // reachability win.
 func (s *Server) report(r driverReport) {
 	s.driverMutex.Lock()
@@ -268,22 +226,18 @@ func (s *Server) report(r driverReport) {
 	s.driver <- r
 }
 
-// CSINodeReport is what was last found of the driver in this node's
-// CSINode (pkg/features/csinode finds it).
+// CSINodeReport is what was found of the driver in this node's CSINode.
 type CSINodeReport struct {
-	// Listed: the CSINode of the current Node lists the driver.
+	// Listed: the current Node's CSINode lists the driver.
 	Listed bool
-	// Missing: the CSINode does not exist, or does not list the driver: a
-	// registration made again by kubelet restores it.
+	// Missing: no CSINode, or it does not list the driver: a registration
+	// made again restores it.
 	Missing bool
-	// Reason says what was found when the driver is not Listed, in one
-	// line.
+	// Reason says what was found when not Listed.
 	Reason string
 }
 
-// ReportCSINode passes what was found in this node's CSINode to the loop
-// (Config.ConfirmCSINode) without waiting: a report the loop has not taken
-// yet is replaced.
+// ReportCSINode replaces a report the loop has not taken; it does not block.
 func (s *Server) ReportCSINode(r CSINodeReport) {
 	s.csinodeMutex.Lock()
 	defer s.csinodeMutex.Unlock()
@@ -297,8 +251,6 @@ func (s *Server) ReportCSINode(r CSINodeReport) {
 // Observe adds an observer of the registration; call it before Run.
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 
-// store keeps a snapshot of the loop's state for readers and tells the
-// observers what happened since the last one.
 func (s *Server) store(m machine, pub *publication, happened []Transition) {
 	m.log.publications = maps.Clone(m.log.publications)
 	s.shared.Store(&snapshot{m: m, pub: pub})
@@ -311,7 +263,7 @@ func (s *Server) store(m machine, pub *publication, happened []Transition) {
 	}
 }
 
-// send passes an event to the loop; false when the loop has returned.
+// send returns false when the loop has returned.
 func (s *Server) send(ev event) bool {
 	select {
 	case s.events <- ev:
@@ -321,12 +273,9 @@ func (s *Server) send(ev event) bool {
 	}
 }
 
-// Run publishes the registration socket once the driver's name is known and
-// serves kubelet until ctx is done, keeping the socket in place. With the
-// Exit policy it also returns, with a *RejectedError, when kubelet rejects
-// the plugin. On return the socket is removed if it is still the one this
-// server published, and in-flight replies have gone out. A Server runs
-// once: a second call returns an error at once.
+// Run serves kubelet until ctx is done (or, with Exit, a *RejectedError).
+// On return the socket is removed if it is still ours, and in-flight
+// replies have gone out. A Server runs once.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("the registration server has already run")
@@ -347,9 +296,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan outcome, 1)}
 	err = l.run(watcher)
-	// Events sent from now on have nobody to act on them: their senders,
-	// RPC handlers among them, must not wait, or the graceful stop of the
-	// gRPC servers would wait for them; a conversation under way ends.
+	// Senders (RPC handlers among them) must not wait for a loop that is
+	// gone, or the gRPC servers' graceful stop would wait for them.
 	s.closeDone()
 	cancel()
 	l.shutdown()

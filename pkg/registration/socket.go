@@ -10,8 +10,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
-// MaxSocketPathLength is the longest path a Unix socket can be bound to:
-// sun_path holds 108 bytes on Linux, one of them the terminating NUL.
+// MaxSocketPathLength: Linux's sun_path holds 108 bytes with the NUL.
 const MaxSocketPathLength = 107
 
 // SocketPath is where kubelet expects the registration socket of a driver.

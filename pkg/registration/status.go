@@ -12,43 +12,29 @@ import (
 type State string
 
 const (
-	// WaitingForDriver: the driver's name is not known yet.
-	WaitingForDriver State = "waiting-for-driver"
-	// WaitingForKubelet: the socket is published, kubelet has not given
-	// its verdict on it yet.
+	WaitingForDriver  State = "waiting-for-driver"
 	WaitingForKubelet State = "waiting-for-kubelet"
-	// KubeletSilent: kubelet has not called GetInfo on the socket in the
-	// time it takes to, until it calls.
+	// KubeletSilent: kubelet has not called GetInfo in the time it takes to.
 	KubeletSilent State = "kubelet-silent"
-	// Registered: kubelet accepted the plugin through the current socket
-	// (and, with Config.ConfirmCSINode, this node's CSINode lists the
-	// driver).
+	// Registered: kubelet accepted the current socket (and, with
+	// ConfirmCSINode, CSINode lists the driver).
 	Registered State = "registered"
-	// Unconfirmed (Config.ConfirmCSINode): kubelet accepted the plugin, but
-	// this node's CSINode does not list the driver, or belongs to a Node
-	// that was replaced, or has not been read yet.
+	// Unconfirmed: kubelet accepted, but CSINode does not confirm it.
 	Unconfirmed State = "unconfirmed"
-	// Rejected: kubelet did not accept the plugin; with the Retry policy
-	// the socket is published again after a backoff unless kubelet tries
-	// again by itself (kubelet >= 1.36), and the registration
-	// stays rejected until kubelet accepts it.
+	// Rejected stays until kubelet accepts, through the retries.
 	Rejected State = "rejected"
-	// Superseded: another instance of the driver published the socket and
-	// owns the registration; this one steps aside.
+	// Superseded: another instance of the driver owns the registration.
 	Superseded State = "superseded"
-	// Deferring: a live registrar for the same driver and endpoint that
-	// cannot hand its socket over (upstream's, or an older build) serves
-	// the path; this one publishes its own when that one leaves.
+	// Deferring: a registrar that cannot hand its socket over serves the
+	// path; this one publishes its own when that one leaves.
 	Deferring State = "deferring"
-	// Stopped: Run has returned.
-	Stopped State = "stopped"
+	Stopped   State = "stopped"
 )
 
 // States lists every State, for metrics.
 var States = []State{WaitingForDriver, WaitingForKubelet, KubeletSilent, Registered, Unconfirmed, Rejected, Superseded, Deferring, Stopped}
 
-// Verdict is kubelet's last NotifyRegistrationStatus; it travels with a
-// socket handed over.
+// Verdict is kubelet's last NotifyRegistrationStatus.
 type Verdict = handover.Verdict
 
 // KubeletCalls counts kubelet's calls on the registration sockets.
@@ -58,20 +44,17 @@ type KubeletCalls struct {
 	NotifyRejected   uint64 `json:"notifyRejected"`
 }
 
-// Status is a snapshot of the registration for /status, /readyz and
-// /metrics.
+// Status is a snapshot of the registration for /status, /readyz and /metrics.
 type Status struct {
 	DriverName      string `json:"driverName"`
 	DriverReachable bool   `json:"driverReachable"`
-	// DriverError is why the last attempt to ask the driver failed, with
-	// what to do; empty once it answered.
+	// DriverError is why the driver could not be asked; empty once it answered.
 	DriverError string `json:"driverError,omitempty"`
 	Endpoint    string `json:"endpoint"`
 	SocketPath  string `json:"socketPath"`
 	State       State  `json:"state"`
 	// Ready: kubelet confirmed the current socket and it is still ours.
-	Ready bool `json:"ready"`
-	// Reason explains State and Ready in one line.
+	Ready                bool              `json:"ready"`
 	Reason               string            `json:"reason"`
 	LastVerdict          *Verdict          `json:"lastKubeletVerdict,omitempty"`
 	LastGetInfo          *time.Time        `json:"lastGetInfoTime,omitempty"`
@@ -81,25 +64,17 @@ type Status struct {
 	RegistrationFailures uint64            `json:"registrationFailures"`
 	Publications         map[string]uint64 `json:"socketPublications"`
 	KubeletCalls         KubeletCalls      `json:"kubeletCalls"`
-	// Attempts counts kubelet's rejections since it last accepted the
-	// plugin.
+	// Attempts counts kubelet's rejections since it last accepted.
 	Attempts uint64 `json:"attempts,omitempty"`
-	// FailingSince is when the registration started to fail, while it
-	// does: the start, while the driver has not named itself; kubelet's
-	// first rejection; or the moment kubelet was due to call and did not.
+	// FailingSince is set while the registration fails.
 	FailingSince *time.Time `json:"failingSince,omitempty"`
-	// PublishError: publishing the registration socket failed for want of
-	// a resource (file descriptors, inodes, memory); it is tried again at
-	// NextPublishRetry.
+	// PublishError: publishing failed for want of a resource.
 	PublishError     string     `json:"publishError,omitempty"`
 	NextPublishRetry *time.Time `json:"nextPublishRetryTime,omitempty"`
-	// LastPublished is when the current socket was published (or taken
-	// over): kubelet calls GetInfo within a second or two of that.
+	// LastPublished includes a takeover.
 	LastPublished *time.Time `json:"lastPublishTime,omitempty"`
-	// KubeletSilent: State is KubeletSilent.
-	KubeletSilent bool `json:"kubeletSilent,omitempty"`
-	// Withdrawn: Run removed the registration socket on its way out, so
-	// kubelet unregisters the driver.
+	KubeletSilent bool       `json:"kubeletSilent,omitempty"`
+	// Withdrawn: Run removed the socket on its way out.
 	Withdrawn bool `json:"withdrawn,omitempty"`
 }
 
@@ -108,7 +83,6 @@ func (s *Server) Status() Status {
 	return s.shared.Load().m.status()
 }
 
-// status is what readers see of m: computed from the machine alone.
 func (m *machine) status() Status {
 	out := Status{
 		DriverName:           m.name,
@@ -148,8 +122,7 @@ func (m *machine) status() Status {
 	case KubeletSilent:
 		out.Reason = "kubelet has not called GetInfo on the registration socket: it does not watch the registration directory (is it the host's <kubelet --root-dir>/plugins_registry?), or is not running, or waits out its backoff (up to 2m2s) after failures at this path"
 	case Registered:
-		// Registered through the socket at the path, while it is ours:
-		// as the last look found it.
+		// Ready while the last look found our socket at the path.
 		out.Ready, out.Reason = m.at.kind == AtOurs, "registered"
 		switch {
 		case !out.Ready:
@@ -183,9 +156,8 @@ func (m *machine) status() Status {
 			out.Reason += " (this instance handed it over)"
 		}
 	case Deferring:
-		// Ready: the driver is registered on the node, through the other
-		// instance. The older pod of a rolling update (maxSurge) is removed
-		// only once this one is ready, and this one publishes when it goes.
+		// Ready: the driver is registered, through the other instance, and
+		// a rolling update removes the older pod only once this one is ready.
 		out.Ready = true
 		out.Reason = "deferring: a registrar that cannot hand its socket over (upstream's, or an older build) serves the driver's registration socket; this instance publishes its own when that one leaves"
 	case Stopped:
