@@ -1,65 +1,42 @@
-// Package handover passes the listening registration socket of a CSI
-// driver from one instance of the registrar to another on the same node
-// (the old and the new pod of a rolling update with maxSurge). kubelet
-// reacts only to file events in its plugin registry and keeps no
-// connection, so the new instance takes over the listening socket itself,
-// passed as a file descriptor, instead of putting a new file at the path,
-// which kubelet would see as a new plugin and deregister the driver for
-// about a second.
-//
-// The package does the passing, the wire format and the checks; it holds
-// no state. Its callers decide when to offer (Offer, the owner A's side)
-// and what to do with a socket taken (Take, the new instance B's side).
+// Package handover passes a driver's listening registration socket from
+// one registrar instance to another on the same node (a maxSurge rolling
+// update): kubelet takes a new file at the path for a new plugin and
+// deregisters the driver for about a second, so the socket itself is passed
+// as a file descriptor. It holds no state: callers decide when to offer
+// (Offer, the owner A) and what to do with a socket taken (Take, B).
 //
 // # Protocol
 //
-//  1. B listens on a new hidden name H of its own in the registry directory
-//     and calls HandOver (Method) through the registration socket, so the
-//     request reaches whoever serves the path. An older build answers
-//     Unimplemented.
-//  2. A checks the request (same driver, same endpoint, H a hidden name of
-//     that driver directly in the registry directory, the socket at the
-//     path still A's; its caller checked that kubelet registered the driver
-//     through that socket), connects to H and sends its listening socket
-//     (SCM_RIGHTS) with its State.
+//  1. B listens on a new hidden name H in the registry directory and calls
+//     HandOver (Method) through the registration socket, which reaches
+//     whoever serves the path.
+//  2. A checks the request (same driver and endpoint, H a hidden name of
+//     that driver in the directory, the socket at the path still A's),
+//     connects to H and sends its listening socket (SCM_RIGHTS) with its State.
 //  3. B checks the State against the file at the path and answers 'y'
-//     ('n' refuses: A keeps its socket).
-//  4. A stops accepting, renames its hidden name over H (so that H becomes
-//     B's hidden name of the same socket, and no name goes missing for
-//     kubelet's watcher), steps aside, and answers 'd'.
-//  5. B serves the socket. Without 'd' B closes its copy and replaces the
-//     socket as it did before handovers existed: in every outcome the path
-//     holds a socket that one instance owns.
+//     ('n': A keeps its socket).
+//  4. A stops accepting, renames its hidden name over H (no name goes
+//     missing for kubelet's watcher), steps aside and answers 'd'.
+//  5. B serves the socket. Without 'd' it closes its copy and replaces the
+//     socket: in every outcome one instance owns the socket at the path.
 //
 // # Messages
 //
-// The Request is JSON in the google.protobuf.StringValue of the unary call
-// /noderegistrar.v1.Handover/HandOver, whose answer is a StringValue too:
+// The Request is JSON in the StringValue of the unary call Method, answered
+// with a StringValue. The State is one line of JSON, at most 64 KiB, in the
+// message that carries the socket; dev and ino identify the file at the
+// path, verdict is kubelet's if it registered the driver. Unknown fields
+// are ignored.
 //
 //	{"version":1,"driver":"<name>","endpoint":"<driver's socket>","address":"<H>"}
-//
-// The State is one line of JSON ended by '\n', at most 64 KiB, sent in the
-// message that carries the socket:
-//
 //	{"version":1,"driver":"<name>","endpoint":"<driver's socket>","dev":<n>,"ino":<n>,
 //	 "verdict":{"registered":true,"reason":"...","time":"<RFC 3339>"}}
 //
-// dev and ino identify the file at the path that the socket is bound to;
-// verdict is kubelet's, present when kubelet registered the driver through
-// the socket. Unknown fields are ignored. After the State come the single
-// bytes 'y' or 'n' (B) and 'd' (A).
-//
 // # Versions
 //
-// This is version 1 (Version). The builds before the version field sent
-// the same messages without it: a missing version is version 1, so that
-// upgrades and rollbacks between those builds and this one still hand
-// over. Each side speaks version 1 only: A answers a Request of another
-// version with FailedPrecondition and sends nothing; B refuses ('n') a
-// State of another version, and A keeps its socket. Take returns an error
-// either way, and B replaces the socket, as after a handover A refused:
-// kubelet deregisters the driver once, nothing else is lost. A change that
-// an instance of version 1 must not accept takes a new version number.
+// This is version 1, as is a missing version. A answers a Request of another
+// version with FailedPrecondition, B refuses ('n') such a State; B then
+// replaces the socket. A change version 1 must not accept takes a new number.
 package handover
 
 import (
@@ -81,16 +58,14 @@ import (
 )
 
 const (
-	// ServiceName is the registrar's own gRPC service on its registration
-	// socket. Older builds call it by this name: it must not change.
+	// ServiceName must not change: older builds call it by this name.
 	ServiceName = "noderegistrar.v1.Handover"
-	// Method is the full name of the call B makes through the path.
+	// Method is the call B makes through the path.
 	Method = "/" + ServiceName + "/HandOver"
-	// Version is the version of the messages this package speaks.
+	// Version is the only version spoken.
 	Version = 1
 )
 
-// Bytes B and A exchange after the socket was sent.
 const (
 	accepted = 'y'
 	refused  = 'n'
@@ -99,15 +74,13 @@ const (
 
 // Request is what B asks for.
 type Request struct {
-	// Version is the protocol's; 0 (missing) is version 1.
 	Version  int    `json:"version"`
 	Driver   string `json:"driver"`
 	Endpoint string `json:"endpoint"`
-	// Address is B's hidden socket where A sends the listening socket.
-	Address string `json:"address"`
+	Address  string `json:"address"`
 }
 
-// Verdict is kubelet's verdict on the socket, as the State carries it.
+// Verdict is kubelet's verdict on the socket.
 type Verdict struct {
 	Registered bool      `json:"registered"`
 	Reason     string    `json:"reason,omitempty"`
@@ -116,18 +89,14 @@ type Verdict struct {
 
 // State is what A sends with its socket.
 type State struct {
-	// Version is the protocol's; 0 (missing) is version 1.
-	Version  int    `json:"version"`
-	Driver   string `json:"driver"`
-	Endpoint string `json:"endpoint"`
-	// Dev and Ino identify the file at the path that the socket is bound to.
-	Dev uint64 `json:"dev"`
-	Ino uint64 `json:"ino"`
-	// Verdict is set when kubelet registered the driver through the socket.
-	Verdict *Verdict `json:"verdict,omitempty"`
+	Version  int      `json:"version"`
+	Driver   string   `json:"driver"`
+	Endpoint string   `json:"endpoint"`
+	Dev      uint64   `json:"dev"`
+	Ino      uint64   `json:"ino"`
+	Verdict  *Verdict `json:"verdict,omitempty"`
 }
 
-// checkVersion accepts version 1, which a missing version (0) is.
 func checkVersion(what string, version int) error {
 	if version != 0 && version != Version {
 		return fmt.Errorf("%s of handover protocol version %d: this registrar speaks version %d only, so the socket is replaced instead of handed over", what, version, Version)
@@ -135,9 +104,7 @@ func checkVersion(what string, version int) error {
 	return nil
 }
 
-// DecodeRequest decodes B's request as A receives it in the HandOver call.
-// Its errors are gRPC statuses for B: InvalidArgument for a request that
-// is not one, FailedPrecondition for another version.
+// DecodeRequest's errors are gRPC statuses for B.
 func DecodeRequest(data []byte) (Request, error) {
 	var req Request
 	if err := json.Unmarshal(data, &req); err != nil {
@@ -164,23 +131,15 @@ func decodeState(data []byte) (State, error) {
 
 // Owner is A: the socket it serves kubelet on, and what it says of it.
 type Owner struct {
-	// Socket is the socket at Socket.Path, in the registry directory,
-	// with A's hidden second name of it, if any.
-	Socket *sockfile.Socket
-	// Driver and Endpoint are what A registers.
+	Socket           *sockfile.Socket
 	Driver, Endpoint string
-	// Verdict is kubelet's registration of the driver through the socket.
-	Verdict *Verdict
+	Verdict          *Verdict
 	// Timeout bounds each step of the exchange with B.
 	Timeout time.Duration
 }
 
-// Check is A's check of what B asks for: the same driver and endpoint as
-// A's, and an address that is a hidden name of the driver's socket in the
-// registry directory. The address must be that name joined to the
-// directory as B makes it, nothing the kernel would resolve differently
-// from filepath.Clean: "dir/link/../.name" passes through a symbolic link
-// to wherever it points.
+// Check is A's check of the request. The address must be exactly the name
+// joined to the directory: "dir/link/../.name" would follow a link.
 func (o *Owner) Check(req Request) error {
 	name := filepath.Base(req.Address)
 	switch {
@@ -194,11 +153,9 @@ func (o *Owner) Check(req Request) error {
 	return nil
 }
 
-// Offer is A's side, for a req that o.Check accepted: it sends the socket
-// to B and, once B accepted it, closes its listener, moves its hidden name
-// to B's address and confirms. An error means nothing changed: the socket
-// is still A's. nil means A has let go: the socket is B's, or nobody's
-// when B gave up before the confirmation (B then replaces it).
+// Offer is A's side, for a req that o.Check accepted. An error means the
+// socket is still A's; nil that A has let go: the socket is B's, or nobody's
+// if B gave up before the confirmation (B then replaces it).
 func Offer(ctx context.Context, o *Owner, req Request) error {
 	sock := o.Socket
 	if id, _, err := sockfile.Lstat(sock.Path); err != nil || id != sock.File {
@@ -231,8 +188,7 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 		return fmt.Errorf("the new instance did not take the socket (answer %q, %v)", answer[0], err)
 	}
 
-	// Committed: from here on B accepts kubelet's connections. The file at
-	// the path is now B's: it must never be removed from here.
+	// Committed: the file at the path is B's and must never be removed here.
 	_ = sock.Close()
 	if sock.Hidden != "" {
 		if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
@@ -242,8 +198,7 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 		}
 	}
 	if _, err := uc.Write([]byte{done}); err != nil {
-		// B gave up before the end, and replaces the socket: nobody
-		// serves it under the name given to it.
+		// B gave up and replaces the socket: nobody serves that name.
 		if id, _, err := sockfile.Lstat(req.Address); err == nil && id == sock.File {
 			_ = os.Remove(req.Address)
 		}
@@ -253,38 +208,27 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 
 // Newcomer is B: what it asks the instance serving Path for.
 type Newcomer struct {
-	// Path is the registration socket's path.
 	Path string
 	// Found is the file B found at Path: the socket it asks for.
-	Found sockfile.ID
-	// Driver and Endpoint are what B registers.
+	Found            sockfile.ID
 	Driver, Endpoint string
-	// Receiver listens at Receiver.Hidden, a new hidden name of the
-	// driver's socket that B made; A sends the socket there. Its caller
-	// closes it and removes its names.
+	// Receiver listens at its Hidden name; the caller closes and removes it.
 	Receiver *sockfile.Socket
-	// Timeout bounds the wait for the socket, and each step after it.
-	Timeout time.Duration
+	Timeout  time.Duration
 }
 
 // Taken is a socket received from A, at the Newcomer's Path; its Hidden
 // is the Receiver's name when A moved its hidden name there, "" otherwise.
 type Taken struct {
 	*sockfile.Socket
-	// Verdict is kubelet's registration of the driver through the socket,
-	// nil when kubelet had not registered it.
 	Verdict *Verdict
 }
 
-// errNotAHandover: a connection to B's hidden socket that carried no
-// socket, e.g. another instance checking whether the name is alive.
+// errNotAHandover: a connection that carried no socket (a liveness check).
 var errNotAHandover = errors.New("not a handover")
 
-// Take is B's side: it asks the instance serving n.Path for its socket,
-// receives it at n.Receiver, checks it and accepts it. It is bounded by
-// n.Timeout, twice at most, and takes no context: once B has accepted the
-// socket, only finishing the exchange keeps the path served. The error of
-// a refused call carries its gRPC status (Unimplemented: an older build).
+// Take is B's side, bounded by twice n.Timeout. It takes no context: once B
+// accepted the socket, only finishing the exchange keeps the path served.
 func Take(n Newcomer) (*Taken, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.Timeout)
 	defer cancel()
@@ -316,10 +260,8 @@ func Take(n Newcomer) (*Taken, error) {
 			continue
 		}
 		if err != nil {
-			// The request is over before Take fails: nothing touches
-			// n.Receiver afterwards, so that the caller may serve on it.
-			// (After a handover the owner may call the new instance
-			// before it answers: that one is not waited for.)
+			// The request ends before Take fails, so that the caller may
+			// serve on n.Receiver.
 			cancel()
 			<-rpcDone
 		}
@@ -327,7 +269,6 @@ func Take(n Newcomer) (*Taken, error) {
 	}
 }
 
-// receive takes the socket from one connection of A.
 func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 	if err := conn.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
 		return nil, err
@@ -355,8 +296,7 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 	}
 	var confirmed [1]byte
 	if _, err := io.ReadFull(conn, confirmed[:]); err != nil || confirmed[0] != done {
-		// A may or may not have let go: replacing the socket is right
-		// either way.
+		// Whether A let go or not, replacing the socket is right.
 		_ = listener.Close()
 		return nil, fmt.Errorf("the previous instance did not confirm the handover (%q, %v)", confirmed[0], err)
 	}
@@ -372,8 +312,6 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 	return taken, nil
 }
 
-// checkState is B's check of what A sends: the same driver and endpoint
-// as B's, and the socket bound to the file B found at the path.
 func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 	switch {
 	case st.Driver != driver || st.Endpoint != endpoint:
@@ -384,7 +322,6 @@ func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 	return nil
 }
 
-// ask makes the HandOver call on the registration socket at path.
 func ask(ctx context.Context, path string, req Request) error {
 	return unixgrpc.InvokeJSON(ctx, path, Method, req, nil)
 }

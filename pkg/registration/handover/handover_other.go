@@ -7,8 +7,7 @@ import (
 	"net"
 )
 
-// Supported: without SCM_RIGHTS (Windows) a newer instance replaces the
-// socket instead.
+// Supported: without SCM_RIGHTS a newer instance replaces the socket.
 const Supported = false
 
 var errNoHandover = errors.New("sockets cannot be handed over on this platform")

@@ -14,9 +14,8 @@ import (
 // Supported: sockets can be passed between processes (SCM_RIGHTS).
 const Supported = true
 
-// sendListener sends payload with the listening socket. The descriptor is
-// used in place: duplicating it through os.File would risk switching the
-// shared file description to blocking mode.
+// sendListener uses the descriptor in place: duplicating it through
+// os.File could switch the shared file description to blocking mode.
 func sendListener(conn *net.UnixConn, payload []byte, l *net.UnixListener) error {
 	raw, err := l.SyscallConn()
 	if err != nil {
@@ -31,8 +30,6 @@ func sendListener(conn *net.UnixConn, payload []byte, l *net.UnixListener) error
 	return sendErr
 }
 
-// receiveListener reads a payload sent by sendListener and the listening
-// socket with it.
 func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
 	buf := make([]byte, 4096)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
@@ -75,15 +72,10 @@ func receiveListener(conn *net.UnixConn) ([]byte, *net.UnixListener, error) {
 	return payload, ul, nil
 }
 
-// maxStateBytes is the most bytes of handover state, without its
-// newline, that B reads.
 const maxStateBytes = 64 << 10
 
-// readLine reads the rest of a newline-terminated payload of which first
-// is the start, and returns it without the newline; a payload longer than
-// limit is refused. Whatever follows the newline is not part of it (A
-// sends nothing more before B answers), so that the outcome does not
-// depend on how the reads split the stream.
+// readLine returns the payload started by first, up to its newline; what
+// follows is ignored, so that the outcome does not depend on how reads split.
 func readLine(conn io.Reader, first []byte, limit int) ([]byte, error) {
 	payload := first
 	buf := make([]byte, 512)
