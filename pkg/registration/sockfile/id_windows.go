@@ -6,9 +6,8 @@ import (
 	"syscall"
 )
 
-// Lstat is the identity (volume serial number and file index) and type
-// of the file at path. An lstat gives no file index on Windows: the file
-// itself is asked, as os.SameFile does, but at once, not when it compares.
+// Lstat is the identity and type of the file at path. Windows' lstat has no
+// file index: the file is asked, as os.SameFile does, but at once.
 func Lstat(path string) (ID, fs.FileMode, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {

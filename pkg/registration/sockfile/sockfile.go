@@ -1,8 +1,6 @@
-// Package sockfile puts a listening Unix socket in place under its final
-// name in kubelet's plugin registry directory, and takes it away, the way
-// kubelet's plugin watcher needs: kubelet never sees a socket that is not
-// listening yet, nor a name that is gone before it looks at it, and
-// nothing is removed that the socket did not create.
+// Package sockfile puts a listening socket in kubelet's plugin registry and
+// takes it away: kubelet never sees a socket not listening yet, nor a name
+// gone before it looks, and nothing is removed that the socket did not create.
 package sockfile
 
 import (
@@ -22,18 +20,14 @@ import (
 // Socket is a listening Unix socket that remembers the file it created.
 type Socket struct {
 	*net.UnixListener
-	// Path is the socket's final name, "" until it is placed.
+	// Path is "" until the socket is placed.
 	Path string
-	// Hidden is a second name of the same socket, dot-prefixed so that
-	// kubelet ignores it, "" when there is none; it is removed with the
-	// socket.
+	// Hidden is a dot-prefixed second name, which kubelet ignores.
 	Hidden string
-	// File is the file the socket was bound to.
-	File ID
+	File   ID
 }
 
-// Listen listens on a new hidden (dot-prefixed) sibling of path, mode 0600,
-// which Place gives its final name.
+// Listen listens on a new hidden sibling of path, mode 0600.
 func Listen(path string) (*Socket, error) {
 	hidden, err := hiddenPath(path)
 	if err != nil {
@@ -41,8 +35,7 @@ func Listen(path string) (*Socket, error) {
 	}
 	l, err := net.Listen("unix", hidden)
 	if err != nil {
-		// The hidden name is this attempt's own and means nothing to an
-		// operator: the directory is what to fix.
+		// The hidden name means nothing to an operator; the directory does.
 		cause := err
 		var opErr *net.OpError
 		if errors.As(err, &opErr) {
@@ -51,11 +44,9 @@ func Listen(path string) (*Socket, error) {
 		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
 	}
 	ul := l.(*net.UnixListener)
-	// The names are removed only while they are still ours; the listener
-	// must not unlink anything on Close.
+	// Names are removed only while still ours, never by Close.
 	ul.SetUnlinkOnClose(false)
-	// Owner only: kubelet runs as root. Setting the umask instead would
-	// change it for every goroutine of the process.
+	// Not the umask, which is the whole process's; kubelet runs as root.
 	if err := os.Chmod(hidden, 0o600); err != nil {
 		_ = ul.Close()
 		_ = os.Remove(hidden)
@@ -70,23 +61,15 @@ func Listen(path string) (*Socket, error) {
 	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
 }
 
-// ID identifies a file, as os.SameFile does, in a plain comparable value
-// (Lstat): a file put at a path since has another. The zero ID is no
-// file.
+// ID identifies a file as os.SameFile does, as a comparable value; zero is
+// no file.
 type ID struct{ Dev, Ino uint64 }
 
-// Place gives the socket its final name, path, as a hard link: kubelet
-// sees a newly created plugin socket.
-//
-// The hidden name is kept while the socket is published: kubelet's plugin
-// watcher stats every created file before it checks for the leading dot,
-// and logs an error when the file is already gone. So a socket at the
-// path, replace (the caller's own, or a dead one), is removed first, and
-// only while it is still that file, rather than renamed over: a rename
-// would take the hidden name away. Where the path is taken by another
-// socket meanwhile, or the file system has no hard links for sockets, the
-// socket is renamed into place, which replaces a socket atomically. On
-// failure the socket is closed and its hidden name removed.
+// Place hard-links the socket to path. The hidden name stays, since
+// kubelet's watcher stats every created file (dot or not) and logs an error
+// for one gone; so replace is removed first, while it is still that file,
+// rather than renamed over. Without hard links, or when the path was taken
+// meanwhile, the socket is renamed into place. On failure it is closed.
 func (s *Socket) Place(path string, replace ID) error {
 	fail := func(err error) error {
 		_ = s.Close()
@@ -101,8 +84,7 @@ func (s *Socket) Place(path string, replace ID) error {
 		err = os.Link(s.Hidden, path)
 	}
 	if err != nil {
-		// There is no way to rename only over a socket; this check
-		// narrows the gap.
+		// No rename replaces only a socket; this narrows the gap.
 		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 			return fail(&NotASocketError{Path: path, Mode: fi.Mode()})
 		}
@@ -115,8 +97,7 @@ func (s *Socket) Place(path string, replace ID) error {
 	return nil
 }
 
-// NotASocketError: something other than a socket is at Path, which a
-// Socket never replaces.
+// NotASocketError: something a Socket never replaces is at Path.
 type NotASocketError struct {
 	Path string
 	Mode fs.FileMode
@@ -126,8 +107,7 @@ func (e *NotASocketError) Error() string {
 	return fmt.Sprintf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", e.Path, DescribeFileType(e.Mode))
 }
 
-// DescribeFileType names the type of a file for an operator: "regular
-// file", "directory", "symbolic link", ...
+// DescribeFileType names the type of a file for an operator.
 func DescribeFileType(m fs.FileMode) string {
 	switch m.Type() {
 	case 0:
@@ -147,9 +127,8 @@ func DescribeFileType(m fs.FileMode) string {
 	}
 }
 
-// Remove unlinks the path when it still holds the file this socket
-// created; a socket published there by another process is left alone.
-// The hidden name is private to this socket and always removed.
+// Remove unlinks the path while it holds this socket's file, and the
+// hidden name, which is this socket's alone.
 func (s *Socket) Remove() (removed bool, err error) {
 	if s.Hidden != "" {
 		if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
@@ -180,10 +159,8 @@ func RemoveIfSame(path string, file ID) (removed bool, err error) {
 	return true, nil
 }
 
-// IsShortage tells whether err comes from a resource of the node or the
-// process that runs out for a while: file descriptors, inodes, disk quota,
-// memory or socket buffers. Publishing again later may well work; exiting
-// would leave the node without a registration until a restart.
+// IsShortage: a resource that runs out for a while, so that publishing
+// again later may work, where exiting would leave the node unregistered.
 func IsShortage(err error) bool {
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOMEM, syscall.ENOBUFS} {
 		if errors.Is(err, errno) {
@@ -203,9 +180,8 @@ func Answers(path string, timeout time.Duration) bool {
 	return true
 }
 
-// HiddenDriver tells whether name is a registrar's hidden name of a
-// registration socket, ".<driver>.<6 hex digits>" (kubelet ignores
-// dot-files), and for which driver.
+// HiddenDriver tells whether name is a hidden name, ".<driver>.<6 hex
+// digits>", and for which driver.
 func HiddenDriver(name string) (driver string, ok bool) {
 	rest, ok := strings.CutPrefix(name, ".")
 	if !ok || len(rest) < 8 || rest[len(rest)-7] != '.' {
@@ -218,16 +194,13 @@ func HiddenDriver(name string) (driver string, ok bool) {
 	return rest[:len(rest)-7], true
 }
 
-// IsHiddenName tells whether name is a hidden name of the registration
-// socket at path (HiddenDriver).
+// IsHiddenName tells whether name is a hidden name of the socket at path.
 func IsHiddenName(path, name string) bool {
 	driver, ok := HiddenDriver(name)
 	return ok && driver == strings.TrimSuffix(filepath.Base(path), "-reg.sock")
 }
 
-// hiddenPath names a dot-prefixed sibling of path, unique to this call,
-// that is no longer than path itself, so that it fits in a Unix socket
-// address whenever path does.
+// hiddenPath is no longer than path, so that it fits a socket address too.
 func hiddenPath(path string) (string, error) {
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -237,10 +210,8 @@ func hiddenPath(path string) (string, error) {
 	return filepath.Join(dir, "."+strings.TrimSuffix(base, "-reg.sock")+"."+hex.EncodeToString(b[:])), nil
 }
 
-// RemoveLeftovers removes hidden sockets that an earlier registrar for the
-// same driver left behind when it was killed: names of the form
-// .<driver>.<6 hex digits> that nobody listens on. Live ones belong to
-// another running instance and stay.
+// RemoveLeftovers removes the driver's hidden sockets that nobody listens
+// on, left by a registrar that was killed.
 func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
 	dir := filepath.Dir(path)
 	entries, err := os.ReadDir(dir)
