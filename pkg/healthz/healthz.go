@@ -25,29 +25,21 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// A Feature is an optional part of the registrar (the node gate, the
-// driver's liveness probe) that reports through this endpoint. This package
-// knows no feature: each adds itself through this interface.
+// A Feature is an optional part of the registrar that reports here, so
+// that this package imports none.
 type Feature interface {
-	// StatusSection is its section of /status, read at each request: the
-	// key (a plain ASCII name) and the value encoded under it; "" for no
-	// section.
+	// StatusSection is its /status section under a plain ASCII key; "" for none.
 	StatusSection() (key string, value any)
-	// Metrics gathers its families for /metrics, at each scrape.
 	Metrics() prometheus.Gatherer
 }
 
 // Options configure the HTTP endpoint.
 type Options struct {
-	// Features add their sections to /status and their metrics to
-	// /metrics.
 	Features []Feature
 	// EnablePprof serves the Go profiler under /debug/pprof/.
 	EnablePprof bool
-	// Version is reported in /status and in the build_info metric.
-	Version string
-	// FailureLimit fails /healthz once the registration has failed for
-	// too long (--unhealthy-after), so that kubelet restarts the container,
+	Version     string
+	// FailureLimit fails /healthz, so that kubelet restarts the container
 	// as upstream's exit would.
 	FailureLimit registration.FailureLimit
 }
@@ -58,8 +50,7 @@ type Server struct {
 	mux          *http.ServeMux
 	registration *registration.Server
 
-	// The driver's GetPluginInfo calls, which no status snapshot holds:
-	// counted as they happen, for /metrics.
+	// No status snapshot holds the driver's calls: counted as they happen.
 	pluginInfo       prometheus.Histogram
 	pluginInfoErrors *prometheus.CounterVec // by gRPC code
 
@@ -89,8 +80,7 @@ func New(reg *registration.Server, opts Options) *Server {
 	return s
 }
 
-// ObservePluginInfo records one GetPluginInfo call to the CSI driver, for
-// /metrics.
+// ObservePluginInfo records one GetPluginInfo call to the CSI driver.
 func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	s.pluginInfo.Observe(d.Seconds())
 	if err != nil {
@@ -98,10 +88,8 @@ func (s *Server) ObservePluginInfo(d time.Duration, err error) {
 	}
 }
 
-// serveHealthz answers as the registration path asks (Health): a socket
-// of a newer instance of the driver is healthy, as a restart of this older
-// instance would take the registration back from it. It fails once the
-// registration has failed for too long (FailureLimit).
+// serveHealthz counts a newer instance's socket healthy: restarting this
+// older one would take the registration back from it.
 func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	reason, err := s.registration.Health()
 	code := http.StatusOK
@@ -121,10 +109,8 @@ func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, reason, code)
 }
 
-// serveReadyz answers 200 only once kubelet has confirmed the current
-// registration socket and the socket is still ours. A pod that is not
-// ready is not restarted: readiness only tells operators (and rollouts)
-// whether the driver is registered on the node.
+// serveReadyz tells operators and rollouts whether the driver is
+// registered; an unready pod is not restarted.
 func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	st := s.registration.Status()
 	code := http.StatusOK
@@ -135,14 +121,11 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, st.Reason, code)
 }
 
-// statusDocument is what /status returns, before the features' sections.
 type statusDocument struct {
 	Version string `json:"version"`
 	registration.Status
 }
 
-// serveStatus answers the registration's status, then each feature's
-// section under its key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	doc, err := json.Marshal(statusDocument{Version: s.opts.Version, Status: s.registration.Status()})
 	for _, f := range s.opts.Features {
@@ -169,8 +152,8 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	_, _ = out.WriteTo(w)
 }
 
-// logChange logs each probe at V(5) and only a change of outcome at the
-// default level, so a failing probe does not flood the log.
+// logChange logs only a change of outcome at the default level, so that a
+// failing probe does not flood the log.
 func (s *Server) logChange(ctx context.Context, code int, reason string) {
 	logger := klog.FromContext(ctx)
 	previous := int(s.lastCode.Swap(int64(code)))
@@ -184,11 +167,9 @@ func (s *Server) logChange(ctx context.Context, code int, reason string) {
 	}
 }
 
-// Serve serves each listener received, until it is closed, and calls lost
-// when one stops for any reason (see pkg/httpport), until ctx is done; it
-// then shuts the server down (see Shutdown). While it has no listener, it
-// keeps no connection open either: a client with a kept connection (a
-// scrape) reaches whoever listens on the address now.
+// Serve serves each listener received and calls lost when one stops, until
+// ctx is done. Without a listener it keeps no connection either, so that a
+// kept-alive scraper reaches whoever listens on the address now.
 func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost func(net.Listener), shutdownTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	srv := httpserver.New(ctx, s.mux)
@@ -213,8 +194,6 @@ func (s *Server) Serve(ctx context.Context, listeners <-chan net.Listener, lost 
 				logger.V(2).Info("Stopped serving HTTP on a listener", "address", l.Addr().String(), "err", err)
 				mu.Lock()
 				if open--; open == 0 {
-					// Closes the idle connections, and the others once
-					// their answer is written.
 					srv.SetKeepAlivesEnabled(false)
 				}
 				mu.Unlock()

@@ -22,13 +22,11 @@ var publicationReasons = []string{
 	registration.ReasonCSINodeLost,
 }
 
-// pluginInfoBuckets span a driver that answers at once to one at the edge
-// of a generous --timeout.
+// pluginInfoBuckets reach the edge of a generous --timeout.
 var pluginInfoBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// vcsRevision is the commit the binary was built from, as the go command
-// stamps it when it builds in a git checkout; "unknown" where it did not
-// (go test, a build from a source archive, -buildvcs=false).
+// vcsRevision is "unknown" where the go command stamped none (go test, a
+// source archive, -buildvcs=false).
 func vcsRevision() string {
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, setting := range info.Settings {
@@ -40,14 +38,11 @@ func vcsRevision() string {
 	return "unknown"
 }
 
-// runtimeCollectors serve the go_* and process_* families.
 func runtimeCollectors() []prometheus.Collector {
 	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
 
-// newMetricsHandler is /metrics: what the registry and the features
-// gather. A family that cannot be gathered (a process figure that cannot be
-// read) leaves the others served.
+// newMetricsHandler serves the other families when one cannot be gathered.
 func newMetricsHandler(registry *prometheus.Registry, features []Feature) http.Handler {
 	gatherers := prometheus.Gatherers{registry}
 	for _, f := range features {
@@ -56,8 +51,8 @@ func newMetricsHandler(registry *prometheus.Registry, features []Feature) http.H
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: gatherErrorLog{}, ErrorHandling: promhttp.ContinueOnError})
 }
 
-// gatherErrorLog logs what promhttp could not gather or write, at V(4): a
-// figure that cannot be read fails again at every scrape.
+// gatherErrorLog logs at V(4): a figure that cannot be read fails again at
+// every scrape.
 type gatherErrorLog struct{}
 
 func (gatherErrorLog) Println(v ...any) {
@@ -87,7 +82,8 @@ func oneIf(b bool) float64 {
 	return 0
 }
 
-// registrationCollector reads the registration's status at each scrape.
+// registrationCollector reads the status at each scrape, so that the
+// registration stays the only owner of what it reports.
 type registrationCollector struct {
 	registration      *registration.Server
 	version, revision string
@@ -127,11 +123,6 @@ func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(buildInfoDesc, 1, c.version, c.revision, runtime.Version(), st.DriverName)
 }
 
-// newRegistry is the registry of /metrics: client_golang's Go and process
-// collectors (the go_* and process_* families every Go exporter serves),
-// the driver's GetPluginInfo calls, which no status holds, counted as they
-// happen, and a collector that reads the registration's status at each
-// scrape, which stays the only owner of what it reports.
 func (s *Server) newRegistry() *prometheus.Registry {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(runtimeCollectors()...)
@@ -140,8 +131,6 @@ func (s *Server) newRegistry() *prometheus.Registry {
 	return registry
 }
 
-// newPluginInfoMetrics count the driver's GetPluginInfo calls: their
-// durations, and the failed ones by gRPC code.
 func newPluginInfoMetrics() (prometheus.Histogram, *prometheus.CounterVec) {
 	durations := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
