@@ -1,17 +1,8 @@
-// Package httpport keeps the listening port of the registrar's HTTP
-// endpoint (--http-endpoint). Usually that is one listen at start. But the
-// pods of a rolling update with hostNetwork share the node's network: the
-// new registrar finds the port taken by the old one. Instead of failing, it
-// waits for the port, trying the bind again; the old one stops listening
-// once it has stepped aside for the new one (cmd/registrar's
-// releaseOnStepAside), so that the instance that owns the registration
-// answers the probes of both pods.
-//
-// The old one stops listening only where the new one waits on the same
-// network: while it waits, an instance holds an abstract Unix socket named
-// after the address (Linux), and abstract names exist per network
-// namespace. On a pod network the old instance keeps answering its own
-// probes until it exits.
+// Package httpport keeps the HTTP endpoint's port. The hostNetwork pods of
+// a rolling update share it: the new registrar waits for the port, and the
+// old one releases it once it stepped aside, but only if the new one waits
+// on the same network, which an abstract Unix socket named after the
+// address tells (abstract names exist per network namespace).
 package httpport
 
 import (
@@ -28,29 +19,20 @@ import (
 )
 
 const (
-	// retryInterval is how often a taken address is tried again: the
-	// instance that holds it releases it without telling this one, and
-	// the probes are not answered until this one listens. A bind that
-	// fails costs a few microseconds.
+	// retryInterval: the holder releases the address without telling, and
+	// a failed bind costs microseconds.
 	retryInterval = 10 * time.Millisecond
-	// releaseInterval is how often it is tried for releaseWindow once this
-	// instance owns the registration (Claim): the older one releases the
-	// address right after, and the probes of both pods go unanswered until
-	// this one listens.
+	// releaseInterval applies for releaseWindow after Claim, when the older
+	// instance is about to release the address.
 	releaseInterval = time.Millisecond
 	releaseWindow   = time.Second
-	// DefaultMaxWait bounds the wait for a taken address. The older
-	// instance of a rolling update releases it as soon as this one has
-	// taken the registration over; an address still taken after that long
-	// is held by another program (two drivers on hostNetwork with the same
-	// port?), and failing makes that visible.
+	// DefaultMaxWait: an address taken that long is another program's, and
+	// failing makes that visible.
 	DefaultMaxWait = 2 * time.Minute
 )
 
-// Port listens on the HTTP endpoint's address for the server, and listens
-// again when it was released and claimed back.
+// Port listens on the HTTP endpoint's address, again after a release.
 type Port struct {
-	// MaxWait bounds the wait for a taken address; DefaultMaxWait.
 	MaxWait time.Duration
 
 	address   string
@@ -77,14 +59,11 @@ func New(address string, lc net.ListenConfig) *Port {
 	}
 }
 
-// Listeners delivers each new listener to the server, which serves it
-// until it is closed.
+// Listeners delivers each new listener to the server.
 func (p *Port) Listeners() <-chan net.Listener { return p.listeners }
 
-// Run listens until ctx is done. The first listen fails the start unless
-// the address is in use: then Run waits for it, up to MaxWait, trying
-// again every 10 ms, and logs that once. After Release it listens again
-// only once claimed (Claim), after Lost at once.
+// Run listens until ctx is done, waiting up to MaxWait for an address in
+// use. After Release it listens again only once claimed, after Lost at once.
 func (p *Port) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var waitingSince time.Time
@@ -143,15 +122,11 @@ func (p *Port) Run(ctx context.Context) error {
 	}
 }
 
-// waiterName is the abstract Unix socket an instance holds while it waits
-// for address.
 func waiterName(address string) string {
 	return "@csi-node-driver-registrar/waits-for/" + address
 }
 
-// markWaiting holds waiterName while waiting, and lets it go otherwise.
-// Called with mu held. An error (another waiter holds the name) leaves the
-// marking to that one.
+// markWaiting is called with mu held; another waiter may hold the name.
 func (p *Port) markWaiting(waiting bool) {
 	switch {
 	case waiting && p.marker == nil && runtime.GOOS == "linux":
@@ -162,8 +137,6 @@ func (p *Port) markWaiting(waiting bool) {
 	}
 }
 
-// waiterOnThisNetwork tells whether another instance in this network
-// namespace waits for address.
 func waiterOnThisNetwork(address string) bool {
 	if runtime.GOOS != "linux" {
 		return false
@@ -176,9 +149,8 @@ func waiterOnThisNetwork(address string) bool {
 	return true
 }
 
-// Release stops listening when another instance waits for the address on
-// this network; requests in flight finish. It tells whether it released
-// the port.
+// Release stops listening if another instance waits on this network;
+// requests in flight finish.
 func (p *Port) Release() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,10 +162,8 @@ func (p *Port) Release() bool {
 	return true
 }
 
-// Claim tells Run that this instance owns the registration (again): it
-// listens again after a Release, and while the address is in use, the
-// instance that held the registration is about to release it: Run tries
-// every millisecond for a second.
+// Claim tells Run that this instance owns the registration: the previous
+// owner is about to release the address.
 func (p *Port) Claim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -206,8 +176,7 @@ func (p *Port) Claim() {
 	}
 }
 
-// Lost tells Run that the server stopped serving l for another reason
-// than a Release, so that it listens again.
+// Lost tells Run that the server stopped serving l, to listen again.
 func (p *Port) Lost(l net.Listener) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -217,7 +186,6 @@ func (p *Port) Lost(l net.Listener) {
 	}
 }
 
-// poke makes Run try the address at once.
 func (p *Port) poke() {
 	select {
 	case p.wake <- struct{}{}:
