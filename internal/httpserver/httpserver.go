@@ -1,7 +1,5 @@
-// Package httpserver makes the registrar's HTTP servers (the probes and
-// /metrics of pkg/healthz, the driver's liveness probe of
-// pkg/features/driverhealth): net/http servers with bounds on what a client on the
-// pod network can make them hold (limits.go), shut down in one way.
+// Package httpserver makes the registrar's HTTP servers, bounded in what a
+// client on the pod network can make them hold, and shut down in one way.
 package httpserver
 
 import (
@@ -13,8 +11,7 @@ import (
 	"time"
 )
 
-// New is an HTTP server for handler with the endpoint's limits; its
-// requests carry ctx.
+// New is an HTTP server for handler whose requests carry ctx.
 func New(ctx context.Context, handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
@@ -26,8 +23,7 @@ func New(ctx context.Context, handler http.Handler) *http.Server {
 	}
 }
 
-// Shutdown gives open requests up to timeout to finish, then closes their
-// connections.
+// Shutdown gives open requests up to timeout to finish.
 func Shutdown(ctx context.Context, srv *http.Server, timeout time.Duration) error {
 	// The base context is done, so the shutdown gets a fresh one.
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -1,13 +1,10 @@
-// Package sockerr recognises the socket errors the registrar acts on, by
-// their number on each system: syscall's Errno.Is maps Unix numbers only,
-// so errors.Is(err, syscall.EADDRINUSE) never holds on Windows, where a
-// busy address is Winsock's WSAEADDRINUSE (10048).
+// Package sockerr recognises socket errors on each system: on Windows a busy
+// address is WSAEADDRINUSE, which syscall.EADDRINUSE never matches.
 package sockerr
 
 import "errors"
 
-// AddrInUse tells whether err, or an error it wraps, is a bind to an
-// address that another socket holds.
+// AddrInUse tells whether err wraps a bind to an address already held.
 func AddrInUse(err error) bool {
 	return errors.Is(err, addrInUse)
 }

@@ -17,13 +17,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// UserAgent is the gRPC user agent of the registrar's own calls. A
-// registration socket does not count calls with it as kubelet's.
+// UserAgent marks the registrar's own calls, which are not kubelet's.
 const UserAgent = "csi-node-driver-registrar"
 
-// NewClient returns a client of the gRPC server on the Unix socket at path,
-// which connects on its first call and after a failure. It dials path itself:
-// gRPC's "unix:" targets reject Windows paths and unescape '%'.
+// NewClient dials path itself: gRPC's "unix:" targets reject Windows paths
+// and unescape '%'.
 func NewClient(path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///localhost", append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -40,9 +38,8 @@ type ConnectError struct{ Err error }
 func (e *ConnectError) Error() string { return e.Err.Error() }
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// Once connects to the Unix socket at path now, within ctx, and returns a
-// client that never reconnects, so that a caller makes exactly one attempt.
-// A failure to connect is a *ConnectError with the plain error.
+// Once connects now and returns a client that never reconnects, so that a
+// caller makes exactly one attempt; a failure to connect is a *ConnectError.
 func Once(ctx context.Context, path string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	raw, err := (&net.Dialer{}).DialContext(ctx, "unix", path)
 	if err != nil {
@@ -61,10 +58,8 @@ func Once(ctx context.Context, path string, opts ...grpc.DialOption) (*grpc.Clie
 	return conn, err
 }
 
-// Hold connects to the gRPC server on the Unix socket at path and holds the
-// idle connection, which the kernel closes when the server dies, until ctx
-// is done (then it returns nil). It fails if it cannot connect within
-// timeout, with connected's error, or when the connection ends.
+// Hold holds an idle connection, which the kernel closes when the server
+// dies, until ctx is done (nil) or the connection ends (an error).
 func Hold(ctx context.Context, path string, timeout time.Duration, connected func() error) error {
 	conn, err := NewClient(path, NoIdleTimeout)
 	if err != nil {
@@ -73,13 +68,11 @@ func Hold(ctx context.Context, path string, timeout time.Duration, connected fun
 	return HoldClient(ctx, conn, timeout, connected)
 }
 
-// NoIdleTimeout keeps a client's connection up while it carries no calls,
-// as a held connection must stay up as long as the server.
+// NoIdleTimeout keeps a held connection up while it carries no calls.
 var NoIdleTimeout = grpc.WithIdleTimeout(0)
 
-// HoldClient is Hold on a client already made (with NoIdleTimeout), such
-// as the one of a call just made (Once): its connection, if it is up, is
-// held without a new one. It closes conn.
+// HoldClient is Hold on a client made with NoIdleTimeout, without a new
+// connection if it has one. It closes conn.
 func HoldClient(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration, connected func() error) error {
 	defer conn.Close()
 	conn.Connect()
@@ -106,9 +99,8 @@ func HoldClient(ctx context.Context, conn *grpc.ClientConn, timeout time.Duratio
 	return nil
 }
 
-// InvokeJSON calls method (its full name) of the registrar's own service on
-// the registration socket at path: in as JSON in a StringValue, and the
-// answer's JSON into out, unless out is nil.
+// InvokeJSON calls method of the registrar's own service, JSON in
+// StringValues; out may be nil.
 func InvokeJSON(ctx context.Context, path, method string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
