@@ -229,6 +229,7 @@ var errNotAHandover = errors.New("not a handover")
 
 // Take is B's side, bounded by twice n.Timeout. It takes no context: once B
 // accepted the socket, only finishing the exchange keeps the path served.
+// A refused call's error carries its gRPC status.
 func Take(n Newcomer) (*Taken, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.Timeout)
 	defer cancel()
@@ -261,7 +262,8 @@ func Take(n Newcomer) (*Taken, error) {
 		}
 		if err != nil {
 			// The request ends before Take fails, so that the caller may
-			// serve on n.Receiver.
+			// serve on n.Receiver. After a success it is not waited for: the
+			// owner may call this instance before it answers.
 			cancel()
 			<-rpcDone
 		}
