@@ -68,7 +68,7 @@ func doubling(initial, max time.Duration) wait.Backoff {
 	return wait.Backoff{Duration: initial, Factor: 2, Cap: max, Steps: math.MaxInt32}
 }
 
-// publishRetry is the backoff of the registrar's other transient faults.
+// publishRetry is the same backoff as the registrar's other transient faults.
 var publishRetry = doubling(100*time.Millisecond, 5*time.Second)
 
 // csinodeBackoff: only kubelet writes CSINode, so one that lost the driver is
@@ -559,8 +559,9 @@ func (m *machine) claimFound(at At, o *output) {
 	}
 	reason := m.endClaim(o)
 	if at.kind == AtLive && at.Driver == m.name && at.Endpoint == m.cfg.Endpoint {
-		// Upstream's or an older build: replacing its socket deregisters
-		// the driver, and its exit (removing the path) again; waiting costs one.
+		// Upstream's or an older build: replacing its socket deregisters the
+		// driver, and its exit (it removes the path) does again; waiting for
+		// it to leave costs one deregistration.
 		m.standAside(Deferring, at.File)
 		o.record(Deferred{})
 		o.do(follow{at.File})
