@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/httpport"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -23,7 +24,7 @@ import (
 // runPort runs a real port on addr until the test ends.
 func runPort(t *testing.T, addr string) *httpport.Port {
 	t.Helper()
-	p := httpport.New(addr, net.ListenConfig{})
+	p := httpport.New(addr, net.ListenConfig{}, clock.RealClock{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

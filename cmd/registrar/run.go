@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
@@ -173,7 +174,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// No TCP keep-alive: probes and scrapes are short requests, and the
 		// HTTP server closes idle connections itself; it saves four system
 		// calls on each probe's connection.
-		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1})
+		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1}, clock.RealClock{})
 		srv.Observe(releaseOnStepAside(logger, port))
 		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: c.reports})
 		driverConfig.OnAttempt = func(d time.Duration, err error) {

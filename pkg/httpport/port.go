@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/sockerr"
 )
@@ -26,15 +27,14 @@ const (
 	// instance is about to release the address.
 	releaseInterval = time.Millisecond
 	releaseWindow   = time.Second
-	// DefaultMaxWait: an address taken that long is another program's, and
+	// maxWait: an address taken that long is another program's, and
 	// failing makes that visible.
-	DefaultMaxWait = 2 * time.Minute
+	maxWait = 2 * time.Minute
 )
 
 // Port listens on the HTTP endpoint's address, again after a release.
 type Port struct {
-	MaxWait time.Duration
-
+	clock     clock.WithTicker
 	address   string
 	lc        net.ListenConfig
 	listeners chan net.Listener
@@ -48,10 +48,10 @@ type Port struct {
 	expected time.Time    // until then, the holder is about to release the address
 }
 
-// New keeps address, listening with lc.
-func New(address string, lc net.ListenConfig) *Port {
+// New keeps address, listening with lc; clk times its retries.
+func New(address string, lc net.ListenConfig, clk clock.WithTicker) *Port {
 	return &Port{
-		MaxWait:   DefaultMaxWait,
+		clock:     clk,
 		address:   address,
 		lc:        lc,
 		listeners: make(chan net.Listener),
@@ -62,12 +62,12 @@ func New(address string, lc net.ListenConfig) *Port {
 // Listeners delivers each new listener to the server.
 func (p *Port) Listeners() <-chan net.Listener { return p.listeners }
 
-// Run listens until ctx is done, waiting up to MaxWait for an address in
-// use. After Release it listens again only once claimed, after Lost at once.
+// Run listens until ctx is done, waiting up to two minutes for an address
+// in use. After Release it listens again only once claimed, after Lost at once.
 func (p *Port) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var waitingSince time.Time
-	retry := time.NewTimer(0)
+	retry := p.clock.NewTimer(0)
 	defer retry.Stop()
 	for first := true; ; first = false {
 		p.mu.Lock()
@@ -81,7 +81,7 @@ func (p *Port) Run(ctx context.Context) error {
 			p.current, p.waiting = l, inUse
 			p.markWaiting(inUse)
 			interval := retryInterval
-			if time.Now().Before(p.expected) {
+			if p.clock.Now().Before(p.expected) {
 				interval = releaseInterval
 			}
 			p.mu.Unlock()
@@ -101,10 +101,10 @@ func (p *Port) Run(ctx context.Context) error {
 			case !inUse:
 				logger.Error(err, "Cannot listen on the HTTP endpoint's address again; trying again", "address", p.address, "interval", retryInterval)
 			case !wasWaiting:
-				waitingSince = time.Now()
-				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has taken the registration over", "address", p.address, "maxWait", p.MaxWait)
-			case time.Since(waitingSince) > p.MaxWait:
-				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, p.MaxWait, err)
+				waitingSince = p.clock.Now()
+				logger.Info("The HTTP endpoint's address is in use: waiting for it. With hostNetwork, the older registrar of a rolling update releases it once this one has taken the registration over", "address", p.address, "maxWait", maxWait)
+			case p.clock.Since(waitingSince) > maxWait:
+				return fmt.Errorf("cannot listen on %q: it has been in use for %v, by a program that is not an older instance of this registrar (two drivers on hostNetwork with the same port?): %w", p.address, maxWait, err)
 			}
 			if err != nil {
 				retry.Reset(interval)
@@ -117,7 +117,7 @@ func (p *Port) Run(ctx context.Context) error {
 			p.mu.Unlock()
 			return nil
 		case <-p.wake:
-		case <-retry.C:
+		case <-retry.C():
 		}
 	}
 }
@@ -168,7 +168,7 @@ func (p *Port) Claim() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waiting {
-		p.expected = time.Now().Add(releaseWindow)
+		p.expected = p.clock.Now().Add(releaseWindow)
 	}
 	if p.released || p.waiting {
 		p.released = false

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
@@ -52,7 +55,7 @@ func freeAddress(t *testing.T) string {
 // Nobody waits for the address on this network (a pod network, where the
 // newer pod has its own): the instance that steps aside keeps listening.
 func TestKeepsTheAddressWhenNobodyWaits(t *testing.T) {
-	p := New(freeAddress(t), net.ListenConfig{})
+	p := New(freeAddress(t), net.ListenConfig{}, clock.RealClock{})
 	run(t, p)
 	l := next(t, p)
 	if p.Release() {
@@ -75,7 +78,7 @@ func TestReleaseToAnInstanceThatWaits(t *testing.T) {
 		t.Skip("needs Linux's abstract Unix sockets, which mark the instance that waits for the address")
 	}
 	addr := freeAddress(t)
-	older, newer := New(addr, net.ListenConfig{}), New(addr, net.ListenConfig{})
+	older, newer := New(addr, net.ListenConfig{}, clock.RealClock{}), New(addr, net.ListenConfig{}, clock.RealClock{})
 	run(t, older)
 	held := next(t, older)
 
@@ -114,10 +117,14 @@ func TestGivesUpOnAnAddressHeldByAnotherProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	p := New(other.Addr().String(), net.ListenConfig{})
-	p.MaxWait = 200 * time.Millisecond
+	fake := testingclock.NewFakeClock(time.Now())
+	p := New(other.Addr().String(), net.ListenConfig{}, fake)
+	ended := run(t, p)
+	// Waiting: the retry is armed; the next one is past the wait's end.
+	poll.Until(t, "the retry is armed", fake.HasWaiters)
+	fake.Step(maxWait + time.Second)
 	select {
-	case err := <-run(t, p):
+	case err := <-ended:
 		if err == nil || !strings.Contains(err.Error(), other.Addr().String()) || !strings.Contains(err.Error(), "in use") {
 			t.Errorf("Run() = %v, want an error naming the address in use", err)
 		}
@@ -127,7 +134,7 @@ func TestGivesUpOnAnAddressHeldByAnotherProgram(t *testing.T) {
 }
 
 func TestFailsAtOnceOnAnUnusableAddress(t *testing.T) {
-	p := New("203.0.113.1:9808", net.ListenConfig{})
+	p := New("203.0.113.1:9808", net.ListenConfig{}, clock.RealClock{})
 	select {
 	case err := <-run(t, p):
 		if err == nil || !strings.Contains(err.Error(), `cannot listen on "203.0.113.1:9808"`) {
@@ -141,7 +148,7 @@ func TestFailsAtOnceOnAnUnusableAddress(t *testing.T) {
 // A listener the server stopped serving for another reason than a
 // Release is listened on again.
 func TestListensAgainWhenAListenerIsLost(t *testing.T) {
-	p := New(freeAddress(t), net.ListenConfig{})
+	p := New(freeAddress(t), net.ListenConfig{}, clock.RealClock{})
 	run(t, p)
 	l := next(t, p)
 	l.Close()
