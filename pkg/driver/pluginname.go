@@ -7,11 +7,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -142,12 +142,12 @@ func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (nam
 		}
 		return "", nil, true, status.Error(codes.Unavailable, err.Error())
 	}
-	info, err := csiidentity.GetPluginInfo(callCtx, conn)
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(callCtx, &csi.GetPluginInfoRequest{})
 	if err != nil {
 		_ = conn.Close()
 		return "", nil, false, err
 	}
-	return info.Name, conn, false, nil
+	return info.GetName(), conn, false, nil
 }
 
 // sameSocket tells whether a and b are one socket file: the same inode,
