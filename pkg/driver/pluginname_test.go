@@ -148,14 +148,6 @@ func levelZero(logs ktesting.Buffer) []string {
 	return messages
 }
 
-// waitForLog polls the log, up to testTimeout, for a level 0 message.
-func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
-	t.Helper()
-	if !poll.Wait(testTimeout, func() bool { return containsString(levelZero(logs), message) }) {
-		t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
-	}
-}
-
 // waitForWatch polls the log, up to testTimeout, until the watcher says it
 // watches dir.
 func waitForWatch(t testing.TB, logs ktesting.Buffer, dir string) {
@@ -265,8 +257,10 @@ func TestSearchDriverUp(t *testing.T) {
 func TestSearchDriverAppearsLater(t *testing.T) {
 	ctx, logs := logContext(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
-	done := pluginNameAsync(ctx, fastConfig(path))
-	waitForLog(t, logs, "Waiting for the CSI driver")
+	cfg := fastConfig(path)
+	attempts := attemptChannel(&cfg)
+	done := pluginNameAsync(ctx, cfg)
+	awaitAttempt(t, attempts, codes.Unavailable)
 
 	fake := newFakeDriver(t, answerName(testDriverName))
 	fake.serve(t, path)
@@ -325,8 +319,9 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				InitialBackoff: time.Hour,
 				MaxBackoff:     time.Hour,
 			}
+			attempts := attemptChannel(&cfg)
 			done := pluginNameAsync(ctx, cfg)
-			waitForLog(t, logs, "Waiting for the CSI driver")
+			awaitAttempt(t, attempts, codes.Unavailable)
 
 			for _, change := range test.changes {
 				var err error
@@ -501,14 +496,15 @@ func checkNotIdentity(t *testing.T, ctx context.Context, path string) {
 // leaves no watcher or connection behind.
 func TestSearchCancel(t *testing.T) {
 	t.Run("while waiting for the socket", func(t *testing.T) {
-		ctx, logs := logContext(t)
+		ctx, _ := logContext(t)
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		path := filepath.Join(socketDir(t), "missing", "csi.sock")
 		cfg := fastConfig(path)
 		cfg.InitialBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+		attempts := attemptChannel(&cfg)
 		done := pluginNameAsync(ctx, cfg)
-		waitForLog(t, logs, "Waiting for the CSI driver")
+		awaitAttempt(t, attempts, codes.Unavailable)
 
 		cancel()
 		checkCancelled(t, awaitResult(t, done))
