@@ -25,7 +25,6 @@ BIN       := bin/csi-node-driver-registrar
 FUZZTIME  ?= 20000x
 # Every fuzz target, as package:target: go test -fuzz runs one at a time.
 FUZZ_TARGETS := \
-	./internal/csiidentity:FuzzAnswers \
 	./pkg/driver:FuzzValidateName \
 	./pkg/driver:FuzzParseAddress \
 	./pkg/registration/handover:FuzzHandoverRequest \

@@ -1,17 +1,14 @@
 // Package driver finds the CSI driver and follows it: it waits for the
 // driver's Unix socket, asks its Identity service for its name
-// (GetPluginInfo), checks that name against the CSI specification, and
-// follows the driver's restarts.
+// (GetPluginInfo, with the CSI spec's Go client), checks that name against
+// the CSI specification, and follows the driver's restarts.
 //
-// The name is asked with internal/csiidentity, and the connection the
-// driver answered on is then held (internal/unixgrpc's HoldClient; Hold when
-// it has to be made again): csi-lib-utils' rpc and
-// connection link the CSI spec's generated package, which the registrar's
-// memory budget cannot hold (see internal/csiidentity). Each attempt to
-// find the driver dials by itself, once (internal/unixgrpc): csi-lib-utils'
-// Connect retries on gRPC's backoff until its timeout, while the follower
-// must see a refusal at once and time its next attempt by the socket's file
-// system events.
+// Each attempt dials by itself, once (internal/unixgrpc), and the connection
+// the driver answered on is then held: csi-lib-utils' connection.Connect
+// retries on gRPC's backoff until its timeout, while the follower must see
+// a refusal at once and time its next attempt by the socket's file system
+// events. csi-lib-utils' rpc.GetDriverName is not used: it fails an empty
+// name with its own text, where ValidateName tells the operator the rule.
 package driver
 
 import (

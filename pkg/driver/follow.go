@@ -6,8 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
@@ -49,6 +51,13 @@ type Config struct {
 	// when ctx ended the attempt). Follow waits for it: keep it as cheap as
 	// updating a metric.
 	OnAttempt func(duration time.Duration, err error)
+	// Clock times the backoff, the waits and OnAttempt's durations; nil
+	// means the real clock. The calls' own timeouts are on the real clock.
+	Clock clock.Clock
+
+	// onFileEvent, set by tests only, is called on Follow's goroutine with
+	// each file system event it handles, in order with its reports.
+	onFileEvent func(fsnotify.Event)
 }
 
 func (c Config) withDefaults() Config {
@@ -62,6 +71,9 @@ func (c Config) withDefaults() Config {
 		c.MaxBackoff = DefaultMaxBackoff
 	}
 	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
 	return c
 }
 
@@ -96,7 +108,8 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
-	f.watcher = newSocketWatcher(f.logger, cfg.Address.Path)
+	f.watcher = newSocketWatcher(f.logger, cfg.Clock, cfg.Address.Path)
+	f.watcher.onEvent = cfg.onFileEvent
 	defer f.watcher.close()
 	err := f.run(ctx)
 	if ctx.Err() != nil {
@@ -194,7 +207,7 @@ func (f *follower) watchSocket(ctx context.Context, found answer) (socketChange,
 
 		// The connection ended. A driver that stops closes its connections,
 		// then its socket goes: give the file system a moment to say so.
-		deadline := time.Now().Add(settleTime)
+		deadline := f.cfg.Clock.Now().Add(settleTime)
 		for {
 			change, err = f.watcher.next(ctx, deadline, socket)
 			if err != nil || change != noChange {
@@ -235,14 +248,14 @@ func (f *follower) idleDeadline() time.Time {
 	if f.watcher.watching() {
 		return time.Time{}
 	}
-	return time.Now().Add(f.cfg.MaxBackoff)
+	return f.cfg.Clock.Now().Add(f.cfg.MaxBackoff)
 }
 
 // waitForSocket waits, without attempts, until a socket is created. Its
 // look every MaxBackoff also puts back a watch lost without an event.
 func (f *follower) waitForSocket(ctx context.Context) error {
 	for {
-		change, err := f.watcher.next(ctx, time.Now().Add(f.cfg.MaxBackoff), nil)
+		change, err := f.watcher.next(ctx, f.cfg.Clock.Now().Add(f.cfg.MaxBackoff), socketFile{})
 		if err != nil || change == socketCreated {
 			return err
 		}

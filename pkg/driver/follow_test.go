@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +15,12 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
@@ -63,15 +63,20 @@ type following struct {
 
 func followAsync(t testing.TB, ctx context.Context, cfg driver.Config) *following {
 	t.Helper()
+	// Large enough that Follow never waits for the test.
+	events := make(chan driver.Event, 1000)
+	f := startFollow(t, ctx, cfg, func(event driver.Event) { events <- event })
+	f.events = events
+	return f
+}
+
+// startFollow runs Follow in the background with report.
+func startFollow(t testing.TB, ctx context.Context, cfg driver.Config, report func(driver.Event)) *following {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	f := &following{
-		cancel: cancel,
-		// Large enough that Follow never waits for the test.
-		events: make(chan driver.Event, 1000),
-		done:   make(chan error, 1),
-	}
+	f := &following{cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		f.done <- driver.Follow(ctx, cfg, func(event driver.Event) { f.events <- event })
+		f.done <- driver.Follow(ctx, cfg, report)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -156,8 +161,10 @@ func TestFollowFindsDriver(t *testing.T) {
 	t.Run("driver appears later", func(t *testing.T) {
 		ctx, logs := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
-		f := followAsync(t, ctx, eventDrivenConfig(path))
-		waitForLog(t, logs, "Waiting for the CSI driver")
+		cfg := eventDrivenConfig(path)
+		attempts := attemptChannel(&cfg)
+		f := followAsync(t, ctx, cfg)
+		awaitAttempt(t, attempts, codes.Unavailable)
 
 		fake := newFakeDriver(t, answerName(testDriverName))
 		fake.serveByRename(t, path)
@@ -414,12 +421,18 @@ func TestFollowQuickRestart(t *testing.T) {
 			})
 			t.Run("many times", func(t *testing.T) {
 				const restarts = 10
-				ctx, logs := logContext(t)
+				ctx, _ := logContext(t)
 				path := filepath.Join(socketDir(t), "csi.sock")
 				current := newFakeDriver(t, answerName(testDriverName))
 				test.serve(current, t, path)
-				f := followAsync(t, ctx, test.cfg(path))
-				f.expect(t, reachable(testDriverName))
+				// Follow's reports and the file system events it handled,
+				// in its order; large enough that it never waits.
+				trace := make(chan traced, 1000)
+				cfg := driver.WithFileEvents(test.cfg(path), func(e fsnotify.Event) { trace <- traced{file: e} })
+				f := startFollow(t, ctx, cfg, func(e driver.Event) { trace <- traced{event: e} })
+				if got := nextReport(t, trace); got != reachable(testDriverName) {
+					t.Fatalf("event %+v, want %+v", got, reachable(testDriverName))
+				}
 
 				names := map[string]bool{testDriverName: true}
 				var last string
@@ -433,12 +446,30 @@ func TestFollowQuickRestart(t *testing.T) {
 
 				// Follow may see the file system events late and report
 				// drivers already replaced, and their removals, after the
-				// last driver. It is done once it has logged the last
+				// last driver. It is done once it has reported the last
 				// driver after handling the last creation of the socket.
-				waitUntil(t, logs, func(entries []ktesting.LogEntry) bool {
-					return settled(entries, path, restarts, last)
-				})
-				events := append([]driver.Event{reachable(testDriverName)}, f.stop(t)...)
+				events := []driver.Event{reachable(testDriverName)}
+				creations := 0
+				for done := false; !done; {
+					select {
+					case got := <-trace:
+						switch {
+						case got.file.Name == "":
+							events = append(events, got.event)
+							done = creations == restarts && got.event == reachable(last)
+						case got.file.Name == path && got.file.Has(fsnotify.Create):
+							creations++
+						}
+					case <-time.After(testTimeout):
+						t.Fatalf("after %v, %d of %d creations handled; events: %+v", testTimeout, creations, restarts, events)
+					}
+				}
+				f.stop(t)
+				for len(trace) > 0 {
+					if got := <-trace; got.file.Name == "" {
+						events = append(events, got.event)
+					}
+				}
 				for i, event := range events {
 					if event.Reachable && !names[event.Name] || !event.Reachable && event != gone {
 						t.Errorf("event %+v: not one of the drivers", event)
@@ -570,10 +601,12 @@ func TestFollowFatalAfterRestart(t *testing.T) {
 // returns nil and leaves nothing behind.
 func TestFollowCancel(t *testing.T) {
 	t.Run("before the driver is found", func(t *testing.T) {
-		ctx, logs := logContext(t)
+		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "missing", "csi.sock")
-		f := followAsync(t, ctx, eventDrivenConfig(path))
-		waitForLog(t, logs, "Waiting for the CSI driver")
+		cfg := eventDrivenConfig(path)
+		attempts := attemptChannel(&cfg)
+		f := followAsync(t, ctx, cfg)
+		awaitAttempt(t, attempts, codes.Unavailable)
 		if left := f.stop(t); len(left) > 0 {
 			t.Errorf("events: %+v", left)
 		}
@@ -627,6 +660,44 @@ func TestFollowCancel(t *testing.T) {
 		}
 	})
 	checkNoLeaks(t)
+}
+
+// TestFollowBackoff steps the clock through the waits between attempts on
+// a missing socket, then creates the socket: the backoff starts again.
+func TestFollowBackoff(t *testing.T) {
+	ctx, _ := logContext(t)
+	path := filepath.Join(socketDir(t), "csi.sock")
+	clock := clocktesting.NewFakeClock(time.Now())
+	cfg := driver.Config{Address: driver.Address{Path: path}, Clock: clock}
+	attempts := attemptChannel(&cfg)
+	f := followAsync(t, ctx, cfg)
+	awaitAttempt(t, attempts, codes.Unavailable)
+
+	// waitFor checks that the next attempt comes after wait on the clock,
+	// not before.
+	waitFor := func(wait time.Duration, want codes.Code) {
+		t.Helper()
+		poll.StepThrough(t, clock, wait)
+		awaitAttempt(t, attempts, want)
+	}
+	for _, wait := range []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000} {
+		waitFor(wait*time.Millisecond, codes.Unavailable)
+	}
+
+	notReady := 2
+	newFakeDriver(t, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+		if call <= int64(notReady) {
+			return nil, status.Error(codes.Unavailable, "not ready yet")
+		}
+		return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
+	}).serveByRename(t, path)
+	awaitAttempt(t, attempts, codes.Unavailable) // at once, on the creation
+	waitFor(100*time.Millisecond, codes.Unavailable)
+	waitFor(200*time.Millisecond, codes.OK)
+	f.expect(t, reachable(testDriverName))
+	if left := f.stop(t); len(left) > 0 {
+		t.Errorf("more events: %+v", left)
+	}
 }
 
 // attemptLog records what OnAttempt is given.
@@ -751,36 +822,45 @@ func BenchmarkFollowRestart(b *testing.B) {
 	}
 }
 
-// waitUntil polls the log, up to testTimeout, until done holds.
-func waitUntil(t testing.TB, logs ktesting.Buffer, done func([]ktesting.LogEntry) bool) {
+// traced is a report of Follow's or, when file has a name, a file system
+// event it handled.
+type traced struct {
+	event driver.Event
+	file  fsnotify.Event
+}
+
+// nextReport returns the next report in trace, past file system events.
+func nextReport(t testing.TB, trace <-chan traced) driver.Event {
 	t.Helper()
-	if !poll.Wait(testTimeout, func() bool { return done(logs.Data()) }) {
-		t.Fatalf("condition not met after %v:\n%s", testTimeout, logs.String())
+	for {
+		select {
+		case got := <-trace:
+			if got.file.Name == "" {
+				return got.event
+			}
+		case <-time.After(testTimeout):
+			t.Fatalf("no event after %v", testTimeout)
+		}
 	}
 }
 
-// settled reports whether the log shows Follow done with a series of
-// restarts: it handled creations file system events for the socket at path,
-// and then logged that it found the driver called last.
-func settled(entries []ktesting.LogEntry, path string, creations int, last string) bool {
-	seen, lastCreation := 0, -1
-	for i, entry := range entries {
-		if entry.Message == "File system event" {
-			event := fmt.Sprint(entry.ParameterKVList...)
-			if strings.Contains(event, "CREATE") && strings.Contains(event, fmt.Sprintf("%q", path)) {
-				seen++
-				lastCreation = i
-			}
+// attemptChannel makes cfg's OnAttempt send each attempt's code on the
+// channel it returns, large enough that Follow never waits for the test.
+func attemptChannel(cfg *driver.Config) <-chan codes.Code {
+	attempts := make(chan codes.Code, 1000)
+	cfg.OnAttempt = func(_ time.Duration, err error) { attempts <- status.Code(err) }
+	return attempts
+}
+
+// awaitAttempt waits for the next attempt and checks its code.
+func awaitAttempt(t testing.TB, attempts <-chan codes.Code, want codes.Code) {
+	t.Helper()
+	select {
+	case got := <-attempts:
+		if got != want {
+			t.Fatalf("attempt ended with %v, want %v", got, want)
 		}
+	case <-time.After(testTimeout):
+		t.Fatalf("no attempt after %v", testTimeout)
 	}
-	if seen < creations {
-		return false
-	}
-	for _, entry := range entries[lastCreation+1:] {
-		found := entry.Message == "CSI driver is back" || entry.Message == "CSI driver name changed"
-		if found && slices.Contains(entry.ParameterKVList, any(last)) {
-			return true
-		}
-	}
-	return false
 }

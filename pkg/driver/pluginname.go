@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"math"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -38,12 +39,18 @@ const (
 var errSocketRemoved = errors.New("the CSI driver socket was removed")
 
 // answer is the driver's answer to the attempt that succeeded: its name,
-// the socket as it was just before that attempt (nil if it could not be
+// the socket as it was just before that attempt (none if it could not be
 // read), and the connection the answer came on, which Follow then holds.
 type answer struct {
 	name   string
-	socket os.FileInfo
+	socket socketFile
 	conn   *grpc.ClientConn
+}
+
+// backoff is the wait between failed attempts, doubling from
+// InitialBackoff to MaxBackoff.
+func (c Config) backoff() wait.Backoff {
+	return wait.Backoff{Duration: c.InitialBackoff, Factor: 2, Cap: c.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // search asks the driver for its name, retrying as Follow says, until it
@@ -51,20 +58,20 @@ type answer struct {
 // still waits, and once per distinct unexpected error; each attempt at V(4).
 func (f *follower) search(ctx context.Context) (answer, error) {
 	path := f.cfg.Address.Path
-	delay := f.cfg.InitialBackoff
+	backoff := f.cfg.backoff()
 	var waitingSince, lastReminder time.Time
 	reported := map[string]bool{}
-	var refusing os.FileInfo    // the socket that refused the last attempt
+	var refusing socketFile     // the socket that refused the last attempt
 	var refusingSince time.Time // its first refusal
 	for attempt := 1; ; attempt++ {
 		// Before the attempt: a socket replaced during the attempt must not
 		// pass for the one that answered.
-		socket, _ := os.Lstat(path)
+		socket := lstatSocket(path)
 		f.logger.V(4).Info("Calling GetPluginInfo", "path", path, "attempt", attempt)
-		start := time.Now()
+		start := f.cfg.Clock.Now()
 		name, conn, connectFailed, err := getPluginInfo(ctx, path, f.cfg.Timeout)
 		if f.cfg.OnAttempt != nil {
-			f.cfg.OnAttempt(time.Since(start), err)
+			f.cfg.OnAttempt(f.cfg.Clock.Since(start), err)
 		}
 		if err == nil {
 			if err := ValidateName(name); err != nil {
@@ -93,7 +100,7 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 			}
 		}
 
-		now := time.Now()
+		now := f.cfg.Clock.Now()
 		if attempt == 1 {
 			waitingSince, lastReminder = now, now
 			f.logger.Info("Waiting for the CSI driver", "path", path, "reason", err)
@@ -103,9 +110,10 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 				"waited", now.Sub(waitingSince).Round(time.Second), "attempts", attempt, "reason", err)
 		}
 
+		delay := backoff.Duration // the next step's, not taken yet
 		wait := delay
-		if connectFailed && socket != nil {
-			if refusing == nil || !sameSocket(refusing, socket) {
+		if connectFailed && !socket.none() {
+			if refusing != socket {
 				refusing, refusingSince = socket, now
 			}
 			if now.Sub(refusingSince) < listenWait {
@@ -120,9 +128,9 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 			return answer{}, errSocketRemoved
 		case change == socketCreated:
 			f.logger.V(4).Info("CSI driver socket created", "path", path)
-			delay = f.cfg.InitialBackoff
+			backoff = f.cfg.backoff()
 		case wait == delay:
-			delay = min(2*delay, f.cfg.MaxBackoff)
+			backoff.Step()
 		}
 	}
 }
@@ -142,16 +150,10 @@ func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (nam
 		}
 		return "", nil, true, status.Error(codes.Unavailable, err.Error())
 	}
-	info, err := csiidentity.GetPluginInfo(callCtx, conn)
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(callCtx, &csi.GetPluginInfoRequest{})
 	if err != nil {
 		_ = conn.Close()
 		return "", nil, false, err
 	}
-	return info.Name, conn, false, nil
-}
-
-// sameSocket tells whether a and b are one socket file: the same inode,
-// not reused by a socket made since.
-func sameSocket(a, b os.FileInfo) bool {
-	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+	return info.GetName(), conn, false, nil
 }

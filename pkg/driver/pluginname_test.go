@@ -19,8 +19,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
-	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
-	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,7 +45,7 @@ func socketDir(t testing.TB) string {
 	return dir
 }
 
-// answerFunc is the mock GetPluginInfo: it gets the 1-based call number.
+// answerFunc is the fake driver's GetPluginInfo: it gets the 1-based call number.
 type answerFunc func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error)
 
 func answerName(name string) answerFunc {
@@ -56,12 +54,17 @@ func answerName(name string) answerFunc {
 	}
 }
 
-// fakeDriver is a csi-test mock Identity service with a call counter, on a
-// gRPC server of its own: csi-test's MockCSIDriver panics when it is stopped
-// before its server goroutine got going, which quick restarts do.
+// fakeDriver is a CSI Identity service on a gRPC server of its own, whose
+// GetPluginInfo answers with answer and counts the calls.
 type fakeDriver struct {
+	csi.UnimplementedIdentityServer
 	server *grpc.Server
+	answer answerFunc
 	calls  atomic.Int64
+}
+
+func (d *fakeDriver) GetPluginInfo(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return d.answer(ctx, d.calls.Add(1))
 }
 
 func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
@@ -72,16 +75,8 @@ func newFakeDriver(t testing.TB, answer answerFunc) *fakeDriver {
 // newFakeDriverWith is newFakeDriver with options for its gRPC server.
 func newFakeDriverWith(t testing.TB, answer answerFunc, opts ...grpc.ServerOption) *fakeDriver {
 	t.Helper()
-	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
-	d := &fakeDriver{server: grpc.NewServer(opts...)}
-	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
-		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-			return answer(ctx, d.calls.Add(1))
-		})
-	csi.RegisterIdentityServer(d.server, struct {
-		csi.UnsafeIdentityServer // the mock has all the methods but the marker
-		*csitest.MockIdentityServer
-	}{MockIdentityServer: identity})
+	d := &fakeDriver{server: grpc.NewServer(opts...), answer: answer}
+	csi.RegisterIdentityServer(d.server, d)
 	return d
 }
 
@@ -151,14 +146,6 @@ func levelZero(logs ktesting.Buffer) []string {
 		}
 	}
 	return messages
-}
-
-// waitForLog polls the log, up to testTimeout, for a level 0 message.
-func waitForLog(t testing.TB, logs ktesting.Buffer, message string) {
-	t.Helper()
-	if !poll.Wait(testTimeout, func() bool { return containsString(levelZero(logs), message) }) {
-		t.Fatalf("no %q in the log after %v:\n%s", message, testTimeout, logs.String())
-	}
 }
 
 // waitForWatch polls the log, up to testTimeout, until the watcher says it
@@ -270,8 +257,10 @@ func TestSearchDriverUp(t *testing.T) {
 func TestSearchDriverAppearsLater(t *testing.T) {
 	ctx, logs := logContext(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
-	done := pluginNameAsync(ctx, fastConfig(path))
-	waitForLog(t, logs, "Waiting for the CSI driver")
+	cfg := fastConfig(path)
+	attempts := attemptChannel(&cfg)
+	done := pluginNameAsync(ctx, cfg)
+	awaitAttempt(t, attempts, codes.Unavailable)
 
 	fake := newFakeDriver(t, answerName(testDriverName))
 	fake.serve(t, path)
@@ -330,8 +319,9 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				InitialBackoff: time.Hour,
 				MaxBackoff:     time.Hour,
 			}
+			attempts := attemptChannel(&cfg)
 			done := pluginNameAsync(ctx, cfg)
-			waitForLog(t, logs, "Waiting for the CSI driver")
+			awaitAttempt(t, attempts, codes.Unavailable)
 
 			for _, change := range test.changes {
 				var err error
@@ -506,14 +496,15 @@ func checkNotIdentity(t *testing.T, ctx context.Context, path string) {
 // leaves no watcher or connection behind.
 func TestSearchCancel(t *testing.T) {
 	t.Run("while waiting for the socket", func(t *testing.T) {
-		ctx, logs := logContext(t)
+		ctx, _ := logContext(t)
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		path := filepath.Join(socketDir(t), "missing", "csi.sock")
 		cfg := fastConfig(path)
 		cfg.InitialBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+		attempts := attemptChannel(&cfg)
 		done := pluginNameAsync(ctx, cfg)
-		waitForLog(t, logs, "Waiting for the CSI driver")
+		awaitAttempt(t, attempts, codes.Unavailable)
 
 		cancel()
 		checkCancelled(t, awaitResult(t, done))

@@ -10,6 +10,9 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 type socketChange int
@@ -31,15 +34,17 @@ const (
 // is told by the directory's identity at the next deadline, and put back.
 type socketWatcher struct {
 	logger  klog.Logger
+	clock   clock.Clock
 	path    string            // absolute and clean, to compare with event names
 	notify  *fsnotify.Watcher // nil when watching is impossible
 	dir     string            // the directory watched, "" for none
 	dirInfo os.FileInfo       // that directory when the watch was added
 	failed  bool              // a failure to watch was logged at level 0
+	onEvent func(fsnotify.Event)
 }
 
-func newSocketWatcher(logger klog.Logger, path string) *socketWatcher {
-	w := &socketWatcher{logger: logger, path: path}
+func newSocketWatcher(logger klog.Logger, clk clock.Clock, path string) *socketWatcher {
+	w := &socketWatcher{logger: logger, clock: clk, path: path}
 	abs, err := filepath.Abs(path)
 	if err == nil {
 		w.path = abs
@@ -113,13 +118,13 @@ func deepestDir(path string) (string, os.FileInfo) {
 // next waits for the socket to be created or removed; it returns noChange
 // at deadline (zero for none), and ctx's error once ctx is done. Where
 // events cannot tell (none expected, lost, or the watch moved), a look
-// compared with known (the socket last seen, nil for none) does.
-func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.FileInfo) (socketChange, error) {
+// compared with known (the socket last seen) does.
+func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known socketFile) (socketChange, error) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
+		timer := w.clock.NewTimer(deadline.Sub(w.clock.Now()))
 		defer timer.Stop()
-		expired = timer.C
+		expired = timer.C()
 	}
 	// fsnotify closes its channels only when it is closed, after Follow.
 	var events <-chan fsnotify.Event
@@ -138,6 +143,9 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.F
 			return noChange, nil
 		case event := <-events:
 			w.logger.V(5).Info("File system event", "event", event.String())
+			if w.onEvent != nil {
+				w.onEvent(event)
+			}
 			switch {
 			case event.Name == w.path && event.Has(fsnotify.Create):
 				return socketCreated, nil
@@ -160,16 +168,35 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known os.F
 	}
 }
 
-// look tells from the file system what happened to the socket known (nil
-// for none). The modification time tells a new socket that reused the old
-// one's inode.
-func (w *socketWatcher) look(known os.FileInfo) socketChange {
-	info, err := os.Lstat(w.path)
-	switch {
-	case err != nil && known != nil:
+// look tells from the file system what happened to the socket known.
+func (w *socketWatcher) look(known socketFile) socketChange {
+	switch now := lstatSocket(w.path); {
+	case now == known:
+		return noChange
+	case now.none():
 		return socketRemoved
-	case err == nil && (known == nil || !sameSocket(known, info)):
-		return socketCreated
 	}
-	return noChange
+	return socketCreated
+}
+
+// socketFile is a socket file's identity: sockfile's, and the modification
+// time, which tells a new socket that reused a removed one's inode.
+type socketFile struct {
+	id       sockfile.ID
+	modified int64 // in nanoseconds since the Unix epoch
+}
+
+// none tells that there was no file at the path.
+func (s socketFile) none() bool { return s == socketFile{} }
+
+// lstatSocket is the identity of the file at path; none when there is none.
+// A file whose device and inode cannot be read (it went meanwhile, or on
+// Windows cannot be opened) is told by its modification time alone.
+func lstatSocket(path string) socketFile {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return socketFile{}
+	}
+	id, _, _ := sockfile.Lstat(path)
+	return socketFile{id: id, modified: fi.ModTime().UnixNano()}
 }

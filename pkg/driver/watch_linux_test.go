@@ -10,6 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // A file system mounted over the watched directory hides it: the watch
@@ -26,7 +29,8 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	socket := filepath.Join(dir, "csi.sock")
-	w := newSocketWatcher(klog.Background(), socket)
+	clk := clocktesting.NewFakeClock(time.Now())
+	w := newSocketWatcher(klog.Background(), clk, socket)
 	defer w.close()
 	if w.dir != dir {
 		t.Fatalf("watching %q; want %q", w.dir, dir)
@@ -38,7 +42,7 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 		if watched(w, dir) {
 			t.Fatalf("%s: the watch is on the directory at %s before the look", when, dir)
 		}
-		change, err := w.next(ctx, time.Now().Add(10*time.Millisecond), nil)
+		change, err := nextAtDeadline(t, ctx, w, clk)
 		if err != nil || change != noChange {
 			t.Fatalf("%s: next = %v, %v; want noChange at the deadline", when, change, err)
 		}
@@ -52,12 +56,12 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		change, err := w.next(ctx, time.Time{}, nil)
+		change, err := w.next(ctx, time.Time{}, socketFile{})
 		if err != nil || change != socketCreated {
 			t.Fatalf("a socket created %s: next = %v, %v; want socketCreated", when, change, err)
 		}
 		_ = l.Close() // removes the socket
-		if change, err := w.next(ctx, time.Time{}, nil); err != nil || change != socketRemoved {
+		if change, err := w.next(ctx, time.Time{}, socketFile{}); err != nil || change != socketRemoved {
 			t.Fatalf("the socket removed %s: next = %v, %v; want socketRemoved", when, change, err)
 		}
 	}
@@ -80,6 +84,24 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 	mounted = false
 	look("after the unmount")
 	created("after the unmount")
+}
+
+// nextAtDeadline waits with w.next for a deadline a second ahead on clk,
+// and steps clk to it once w waits for it.
+func nextAtDeadline(t *testing.T, ctx context.Context, w *socketWatcher, clk *clocktesting.FakeClock) (socketChange, error) {
+	t.Helper()
+	type result struct {
+		change socketChange
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		change, err := w.next(ctx, clk.Now().Add(time.Second), socketFile{})
+		done <- result{change, err}
+	}()
+	poll.StepThrough(t, clk, time.Second)
+	r := <-done
+	return r.change, r.err
 }
 
 // watched tells whether w watches the directory now at dir.

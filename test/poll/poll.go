@@ -5,6 +5,8 @@ package poll
 import (
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // Timeout is how long Until waits: far longer than anything it waits for
@@ -41,4 +43,16 @@ func Wait(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(interval)
 	}
 	return true
+}
+
+// StepThrough waits until something waits on clock, then steps clock to
+// the end of wait, failing the test if that wait ends earlier.
+func StepThrough(t testing.TB, clock *clocktesting.FakeClock, wait time.Duration) {
+	t.Helper()
+	Until(t, "something waits on the clock", clock.HasWaiters)
+	clock.Step(wait - time.Millisecond)
+	if !clock.HasWaiters() {
+		t.Fatalf("the wait ended before %v", wait)
+	}
+	clock.Step(time.Millisecond)
 }

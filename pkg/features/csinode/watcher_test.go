@@ -169,19 +169,8 @@ func TestFailuresBackOff(t *testing.T) {
 	if f := <-findings; f != want {
 		t.Errorf("finding %+v\n     want %+v", f, want)
 	}
-	// stepTo steps the clock to the end of the watcher's wait, checking
-	// that it waits until then.
-	stepTo := func(wait time.Duration) {
-		t.Helper()
-		poll.Until(t, "the watcher waits", clk.HasWaiters)
-		clk.Step(wait - time.Millisecond)
-		if !clk.HasWaiters() {
-			t.Fatalf("the watcher retried before %v", wait)
-		}
-		clk.Step(time.Millisecond)
-	}
 	for _, backoff := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 256, 300} {
-		stepTo(backoff * time.Second * 4 / 5)
+		poll.StepThrough(t, clk, backoff*time.Second*4/5)
 		a.next(t, "GET csinode")
 	}
 	a.next(t, "GET node")
@@ -196,7 +185,7 @@ func TestFailuresBackOff(t *testing.T) {
 	a.endWatch <- struct{}{}
 	a.next(t, "WATCH rv=5")
 	poll.Until(t, "the watch's failure recorded", func() bool { return w.Status().LastError != "" })
-	stepTo(time.Second * 4 / 5)
+	poll.StepThrough(t, clk, time.Second*4/5)
 	a.next(t, "GET csinode")
 	a.next(t, "GET node")
 	a.next(t, "WATCH rv=5")

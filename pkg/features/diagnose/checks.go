@@ -15,13 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
@@ -106,7 +106,7 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	} else if err != nil {
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
-	name, version := info.Name, info.VendorVersion
+	name, version := info.GetName(), info.GetVendorVersion()
 	if err := driver.ValidateName(name); err != nil {
 		return fail(c, fmt.Sprintf("%v (vendor version %q)", err, version))
 	}
@@ -136,18 +136,18 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 	default:
 		return fail(c, describeCallError(err, timeout)+"; "+unfinished+". The driver's log says why")
 	}
-	if info.NodeID == "" {
+	if info.GetNodeId() == "" {
 		return fail(c, "the answer has an empty node_id, which kubelet refuses (\"driverNodeID must not be empty\"); "+unfinished+". The driver must find this node's ID (its --node-id or metadata)")
 	}
 	d.nodeInfoFailed = false
-	detail := fmt.Sprintf("node ID %q", info.NodeID)
-	if info.MaxVolumesPerNode > 0 {
-		detail += fmt.Sprintf(", at most %d volumes", info.MaxVolumesPerNode)
+	detail := fmt.Sprintf("node ID %q", info.GetNodeId())
+	if info.GetMaxVolumesPerNode() > 0 {
+		detail += fmt.Sprintf(", at most %d volumes", info.GetMaxVolumesPerNode())
 	}
-	if len(info.Topology) > 0 {
-		segments := make([]string, 0, len(info.Topology))
-		for _, k := range slices.Sorted(maps.Keys(info.Topology)) {
-			segments = append(segments, k+"="+info.Topology[k])
+	if topology := info.GetAccessibleTopology().GetSegments(); len(topology) > 0 {
+		segments := make([]string, 0, len(topology))
+		for _, k := range slices.Sorted(maps.Keys(topology)) {
+			segments = append(segments, k+"="+topology[k])
 		}
 		detail += ", topology " + strings.Join(segments, ",")
 	}
@@ -366,12 +366,12 @@ func call[T any](ctx context.Context, path string, timeout time.Duration, rpc fu
 	return rpc(ctx, conn)
 }
 
-func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.PluginInfo, error) {
-	return csiidentity.GetPluginInfo(ctx, conn)
+func pluginInfo(ctx context.Context, conn *grpc.ClientConn) (*csi.GetPluginInfoResponse, error) {
+	return csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 }
 
-func nodeInfo(ctx context.Context, conn *grpc.ClientConn) (csiidentity.NodeInfo, error) {
-	return csiidentity.NodeGetInfo(ctx, conn)
+func nodeInfo(ctx context.Context, conn *grpc.ClientConn) (*csi.NodeGetInfoResponse, error) {
+	return csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
 }
 
 // describeCallError says in a few words how a call failed.

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
-	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,42 +127,42 @@ func healthyInfo() *registerapi.PluginInfo {
 	}
 }
 
-// startDriver serves the csi-test mock Identity service at the driver
-// socket. It serves it on a gRPC server of its own rather than through
-// csi-test's CSIDriver, whose serving goroutine panics when the server is
-// stopped before it has begun to serve (seen under qemu-arm, make
-// arch-test).
+// identityServer answers GetPluginInfo with reply.
+type identityServer struct {
+	csi.UnimplementedIdentityServer
+	reply answer
+}
+
+func (s identityServer) GetPluginInfo(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return s.reply(ctx)
+}
+
+// nodeServer answers NodeGetInfo with nodeInfo, node ID "node-1" when nil.
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	nodeInfo func(ctx context.Context) (*csi.NodeGetInfoResponse, error)
+}
+
+func (s nodeServer) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	if s.nodeInfo == nil {
+		return &csi.NodeGetInfoResponse{NodeId: "node-1"}, nil
+	}
+	return s.nodeInfo(ctx)
+}
+
+// startDriver serves a CSI Identity service, and unless withoutNodeService
+// a Node service, at the driver socket, on a gRPC server of its own.
 func (e *env) startDriver(t *testing.T, reply answer) {
 	t.Helper()
 	afunix.Require(t)
-	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
-	identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
-		func(ctx context.Context, _ *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-			return reply(ctx)
-		})
 	l, err := net.Listen("unix", e.driverSocket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	// As csi-test's NewMockCSIDriver registers its mock.
-	csi.RegisterIdentityServer(srv, struct {
-		csi.UnsafeIdentityServer
-		*csitest.MockIdentityServer
-	}{MockIdentityServer: identity})
+	csi.RegisterIdentityServer(srv, identityServer{reply: reply})
 	if !e.withoutNodeService {
-		node := csitest.NewMockNodeServer(gomock.NewController(t))
-		node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
-			func(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-				if e.nodeInfo == nil {
-					return &csi.NodeGetInfoResponse{NodeId: "node-1"}, nil
-				}
-				return e.nodeInfo(ctx)
-			})
-		csi.RegisterNodeServer(srv, struct {
-			csi.UnsafeNodeServer
-			*csitest.MockNodeServer
-		}{MockNodeServer: node})
+		csi.RegisterNodeServer(srv, nodeServer{nodeInfo: e.nodeInfo})
 	}
 	served := make(chan struct{})
 	go func() {

@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
@@ -140,7 +140,7 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	ready, err := csiidentity.Probe(ctx, conn)
+	ready, err := rpc.Probe(ctx, conn)
 	p.observe(name, err, time.Since(start))
 	if err == nil && !ready {
 		return ErrNotReady

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	csitest "github.com/kubernetes-csi/csi-test/v5/driver"
-	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,29 +35,26 @@ const (
 // answer is what the test driver's Probe returns for one call.
 type answer func(ctx context.Context) (*csi.ProbeResponse, error)
 
-// testDriver is csi-test's mock Identity service on a real gRPC server on
-// a Unix socket, whose Probe answers what the test says, and which counts
-// the connections it accepted.
+// testDriver is a CSI Identity service on a real gRPC server on a Unix
+// socket, whose Probe answers what the test says, and which counts the
+// connections it accepted.
 type testDriver struct {
+	csi.UnimplementedIdentityServer
 	server      *grpc.Server
 	connections atomic.Int64
 	calls       atomic.Int64
 	answer      answer
 }
 
+func (d *testDriver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	d.calls.Add(1)
+	return d.answer(ctx)
+}
+
 func newTestDriver(t testing.TB, a answer) *testDriver {
 	t.Helper()
-	identity := csitest.NewMockIdentityServer(gomock.NewController(t))
 	d := &testDriver{server: grpc.NewServer(), answer: a}
-	identity.EXPECT().Probe(gomock.Any(), gomock.Any()).AnyTimes().DoAndReturn(
-		func(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-			d.calls.Add(1)
-			return d.answer(ctx)
-		})
-	csi.RegisterIdentityServer(d.server, struct {
-		csi.UnsafeIdentityServer
-		*csitest.MockIdentityServer
-	}{MockIdentityServer: identity})
+	csi.RegisterIdentityServer(d.server, d)
 	return d
 }
 

@@ -3,10 +3,9 @@ package driverhealth
 import (
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/csi-registrar/node-driver-registrar/internal/csiidentity"
 )
 
 // OperationsMetric is the histogram of CSI calls that every CSI sidecar
@@ -31,7 +30,7 @@ func (p *Prober) observe(driver string, err error, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.metrics.SetDriverName(driver)
-	p.metrics.RecordMetrics(csiidentity.ProbeMethod, err, d)
+	p.metrics.RecordMetrics(csi.Identity_Probe_FullMethodName, err, d)
 }
 
 // StatusSection: the liveness probe adds no section to /status.
