@@ -230,33 +230,38 @@ func (w *Watcher) listWatch() cache.ListerWatcher {
 			w.count("watch", err)
 			// A watch-list's failure is not reported: the reflector lists
 			// then, as it does with API servers that cannot stream a list.
+			watchList := options.SendInitialEvents != nil && *options.SendInitialEvents
 			if err != nil {
-				if ctx.Err() == nil && (options.SendInitialEvents == nil || !*options.SendInitialEvents) {
+				if ctx.Err() == nil && !watchList {
 					w.failed(err)
 				}
 				return nil, err
 			}
-			return watch.Filter(events, w.watchEvent), nil
+			return watch.Filter(events, func(e watch.Event) (watch.Event, bool) {
+				if e.Type == watch.Error {
+					w.watchFailed(e.Object, watchList)
+				}
+				return e, true
+			}), nil
 		},
 	}
 }
 
-// watchEvent records a watch's ERROR event, which ends it; the reflector
+// watchFailed records a watch's ERROR event, which ends it; the reflector
 // lists again.
-func (w *Watcher) watchEvent(e watch.Event) (watch.Event, bool) {
-	if e.Type != watch.Error {
-		return e, true
-	}
-	err := kubeapi.Error("watch", w.csiNode, apierrors.FromObject(e.Object))
-	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
+	err := kubeapi.Error("watch", w.csiNode, apierrors.FromObject(status))
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		w.mu.Lock()
 		w.st.WatchesExpired++
 		w.logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
 		w.mu.Unlock()
-	} else {
+	case watchList:
+		w.logger.V(4).Info("The API server cannot stream the CSINode: listing it", "err", err)
+	default:
 		w.failed(err)
 	}
-	return e, true
 }
 
 // store is the reflector's store: it keeps nothing, and tells the watcher
