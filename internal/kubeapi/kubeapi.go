@@ -49,8 +49,8 @@ func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 }
 
 // Client reads and patches the API's objects as unstructured ones: client-go's
-// dynamic client, which needs none of the generated API types (k8s.io/api
-// would add several megabytes to the binary for two kinds).
+// dynamic client, which needs none of k8s.io/api's generated types (they
+// would link the whole core group for two kinds; see docs/performance.md).
 type Client struct {
 	dynamic dynamic.Interface
 }
