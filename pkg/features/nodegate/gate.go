@@ -240,13 +240,13 @@ func (g *Gate) Run(ctx context.Context) {
 			backoff = g.backoff()
 			continue
 		}
-		wait := backoff.Step()
-		next := g.cfg.Clock.Now().Add(wait)
+		delay := backoff.Step()
+		next := g.cfg.Clock.Now().Add(delay)
 		g.mu.Lock()
 		g.st.NextRetry = &next
 		g.mu.Unlock()
-		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", wait, "err", err)
-		retry.Reset(wait)
+		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", delay, "err", err)
+		retry.Reset(delay)
 	}
 }
 
