@@ -73,7 +73,7 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if !o.gatesNode() {
 		return nil, nil
 	}
-	client, err := inClusterClient()
+	client, err := apiClient(o)
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
@@ -87,10 +87,10 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	}), nil
 }
 
-// inClusterClient is a client of the API server with the pod's service
-// account.
-func inClusterClient() (*kubeapi.Client, error) {
-	cfg, err := kubeapi.InClusterConfig("csi-node-driver-registrar/" + version)
+// apiClient is a client of the API server: with --kubeconfig's
+// credentials, or else the pod's service account.
+func apiClient(o *options) (*kubeapi.Client, error) {
+	cfg, err := kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
 	if err != nil {
 		return nil, err
 	}
@@ -104,12 +104,12 @@ func wireCSINode(_ context.Context, o *options, c *core) (func(), error) {
 	if !o.confirmCSINode {
 		return nil, nil
 	}
-	client, err := inClusterClient()
+	client, err := apiClient(o)
 	if err != nil {
 		return nil, fmt.Errorf("--confirm-csinode: %w", err)
 	}
 	name, _ := o.node()
-	watcher := csinode.New(name, client, func(f csinode.Finding) { c.srv.ReportCSINode(registration.CSINodeReport(f)) })
+	watcher := csinode.New(name, client, nil, func(f csinode.Finding) { c.srv.ReportCSINode(registration.CSINodeReport(f)) })
 	c.srv.Observe(func(_ registration.Status, happened []registration.Transition) {
 		for _, t := range happened {
 			if named, ok := t.(registration.Named); ok {

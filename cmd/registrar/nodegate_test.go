@@ -95,7 +95,7 @@ func TestNodeGateNeedsThePodsServiceAccount(t *testing.T) {
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt") {
+	if _, err := newNodeGate(o); err == nil || !strings.Contains(err.Error(), "/var/run/secrets/kubernetes.io/serviceaccount/token") || !strings.Contains(err.Error(), "automountServiceAccountToken") {
 		t.Errorf("newNodeGate without the service account's files = %v", err)
 	}
 }

@@ -63,6 +63,7 @@ type options struct {
 	nodeCondition           bool
 	nodeConditionType       string
 	confirmCSINode          bool
+	kubeconfig              string
 	unhealthyAfter          time.Duration
 
 	logging *loggingOptions
@@ -95,7 +96,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
 	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	fs.StringVar(&o.nodeConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
-	fs.BoolVar(&o.confirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs get and watch on csinodes and get on nodes (deploy/csinode).")
+	fs.BoolVar(&o.confirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs list and watch on csinodes and get on nodes (deploy/csinode).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file for the API server, for --remove-node-taint, --node-condition and --confirm-csinode outside a pod. Empty: the pod's service account.")
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. Keep it above 2m: after failures at a path kubelet waits up to 2m2s before it calls again. 0: /healthz never fails for this.")
 	o.logging = addLoggingFlags(fs)
 	o.flags = fs

@@ -24,6 +24,14 @@ func TestParseFlagsAcceptsUpstreamManifests(t *testing.T) {
 				t.Errorf("defaults differ from upstream's: %+v", o)
 			}
 		}},
+		{"kubeconfig outside a pod", []string{"--kubelet-registration-path=/k", "--confirm-csinode", "--node-name=n1", "--kubeconfig=/nonexistent/kubeconfig"}, func(t *testing.T, o *options) {
+			if o.kubeconfig != "/nonexistent/kubeconfig" {
+				t.Errorf("kubeconfig %q", o.kubeconfig)
+			}
+			if _, err := apiClient(o); err == nil || !strings.Contains(err.Error(), `--kubeconfig="/nonexistent/kubeconfig"`) || !strings.Contains(err.Error(), "give a readable kubeconfig") {
+				t.Errorf("apiClient with an unreadable kubeconfig = %v, want the flag named and what to give", err)
+			}
+		}},
 		{"hostpath driver", []string{"--v=5", "--csi-address=/csi/csi.sock", "--kubelet-registration-path=/var/lib/kubelet/plugins/csi-hostpath/csi.sock", "--http-endpoint=:9809"}, func(t *testing.T, o *options) {
 			if o.csiAddress != "/csi/csi.sock" || o.httpAddress() != ":9809" {
 				t.Errorf("got %+v", o)

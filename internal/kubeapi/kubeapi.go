@@ -1,147 +1,94 @@
-// Package kubeapi makes the registrar's few requests to the Kubernetes API
-// server with the pod's service account: the node gate's GET and patches of
-// its Node (pkg/features/nodegate), the CSINode confirmation's GET and WATCH
-// of its CSINode and GET of its Node (pkg/features/csinode).
-//
-// It is written on net/http and encoding/json rather than client-go: a GET,
-// a PATCH and a WATCH of one object each do not need a Kubernetes client
-// library, and client-go's REST client alone would add 2.1 MB (+14%) to the
-// binary, its typed clients 16.5 MB (+113%) (hack/apiclient-size/size.sh
-// builds both, with the same calls, for the figures).
+// Package kubeapi is what the API features (pkg/features/nodegate and
+// pkg/features/csinode) share on top of client-go: the configuration, from
+// the pod's service account or a kubeconfig; the client; errors that name
+// the RBAC rule a refused request needs, or the admission policy that
+// refused it; and the request counters of their /status and metrics.
 package kubeapi
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
-// The service account's files, where kubelet mounts them in every
-// container that automounts its token.
-const (
-	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-	// tokenRefresh is how often the token file is read again. kubelet
-	// rotates a bound token well before it expires (at 80% of its life,
-	// at least an hour); client-go re-reads the file every minute too.
-	tokenRefresh = time.Minute
-	// requestTimeout bounds each request to the API server.
-	requestTimeout = 10 * time.Second
-	// maxResponse bounds what is read of an answer: a Node or a CSINode
-	// is a few KiB.
-	maxResponse = 4 << 20
-)
+// requestTimeout bounds each GET and PATCH; watches have their own.
+const requestTimeout = 10 * time.Second
 
-// Config says where the API server is and how to authenticate.
-type Config struct {
-	// Host is the API server's base URL, https://host:port.
-	Host string
-	// TokenFile holds the bearer token; it is read again every minute,
-	// and at once after a 401, as kubelet rotates it.
-	TokenFile string
-	// CAFile holds the PEM certificates that the API server's serving
-	// certificate must chain to.
-	CAFile string
-	// UserAgent is sent with each request.
-	UserAgent string
-}
-
-// InClusterConfig is the configuration of a process in a pod: the API
-// server from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, the
-// pod's service account token and CA, as client-go's rest.InClusterConfig.
-func InClusterConfig(userAgent string) (Config, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return Config{}, errors.New("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set: the node's taints and condition, and its CSINode, are reached through the API server, which only a process in a pod finds this way")
-	}
-	return Config{
-		Host:      "https://" + net.JoinHostPort(host, port),
-		TokenFile: serviceAccountDir + "/token",
-		CAFile:    serviceAccountDir + "/ca.crt",
-		UserAgent: userAgent,
-	}, nil
-}
-
-// Client makes requests to the API server; it is safe for concurrent use.
-type Client struct {
-	cfg  Config
-	http *http.Client
-
-	mu        sync.Mutex
-	token     string
-	tokenRead time.Time
-}
-
-// NewClient reads the CA and the token once, so that a pod without its
-// service account's files fails at start with the file named.
-func NewClient(cfg Config) (*Client, error) {
-	pool := x509.NewCertPool()
-	pemCerts, err := os.ReadFile(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("the API server's CA: %w (is the service account token mounted? automountServiceAccountToken must not be false)", err)
-	}
-	if !pool.AppendCertsFromPEM(pemCerts) {
-		return nil, fmt.Errorf("the API server's CA: no PEM certificate in %s", cfg.CAFile)
-	}
-	c := &Client{cfg: cfg, http: &http.Client{
-		Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			TLSHandshakeTimeout: requestTimeout,
-			IdleConnTimeout:     90 * time.Second,
-			MaxIdleConnsPerHost: 1,
-		},
-	}}
-	if _, err := c.currentToken(false); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// currentToken is the token file's content, read again when it is older
-// than tokenRefresh or when fresh is set (after a 401).
-func (c *Client) currentToken(fresh bool) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !fresh && c.token != "" && time.Since(c.tokenRead) < tokenRefresh {
-		return c.token, nil
-	}
-	b, err := os.ReadFile(c.cfg.TokenFile)
-	if err != nil {
-		if c.token != "" {
-			// Keep the last one: kubelet replaces the file atomically, so
-			// a failed read is passing; the API server will say if the
-			// token no longer works.
-			return c.token, nil
+// Config is the API server's configuration: from the kubeconfig file when
+// one is given, or else the pod's, with its service account's token (which
+// client-go reads again as kubelet rotates it) and CA.
+func Config(kubeconfig, userAgent string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return nil, fmt.Errorf("--kubeconfig=%q: %w; give a readable kubeconfig, or leave --kubeconfig empty in a pod to use its service account", kubeconfig, err)
 		}
-		return "", fmt.Errorf("the service account token: %w (is the service account token mounted? automountServiceAccountToken must not be false)", err)
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		if errors.Is(err, rest.ErrNotInCluster) {
+			return nil, fmt.Errorf("%w: outside a pod, give --kubeconfig", err)
+		}
+		return nil, fmt.Errorf("the pod's service account: %w (is its token mounted? automountServiceAccountToken must not be false)", err)
 	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("the service account token file %s is empty", c.cfg.TokenFile)
-	}
-	c.token, c.tokenRead = token, time.Now()
-	return token, nil
+	cfg.UserAgent = userAgent
+	return cfg, nil
 }
 
-// Object names one object of the API: the path of a request about it, and,
-// in errors, the RBAC terms the request needs.
+// Client reads and patches the API's objects as unstructured ones: client-go's
+// dynamic client, which needs none of k8s.io/api's generated types (they
+// would link the whole core group for two kinds; see docs/performance.md).
+type Client struct {
+	dynamic dynamic.Interface
+}
+
+// NewClient makes a client of cfg's API server.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's client: %w", err)
+	}
+	return &Client{dynamic: c}, nil
+}
+
+// Resource is the client of o's resource.
+func (c *Client) Resource(o Object) dynamic.ResourceInterface {
+	return c.dynamic.Resource(schema.GroupVersionResource{Group: o.Group, Version: "v1", Resource: o.Resource})
+}
+
+// Get reads o.
+func (c *Client) Get(ctx context.Context, o Object) (*unstructured.Unstructured, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	u, err := c.Resource(o).Get(ctx, o.Name, metav1.GetOptions{}, o.subresources()...)
+	return u, Error("get", o, err)
+}
+
+// Patch applies patch, of type pt, to o.
+func (c *Client) Patch(ctx context.Context, o Object, pt types.PatchType, patch []byte, opts metav1.PatchOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	_, err := c.Resource(o).Patch(ctx, o.Name, pt, patch, opts, o.subresources()...)
+	return Error("patch", o, err)
+}
+
+// Object names one object of the API, for the errors of requests about it.
 type Object struct {
-	// Group is the API group, "" for the core group; Version its version.
-	Group, Version string
+	// Group is the API group, "" for the core group.
+	Group string
 	// Resource is the resource's plural name; Subresource "" or e.g.
 	// "status".
 	Resource, Subresource string
@@ -153,20 +100,11 @@ type Object struct {
 	Component string
 }
 
-// collection is the path of the object's collection.
-func (o Object) collection() string {
-	if o.Group == "" {
-		return "/api/" + o.Version + "/" + o.Resource
+func (o Object) subresources() []string {
+	if o.Subresource == "" {
+		return nil
 	}
-	return "/apis/" + o.Group + "/" + o.Version + "/" + o.Resource
-}
-
-func (o Object) path() string {
-	p := o.collection() + "/" + url.PathEscape(o.Name)
-	if o.Subresource != "" {
-		p += "/" + o.Subresource
-	}
-	return p
+	return []string{o.Subresource}
 }
 
 // resource is the resource as RBAC names it: "nodes/status".
@@ -178,7 +116,7 @@ func (o Object) resource() string {
 }
 
 // APIError is an answer of the API server other than 2xx, or a watch's
-// ERROR event.
+// ERROR event, that says what to fix.
 type APIError struct {
 	Code   int
 	Verb   string
@@ -189,7 +127,11 @@ type APIError struct {
 	// (deploy/node-gate's csi-node-gate), and PolicyMessage is what it
 	// said; both empty for other answers.
 	Policy, PolicyMessage string
+	// err is client-go's, which the reflector classifies.
+	err error
 }
+
+func (e *APIError) Unwrap() error { return e.err }
 
 func (e *APIError) Error() string {
 	o := e.Object
@@ -206,7 +148,7 @@ func (e *APIError) Error() string {
 		return fmt.Sprintf("forbidden: the registrar's service account may not %s %s: its ClusterRole needs the rule {apiGroups: [%q], resources: [%q], verbs: [%q]}%s; the API server said: %s",
 			e.Verb, o.resource(), o.Group, o.resource(), e.Verb, has, e.Message)
 	case e.Code == http.StatusUnauthorized:
-		return fmt.Sprintf("unauthorized: the API server did not accept the service account's token to %s %s: %s", e.Verb, o.resource(), e.Message)
+		return fmt.Sprintf("unauthorized: the API server did not accept the credentials to %s %s: %s", e.Verb, o.resource(), e.Message)
 	case e.Code == http.StatusNotFound && o.Resource == "nodes":
 		return fmt.Sprintf("node %q not found: the registrar must be given its own node's name, from the downward API's spec.nodeName; the API server said: %s", o.Name, e.Message)
 	default:
@@ -214,10 +156,30 @@ func (e *APIError) Error() string {
 	}
 }
 
-// Code is the HTTP status code of an *APIError in err's chain, 0 for
-// another error: http.StatusNotFound for an object that does not exist,
-// http.StatusGone for a watch's expired resourceVersion.
+// Error is err, of a request of verb about o, as an *APIError when the API
+// server answered, or else with the request named; nil for nil.
+func Error(verb string, o Object, err error) error {
+	if err == nil {
+		return nil
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return fmt.Errorf("%s %s of %s %q: %w", verb, o.resource(), o.Kind, o.Name, err)
+	}
+	s := status.Status()
+	apiErr := &APIError{Code: int(s.Code), Verb: verb, Object: o, Message: s.Message, err: err}
+	apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(s.Message)
+	return apiErr
+}
+
+// Code is the HTTP status code of the API server's answer in err's chain,
+// 0 for another error: http.StatusNotFound for an object that does not
+// exist, http.StatusGone for a watch's expired resourceVersion.
 func Code(err error) int {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return int(status.Status().Code)
+	}
 	var apiErr *APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Code
@@ -258,186 +220,6 @@ func (r Requests) Clone() Requests {
 		c[name] = maps.Clone(codes)
 	}
 	return c
-}
-
-// newAPIError reads the API server's Status in answer.
-func newAPIError(code int, verb string, o Object, answer []byte) *APIError {
-	apiErr := &APIError{Code: code, Verb: verb, Object: o}
-	var status struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(answer, &status) == nil && status.Message != "" {
-		apiErr.Message = status.Message
-		apiErr.Policy, apiErr.PolicyMessage = refusingPolicy(status.Message)
-	} else {
-		apiErr.Message = strings.TrimSpace(string(answer[:min(len(answer), 200)]))
-	}
-	return apiErr
-}
-
-// Do sends a request about o, with query ("" or e.g. "dryRun=All"), and
-// returns the answer's body; an answer other than 2xx is an *APIError.
-func (c *Client) Do(ctx context.Context, method string, o Object, query, contentType string, body []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	verb := strings.ToLower(method)
-	target := c.cfg.Host + o.path()
-	if query != "" {
-		target += "?" + query
-	}
-	resp, err := c.send(ctx, method, verb, target, o, contentType, body)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return nil, fmt.Errorf("%s %s of %s %q: reading the answer: %w", verb, o.resource(), o.Kind, o.Name, err)
-	}
-	return answer, nil
-}
-
-// Get reads o and decodes it into v.
-func (c *Client) Get(ctx context.Context, o Object, v any) error {
-	answer, err := c.Do(ctx, http.MethodGet, o, "", "", nil)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(answer, v); err != nil {
-		return fmt.Errorf("get %s of %s %q: the answer is not a %s: %w", o.resource(), o.Kind, o.Name, o.Kind, err)
-	}
-	return nil
-}
-
-// send makes the request, with the token read again and the request sent
-// again once after a 401 (kubelet may have rotated the token since it was
-// read); it returns a 2xx answer, whose body the caller closes.
-func (c *Client) send(ctx context.Context, method, verb, target string, o Object, contentType string, body []byte) (*http.Response, error) {
-	for fresh := false; ; fresh = true {
-		token, err := c.currentToken(fresh)
-		if err != nil {
-			return nil, err
-		}
-		req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Accept", "application/json")
-		if contentType != "" {
-			req.Header.Set("Content-Type", contentType)
-		}
-		if c.cfg.UserAgent != "" {
-			req.Header.Set("User-Agent", c.cfg.UserAgent)
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s of %s %q: %w", verb, o.resource(), o.Kind, o.Name, err)
-		}
-		if resp.StatusCode/100 == 2 {
-			return resp, nil
-		}
-		answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-		resp.Body.Close()
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("%s %s of %s %q: reading the answer: %w", verb, o.resource(), o.Kind, o.Name, err)
-		case resp.StatusCode == http.StatusUnauthorized && !fresh:
-			continue
-		}
-		return nil, newAPIError(resp.StatusCode, verb, o, answer)
-	}
-}
-
-// Watch event types.
-const (
-	Added    = "ADDED"
-	Modified = "MODIFIED"
-	Deleted  = "DELETED"
-	Bookmark = "BOOKMARK"
-	Error    = "ERROR"
-)
-
-// Event is one change that a watch reports: Type is Added, Modified,
-// Deleted or Bookmark (an ERROR event is Next's error), Object the object
-// as JSON (of a Bookmark, only its kind and resourceVersion).
-type Event struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
-}
-
-// A Watch is a stream of events from the API server.
-type Watch struct {
-	object Object
-	body   io.ReadCloser
-	dec    *json.Decoder
-	cancel context.CancelFunc
-}
-
-// Watch watches o, by name in its collection, from resourceVersion ("":
-// from the current state, which the first events then report), with
-// bookmarks, for timeout (rounded down to seconds) after which the API
-// server ends it. Its end, ctx's end or Close closes the connection.
-func (c *Client) Watch(ctx context.Context, o Object, resourceVersion string, timeout time.Duration) (*Watch, error) {
-	query := url.Values{
-		"watch":               {"true"},
-		"fieldSelector":       {"metadata.name=" + o.Name},
-		"allowWatchBookmarks": {"true"},
-		"timeoutSeconds":      {strconv.Itoa(int(timeout / time.Second))},
-	}
-	if resourceVersion != "" {
-		query.Set("resourceVersion", resourceVersion)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	// The answer's headers are bounded as any request's; its events are
-	// not.
-	headers := time.AfterFunc(requestTimeout, cancel)
-	resp, err := c.send(ctx, http.MethodGet, "watch", c.cfg.Host+o.collection()+"?"+query.Encode(), o, "", nil)
-	if !headers.Stop() {
-		if err == nil {
-			resp.Body.Close()
-		}
-		err = fmt.Errorf("watch %s of %s %q: no answer in %v", o.resource(), o.Kind, o.Name, requestTimeout)
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &Watch{object: o, body: resp.Body, dec: json.NewDecoder(resp.Body), cancel: cancel}, nil
-}
-
-// Next waits for the next event. An ERROR event is an *APIError with the
-// code of its Status (http.StatusGone: the resourceVersion is too old,
-// watch again from a new GET); the end of the watch is io.EOF.
-func (w *Watch) Next() (Event, error) {
-	var e Event
-	if err := w.dec.Decode(&e); err != nil {
-		if err == io.EOF {
-			return Event{}, io.EOF
-		}
-		return Event{}, fmt.Errorf("watch %s of %s %q: %w", w.object.resource(), w.object.Kind, w.object.Name, err)
-	}
-	switch e.Type {
-	case Added, Modified, Deleted, Bookmark:
-		return e, nil
-	case Error:
-		var status struct {
-			Code int `json:"code"`
-		}
-		_ = json.Unmarshal(e.Object, &status)
-		if status.Code == 0 {
-			status.Code = http.StatusInternalServerError
-		}
-		return Event{}, newAPIError(status.Code, "watch", w.object, e.Object)
-	default:
-		return Event{}, fmt.Errorf("watch %s of %s %q: an event of unknown type %q", w.object.resource(), w.object.Kind, w.object.Name, e.Type)
-	}
-}
-
-// Close ends the watch and closes its connection.
-func (w *Watch) Close() error {
-	w.cancel()
-	return w.body.Close()
 }
 
 // refusingPolicy finds, in the message of the API server's refusal, the

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
@@ -69,7 +71,8 @@ func (s *Server) ClientForTest(t testing.TB, token string) *kubeapi.Client {
 	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := kubeapi.NewClient(kubeapi.Config{Host: s.URL, TokenFile: file, CAFile: s.CAFile, UserAgent: "registrar-test"})
+	// No client-side rate limit: the tests and benchmarks time the API server.
+	c, err := kubeapi.NewClient(&rest.Config{Host: s.URL, BearerTokenFile: file, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, UserAgent: "registrar-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 // csiNodeRules are deploy/csinode's ClusterRole's rules: reads only.
 var csiNodeRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"get", "watch"}},
+	{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 }
 

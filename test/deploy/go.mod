@@ -15,6 +15,16 @@ require (
 require github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.1
 
 require (
+	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/oauth2 v0.37.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
+	k8s.io/client-go v0.37.2 // indirect
+)
+
+require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/csi-registrar/node-driver-registrar v0.0.0
 	github.com/fxamacker/cbor/v2 v2.9.3 // indirect

@@ -23,7 +23,7 @@ import (
 
 const (
 	driver = "test.csi.example.com"
-	// readerToken's service account may only get and watch csinodes and
+	// readerToken's service account may only list and watch csinodes and
 	// get nodes: the least privilege the watcher asks for.
 	readerToken = "reader-token"
 	readerUser  = "system:serviceaccount:default:csinode-reader"
@@ -45,7 +45,7 @@ func startAPIServer(t *testing.T) *fixture {
 	removeall.Require(t)
 	f := &fixture{s}
 	f.call(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-		`{"metadata":{"name":"csinode-reader"},"rules":[{"apiGroups":["storage.k8s.io"],"resources":["csinodes"],"verbs":["get","watch"]},{"apiGroups":[""],"resources":["nodes"],"verbs":["get"]}]}`)
+		`{"metadata":{"name":"csinode-reader"},"rules":[{"apiGroups":["storage.k8s.io"],"resources":["csinodes"],"verbs":["list","watch"]},{"apiGroups":[""],"resources":["nodes"],"verbs":["get"]}]}`)
 	f.call(t, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 		`{"metadata":{"name":"csinode-reader"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"csinode-reader"},"subjects":[{"kind":"ServiceAccount","name":"csinode-reader","namespace":"default"}]}`)
 	return f
@@ -93,13 +93,13 @@ func (f *fixture) createCSINode(t *testing.T, node, ownerUID string, drivers ...
 }
 
 // watcher runs a watcher of node with the client until the test ends, its
-// retries and watches short; its findings arrive on the channel.
+// watches ended by the API server after watchTimeout (0: the reflector's
+// own); its findings arrive on the channel.
 func watcher(t *testing.T, node string, c *kubeapi.Client, watchTimeout time.Duration) (*Watcher, <-chan Finding) {
 	t.Helper()
 	findings := make(chan Finding, 100)
-	w := New(node, c, func(f Finding) { findings <- f })
-	w.backoff = [2]time.Duration{10 * time.Millisecond, 100 * time.Millisecond}
-	w.watchTimeout = func() time.Duration { return watchTimeout }
+	w := New(node, c, nil, func(f Finding) { findings <- f })
+	w.watchTimeout = watchTimeout
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -124,9 +124,9 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	f := startAPIServer(t)
 	reader := f.ClientForTest(t, readerToken)
 
-	t.Run("the CSINode's life, with get and watch of csinodes and get of nodes alone", func(t *testing.T) {
+	t.Run("the CSINode's life, with list and watch of csinodes and get of nodes alone", func(t *testing.T) {
 		uid := f.createNode(t, "n1")
-		w, findings := watcher(t, "n1", reader, 10*time.Minute)
+		w, findings := watcher(t, "n1", reader, 0)
 		w.SetDriver(driver)
 		next(t, findings, Finding{Missing: true, Reason: "CSINode n1 does not exist"})
 
@@ -152,7 +152,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		if st.Node != "n1" || st.Driver != driver || st.NodeUID != uid || st.LastError != "" || st.Finding == nil || !st.Finding.Missing || st.FindingTime == nil {
 			t.Errorf("status %+v", st)
 		}
-		if st.Requests["get"]["200"] < 2 || st.Requests["watch"]["200"] < 1 || st.Requests["get"]["403"]+st.Requests["watch"]["403"] != 0 {
+		if st.Requests["get"]["200"] < 2 || st.Requests["watch"]["200"] < 1 || st.Requests["list"]["403"]+st.Requests["watch"]["403"] != 0 {
 			t.Errorf("requests %v", st.Requests)
 		}
 	})
@@ -160,7 +160,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	t.Run("a replaced Node: the CSINode of the old UID is reported, neither listed nor missing", func(t *testing.T) {
 		old := f.createNode(t, "n2")
 		f.createCSINode(t, "n2", old, driver)
-		w, findings := watcher(t, "n2", reader, 10*time.Minute)
+		w, findings := watcher(t, "n2", reader, 0)
 		w.SetDriver(driver)
 		next(t, findings, Finding{Listed: true})
 
@@ -180,7 +180,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		}
 
 		// A watcher that starts then reads the same at its first GET.
-		w2, findings2 := watcher(t, "n2", reader, 10*time.Minute)
+		w2, findings2 := watcher(t, "n2", reader, 0)
 		w2.SetDriver(driver)
 		next(t, findings2, stale)
 
@@ -202,35 +202,36 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	t.Run("watches that end are renewed", func(t *testing.T) {
 		uid := f.createNode(t, "n3")
 		f.createCSINode(t, "n3", uid, driver)
-		w, findings := watcher(t, "n3", reader, time.Second)
+		w, findings := watcher(t, "n3", reader, 2*time.Second)
 		w.SetDriver(driver)
 		next(t, findings, Finding{Listed: true})
-		// The watches of a second end one after the other (the API server
-		// ends each at its timeoutSeconds), each renewed from where the
-		// last one stopped, without a GET.
+		// The watches of two seconds end one after the other (the API
+		// server ends each at its timeoutSeconds), each renewed from where
+		// the last one stopped, without reading the CSINode, nor the Node,
+		// again.
 		poll.Until(t, "two watches renewed", func() bool { return w.Status().WatchRestarts >= 2 })
 		f.call(t, http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/n3", "")
 		next(t, findings, Finding{Missing: true, Reason: "CSINode n3 does not exist"})
 		st := w.Status()
-		if st.LastError != "" || st.Requests["get"]["200"] != 2 || st.Requests["watch"]["200"] < 3 {
+		if st.LastError != "" || st.Requests["get"]["200"] != 1 || st.Requests["list"]["200"] > 1 || st.Requests["watch"]["200"] < 3 {
 			t.Errorf("status after the renewals: %+v", st)
 		}
 	})
 
 	t.Run("without the rights, the missing rule is named", func(t *testing.T) {
 		f.createNode(t, "n4")
-		w, findings := watcher(t, "n4", f.ClientForTest(t, nobodyToken), 10*time.Minute)
+		w, findings := watcher(t, "n4", f.ClientForTest(t, nobodyToken), 0)
 		w.SetDriver(driver)
 		select {
 		case got := <-findings:
-			want := `cannot read CSINode n4 yet: forbidden: the registrar's service account may not get csinodes: its ClusterRole needs the rule {apiGroups: ["storage.k8s.io"], resources: ["csinodes"], verbs: ["get"]} (deploy/csinode has it); the API server said: `
+			want := `cannot read CSINode n4 yet: forbidden: the registrar's service account may not list csinodes: its ClusterRole needs the rule {apiGroups: ["storage.k8s.io"], resources: ["csinodes"], verbs: ["list"]} (deploy/csinode has it); the API server said: `
 			if got.Listed || got.Missing || !strings.HasPrefix(got.Reason, want) {
 				t.Errorf("finding %+v\nwant the reason to start with %s", got, want)
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("no finding in a minute")
 		}
-		if st := w.Status(); st.Requests["get"]["403"] < 1 {
+		if st := w.Status(); st.Requests["list"]["403"] < 1 || st.Requests["watch"]["403"] < 1 {
 			t.Errorf("requests %v", st.Requests)
 		}
 	})

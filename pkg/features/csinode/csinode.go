@@ -6,44 +6,39 @@
 // the current Node, missing (a registration made again restores it), or
 // owned by a Node that was replaced (which the garbage collector deletes).
 //
-// It reads, never writes: a GET of the CSINode, then a WATCH of it by name
-// from that GET's resourceVersion, with bookmarks and a timeout drawn in
-// [5, 10) minutes as client-go's reflector does, renewed from the last
-// resourceVersion seen, the GET made again after a 410 Gone; a GET of the
-// Node for its UID at each GET of the CSINode, at each creation of the
-// CSINode (kubelet 1.35 and later create it again with the Node UID they
-// read at their start, which may be a replaced Node's), and whenever the
-// CSINode's Node owner is not the UID last read. Failures are retried with a backoff
-// from 1 s doubling to 5 min, with jitter, on an injected clock.
-//
-// It is written on internal/kubeapi rather than client-go's informers: one
-// object of one resource, for which the binary would carry client-go (see
-// that package for the measured sizes).
+// It reads, never writes. client-go's reflector lists and watches the one
+// CSINode by name (a field selector), renews its watches and lists again
+// after a 410 Gone; the watcher reads the Node's UID at each list, at each
+// creation of the CSINode (kubelet 1.35 and later create it again with the
+// Node UID they read at their start, which may be a replaced Node's), and
+// whenever the CSINode's Node owner is not the UID last read.
 package csinode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"math/rand/v2"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
-// The retry backoff's bounds, and the watch's timeout's.
-const (
-	backoffInitial = time.Second
-	backoffMax     = 5 * time.Minute
-	watchMin       = 5 * time.Minute
-	watchMax       = 10 * time.Minute
-)
+// retryBackoff spaces the retries of failed reads: from 0.8-1 s, doubling
+// up to 4-5 min. The reflector starts it over two minutes into a series.
+var retryBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.25, Cap: 4 * time.Minute, Steps: math.MaxInt32}
 
 // Status is a snapshot of the watcher, for /status and /metrics.
 type Status struct {
@@ -63,8 +58,9 @@ type Status struct {
 	WatchesExpired uint64     `json:"watchesExpired"`
 	LastError      string     `json:"lastError,omitempty"`
 	LastErrorTime  *time.Time `json:"lastErrorTime,omitempty"`
-	// Requests counts the requests to the API server by verb (get, watch)
-	// and answer: the HTTP status code, or "error" when there was none.
+	// Requests counts the requests to the API server by verb (list and
+	// watch of the CSINode, get of the Node) and answer: the HTTP status
+	// code, or "error" when there was none.
 	Requests kubeapi.Requests `json:"requests"`
 }
 
@@ -74,21 +70,25 @@ type Watcher struct {
 	report  func(Finding)
 	csiNode kubeapi.Object
 	node    kubeapi.Object
-
-	// For tests: the clock of the backoff, the jitter taken off each wait
-	// (at most its argument), the watch's timeout, the backoff's bounds.
-	clock        clock.Clock
-	jitter       func(time.Duration) time.Duration
-	watchTimeout func() time.Duration
-	backoff      [2]time.Duration
+	clock   clock.Clock
+	// backoff spaces the retries; watchTimeout, when set, replaces the
+	// reflector's timeout of watches (5 to 10 min). Both for tests.
+	backoff      wait.Backoff
+	watchTimeout time.Duration
+	// wake tells Run that the Node's UID is to be read.
+	wake chan struct{}
 
 	mu     sync.Mutex
 	logger klog.Logger
 	st     Status
-	// seen: a CSINode (cs, nil when absent) and the Node's UID have been
-	// read; until then, with a driver known, failures are reported.
+	// cs is the CSINode as last read, nil when absent.
+	cs *csiNode
+	// nodeWanted counts the reads of the Node's UID asked for, nodeRead
+	// those done; the finding waits until both agree.
+	nodeWanted, nodeRead uint64
+	// seen: a CSINode (or its absence) and the Node's UID have been read;
+	// until then, with a driver known, failures are reported.
 	seen    bool
-	cs      *csiNode
 	started bool // a watch was started
 	// staleOwner is the owner UID of the last CSINode read that a replaced
 	// Node owned, until the driver is listed: the garbage collector
@@ -98,20 +98,21 @@ type Watcher struct {
 }
 
 // New returns a watcher of node's CSINode that calls report with each new
-// finding, from Run's goroutine or SetDriver's, one at a time: report must
-// not block nor call the watcher.
-func New(node string, client *kubeapi.Client, report func(Finding)) *Watcher {
+// finding, one at a time: report must not block nor call the watcher.
+// clk times the retries of the Node's reads and the status (nil: the real
+// clock); the reflector's waits are on the real clock.
+func New(node string, client *kubeapi.Client, clk clock.Clock, report func(Finding)) *Watcher {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	return &Watcher{
 		client:  client,
 		report:  report,
-		csiNode: kubeapi.Object{Group: "storage.k8s.io", Version: "v1", Resource: "csinodes", Name: node, Kind: "CSINode", Component: "deploy/csinode"},
-		node:    kubeapi.Object{Version: "v1", Resource: "nodes", Name: node, Kind: "node", Component: "deploy/csinode"},
-		clock:   clock.RealClock{},
-		jitter:  func(d time.Duration) time.Duration { return rand.N(d + 1) },
-		watchTimeout: func() time.Duration {
-			return watchMin + rand.N(watchMax-watchMin+time.Second).Truncate(time.Second)
-		},
-		backoff: [2]time.Duration{backoffInitial, backoffMax},
+		csiNode: kubeapi.Object{Group: "storage.k8s.io", Resource: "csinodes", Name: node, Kind: "CSINode", Component: "deploy/csinode"},
+		node:    kubeapi.Object{Resource: "nodes", Name: node, Kind: "node", Component: "deploy/csinode"},
+		clock:   clk,
+		backoff: retryBackoff,
+		wake:    make(chan struct{}, 1),
 		logger:  klog.Background().WithName("csinode"),
 		st:      Status{Node: node, Requests: kubeapi.Requests{}},
 	}
@@ -139,154 +140,192 @@ func (w *Watcher) Status() Status {
 	return st
 }
 
-// Run watches the CSINode until ctx ends.
+// Run watches the CSINode, and reads the Node's UID when asked, until ctx
+// ends.
 func (w *Watcher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("csinode")
 	w.mu.Lock()
 	w.logger = logger
 	w.mu.Unlock()
 	logger.Info("Watching this node's CSINode for the driver", "node", w.csiNode.Name)
-	retry := w.backoff[0]
-	rv, relist := "", true
-	for ctx.Err() == nil {
-		var err error
-		if relist {
-			rv, err = w.get(ctx)
-		}
-		if err == nil {
-			var progressed bool
-			rv, progressed, err = w.watch(ctx, rv)
-			if progressed {
-				retry = w.backoff[0]
-			}
-		}
-		// After any failure, the CSINode and the Node are read again.
-		relist = err != nil
-		if kubeapi.Code(err) == http.StatusGone {
-			// The resourceVersion left the API server's window: read the
-			// CSINode again, at once, as a reflector does.
-			w.mu.Lock()
-			w.st.WatchesExpired++
-			w.mu.Unlock()
-			logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
-			continue
-		}
-		if err == nil || ctx.Err() != nil {
-			continue
-		}
-		w.failed(err)
-		wait := retry - w.jitter(retry/5)
-		retry = min(2*retry, w.backoff[1])
+
+	backoff := w.backoff
+	expected := &unstructured.Unstructured{}
+	expected.SetAPIVersion("storage.k8s.io/v1")
+	expected.SetKind("CSINode")
+	reflector := cache.NewReflectorWithOptions(w.listWatch(), expected, store{w}, cache.ReflectorOptions{
+		Name: "csinode", TypeDescription: "CSINode " + w.csiNode.Name, Backoff: &backoff, Logger: &logger,
+	})
+	var reflecting sync.WaitGroup
+	defer reflecting.Wait()
+	reflecting.Go(func() { reflector.RunWithContext(ctx) })
+
+	var retry <-chan time.Time
+	for {
 		select {
 		case <-ctx.Done():
-		case <-w.clock.After(wait):
+			return
+		case <-w.wake:
+		case <-retry:
 		}
-	}
-}
-
-// get reads the CSINode and the Node's UID, and returns the CSINode's
-// resourceVersion, "" when it does not exist.
-func (w *Watcher) get(ctx context.Context) (string, error) {
-	cs := &csiNode{}
-	err := w.client.Get(ctx, w.csiNode, cs)
-	w.count("get", err)
-	switch {
-	case kubeapi.Code(err) == http.StatusNotFound:
-		cs = nil
-	case err != nil:
-		return "", err
-	}
-	if err := w.observe(ctx, cs, true); err != nil {
-		return "", err
-	}
-	if cs == nil {
-		return "", nil
-	}
-	return cs.Metadata.ResourceVersion, nil
-}
-
-// watch follows the CSINode from rv until the watch ends, and returns the
-// last resourceVersion seen and whether the watch made progress (an
-// event, or the end the API server chose).
-func (w *Watcher) watch(ctx context.Context, rv string) (string, bool, error) {
-	w.mu.Lock()
-	if w.started {
-		w.st.WatchRestarts++
-		w.logger.V(4).Info("Watching the CSINode again", "node", w.csiNode.Name, "resourceVersion", rv)
-	}
-	w.started = true
-	w.mu.Unlock()
-	stream, err := w.client.Watch(ctx, w.csiNode, rv, w.watchTimeout())
-	w.count("watch", err)
-	if err != nil {
-		return rv, false, err
-	}
-	defer stream.Close()
-	progressed := false
-	for {
-		e, err := stream.Next()
-		if err == io.EOF {
-			return rv, true, nil
+		retry = nil
+		w.mu.Lock()
+		wanted, done := w.nodeWanted, w.nodeRead
+		w.mu.Unlock()
+		if wanted == done {
+			continue
 		}
-		if err != nil {
-			return rv, progressed, err
-		}
-		progressed = true
-		cs := &csiNode{}
-		if err := json.Unmarshal(e.Object, cs); err != nil {
-			return rv, progressed, fmt.Errorf("a watch event of CSINode %s is not one: %w", w.csiNode.Name, err)
-		}
-		if cs.Metadata.ResourceVersion != "" {
-			rv = cs.Metadata.ResourceVersion
-		}
-		switch e.Type {
-		case kubeapi.Added:
-			err = w.observe(ctx, cs, true)
-		case kubeapi.Modified:
-			err = w.observe(ctx, cs, false)
-		case kubeapi.Deleted:
-			err = w.observe(ctx, nil, false)
-		}
-		if err != nil {
-			return rv, progressed, err
-		}
-	}
-}
-
-// observe records the CSINode read (nil: it does not exist), after reading
-// the Node's UID when readNode is set or the CSINode's owner is not the UID
-// last read, and reports the finding if it changed.
-func (w *Watcher) observe(ctx context.Context, cs *csiNode, readNode bool) error {
-	w.mu.Lock()
-	nodeUID := w.st.NodeUID
-	w.mu.Unlock()
-	owner := ""
-	if cs != nil {
-		owner = cs.ownerUID()
-	}
-	if readNode || (owner != "" && owner != nodeUID) {
-		var n struct {
-			Metadata struct {
-				UID string `json:"uid"`
-			} `json:"metadata"`
-		}
-		err := w.client.Get(ctx, w.node, &n)
+		n, err := w.client.Get(ctx, w.node)
 		w.count("get", err)
-		if err != nil && kubeapi.Code(err) != http.StatusNotFound {
-			return err
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && kubeapi.Code(err) != http.StatusNotFound:
+			w.failed(err)
+			retry = w.clock.After(backoff.Step())
+			continue
 		}
-		nodeUID = n.Metadata.UID
+		backoff = w.backoff
+		w.mu.Lock()
+		w.st.NodeUID, w.nodeRead = "", wanted
+		if n != nil {
+			w.st.NodeUID = string(n.GetUID())
+		}
+		w.settle()
+		w.mu.Unlock()
 	}
+}
+
+// listWatch lists and watches the CSINode by name, counting the requests
+// and recording their failures.
+func (w *Watcher) listWatch() cache.ListerWatcher {
+	csiNodes := w.client.Resource(w.csiNode)
+	byName := fields.OneTermEqualSelector("metadata.name", w.csiNode.Name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.FieldSelector = byName
+			list, err := csiNodes.List(ctx, options)
+			err = kubeapi.Error("list", w.csiNode, err)
+			w.count("list", err)
+			if err != nil && ctx.Err() == nil {
+				w.failed(err)
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			if w.watchTimeout > 0 {
+				seconds := int64(w.watchTimeout / time.Second)
+				options.TimeoutSeconds = &seconds
+			}
+			w.mu.Lock()
+			if w.started {
+				w.st.WatchRestarts++
+				w.logger.V(4).Info("Watching the CSINode again", "node", w.csiNode.Name, "resourceVersion", options.ResourceVersion)
+			}
+			w.started = true
+			w.mu.Unlock()
+			options.FieldSelector = byName
+			events, err := csiNodes.Watch(ctx, options)
+			err = kubeapi.Error("watch", w.csiNode, err)
+			w.count("watch", err)
+			// A watch-list's failure is not reported: the reflector lists
+			// then, as it does with API servers that cannot stream a list.
+			watchList := options.SendInitialEvents != nil && *options.SendInitialEvents
+			if err != nil {
+				if ctx.Err() == nil && !watchList {
+					w.failed(err)
+				}
+				return nil, err
+			}
+			return watch.Filter(events, func(e watch.Event) (watch.Event, bool) {
+				if e.Type == watch.Error {
+					w.watchFailed(e.Object, watchList)
+				}
+				return e, true
+			}), nil
+		},
+	}
+}
+
+// watchFailed records a watch's ERROR event, which ends it; the reflector
+// lists again.
+func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
+	err := kubeapi.Error("watch", w.csiNode, apierrors.FromObject(status))
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		w.mu.Lock()
+		w.st.WatchesExpired++
+		w.logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
+		w.mu.Unlock()
+	case watchList:
+		w.logger.V(4).Info("The API server cannot stream the CSINode: listing it", "err", err)
+	default:
+		w.failed(err)
+	}
+}
+
+// store is the reflector's store: it keeps nothing, and tells the watcher
+// of each change.
+type store struct{ w *Watcher }
+
+func (s store) Add(obj any) error    { return s.changed(obj, true) }
+func (s store) Update(obj any) error { return s.changed(obj, false) }
+func (s store) Delete(any) error     { s.w.changed(nil, false); return nil }
+func (s store) Resync() error        { return nil }
+
+// Replace is a list's result: the CSINode, or nothing.
+func (s store) Replace(items []any, _ string) error {
+	if len(items) == 0 {
+		s.w.changed(nil, true)
+		return nil
+	}
+	return s.changed(items[0], true)
+}
+
+func (s store) changed(obj any, readNode bool) error {
+	cs := &csiNode{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).UnstructuredContent(), cs); err != nil {
+		return fmt.Errorf("CSINode %s: %w", s.w.csiNode.Name, err)
+	}
+	s.w.changed(cs, readNode)
+	return nil
+}
+
+// changed records the CSINode read (nil: it does not exist), and asks Run
+// for the Node's UID when readNode is set or the CSINode's owner is not
+// the UID last read; the finding waits for it.
+func (w *Watcher) changed(cs *csiNode, readNode bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.seen, w.cs = true, cs
-	w.st.CSINodeOwnerUID, w.st.NodeUID = owner, nodeUID
+	w.cs = cs
+	w.st.CSINodeOwnerUID = ""
+	if cs != nil {
+		w.st.CSINodeOwnerUID = cs.ownerUID()
+	}
+	if readNode || (w.st.CSINodeOwnerUID != "" && w.st.CSINodeOwnerUID != w.st.NodeUID) {
+		w.nodeWanted++
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	w.settle()
+}
+
+// settle reports the finding once the CSINode and the Node's UID are both
+// read; w.mu is held.
+func (w *Watcher) settle() {
+	if w.nodeWanted != w.nodeRead {
+		return
+	}
+	w.seen = true
+	owner, nodeUID := w.st.CSINodeOwnerUID, w.st.NodeUID
 	if owner != "" && nodeUID != "" && owner != nodeUID {
 		w.staleOwner = owner
 	}
 	w.st.LastError, w.st.LastErrorTime = "", nil
 	w.evaluate()
-	return nil
 }
 
 // failed records err; before anything was read, it is the finding.
@@ -308,6 +347,9 @@ func (w *Watcher) evaluate() {
 	}
 	var f Finding
 	switch {
+	case w.seen && w.nodeWanted != w.nodeRead:
+		// The Node's UID is being read again.
+		return
 	case w.seen:
 		f = find(w.csiNode.Name, w.st.Driver, w.cs, w.st.NodeUID)
 		switch {

@@ -22,7 +22,7 @@ func (w *Watcher) Metrics() prometheus.Gatherer {
 }
 
 var apiRequestsDesc = prometheus.NewDesc("csi_node_driver_registrar_csinode_api_requests_total",
-	"Requests to the API server about this node's CSINode and Node, by verb (get, watch) and HTTP status code (error: no answer).", []string{"verb", "code"}, nil)
+	"Requests to the API server about this node's CSINode (list, watch) and Node (get), by verb and HTTP status code (error: no answer).", []string{"verb", "code"}, nil)
 
 // statusCollector reads a watcher's status at each scrape: the watcher
 // stays the only owner of what it reports.

@@ -16,7 +16,7 @@ var _ healthz.Feature = (*Watcher)(nil)
 // The watcher reports its status as it stands: its /status section and its
 // counter, read at each request.
 func TestWatcherReportsItsStatus(t *testing.T) {
-	w := New("n1", nil, func(Finding) {})
+	w := New("n1", nil, nil, func(Finding) {})
 	w.count("get", nil)
 	w.count("get", nil)
 	w.count("watch", nil)

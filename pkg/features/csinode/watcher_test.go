@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
@@ -21,38 +24,40 @@ import (
 
 // These tests run the watcher against a local HTTPS server that answers
 // for node n1 as the API server does, but fails or expires watches when
-// told to; the backoff runs on a fake clock.
+// told to; the retries run on a fake clock.
+
+const (
+	csiNodeJSON = `{"kind":"CSINode","apiVersion":"storage.k8s.io/v1","metadata":{"name":"n1","resourceVersion":"5","ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"n1","uid":"uid-1"}]},"spec":{"drivers":[{"name":"d","nodeID":"n1"}]}}`
+	// initialEventsEnd ends a watch-list's initial events.
+	initialEventsEnd = `{"type":"BOOKMARK","object":{"kind":"CSINode","apiVersion":"storage.k8s.io/v1","metadata":{"resourceVersion":"5","annotations":{"k8s.io/initial-events-end":"true"}}}}`
+	boom             = `{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"message":"boom"}`
+)
 
 type localAPI struct {
-	// requests receives "GET csinode", "GET node", "WATCH rv=<rv>" as
-	// each request arrives.
+	// requests receives "GET node", "LIST", "WATCH-LIST" (a watch with its
+	// initial events) or "WATCH rv=<rv>" as each request arrives.
 	requests chan string
 
 	mu sync.Mutex
-	// getFails and watchFails are the numbers of the next GETs of the
-	// CSINode, and of the next watches, answered 500.
-	getFails, watchFails int
+	// readFails is the number of the next reads of the CSINode (a
+	// watch-list and the list that follows it) answered 500; nodeFails
+	// the number of the next reads of the Node.
+	readFails, nodeFails int
 	// expire: the next watch ends with an ERROR event, 410 Gone.
 	expire bool
-	// endWatch ends the watch that is open, as its timeout would.
-	endWatch chan struct{}
 }
 
 func startLocalAPI(t *testing.T) (*localAPI, *kubeapi.Client) {
 	t.Helper()
-	a := &localAPI{requests: make(chan string, 100), endWatch: make(chan struct{})}
+	a := &localAPI{requests: make(chan string, 100)}
 	srv := httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	t.Cleanup(srv.Close)
 	removeall.Require(t)
-	dir := t.TempDir()
-	cfg := kubeapi.Config{Host: srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt")}
-	if err := os.WriteFile(cfg.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(cfg.TokenFile, []byte("token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubeapi.NewClient(cfg)
+	c, err := kubeapi.NewClient(&rest.Config{Host: srv.URL, BearerToken: "token", QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAFile: ca}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,48 +65,53 @@ func startLocalAPI(t *testing.T) (*localAPI, *kubeapi.Client) {
 }
 
 func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	getFail, watchFail, expire := a.getFails > 0, a.watchFails > 0, a.expire
-	w.Header().Set("Content-Type", "application/json")
+	q := r.URL.Query()
+	request := "LIST"
 	switch {
 	case r.URL.Path == "/api/v1/nodes/n1":
-		a.mu.Unlock()
-		a.requests <- "GET node"
-		fmt.Fprint(w, `{"metadata":{"name":"n1","uid":"uid-1"}}`)
-	case r.URL.Path == "/apis/storage.k8s.io/v1/csinodes/n1":
-		if getFail {
-			a.getFails--
-		}
-		a.mu.Unlock()
-		a.requests <- "GET csinode"
-		if getFail {
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprint(w, `{"kind":"Status","code":500,"message":"boom"}`)
-			return
-		}
-		fmt.Fprint(w, `{"metadata":{"name":"n1","resourceVersion":"5","ownerReferences":[{"apiVersion":"v1","kind":"Node","uid":"uid-1"}]},"spec":{"drivers":[{"name":"d"}]}}`)
-	default:
-		if watchFail {
-			a.watchFails--
-		}
-		a.expire = false
-		a.mu.Unlock()
-		a.requests <- "WATCH rv=" + r.URL.Query().Get("resourceVersion")
-		if watchFail {
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprint(w, `{"kind":"Status","code":500,"message":"boom"}`)
-			return
-		}
-		if expire {
-			fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 5 (9)"}}`)
-			return
-		}
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-a.endWatch:
-		}
+		request = "GET node"
+	case q.Get("sendInitialEvents") == "true":
+		request = "WATCH-LIST"
+	case q.Get("watch") == "true":
+		request = "WATCH rv=" + q.Get("resourceVersion")
 	}
+	a.mu.Lock()
+	fail, expire := false, a.expire
+	switch request {
+	case "GET node":
+		fail, a.nodeFails = a.nodeFails > 0, max(a.nodeFails-1, 0)
+	case "LIST":
+		fail, a.readFails = a.readFails > 0, max(a.readFails-1, 0)
+	case "WATCH-LIST":
+		// The list that follows fails too.
+		fail = a.readFails > 0
+		a.expire = false
+	default:
+		a.expire = false
+	}
+	a.mu.Unlock()
+	a.requests <- request
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case fail:
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, boom)
+		return
+	case request == "GET node":
+		fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"uid-1"}}`)
+		return
+	case request == "LIST":
+		fmt.Fprintf(w, `{"kind":"CSINodeList","apiVersion":"storage.k8s.io/v1","metadata":{"resourceVersion":"5"},"items":[%s]}`, csiNodeJSON)
+		return
+	case request == "WATCH-LIST":
+		fmt.Fprintf(w, "{\"type\":\"ADDED\",\"object\":%s}\n%s\n", csiNodeJSON, initialEventsEnd)
+	}
+	if expire {
+		fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 5 (9)"}}`)
+		return
+	}
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
 }
 
 func (a *localAPI) set(f func()) {
@@ -126,10 +136,9 @@ func (a *localAPI) next(t *testing.T, want string) {
 func runLocal(t *testing.T, c *kubeapi.Client, clk *testclock.FakeClock) (*Watcher, <-chan Finding) {
 	t.Helper()
 	findings := make(chan Finding, 100)
-	w := New("n1", c, func(f Finding) { findings <- f })
-	w.clock = clk
-	// The most jitter: each wait is 80% of the backoff.
-	w.jitter = func(d time.Duration) time.Duration { return d }
+	w := New("n1", c, clk, func(f Finding) { findings <- f })
+	// The reflector waits on the real clock.
+	w.backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.25, Cap: 40 * time.Millisecond, Steps: math.MaxInt32}
 	w.SetDriver("d")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -138,62 +147,83 @@ func runLocal(t *testing.T, c *kubeapi.Client, clk *testclock.FakeClock) (*Watch
 	return w, findings
 }
 
-// A watch that expires (410 Gone) is followed at once, without waiting
-// for the clock, by a GET of the CSINode and of the Node and a new watch.
+// A watch that expires (410 Gone) is counted, and followed by a new
+// watch-list and a read of the Node.
 func TestExpiredWatchReadsAgain(t *testing.T) {
 	a, c := startLocalAPI(t)
 	a.expire = true
 	w, findings := runLocal(t, c, testclock.NewFakeClock(time.Now()))
-	for _, want := range []string{"GET csinode", "GET node", "WATCH rv=5", "GET csinode", "GET node", "WATCH rv=5"} {
+	for _, want := range []string{"WATCH-LIST", "GET node", "WATCH-LIST", "GET node"} {
 		a.next(t, want)
 	}
 	if f := <-findings; f != (Finding{Listed: true}) {
 		t.Errorf("finding %+v", f)
 	}
-	st := w.Status()
-	if st.WatchesExpired != 1 || st.WatchRestarts != 1 || st.LastError != "" {
+	poll.Until(t, "the Node read", func() bool { return w.Status().Requests["get"]["200"] == 2 })
+	if st := w.Status(); st.WatchesExpired != 1 || st.WatchRestarts != 1 || st.LastError != "" || len(findings) != 0 {
+		t.Errorf("status %+v, %d more findings", st, len(findings))
+	}
+}
+
+// Failed reads of the CSINode are retried (a watch-list, then a list);
+// before anything was read the failure is the finding, reported once.
+func TestFailuresAreRetried(t *testing.T) {
+	a, c := startLocalAPI(t)
+	a.readFails = 4
+	w, findings := runLocal(t, c, testclock.NewFakeClock(time.Now()))
+	for range 4 {
+		a.next(t, "WATCH-LIST")
+		a.next(t, "LIST")
+	}
+	a.next(t, "WATCH-LIST")
+	a.next(t, "GET node")
+	want := Finding{Reason: `cannot read CSINode n1 yet: list csinodes of CSINode "n1": 500 Internal Server Error: boom`}
+	if f := <-findings; f != want {
+		t.Errorf("finding %+v\n     want %+v", f, want)
+	}
+	if f := <-findings; f != (Finding{Listed: true}) {
+		t.Errorf("finding %+v", f)
+	}
+	if st := w.Status(); st.LastError != "" || st.Requests["list"]["500"] != 4 || st.Requests["watch"]["500"] != 4 || st.Requests["watch"]["200"] != 1 || st.Requests["get"]["200"] != 1 {
 		t.Errorf("status %+v", st)
 	}
 }
 
-// Failures are retried after a backoff that doubles from 1 s to 5 min
-// (here each wait with the most jitter, 20% off); before anything was
-// read the failure is the finding, after a first finding it is not.
-func TestFailuresBackOff(t *testing.T) {
+// Failed reads of the Node are retried after a backoff that doubles, on
+// the watcher's clock; after a first finding the failure is no finding.
+func TestNodeReadsBackOff(t *testing.T) {
 	a, c := startLocalAPI(t)
-	a.getFails = 10
 	clk := testclock.NewFakeClock(time.Now())
 	w, findings := runLocal(t, c, clk)
-	a.next(t, "GET csinode")
-	want := Finding{Reason: `cannot read CSINode n1 yet: get csinodes of CSINode "n1": 500 Internal Server Error: boom`}
-	if f := <-findings; f != want {
-		t.Errorf("finding %+v\n     want %+v", f, want)
-	}
-	for _, backoff := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 256, 300} {
-		poll.StepThrough(t, clk, backoff*time.Second*4/5)
-		a.next(t, "GET csinode")
-	}
+	a.next(t, "WATCH-LIST")
 	a.next(t, "GET node")
-	a.next(t, "WATCH rv=5")
 	if f := <-findings; f != (Finding{Listed: true}) {
 		t.Errorf("finding %+v", f)
 	}
-
-	// The watch ends, and the next fails: the finding stays, and, as the
-	// watch had made progress, the backoff starts over.
-	a.set(func() { a.watchFails = 1 })
-	a.endWatch <- struct{}{}
-	a.next(t, "WATCH rv=5")
-	poll.Until(t, "the watch's failure recorded", func() bool { return w.Status().LastError != "" })
-	poll.StepThrough(t, clk, time.Second*4/5)
-	a.next(t, "GET csinode")
+	a.set(func() { a.nodeFails = 2 })
+	// A CSINode made again: the Node is read again.
+	w.mu.Lock()
+	cs := w.cs
+	w.mu.Unlock()
+	w.changed(cs, true)
 	a.next(t, "GET node")
-	a.next(t, "WATCH rv=5")
-	poll.Until(t, "the failure cleared", func() bool { return w.Status().LastError == "" })
-	if len(findings) != 0 {
-		t.Errorf("a failure after a finding was reported: %+v", <-findings)
+	// stepThrough steps the clock through a wait the backoff draws in
+	// [d, 1.25 d), checking that nothing is retried before d.
+	stepThrough := func(d time.Duration) {
+		t.Helper()
+		poll.Until(t, "the watcher waits", clk.HasWaiters)
+		clk.Step(d - time.Millisecond)
+		if !clk.HasWaiters() {
+			t.Fatalf("retried before %v", d)
+		}
+		clk.Step(d/4 + time.Millisecond)
 	}
-	if st := w.Status(); st.Finding == nil || *st.Finding != (Finding{Listed: true}) || st.Requests["watch"]["500"] != 1 || st.Requests["get"]["500"] != 10 || st.WatchRestarts != 2 {
-		t.Errorf("status %+v", st)
+	stepThrough(w.backoff.Duration)
+	a.next(t, "GET node")
+	stepThrough(2 * w.backoff.Duration)
+	a.next(t, "GET node")
+	poll.Until(t, "the failure cleared", func() bool { st := w.Status(); return st.LastError == "" && st.Requests["get"]["200"] == 2 })
+	if st := w.Status(); st.Requests["get"]["500"] != 2 || len(findings) != 0 {
+		t.Errorf("status %+v, %d findings", st, len(findings))
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
@@ -195,7 +198,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		// node.kubernetes.io/not-ready at the node's creation.)
 		before := f.node(t, "n2").Spec.Taints
 		patch, _ := taintRemovalPatch(stale, []string{startup})
-		_, err = c.Do(context.Background(), http.MethodPatch, nodeObject("n2", ""), "", "application/json-patch+json", patch)
+		err = c.Patch(context.Background(), nodeObject("n2", ""), types.JSONPatchType, patch, metav1.PatchOptions{})
 		var apiErr *kubeapi.APIError
 		if !errors.As(err, &apiErr) || apiErr.Code != http.StatusUnprocessableEntity {
 			t.Fatalf("stale patch: %v, want a 422", err)
@@ -288,14 +291,13 @@ func policyRefusal(t *testing.T, err error) *kubeapi.APIError {
 
 // patch sends a patch of the node, or of its subresource, as the gate's
 // client sends its own.
-func patch(c *kubeapi.Client, node, subresource, contentType, body string) error {
-	return patchQuery(c, node, subresource, "", contentType, body)
+func patch(c *kubeapi.Client, node, subresource string, pt types.PatchType, body string) error {
+	return c.Patch(context.Background(), nodeObject(node, subresource), pt, []byte(body), metav1.PatchOptions{})
 }
 
-// patchQuery is patch with a query, such as dryRun=All.
-func patchQuery(c *kubeapi.Client, node, subresource, query, contentType, body string) error {
-	_, err := c.Do(context.Background(), http.MethodPatch, nodeObject(node, subresource), query, contentType, []byte(body))
-	return err
+// dryRun is patch as a dry run.
+func dryRun(c *kubeapi.Client, node, subresource string, pt types.PatchType, body string) error {
+	return c.Patch(context.Background(), nodeObject(node, subresource), pt, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
 // setUpPolicy creates deploy/node-gate's policy, the nodes own and other,
@@ -316,7 +318,7 @@ func (f *apiserverFixture) setUpPolicy(t testing.TB) *kubeapi.Client {
 	// The API server enforces the policy once its informer has it: until a
 	// dry run that it refuses is refused.
 	poll.Until(t, "the policy refuses another node's label (dry run)", func() bool {
-		err := patchQuery(own, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"probe":"x"}}}`)
+		err := dryRun(own, "other", "", types.MergePatchType, `{"metadata":{"labels":{"probe":"x"}}}`)
 		var apiErr *kubeapi.APIError
 		return errors.As(err, &apiErr) && apiErr.Policy == policyName
 	})
@@ -396,26 +398,26 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 				return setCondition(context.Background(), own, "other", p)
 			}, "a registrar on node own may change only that Node, not node other"},
 			{"a label", func() error {
-				return patch(own, "own", "", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`)
+				return patch(own, "own", "", types.MergePatchType, `{"metadata":{"labels":{"example.com/x":"y"}}}`)
 			}, "the node gate may not change the labels, annotations, finalizers or owner references of node own"},
 			{"a label through nodes/status", func() error {
-				return patch(own, "own", "status", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`)
+				return patch(own, "own", "status", types.MergePatchType, `{"metadata":{"labels":{"example.com/x":"y"}}}`)
 			}, "the node gate may not change the labels, annotations, finalizers or owner references of node own"},
 			{"another taint of the own node", func() error {
-				return patch(own, "own", "", "application/json-patch+json", string(removeOther))
+				return patch(own, "own", "", types.JSONPatchType, string(removeOther))
 			}, "the node gate may remove only the taints " + policyStartup + " from node own, not " + otherTaint + ":NoSchedule"},
 			{"a new taint", func() error {
-				return patch(own, "own", "", "application/json-patch+json", `[{"op":"add","path":"/spec/taints/-","value":{"key":"example.com/new","effect":"NoSchedule"}}]`)
+				return patch(own, "own", "", types.JSONPatchType, `[{"op":"add","path":"/spec/taints/-","value":{"key":"example.com/new","effect":"NoSchedule"}}]`)
 			}, "the node gate may only remove taints from node own, not add or change example.com/new:NoSchedule"},
 			{"a cordon", func() error {
-				return patch(own, "own", "", "application/merge-patch+json", `{"spec":{"unschedulable":true}}`)
+				return patch(own, "own", "", types.MergePatchType, `{"spec":{"unschedulable":true}}`)
 			}, "the node gate may change only the taints in the spec of node own, not unschedulable (cordon), podCIDR(s), providerID or another field"},
 			{"another condition", func() error {
 				p := conditionPatch(Condition{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, time.Now(), time.Now())
 				return setCondition(context.Background(), own, "own", p)
 			}, "the node gate may set only the condition " + policyDriver + ConditionSuffix + " of node own, not Ready"},
 			{"another field of the status", func() error {
-				return patch(own, "own", "status", "application/merge-patch+json", `{"status":{"capacity":{"example.com/device":"1"}}}`)
+				return patch(own, "own", "status", types.MergePatchType, `{"status":{"capacity":{"example.com/device":"1"}}}`)
 			}, "the node gate may change only the condition " + policyDriver + ConditionSuffix + " in the status of node own"},
 			{"a token bound to no pod", func() error {
 				p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
@@ -471,7 +473,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 			t.Fatal(err)
 		}
 		for name, c := range map[string]*kubeapi.Client{"narrow": f.client(t, narrowToken), "admin": f.client(t, adminToken)} {
-			if err := patchQuery(c, "other", "", "dryRun=All", "application/merge-patch+json", `{"metadata":{"labels":{"example.com/x":"y"}}}`); err != nil {
+			if err := dryRun(c, "other", "", types.MergePatchType, `{"metadata":{"labels":{"example.com/x":"y"}}}`); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}
 		}
@@ -501,13 +503,13 @@ func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *kubeapi.Cli
 	if err := f.ApplyPolicy(file); err != nil {
 		t.Fatal(err)
 	}
-	setDefault := func(query string) error {
+	setDefault := func(send func(*kubeapi.Client, string, string, types.PatchType, string) error) error {
 		p := conditionPatch(Condition{Type: policyDriver + ConditionSuffix, Status: "True", Reason: ReasonRegistered}, time.Now(), time.Now())
-		return patchQuery(own, "own", "status", query, "application/strategic-merge-patch+json", string(p))
+		return send(own, "own", "status", types.StrategicMergePatchType, string(p))
 	}
 	poll.Until(t, "the replaced policy refuses the default condition type (dry run)", func() bool {
 		var apiErr *kubeapi.APIError
-		return errors.As(setDefault("dryRun=All"), &apiErr) && apiErr.Policy == policyName
+		return errors.As(setDefault(dryRun), &apiErr) && apiErr.Policy == policyName
 	})
 
 	g := New(Config{NodeName: "own", Condition: true, ConditionType: custom, Client: own,
@@ -522,7 +524,7 @@ func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *kubeapi.Cli
 	if c := f.node(t, "own").condition(custom); c["status"] != "True" {
 		t.Errorf("condition %s: %v", custom, c)
 	}
-	apiErr := policyRefusal(t, setDefault(""))
+	apiErr := policyRefusal(t, setDefault(patch))
 	if want := "the node gate may set only the condition " + custom + " of node own, not " + policyDriver + ConditionSuffix; apiErr.PolicyMessage != want {
 		t.Errorf("the policy said:\n%s\nwant:\n%s", apiErr.PolicyMessage, want)
 	}

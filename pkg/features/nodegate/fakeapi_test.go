@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
@@ -25,7 +27,7 @@ import (
 type fakeAPI struct {
 	t    testing.TB
 	srv  *httptest.Server
-	cfg  kubeapi.Config
+	cfg  *rest.Config
 	node string
 	// requests receives "METHOD path code" after each answer.
 	requests chan string
@@ -52,7 +54,9 @@ func newFakeAPI(t testing.TB, node string, taints ...taint) *fakeAPI {
 	t.Cleanup(f.srv.Close)
 	removeall.Require(t) // the token and CA files
 	dir := t.TempDir()
-	f.cfg = kubeapi.Config{Host: f.srv.URL, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.crt"), UserAgent: "test"}
+	// No rate limit: the tests and the benchmark time the gate.
+	f.cfg = &rest.Config{Host: f.srv.URL, BearerTokenFile: filepath.Join(dir, "token"), QPS: -1,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(dir, "ca.crt")}, UserAgent: "test"}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
 	if err := os.WriteFile(f.cfg.CAFile, ca, 0o600); err != nil {
 		t.Fatal(err)
@@ -62,7 +66,7 @@ func newFakeAPI(t testing.TB, node string, taints ...taint) *fakeAPI {
 }
 
 func (f *fakeAPI) writeToken(token string) {
-	if err := os.WriteFile(f.cfg.TokenFile, []byte(token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(f.cfg.BearerTokenFile, []byte(token+"\n"), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
 }

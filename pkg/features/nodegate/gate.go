@@ -9,20 +9,21 @@
 //
 // The registration reports its events (Registered, Rejected, Withdrawn);
 // Run applies the latest state to the Node, retrying with a backoff, and
-// never holds the registration up. The requests are made with
-// internal/kubeapi's client.
+// never holds the registration up.
 package nodegate
 
 import (
 	"context"
 	"errors"
 	"maps"
-	"math/rand/v2"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
@@ -65,14 +66,14 @@ type Config struct {
 	Condition     bool
 	ConditionType string
 	Client        *kubeapi.Client
-	// RetryInitial and RetryMax bound the backoff after a failed update:
-	// it doubles from RetryInitial up to RetryMax (with up to 20% more, so
-	// that the nodes of a cluster spread out), and starts over after a
-	// success.
+	// RetryInitial and RetryMax bound the backoff after a failed update,
+	// which starts over after a success.
 	RetryInitial, RetryMax time.Duration
 	// FinalTimeout bounds the last update, made after Run's context is
 	// done: the False condition of a registrar that stopped.
 	FinalTimeout time.Duration
+	// Clock times the retries and the status; nil is the real one.
+	Clock clock.Clock
 }
 
 // Status is a snapshot of the gate, for /status and /metrics.
@@ -128,6 +129,9 @@ func New(cfg Config) *Gate {
 	if cfg.FinalTimeout <= 0 {
 		cfg.FinalTimeout = DefaultFinalTimeout
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Gate{
 		cfg:  cfg,
 		wake: make(chan struct{}, 1),
@@ -173,7 +177,7 @@ func (g *Gate) want(driverName string, removeTaints bool, status, reason, messag
 	c := &Condition{Type: typ, Status: status, Reason: reason, Message: message}
 	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
 		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
-			w.condSince = time.Now()
+			w.condSince = g.cfg.Clock.Now()
 		}
 		w.cond = c
 		w.condGen++
@@ -212,8 +216,8 @@ func (g *Gate) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("nodegate")
 	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
 	var done applied
-	backoff := g.cfg.RetryInitial
-	retry := time.NewTimer(0)
+	backoff := g.backoff()
+	retry := g.cfg.Clock.NewTimer(0)
 	retry.Stop()
 	defer retry.Stop()
 	for {
@@ -228,23 +232,28 @@ func (g *Gate) Run(ctx context.Context) {
 			}
 			return
 		case <-g.wake:
-		case <-retry.C:
+		case <-retry.C():
 		}
 		retry.Stop()
 		err := g.sync(ctx, logger, &done)
 		if err == nil || ctx.Err() != nil {
-			backoff = g.cfg.RetryInitial
+			backoff = g.backoff()
 			continue
 		}
-		wait := backoff + rand.N(backoff/5+1)
-		backoff = min(2*backoff, g.cfg.RetryMax)
-		next := time.Now().Add(wait)
+		delay := backoff.Step()
+		next := g.cfg.Clock.Now().Add(delay)
 		g.mu.Lock()
 		g.st.NextRetry = &next
 		g.mu.Unlock()
-		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", wait, "err", err)
-		retry.Reset(wait)
+		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", delay, "err", err)
+		retry.Reset(delay)
 	}
+}
+
+// backoff doubles from RetryInitial up to RetryMax, with up to 20% more so
+// that the nodes of a cluster spread out.
+func (g *Gate) backoff() wait.Backoff {
+	return wait.Backoff{Duration: g.cfg.RetryInitial, Factor: 2, Jitter: 0.2, Cap: g.cfg.RetryMax, Steps: math.MaxInt32}
 }
 
 func (g *Gate) pending(done applied) bool {
@@ -266,7 +275,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 		removed, taintErr = removeTaints(ctx, g.cfg.Client, g.cfg.NodeName, g.cfg.TaintKeys, g.count)
 		if taintErr == nil {
 			done.taintGen = want.taintGen
-			now := time.Now()
+			now := g.cfg.Clock.Now()
 			g.mu.Lock()
 			g.st.TaintsChecked = &now
 			g.st.RemovedTaints = append(g.st.RemovedTaints, removed...)
@@ -283,7 +292,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 		if done.cond == nil || want.cond.Status != done.cond.Status || want.cond.Type != done.cond.Type {
 			transition = want.condSince
 		}
-		now := time.Now()
+		now := g.cfg.Clock.Now()
 		condErr = setCondition(ctx, g.cfg.Client, g.cfg.NodeName, conditionPatch(*want.cond, now, transition))
 		g.count(RequestSetCondition, condErr)
 		if condErr == nil {
@@ -299,7 +308,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	defer g.mu.Unlock()
 	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 	if err != nil {
-		now := time.Now()
+		now := g.cfg.Clock.Now()
 		if g.st.LastError != err.Error() {
 			logger.Error(err, "Cannot update the node", g.errorKeys(err)...)
 		}

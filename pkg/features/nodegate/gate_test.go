@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	testclock "k8s.io/utils/clock/testing"
+
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
@@ -94,6 +96,37 @@ func TestRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	if st.Requests[RequestGetNode]["503"] != 1 || st.Requests[RequestGetNode]["429"] != 1 || st.Requests[RequestGetNode]["500"] != 1 || st.Requests[RequestRemoveTaints]["403"] == 0 || st.Requests[RequestRemoveTaints]["200"] != 1 {
 		t.Errorf("requests %v", st.Requests)
 	}
+}
+
+// The retries wait on the gate's clock, doubling from RetryInitial with up
+// to 20% more, and the status says when the next one is due.
+func TestRetriesBackOffOnTheClock(t *testing.T) {
+	f := newFakeAPI(t, "n1", taint{"example.com/agent-not-ready", "NoSchedule"})
+	f.fail(http.StatusInternalServerError, http.StatusInternalServerError)
+	clk := testclock.NewFakeClock(time.Now())
+	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk,
+		RetryInitial: DefaultRetryInitial, RetryMax: DefaultRetryMax})
+	g.Registered("example.com")
+	for _, wait := range []time.Duration{DefaultRetryInitial, 2 * DefaultRetryInitial} {
+		if got := f.next(); got != "GET /api/v1/nodes/n1 500" {
+			t.Fatalf("request %q", got)
+		}
+		waitStatus(t, g, func(st Status) bool { return st.NextRetry != nil && st.NextRetry.After(clk.Now()) })
+		if due := g.Status().NextRetry.Sub(clk.Now()); due < wait || due > wait*6/5 {
+			t.Errorf("next retry in %v, want [%v, %v]", due, wait, wait*6/5)
+		}
+		clk.Step(wait - time.Millisecond)
+		if !clk.HasWaiters() {
+			t.Fatalf("retried before %v", wait)
+		}
+		clk.Step(wait/5 + time.Millisecond)
+	}
+	for _, want := range []string{"GET /api/v1/nodes/n1 200", "PATCH /api/v1/nodes/n1 200"} {
+		if got := f.next(); got != want {
+			t.Fatalf("request %q, want %q", got, want)
+		}
+	}
+	waitStatus(t, g, func(st Status) bool { return !st.Pending && st.NextRetry == nil })
 }
 
 // A test operation that fails (the list changed between the read and the

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
@@ -133,18 +135,22 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 // nodeObject is the Node named node, or its subresource ("" or "status"),
 // as the gate's requests name it.
 func nodeObject(node, subresource string) kubeapi.Object {
-	return kubeapi.Object{Version: "v1", Resource: "nodes", Subresource: subresource, Name: node, Kind: "node", Component: "deploy/node-gate"}
+	return kubeapi.Object{Resource: "nodes", Subresource: subresource, Name: node, Kind: "node", Component: "deploy/node-gate"}
 }
 
 // getTaints reads the node's taints.
 func getTaints(ctx context.Context, c *kubeapi.Client, node string) ([]taint, error) {
+	u, err := c.Get(ctx, nodeObject(node, ""))
+	if err != nil {
+		return nil, err
+	}
 	var n struct {
 		Spec struct {
 			Taints []taint `json:"taints"`
 		} `json:"spec"`
 	}
-	if err := c.Get(ctx, nodeObject(node, ""), &n); err != nil {
-		return nil, err
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &n); err != nil {
+		return nil, fmt.Errorf("node %q: its taints: %w", node, err)
 	}
 	return n.Spec.Taints, nil
 }
@@ -162,7 +168,7 @@ func removeTaints(ctx context.Context, c *kubeapi.Client, node string, keys []st
 	if patch == nil {
 		return nil, nil
 	}
-	_, err = c.Do(ctx, http.MethodPatch, nodeObject(node, ""), "", "application/json-patch+json", patch)
+	err = c.Patch(ctx, nodeObject(node, ""), types.JSONPatchType, patch, metav1.PatchOptions{})
 	count(RequestRemoveTaints, err)
 	if err != nil {
 		return nil, err
@@ -172,6 +178,5 @@ func removeTaints(ctx context.Context, c *kubeapi.Client, node string, keys []st
 
 // setCondition patches the node's status with one condition.
 func setCondition(ctx context.Context, c *kubeapi.Client, node string, patch []byte) error {
-	_, err := c.Do(ctx, http.MethodPatch, nodeObject(node, "status"), "", "application/strategic-merge-patch+json", patch)
-	return err
+	return c.Patch(ctx, nodeObject(node, "status"), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 }
