@@ -12,58 +12,30 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/csinode"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
-	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// features are the optional parts (pkg/features), wired into the core flow
-// in this order, each when its flags ask for it. --diagnose is a mode of
-// its own, run instead of the core flow (diagnose.go).
-var features = []feature{wireNodeGate, wireCSINode, wireDriverHealth}
+// The optional features (pkg/features), each started by register when its
+// flags ask for it. --diagnose is a mode of its own (diagnose.go).
 
-// A feature wires itself into the core flow, where its flags ask for it.
-// stop, when not nil, runs once the core flow has stopped.
-type feature func(ctx context.Context, o *options, c *core) (stop func(), err error)
-
-// core is what a feature hooks into.
-type core struct {
-	address driver.Address
-	// srv is the registration, which a feature may observe.
-	srv *registration.Server
-	// group runs what stops with the core flow, under groupCtx.
-	group    *errgroup.Group
-	groupCtx context.Context
-	// followers are told when the driver is found and when it is gone.
-	followers []driverFollower
-	// reports add their sections to /status and their metrics to /metrics.
-	reports []healthz.Feature
-}
-
-// driverFollower is told when the driver is found and when it is gone.
-type driverFollower interface {
-	DriverFound(name string)
-	DriverGone()
-}
-
-// wireNodeGate runs the node gate of --remove-node-taint and
-// --node-condition, told of kubelet's verdicts by an observer.
-func wireNodeGate(ctx context.Context, o *options, c *core) (func(), error) {
-	gate, err := newNodeGate(o)
+// startNodeGate runs the node gate of --remove-node-taint and
+// --node-condition, told of kubelet's verdicts by an observer; nil without
+// them. stop ends it: it outlives the registration, which withdraws its
+// socket on the way out, so that it tells the API server (within
+// nodegate.DefaultFinalTimeout).
+func startNodeGate(ctx context.Context, o *options, srv *registration.Server) (gate *nodegate.Gate, stop func(), err error) {
+	gate, err = newNodeGate(o)
 	if gate == nil || err != nil {
-		return nil, err
+		return nil, func() {}, err
 	}
-	c.srv.Observe(tellGate(gate))
-	c.reports = append(c.reports, gate)
-	// The gate outlives the others, and so the signal: the registration
-	// withdraws its socket on the way out, and the gate then tells the
-	// API server (within nodegate.DefaultFinalTimeout) before it stops.
+	srv.Observe(tellGate(gate))
 	_, nodeNameFlag := o.node()
 	gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFlag)))
-	var gateRunning sync.WaitGroup
-	gateRunning.Go(func() { gate.Run(gateCtx) })
-	return func() {
+	var running sync.WaitGroup
+	running.Go(func() { gate.Run(gateCtx) })
+	return gate, func() {
 		stopGate()
-		gateRunning.Wait()
+		running.Wait()
 	}, nil
 }
 
@@ -97,10 +69,11 @@ func apiClient(o *options) (*kubeapi.Client, error) {
 	return kubeapi.NewClient(cfg)
 }
 
-// wireCSINode runs the CSINode confirmation of --confirm-csinode: the
+// startCSINode runs the CSINode confirmation of --confirm-csinode on g: the
 // watcher follows the driver's name the registration registers, and its
-// findings go to the registration, which decides what they mean.
-func wireCSINode(_ context.Context, o *options, c *core) (func(), error) {
+// findings go to the registration, which decides what they mean. nil
+// without the flag.
+func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group) (*csinode.Watcher, error) {
 	if !o.confirmCSINode {
 		return nil, nil
 	}
@@ -109,34 +82,32 @@ func wireCSINode(_ context.Context, o *options, c *core) (func(), error) {
 		return nil, fmt.Errorf("--confirm-csinode: %w", err)
 	}
 	name, _ := o.node()
-	watcher := csinode.New(name, client, nil, func(f csinode.Finding) { c.srv.ReportCSINode(registration.CSINodeReport(f)) })
-	c.srv.Observe(func(_ registration.Status, happened []registration.Transition) {
+	watcher := csinode.New(name, client, nil, func(f csinode.Finding) { srv.ReportCSINode(registration.CSINodeReport(f)) })
+	srv.Observe(func(_ registration.Status, happened []registration.Transition) {
 		for _, t := range happened {
 			if named, ok := t.(registration.Named); ok {
 				watcher.SetDriver(named.Name)
 			}
 		}
 	})
-	c.reports = append(c.reports, watcher)
-	c.group.Go(func() error {
-		watcher.Run(withFlagLogged(c.groupCtx, "--confirm-csinode"))
+	g.Go(func() error {
+		watcher.Run(withFlagLogged(ctx, "--confirm-csinode"))
 		return nil
 	})
-	return nil, nil
+	return watcher, nil
 }
 
-// wireDriverHealth serves --driver-health-endpoint: the driver's own
+// startDriverHealth serves --driver-health-endpoint on g: the driver's own
 // liveness probe, a listener of its own, sharing nothing with the
-// registration but the driver's restarts, which make it dial again.
-func wireDriverHealth(_ context.Context, o *options, c *core) (func(), error) {
+// registration but the driver's restarts, which make it dial again. nil
+// without the flag.
+func startDriverHealth(ctx context.Context, o *options, address driver.Address, g *errgroup.Group) *driverhealth.Prober {
 	if o.driverHealthEndpoint == "" {
-		return nil, nil
+		return nil
 	}
-	driverHealth := driverhealth.New(c.address.Path, o.probeTimeout)
-	c.followers = append(c.followers, driverHealth)
-	c.reports = append(c.reports, driverHealth)
-	c.group.Go(func() error {
-		return withFlag("--driver-health-endpoint", driverHealth.Serve(withFlagLogged(c.groupCtx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
+	prober := driverhealth.New(address.Path, o.probeTimeout)
+	g.Go(func() error {
+		return withFlag("--driver-health-endpoint", prober.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 	})
-	return nil, nil
+	return prober
 }

@@ -125,15 +125,14 @@ func TestCSINodeConfirmationNeedsThePodsServiceAccount(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wireCSINode(t.Context(), o, &core{}); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
-		t.Errorf("wireCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
+	if _, err := startCSINode(t.Context(), o, nil, nil); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("startCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &core{}
-	if stop, err := wireCSINode(t.Context(), o, c); stop != nil || err != nil || len(c.reports) != 0 {
-		t.Errorf("wireCSINode without the flag = %v, %v, %d reports; want nothing wired", stop != nil, err, len(c.reports))
+	if watcher, err := startCSINode(t.Context(), o, nil, nil); watcher != nil || err != nil {
+		t.Errorf("startCSINode without the flag = %v, %v; want nothing started", watcher, err)
 	}
 }

@@ -118,8 +118,8 @@ func runProbeMode(o *options, program string, stderr io.Writer) int {
 
 // register runs the core flow under one context: the driver followed, the
 // registration run and the probes served; the first error or signal stops
-// them all. The optional features (features.go) are wired into it from a
-// list, and the observers of the registration (observers.go) run beside it.
+// them all. The optional features (features.go) start with it, and the
+// observers of the registration (observers.go) run beside it.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
@@ -150,17 +150,25 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
-	c := &core{address: address, srv: srv, group: g, groupCtx: gctx, followers: []driverFollower{srv}}
-	for _, wire := range features {
-		stop, err := wire(ctx, o, c)
-		if err != nil {
-			cancel()
-			_ = g.Wait()
-			return err
-		}
-		if stop != nil {
-			defer stop()
-		}
+	var reports []healthz.Feature
+	gate, stopGate, err := startNodeGate(ctx, o, srv)
+	if err != nil {
+		return err
+	}
+	defer stopGate()
+	if gate != nil {
+		reports = append(reports, gate)
+	}
+	watcher, err := startCSINode(gctx, o, srv, g)
+	if err != nil {
+		return err
+	}
+	if watcher != nil {
+		reports = append(reports, watcher)
+	}
+	prober := startDriverHealth(gctx, o, address, g)
+	if prober != nil {
+		reports = append(reports, prober)
 	}
 	// Why the driver cannot be asked, for the registration's reason while
 	// it waits for it.
@@ -176,7 +184,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 		// calls on each probe's connection.
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1}, clock.RealClock{})
 		srv.Observe(releaseOnStepAside(logger, port))
-		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: c.reports})
+		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
 		driverConfig.OnAttempt = func(d time.Duration, err error) {
 			recordAttempt(err)
 			probes.ObservePluginInfo(d, err)
@@ -187,12 +195,16 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	g.Go(func() error { return flagError(srv.Run(gctx)) })
 	g.Go(func() error {
 		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
-			for _, f := range c.followers {
-				if e.Reachable {
-					f.DriverFound(e.Name)
-				} else {
-					f.DriverGone()
+			if !e.Reachable {
+				srv.DriverGone()
+				if prober != nil {
+					prober.DriverGone()
 				}
+				return
+			}
+			srv.DriverFound(e.Name)
+			if prober != nil {
+				prober.DriverFound(e.Name)
 			}
 		}))
 	})
