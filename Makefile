@@ -87,12 +87,12 @@ export CGO_ENABLED ?= 0
 # Under make test it also records the skips, and make test lists them all at
 # its end.
 GO_TEST = $(GO) run -C $(CURDIR) ./hack/gotest -go '$(GO)' -dir "$$PWD" $(if $(SKIPPED),-record $(SKIPPED)) --
-ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifneq ($(filter test test-all,$(MAKECMDGOALS)),)
 SKIPPED := $(CURDIR)/bin/skipped-tests.txt
 $(shell rm -f $(SKIPPED))
 endif
 
-.PHONY: all build test unit fuzz e2e demo vet clean version release-notes release
+.PHONY: all build test test-all unit apiserver-test fuzz e2e e2e-newest e2e-older demo vet clean version release-notes release
 .PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
@@ -177,7 +177,7 @@ windows-test:
 	VERSION=$(VERSION) GOTAGS='$(GOTAGS)' hack/windows-test.sh
 
 vet:
-	hack/progress.sh "vetting the product module" $(GO) vet ./...
+	hack/progress.sh "vetting the product module" $(GO) vet -tags apiserver ./...
 	hack/progress.sh "vetting test/e2e" $(GO) vet -C test/e2e ./...
 
 # test/node's kube-apiserver, which pkg/features/nodegate's and test/deploy's tests
@@ -190,8 +190,13 @@ $(KUBE_APISERVER_BIN): test/node/go.mod test/node/go.sum
 		$(GO) build -C test/node -trimpath -o _bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 
 # Unit and integration tests of the product module, under the race detector.
-unit: $(KUBE_APISERVER_BIN)
+unit:
 	CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
+
+# The API features' tests against a real kube-apiserver and etcd (build tag
+# apiserver; test/apiserver): kube-apiserver is built from test/node first.
+apiserver-test: $(KUBE_APISERVER_BIN)
+	CGO_ENABLED=1 $(GO_TEST) -race -count=1 -tags apiserver ./pkg/features/...
 
 # Each fuzz target for FUZZTIME; the first failure stops make, and go test
 # prints the input and writes it to the package's testdata/fuzz/. go test
@@ -229,12 +234,24 @@ handover-compat:
 # kubelet's own plugin manager and CSI handler against the release binary,
 # for each of KUBELET_MINORS (make e2e KUBELET_MINORS=v1.30 runs one).
 e2e: build
-	@set -e; for m in $(KUBELET_MINORS); do \
+	$(call e2e_against,$(KUBELET_MINORS))
+
+# make e2e against the newest kubelet minor alone (make test), and against
+# the others (make test-all).
+e2e-newest: build
+	$(call e2e_against,$(firstword $(KUBELET_MINORS)))
+e2e-older: build
+	$(call e2e_against,$(wordlist 2,$(words $(KUBELET_MINORS)),$(KUBELET_MINORS)))
+
+# e2e_against runs test/e2e against each kubelet minor of $(1).
+define e2e_against
+	@set -e; for m in $(1); do \
 		echo "make e2e: kubelet $$m (test/kubelet/$$m)"; \
 		hack/progress.sh "building kubelet $$m's plugin manager (fakekubelet)" \
 			$(GO) build -C test/kubelet/$$m -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .; \
 		(cd test/e2e && FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$$m REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...); \
 	done
+endef
 
 # The example manifests in deploy/: strict decoding and wiring checks, and
 # a server-side dry run of every rendering against a real kube-apiserver
@@ -253,12 +270,22 @@ docs-test:
 	cd test/docs && $(GO) vet ./...
 	cd test/docs && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
-# The last lines list the tests that skipped, and say that everything
-# passed; make stops at the first failure.
-test: vet unit fuzz e2e deploy-test docs-test bench-smoke
+# A contributor's loop: what needs no Kubernetes build but one kubelet
+# minor's plugin manager. The last lines list the tests that skipped, and
+# say that everything passed; make stops at the first failure.
+test: vet unit fuzz e2e-newest docs-test
 	@if [ -s $(SKIPPED) ]; then echo "make test: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
 		else echo "make test: no test skipped"; fi
 	@echo "make test: all checks passed ($^)"
+
+# Everything make test runs, and what needs more Kubernetes builds: the
+# tests against a real kube-apiserver, the other kubelet minors, the
+# manifests against the API server, the benchmarks once each. .ci/run runs
+# it.
+test-all: test apiserver-test e2e-older deploy-test bench-smoke
+	@if [ -s $(SKIPPED) ]; then echo "make test-all: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
+		else echo "make test-all: no test skipped"; fi
+	@echo "make test-all: all checks passed ($^)"
 
 # gofmt, go vet and staticcheck on every module; staticcheck also on the
 # product module as built for Windows.
@@ -266,7 +293,7 @@ lint: $(STATICCHECK)
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then \
 		echo "gofmt: these files are not formatted (gofmt -w FILE):" >&2; echo "$$files" >&2; exit 1; fi
 	@set -e; for m in $(MODULES); do \
-		echo "lint: $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); \
+		echo "lint: $$m"; (cd $$m && $(GO) vet -tags apiserver ./... && $(STATICCHECK) -tags apiserver ./...); \
 	done
 	GOOS=windows GOARCH=amd64 $(STATICCHECK) ./...
 

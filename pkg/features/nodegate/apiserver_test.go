@@ -1,3 +1,5 @@
+//go:build apiserver
+
 package nodegate
 
 import (
