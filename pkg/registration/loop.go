@@ -157,7 +157,7 @@ func (l *loop) handle(ev event) error {
 }
 
 func (e look) carryOut(l *loop) error {
-	path, ours, owner := l.m.path, l.pub.file(), l.m.owner
+	path, ours, owner := l.m.path, l.m.ours, l.m.owner
 	if e.purpose == lookClaim {
 		path = SocketPath(l.s.cfg.Dir, l.m.claim)
 	}

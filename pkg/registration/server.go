@@ -118,7 +118,8 @@ type Server struct {
 // on the registration's goroutine: it must not block.
 type Observer func(now Status, happened []Transition)
 
-// snapshot is never written once stored, nor anything it points to.
+// snapshot is never written once stored, nor anything it points to; pub
+// is for the tests, which stop its server as a killed process would.
 type snapshot struct {
 	m   machine
 	pub *publication // nil while none is served
@@ -139,13 +140,6 @@ type publication struct {
 	path string
 	sock *sockfile.Socket
 	grpc *grpc.Server
-}
-
-func (pub *publication) file() sockfile.ID {
-	if pub == nil {
-		return sockfile.ID{}
-	}
-	return pub.sock.File
 }
 
 // Validate says what is wrong with cfg's values; New checks the directory.
