@@ -165,15 +165,6 @@ func waitForWatch(t testing.TB, logs ktesting.Buffer, dir string) {
 	}
 }
 
-func containsString(list []string, s string) bool {
-	for _, item := range list {
-		if item == s {
-			return true
-		}
-	}
-	return false
-}
-
 // fastConfig retries quickly, so that retry tests take milliseconds.
 func fastConfig(path string) driver.Config {
 	return driver.Config{
