@@ -1,8 +1,6 @@
-// Package kubeapi is what the API features (pkg/features/nodegate and
-// pkg/features/csinode) share on top of client-go: the configuration, from
-// the pod's service account or a kubeconfig; the client; errors that name
-// the RBAC rule a refused request needs, or the admission policy that
-// refused it; and the request counters of their /status and metrics.
+// Package kubeapi is what the API features (nodegate, csinode) share on top
+// of client-go: configuration, client, errors that name the missing RBAC rule
+// or the refusing admission policy, and request counters.
 package kubeapi
 
 import (
@@ -28,9 +26,8 @@ import (
 // requestTimeout bounds each GET and PATCH; watches have their own.
 const requestTimeout = 10 * time.Second
 
-// Config is the API server's configuration: from the kubeconfig file when
-// one is given, or else the pod's, with its service account's token (which
-// client-go reads again as kubelet rotates it) and CA.
+// Config is the API server's configuration from kubeconfig, or else the
+// pod's service account (client-go rereads the token as kubelet rotates it).
 func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -48,9 +45,8 @@ func Config(kubeconfig, userAgent string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Client reads and patches the API's objects as unstructured ones: client-go's
-// dynamic client, which needs none of k8s.io/api's generated types (they
-// would link the whole core group for two kinds; see docs/performance.md).
+// Client reads and patches objects as unstructured ones, so that k8s.io/api's
+// generated types are not linked in (docs/performance.md).
 type Client struct {
 	dynamic dynamic.Interface
 }
@@ -87,14 +83,10 @@ func (c *Client) Patch(ctx context.Context, o Object, pt types.PatchType, patch 
 
 // Object names one object of the API, for the errors of requests about it.
 type Object struct {
-	// Group is the API group, "" for the core group.
-	Group string
-	// Resource is the resource's plural name; Subresource "" or e.g.
-	// "status".
+	Group                 string
 	Resource, Subresource string
 	Name                  string
-	// Kind names the object in errors: "node", "CSINode".
-	Kind string
+	Kind                  string
 	// Component is the deploy/ component whose ClusterRole grants the
 	// requests, named in a 403's error.
 	Component string
@@ -115,17 +107,15 @@ func (o Object) resource() string {
 	return o.Resource
 }
 
-// APIError is an answer of the API server other than 2xx, or a watch's
-// ERROR event, that says what to fix.
+// APIError is a non-2xx answer of the API server, or a watch's ERROR event,
+// that says what to fix.
 type APIError struct {
-	Code   int
-	Verb   string
-	Object Object
-	// Message is the API server's own, from its Status object.
+	Code    int
+	Verb    string
+	Object  Object
 	Message string
-	// Policy names the ValidatingAdmissionPolicy that refused the request
-	// (deploy/node-gate's csi-node-gate), and PolicyMessage is what it
-	// said; both empty for other answers.
+	// Policy and PolicyMessage: the ValidatingAdmissionPolicy that refused
+	// the request and what it said; empty for other answers.
 	Policy, PolicyMessage string
 	// err is client-go's, which the reflector classifies.
 	err error
@@ -137,7 +127,6 @@ func (e *APIError) Error() string {
 	o := e.Object
 	switch {
 	case e.Policy != "":
-		// Only the node gate writes, and only writes are admitted.
 		return fmt.Sprintf("%s %s of %s %q refused by the ValidatingAdmissionPolicy %s: %s (the policy allows the registrar's service account to remove only its own Node's startup taints and to set only its driver's condition; see docs/node-gate-policy.md for its driver name and taint keys)",
 			e.Verb, o.resource(), o.Kind, o.Name, e.Policy, e.PolicyMessage)
 	case e.Code == http.StatusForbidden:
@@ -156,8 +145,8 @@ func (e *APIError) Error() string {
 	}
 }
 
-// Error is err, of a request of verb about o, as an *APIError when the API
-// server answered, or else with the request named; nil for nil.
+// Error is err as an *APIError when the API server answered, or else with
+// the request named; nil for nil.
 func Error(verb string, o Object, err error) error {
 	if err == nil {
 		return nil
@@ -172,9 +161,8 @@ func Error(verb string, o Object, err error) error {
 	return apiErr
 }
 
-// Code is the HTTP status code of the API server's answer in err's chain,
-// 0 for another error: http.StatusNotFound for an object that does not
-// exist, http.StatusGone for a watch's expired resourceVersion.
+// Code is the HTTP status code of the API server's answer in err's chain, 0
+// for another error.
 func Code(err error) int {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -187,9 +175,8 @@ func Code(err error) int {
 	return 0
 }
 
-// CodeLabel is the outcome of a request as its counters label it: the
-// HTTP status code ("200" for a nil err), or "error" when there was no
-// answer.
+// CodeLabel is a request's outcome as counters label it: the status code,
+// "200" for nil, or "error" when there was no answer.
 func CodeLabel(err error) string {
 	switch code := Code(err); {
 	case code != 0:
@@ -200,12 +187,10 @@ func CodeLabel(err error) string {
 	return "200"
 }
 
-// Requests counts a feature's requests to the API server by the request's
-// name and its outcome (CodeLabel), for its status and metrics. Its owner's
-// lock guards it.
+// Requests counts requests by name and CodeLabel. Its owner's lock guards it.
 type Requests map[string]map[string]uint64
 
-// Add counts one request named name that ended with err.
+// Add counts one request.
 func (r Requests) Add(name string, err error) {
 	if r[name] == nil {
 		r[name] = map[string]uint64{}
@@ -213,7 +198,7 @@ func (r Requests) Add(name string, err error) {
 	r[name][CodeLabel(err)]++
 }
 
-// Clone returns a copy of r that shares no map with it.
+// Clone returns a deep copy.
 func (r Requests) Clone() Requests {
 	c := make(Requests, len(r))
 	for name, codes := range r {
@@ -222,10 +207,8 @@ func (r Requests) Clone() Requests {
 	return c
 }
 
-// refusingPolicy finds, in the message of the API server's refusal, the
-// ValidatingAdmissionPolicy that refused the request and what it said:
-// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>'
-// with binding '<binding>' denied request: <message>".
+// refusingPolicy parses the API server's "... ValidatingAdmissionPolicy
+// '<policy>' with binding '<binding>' denied request: <message>".
 func refusingPolicy(message string) (policy, said string) {
 	const prefix, denied = "ValidatingAdmissionPolicy '", " denied request: "
 	_, rest, ok := strings.Cut(message, prefix)
