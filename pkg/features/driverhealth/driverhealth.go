@@ -1,18 +1,8 @@
-// Package driverhealth answers the CSI driver container's liveness probe in
-// the registrar, so that a DaemonSet needs no livenessprobe sidecar: GET
-// /healthz on its own listener (--driver-health-endpoint) calls the
-// driver's Identity.Probe within a timeout and answers as
-// kubernetes-csi/livenessprobe does: 200 "ok" when the driver is ready or
-// does not say, 500 with the reason otherwise. The calls are counted in
-// csi-lib-utils' csi_sidecar_operations_seconds histogram, kept by its
-// metrics manager (metrics.go).
-//
-// Unlike livenessprobe, which dials the driver for every probe, it keeps one
-// gRPC connection, dialled again when the driver's socket is replaced (the
-// registrar follows it, see pkg/driver) and tried again at once when a
-// probe finds it failed. It shares nothing with the registration: a driver
-// whose probe fails does not change the registrar's own /healthz or its
-// registration, and the reverse.
+// Package driverhealth answers the CSI driver container's liveness probe as
+// kubernetes-csi/livenessprobe does, so that a DaemonSet needs no livenessprobe
+// sidecar. Unlike livenessprobe it keeps one gRPC connection, dialled again
+// when the driver's socket is replaced. It shares nothing with the
+// registration (docs/probes-and-metrics.md).
 package driverhealth
 
 import (
@@ -33,8 +23,7 @@ import (
 // DefaultTimeout is livenessprobe's --probe-timeout default.
 const DefaultTimeout = 3 * time.Second
 
-// ErrNotReady is a probe's outcome when the driver answered Probe with
-// ready false. Its text is livenessprobe's answer.
+// ErrNotReady is a probe's outcome for ready false; its text is livenessprobe's.
 var ErrNotReady = errors.New("driver responded but is not ready")
 
 // Prober calls the driver's Identity.Probe over a kept connection.
@@ -42,19 +31,16 @@ type Prober struct {
 	path    string
 	timeout time.Duration
 
-	mu   sync.Mutex
-	conn *grpc.ClientConn // nil until the first probe or after a redial
-	// driverName labels the metrics; "" until the driver is found.
+	mu         sync.Mutex
+	conn       *grpc.ClientConn // nil until the first probe or after a redial
 	driverName string
-	// lastOutcome is the last probe's error text as logged, "" for none,
-	// nil before the first: only changes are logged at level 0.
+	// lastOutcome is the last probe's error text, "" for none, nil before
+	// the first: only changes are logged at level 0.
 	lastOutcome *string
-	// metrics keeps the probes' histogram.
-	metrics metrics.CSIMetricsManager
+	metrics     metrics.CSIMetricsManager
 }
 
-// New probes the driver listening on the Unix socket at path; each probe
-// takes at most timeout (DefaultTimeout when not positive).
+// New probes the driver on the Unix socket at path within timeout.
 func New(path string, timeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -62,10 +48,8 @@ func New(path string, timeout time.Duration) *Prober {
 	return &Prober{path: path, timeout: timeout, metrics: newMetricsManager()}
 }
 
-// DriverFound tells the Prober that a driver named name answers on a
-// socket that may be new: the next probe dials it afresh, so that a kept
-// connection to a driver whose socket was replaced does not keep answering
-// for it. The name labels the metrics from then on.
+// DriverFound makes the next probe dial afresh, so that a kept connection to
+// a replaced socket does not answer for the new driver.
 func (p *Prober) DriverFound(name string) {
 	p.mu.Lock()
 	p.driverName = name
@@ -73,17 +57,15 @@ func (p *Prober) DriverFound(name string) {
 	p.DriverGone()
 }
 
-// DriverGone tells the Prober that the driver's socket was removed, or its
-// driver stopped answering; the name stays for the metrics, as the next
-// driver on the socket is usually the same.
+// DriverGone drops the connection; the name stays for the metrics, as the
+// next driver on the socket is usually the same.
 func (p *Prober) DriverGone() {
 	p.mu.Lock()
 	old := p.conn
 	p.conn = nil
 	p.mu.Unlock()
 	if old != nil {
-		// Closed once probes that may still use it are over: none lasts
-		// longer than the timeout.
+		// Probes still using it end within the timeout.
 		time.AfterFunc(p.timeout, func() { _ = old.Close() })
 	}
 }
@@ -100,18 +82,16 @@ func (p *Prober) Close() error {
 	return err
 }
 
-// client returns the kept connection, made on first use. One that failed
-// to connect is told to try again now rather than after its backoff, so
-// that a driver back on its socket is reached by this probe.
+// client returns the kept connection. One in TransientFailure retries now,
+// not after its backoff, so that a driver back on its socket is reached.
 func (p *Prober) client() (*grpc.ClientConn, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil {
-		// As csi-lib-utils' connections: tried again every second at most
-		// while the driver is away; never closed for being idle.
+		// As csi-lib-utils' connections: retried every second at most,
+		// never idle-closed.
 		retry := backoff.DefaultConfig
 		retry.MaxDelay = time.Second
-		// A probe waits for the connection, up to its timeout.
 		conn, err := unixgrpc.NewClient(p.path,
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: retry}),
 			grpc.WithIdleTimeout(0),
@@ -126,12 +106,9 @@ func (p *Prober) client() (*grpc.ClientConn, string, error) {
 	return p.conn, p.driverName, nil
 }
 
-// Probe calls the driver's Identity.Probe once, within the timeout and
-// ctx: nil when the driver is ready (or does not say), ErrNotReady when it
-// says it is not, the call's error otherwise (DeadlineExceeded when the
-// driver does not answer in time, or cannot be connected to). It waits
-// for the connection as livenessprobe waits for its dial: a driver that
-// is not there fails at the timeout.
+// Probe calls Identity.Probe once within the timeout: nil when ready or
+// unsaid, ErrNotReady, or the call's error. It waits for the connection as
+// livenessprobe waits for its dial.
 func (p *Prober) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()

@@ -13,15 +13,12 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/sockerr"
 )
 
-// Path is where the probe is answered, livenessprobe's.
+// Path is livenessprobe's.
 const Path = "/healthz"
 
-// listenRetry is how often an address in use is tried again.
 const listenRetry = 100 * time.Millisecond
 
-// ServeHTTP answers Path, for any method, as livenessprobe does: 200
-// "ok", or 500 with the error's text or "driver responded but is not
-// ready". Any other path is 404.
+// ServeHTTP answers Path, for any method, as livenessprobe does.
 func (p *Prober) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != Path {
 		http.NotFound(w, r)
@@ -39,8 +36,7 @@ func (p *Prober) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok"))
 }
 
-// logOutcome logs each probe at V(5), and a change of outcome once at the
-// default level: a driver that stays unhealthy does not flood the log.
+// logOutcome logs a change of outcome at level 0, each probe at V(5).
 func (p *Prober) logOutcome(ctx context.Context, err error) {
 	logger := klog.FromContext(ctx)
 	outcome := ""
@@ -61,13 +57,8 @@ func (p *Prober) logOutcome(ctx context.Context, err error) {
 	}
 }
 
-// Serve listens on address and answers the driver's liveness probe until
-// ctx is done, then shuts the server down, giving probes in flight up to
-// shutdownTimeout. An address that cannot be listened on fails at once,
-// but one in use is waited for without end, saying so once: the
-// registration, which does not need this listener, goes on meanwhile
-// (with hostNetwork, the older pod of a rolling update holds the port
-// until it exits).
+// Serve answers the probe on address until ctx is done. An address in use is
+// waited for: with hostNetwork the older pod of a rolling update holds it.
 func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time.Duration) error {
 	defer p.Close()
 	logger := klog.FromContext(ctx)
@@ -92,8 +83,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 	return err
 }
 
-// listen listens on address, waiting while it is in use; nil, nil when ctx
-// is done first.
+// listen returns nil, nil when ctx is done first.
 func listen(ctx context.Context, address string) (net.Listener, error) {
 	// No TCP keep-alive: probes are short requests (see cmd/registrar).
 	lc := net.ListenConfig{KeepAlive: -1}
