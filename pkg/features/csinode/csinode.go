@@ -1,17 +1,11 @@
 // Package csinode confirms that kubelet's registration of the CSI driver
-// took effect where workloads need it: it watches this node's CSINode (the
-// object kubelet creates or updates with the driver's entry before it
-// tells the registrar "registered"), and reports what it finds of the
-// driver there, through a callback, each time that changes: listed under
-// the current Node, missing (a registration made again restores it), or
-// owned by a Node that was replaced (which the garbage collector deletes).
+// took effect: it watches this node's CSINode with client-go's reflector and
+// reports each change of what it finds of the driver there: listed, missing,
+// or owned by a replaced Node. It never writes.
 //
-// It reads, never writes. client-go's reflector lists and watches the one
-// CSINode by name (a field selector), renews its watches and lists again
-// after a 410 Gone; the watcher reads the Node's UID at each list, at each
-// creation of the CSINode (kubelet 1.35 and later create it again with the
-// Node UID they read at their start, which may be a replaced Node's), and
-// whenever the CSINode's Node owner is not the UID last read.
+// The Node's UID is read again at each list, at each creation of the CSINode
+// (kubelet 1.35 and later create it with the UID they read at their start)
+// and whenever the CSINode's owner is not the UID last read.
 package csinode
 
 import (
@@ -36,32 +30,25 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
-// retryBackoff spaces the retries of failed reads: from 0.8-1 s, doubling
-// up to 4-5 min. The reflector starts it over two minutes into a series.
+// retryBackoff spaces the retries of failed reads; the reflector starts it
+// over two minutes into a series.
 var retryBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.25, Cap: 4 * time.Minute, Steps: math.MaxInt32}
 
 // Status is a snapshot of the watcher, for /status and /metrics.
 type Status struct {
-	Node   string `json:"node"`
-	Driver string `json:"driver,omitempty"`
-	// Finding is the last one reported, and when it was found.
-	Finding     *Finding   `json:"finding,omitempty"`
-	FindingTime *time.Time `json:"findingTime,omitempty"`
-	// CSINodeOwnerUID is the UID of the Node that owns the CSINode, and
-	// NodeUID the Node's own, as last read; "" for none.
-	CSINodeOwnerUID string `json:"csiNodeOwnerUID,omitempty"`
-	NodeUID         string `json:"nodeUID,omitempty"`
-	// WatchRestarts counts the watches started after the first, and
-	// WatchesExpired those that ended with a 410 Gone: their
-	// resourceVersion had left the API server's window.
-	WatchRestarts  uint64     `json:"watchRestarts"`
-	WatchesExpired uint64     `json:"watchesExpired"`
-	LastError      string     `json:"lastError,omitempty"`
-	LastErrorTime  *time.Time `json:"lastErrorTime,omitempty"`
-	// Requests counts the requests to the API server by verb (list and
-	// watch of the CSINode, get of the Node) and answer: the HTTP status
-	// code, or "error" when there was none.
-	Requests kubeapi.Requests `json:"requests"`
+	Node            string     `json:"node"`
+	Driver          string     `json:"driver,omitempty"`
+	Finding         *Finding   `json:"finding,omitempty"`
+	FindingTime     *time.Time `json:"findingTime,omitempty"`
+	CSINodeOwnerUID string     `json:"csiNodeOwnerUID,omitempty"`
+	NodeUID         string     `json:"nodeUID,omitempty"`
+	// WatchRestarts counts the watches after the first; WatchesExpired those
+	// that ended with a 410 Gone.
+	WatchRestarts  uint64           `json:"watchRestarts"`
+	WatchesExpired uint64           `json:"watchesExpired"`
+	LastError      string           `json:"lastError,omitempty"`
+	LastErrorTime  *time.Time       `json:"lastErrorTime,omitempty"`
+	Requests       kubeapi.Requests `json:"requests"`
 }
 
 // Watcher watches the node's CSINode for the driver's entry.
@@ -71,18 +58,15 @@ type Watcher struct {
 	csiNode kubeapi.Object
 	node    kubeapi.Object
 	clock   clock.Clock
-	// backoff spaces the retries; watchTimeout, when set, replaces the
-	// reflector's timeout of watches (5 to 10 min). Both for tests.
+	// backoff and watchTimeout (the reflector's when zero) are set by tests.
 	backoff      wait.Backoff
 	watchTimeout time.Duration
-	// wake tells Run that the Node's UID is to be read.
-	wake chan struct{}
+	wake         chan struct{}
 
 	mu     sync.Mutex
 	logger klog.Logger
 	st     Status
-	// cs is the CSINode as last read, nil when absent.
-	cs *csiNode
+	cs     *csiNode
 	// nodeWanted counts the reads of the Node's UID asked for, nodeRead
 	// those done; the finding waits until both agree.
 	nodeWanted, nodeRead uint64
@@ -90,17 +74,15 @@ type Watcher struct {
 	// until then, with a driver known, failures are reported.
 	seen    bool
 	started bool // a watch was started
-	// staleOwner is the owner UID of the last CSINode read that a replaced
-	// Node owned, until the driver is listed: the garbage collector
-	// deletes such a CSINode within milliseconds, and what is then missing
-	// says why it will be again.
+	// staleOwner is a replaced Node's UID that owned the last CSINode, until
+	// the driver is listed: the garbage collector deletes such a CSINode at
+	// once, and the Missing finding then says why.
 	staleOwner string
 }
 
-// New returns a watcher of node's CSINode that calls report with each new
-// finding, one at a time: report must not block nor call the watcher.
-// clk times the retries of the Node's reads and the status (nil: the real
-// clock); the reflector's waits are on the real clock.
+// New returns a watcher that calls report with each new finding, under its
+// lock: report must not block nor call the watcher. clk (nil: the real
+// clock) does not time the reflector's waits.
 func New(node string, client *kubeapi.Client, clk clock.Clock, report func(Finding)) *Watcher {
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -118,8 +100,7 @@ func New(node string, client *kubeapi.Client, clk clock.Clock, report func(Findi
 	}
 }
 
-// SetDriver sets the driver's name, as kubelet registered it; the findings
-// are about it from then on (a driver may rename itself).
+// SetDriver sets the driver's name as kubelet registered it.
 func (w *Watcher) SetDriver(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -127,7 +108,7 @@ func (w *Watcher) SetDriver(name string) {
 	w.evaluate()
 }
 
-// Status returns a snapshot of the watcher.
+// Status returns a snapshot.
 func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -140,8 +121,7 @@ func (w *Watcher) Status() Status {
 	return st
 }
 
-// Run watches the CSINode, and reads the Node's UID when asked, until ctx
-// ends.
+// Run watches the CSINode, and reads the Node's UID when asked.
 func (w *Watcher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("csinode")
 	w.mu.Lock()
@@ -196,8 +176,6 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// listWatch lists and watches the CSINode by name, counting the requests
-// and recording their failures.
 func (w *Watcher) listWatch() cache.ListerWatcher {
 	csiNodes := w.client.Resource(w.csiNode)
 	byName := fields.OneTermEqualSelector("metadata.name", w.csiNode.Name).String()
@@ -247,8 +225,7 @@ func (w *Watcher) listWatch() cache.ListerWatcher {
 	}
 }
 
-// watchFailed records a watch's ERROR event, which ends it; the reflector
-// lists again.
+// watchFailed records a watch's ERROR event; the reflector lists again.
 func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
 	err := kubeapi.Error("watch", w.csiNode, apierrors.FromObject(status))
 	switch {
@@ -264,8 +241,7 @@ func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
 	}
 }
 
-// store is the reflector's store: it keeps nothing, and tells the watcher
-// of each change.
+// store keeps nothing: it tells the watcher of each change.
 type store struct{ w *Watcher }
 
 func (s store) Add(obj any) error    { return s.changed(obj, true) }
@@ -273,7 +249,6 @@ func (s store) Update(obj any) error { return s.changed(obj, false) }
 func (s store) Delete(any) error     { s.w.changed(nil, false); return nil }
 func (s store) Resync() error        { return nil }
 
-// Replace is a list's result: the CSINode, or nothing.
 func (s store) Replace(items []any, _ string) error {
 	if len(items) == 0 {
 		s.w.changed(nil, true)
@@ -291,9 +266,8 @@ func (s store) changed(obj any, readNode bool) error {
 	return nil
 }
 
-// changed records the CSINode read (nil: it does not exist), and asks Run
-// for the Node's UID when readNode is set or the CSINode's owner is not
-// the UID last read; the finding waits for it.
+// changed asks Run for the Node's UID when readNode is set or the owner is
+// not the UID last read; the finding waits for it.
 func (w *Watcher) changed(cs *csiNode, readNode bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -313,8 +287,7 @@ func (w *Watcher) changed(cs *csiNode, readNode bool) {
 	w.settle()
 }
 
-// settle reports the finding once the CSINode and the Node's UID are both
-// read; w.mu is held.
+// settle reports once the CSINode and the Node's UID are read; w.mu is held.
 func (w *Watcher) settle() {
 	if w.nodeWanted != w.nodeRead {
 		return
@@ -348,7 +321,6 @@ func (w *Watcher) evaluate() {
 	var f Finding
 	switch {
 	case w.seen && w.nodeWanted != w.nodeRead:
-		// The Node's UID is being read again.
 		return
 	case w.seen:
 		f = find(w.csiNode.Name, w.st.Driver, w.cs, w.st.NodeUID)

@@ -2,20 +2,16 @@ package csinode
 
 import "fmt"
 
-// Finding is what was last found of the driver in this node's CSINode. Its
-// fields are those of pkg/registration's CSINodeReport, so that one
-// converts to the other.
+// Finding is what was found of the driver in this node's CSINode. Its fields
+// are pkg/registration's CSINodeReport's, so that one converts to the other.
 type Finding struct {
-	// Listed: the CSINode of the current Node lists the driver.
 	Listed bool `json:"listed"`
-	// Missing: the CSINode does not exist, or does not list the driver: a
-	// registration made again by kubelet restores it.
-	Missing bool `json:"missing"`
-	// Reason says, when not Listed, what was found, in one line.
-	Reason string `json:"reason,omitempty"`
+	// Missing: no CSINode, or one without the driver, which a registration
+	// made again restores.
+	Missing bool   `json:"missing"`
+	Reason  string `json:"reason,omitempty"`
 }
 
-// csiNode is what the watcher reads of a CSINode.
 type csiNode struct {
 	Metadata struct {
 		ResourceVersion string `json:"resourceVersion"`
@@ -32,8 +28,6 @@ type csiNode struct {
 	} `json:"spec"`
 }
 
-// ownerUID is the UID of the Node that owns the CSINode, as kubelet sets
-// it; "" without one.
 func (c *csiNode) ownerUID() string {
 	for _, o := range c.Metadata.OwnerReferences {
 		if o.APIVersion == "v1" && o.Kind == "Node" {
@@ -52,10 +46,8 @@ func (c *csiNode) lists(driver string) bool {
 	return false
 }
 
-// find says what the CSINode (nil: it does not exist) shows of the driver,
-// given the UID of the Node of that name ("": the Node does not exist).
-// A CSINode that no Node owns (not one kubelet made) is taken as it is:
-// no garbage collector deletes it.
+// find says what c shows of the driver. A CSINode that no Node owns is
+// taken as it is: no garbage collector deletes it.
 func find(node, driver string, c *csiNode, nodeUID string) Finding {
 	switch {
 	case c == nil:
