@@ -1,15 +1,9 @@
-// Package nodegate tells the Kubernetes API server, for this node, whether
-// kubelet has accepted the CSI driver, so that pods that need the driver
-// are not scheduled onto the node before it is usable there: it removes
-// startup taints from the Node once kubelet has registered the driver
-// (it never adds one), and sets a Node condition that the Node Readiness
-// Controller (KEP-5233) can read: True when kubelet accepts the driver,
-// False with kubelet's reason when kubelet rejects it, False when the
-// registrar stops and withdraws the registration.
-//
-// The registration reports its events (Registered, Rejected, Withdrawn);
-// Run applies the latest state to the Node, retrying with a backoff, and
-// never holds the registration up.
+// Package nodegate applies kubelet's verdict on the CSI driver to this Node,
+// so that pods needing the driver are not scheduled before it is usable: it
+// removes startup taints once kubelet accepts the driver (it never adds one)
+// and sets a Node condition for the Node Readiness Controller (KEP-5233).
+// Run applies the latest event with retries and never holds the
+// registration up.
 package nodegate
 
 import (
@@ -28,9 +22,9 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
-// ConditionSuffix is appended to the driver's name to make the condition's
-// default type, <driver name>/NodePluginRegistered: KEP-5233's conditions
-// are domain-prefixed, and its storage example names this one so.
+// ConditionSuffix makes the default condition type from the driver's name:
+// KEP-5233's conditions are domain-prefixed, and its storage example names
+// this one so.
 const ConditionSuffix = "/NodePluginRegistered"
 
 const (
@@ -40,7 +34,6 @@ const (
 	ReasonNotInCSINode = "NotInCSINode"
 )
 
-// Defaults of Config's durations.
 const (
 	DefaultRetryInitial = 200 * time.Millisecond
 	DefaultRetryMax     = time.Minute
@@ -56,47 +49,36 @@ const (
 
 // Config says what to change on which node.
 type Config struct {
-	// NodeName is the node this registrar runs on.
-	NodeName string
-	// TaintKeys are the taints to remove, by key, once kubelet has
-	// accepted the driver.
+	NodeName  string
 	TaintKeys []string
-	// Condition sets the condition of type ConditionType, or
-	// <driver name>/NodePluginRegistered when ConditionType is empty.
-	Condition     bool
-	ConditionType string
-	Client        *kubeapi.Client
-	// RetryInitial and RetryMax bound the backoff after a failed update,
-	// which starts over after a success.
+	// Condition sets the condition of type ConditionType, or the driver's
+	// name + ConditionSuffix when ConditionType is empty.
+	Condition              bool
+	ConditionType          string
+	Client                 *kubeapi.Client
 	RetryInitial, RetryMax time.Duration
-	// FinalTimeout bounds the last update, made after Run's context is
-	// done: the False condition of a registrar that stopped.
+	// FinalTimeout bounds the update made after Run's context is done: the
+	// False condition of a registrar that stopped.
 	FinalTimeout time.Duration
-	// Clock times the retries and the status; nil is the real one.
-	Clock clock.Clock
+	Clock        clock.Clock
 }
 
 // Status is a snapshot of the gate, for /status and /metrics.
 type Status struct {
-	Node string `json:"node"`
-	// TaintKeys are the taints to remove once kubelet accepts the driver.
+	Node      string   `json:"node"`
 	TaintKeys []string `json:"removeTaints,omitempty"`
-	// TaintsChecked is when the node was last found without them (after
-	// removing them, or finding none).
+	// TaintsChecked is when the node was last found without them.
 	TaintsChecked *time.Time `json:"taintsCheckedTime,omitempty"`
-	// RemovedTaints are the taints this process removed, as key:effect.
-	RemovedTaints []string `json:"removedTaints,omitempty"`
-	// Condition is the condition last set on the node, and when.
+	// RemovedTaints are those this process removed, as key:effect.
+	RemovedTaints []string   `json:"removedTaints,omitempty"`
 	Condition     *Condition `json:"condition,omitempty"`
 	ConditionTime *time.Time `json:"conditionTime,omitempty"`
 	// Pending: the node does not show yet what the registrar knows.
-	Pending       bool       `json:"pending"`
-	LastError     string     `json:"lastError,omitempty"`
-	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
-	NextRetry     *time.Time `json:"nextRetryTime,omitempty"`
-	// Requests counts the requests to the API server by request and
-	// answer: the HTTP status code, or "error" when there was none.
-	Requests kubeapi.Requests `json:"requests"`
+	Pending       bool             `json:"pending"`
+	LastError     string           `json:"lastError,omitempty"`
+	LastErrorTime *time.Time       `json:"lastErrorTime,omitempty"`
+	NextRetry     *time.Time       `json:"nextRetryTime,omitempty"`
+	Requests      kubeapi.Requests `json:"requests"`
 }
 
 // wanted is what the node should show; the event methods write it, Run
@@ -139,31 +121,27 @@ func New(cfg Config) *Gate {
 	}
 }
 
-// Registered records that kubelet accepted the driver: its taints go, its
-// condition becomes True. It never blocks.
+// Registered records that kubelet accepted the driver. It never blocks.
 func (g *Gate) Registered(driverName string) {
 	g.want(driverName, true, "True", ReasonRegistered, "kubelet accepted the CSI driver "+driverName)
 }
 
-// Rejected records that kubelet rejected the driver, with its reason.
+// Rejected records that kubelet rejected the driver.
 func (g *Gate) Rejected(driverName, reason string) {
 	g.want(driverName, false, "False", ReasonRejected, "kubelet rejected the CSI driver "+driverName+": "+reason)
 }
 
-// Unconfirmed records that kubelet has the driver registered but this
-// node's CSINode no longer lists it (--confirm-csinode), with what was
-// found: the condition becomes False; taints removed stay removed.
+// Unconfirmed records that this node's CSINode no longer lists the driver
+// (--confirm-csinode): the condition becomes False; taints stay removed.
 func (g *Gate) Unconfirmed(driverName, reason string) {
 	g.want(driverName, false, "False", ReasonNotInCSINode, reason)
 }
 
-// Withdrawn records that the registrar removed its registration socket on
-// its way out: kubelet unregisters the driver.
+// Withdrawn records that the registrar removed its socket on its way out.
 func (g *Gate) Withdrawn(driverName string) {
 	g.want(driverName, false, "False", ReasonUnregistered, "the registrar of the CSI driver "+driverName+" stopped and removed its registration socket")
 }
 
-// want records what the node should show after an event, and wakes Run.
 func (g *Gate) want(driverName string, removeTaints bool, status, reason, message string) {
 	g.mu.Lock()
 	w := &g.wanted
@@ -201,7 +179,6 @@ func (g *Gate) Status() Status {
 	return st
 }
 
-// applied is what Run has applied, by generation.
 type applied struct {
 	taintGen, condGen uint64
 	// cond is the condition last applied, so that lastTransitionTime is
@@ -209,9 +186,8 @@ type applied struct {
 	cond *Condition
 }
 
-// Run applies events until ctx is done, then makes one last attempt at
-// what is still pending, within FinalTimeout. The API server's errors are
-// retried, logged and reported in Status: none ends Run.
+// Run applies events until ctx is done, then makes one last attempt within
+// FinalTimeout. No API error ends it.
 func (g *Gate) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("nodegate")
 	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
@@ -250,8 +226,7 @@ func (g *Gate) Run(ctx context.Context) {
 	}
 }
 
-// backoff doubles from RetryInitial up to RetryMax, with up to 20% more so
-// that the nodes of a cluster spread out.
+// backoff's jitter spreads out the nodes of a cluster.
 func (g *Gate) backoff() wait.Backoff {
 	return wait.Backoff{Duration: g.cfg.RetryInitial, Factor: 2, Jitter: 0.2, Cap: g.cfg.RetryMax, Steps: math.MaxInt32}
 }
@@ -320,8 +295,6 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	return err
 }
 
-// errorKeys are the key/values of a failed update's log line: the node,
-// and the admission policy that refused it, if one did.
 func (g *Gate) errorKeys(err error) []any {
 	kv := []any{"node", g.cfg.NodeName}
 	var apiErr *kubeapi.APIError
@@ -337,7 +310,7 @@ func (g *Gate) count(name string, err error) {
 	g.st.Requests.Add(name, err)
 }
 
-// Codes lists the answers counted for a request, sorted.
+// Codes lists a request's counted answers, sorted.
 func Codes(counts map[string]uint64) []string {
 	return slices.Sorted(maps.Keys(counts))
 }

@@ -17,10 +17,8 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
-// ValidateTaintKey checks key as the API server checks a taint's key: an
-// optional DNS subdomain prefix and "/", then a name of at most 63
-// characters. The expressions are compiled here rather than at start-up,
-// which a registrar without taint keys would pay for.
+// ValidateTaintKey checks key as the API server does. The expressions are
+// compiled here so that a registrar without taint keys does not pay for them.
 func ValidateTaintKey(key string) error {
 	const rule = "a taint key is an optional DNS subdomain prefix and '/', then at most 63 characters of [A-Za-z0-9-_.] that start and end with a letter or digit, e.g. example.com/agent-not-ready"
 	prefix, name, hasPrefix := strings.Cut(key, "/")
@@ -37,9 +35,7 @@ func ValidateTaintKey(key string) error {
 	return nil
 }
 
-// ValidateConditionType checks a condition type given in place of the
-// default one as Kubernetes checks the types of conditions: a qualified
-// name, an optional DNS subdomain prefix and "/", then a name.
+// ValidateConditionType checks typ as Kubernetes checks condition types.
 func ValidateConditionType(typ string) error {
 	if errs := validation.IsQualifiedName(typ); len(errs) > 0 {
 		return fmt.Errorf("condition type %q is not valid: %s; e.g. node.example.com/StorageReady", typ, strings.Join(errs, "; "))
@@ -55,11 +51,9 @@ type Condition struct {
 	Message string `json:"message"`
 }
 
-// conditionPatch is the strategic merge patch of nodes/status that sets c:
-// conditions are merged by type, so the others (kubelet's Ready, ...) are
-// left alone, and so are the fields the patch leaves out.
-// lastTransitionTime is sent only when the status changes (transition is
-// not zero); lastHeartbeatTime each time.
+// conditionPatch is a strategic merge patch of nodes/status: conditions
+// merge by type, so kubelet's are left alone. A zero transition leaves
+// lastTransitionTime as it is.
 func conditionPatch(c Condition, now, transition time.Time) []byte {
 	type condition struct {
 		Condition
@@ -79,7 +73,7 @@ func conditionPatch(c Condition, now, transition time.Time) []byte {
 	return mustMarshal(patch)
 }
 
-// mustMarshal is the JSON of a patch: made of strings, it always marshals.
+// mustMarshal's patches are made of strings: they always marshal.
 func mustMarshal(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -88,26 +82,22 @@ func mustMarshal(v any) []byte {
 	return b
 }
 
-// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+// jsonPatchOp is one RFC 6902 operation.
 type jsonPatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
 	Value any    `json:"value,omitempty"`
 }
 
-// taint is what the gate reads of a Node's taint.
 type taint struct {
 	Key    string `json:"key"`
 	Effect string `json:"effect"`
 }
 
-// taintRemovalPatch is the JSON patch that removes, from taints as read,
-// every taint whose key is in keys; nil when there is none. spec.taints is
-// a list without a merge key: a strategic merge patch would replace it
-// whole, and drop a taint added since it was read. Each removal is
-// guarded by a test of the key at its index, from the last index to the
-// first so that the indices stay valid: if the list changed meanwhile the
-// API server applies none of it (422), and the gate reads the node again.
+// taintRemovalPatch is a JSON patch, not a strategic merge one: spec.taints
+// has no merge key, so that would drop a taint added since the read. Each
+// removal is guarded by a test of its key, last index first so the indices
+// stay valid; a list changed meanwhile fails whole (422) and is read again.
 func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	wanted := map[string]bool{}
 	for _, k := range keys {
@@ -132,13 +122,10 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	return mustMarshal(ops), removed
 }
 
-// nodeObject is the Node named node, or its subresource ("" or "status"),
-// as the gate's requests name it.
 func nodeObject(node, subresource string) kubeapi.Object {
 	return kubeapi.Object{Resource: "nodes", Subresource: subresource, Name: node, Kind: "node", Component: "deploy/node-gate"}
 }
 
-// getTaints reads the node's taints.
 func getTaints(ctx context.Context, c *kubeapi.Client, node string) ([]taint, error) {
 	u, err := c.Get(ctx, nodeObject(node, ""))
 	if err != nil {
@@ -155,9 +142,7 @@ func getTaints(ctx context.Context, c *kubeapi.Client, node string) ([]taint, er
 	return n.Spec.Taints, nil
 }
 
-// removeTaints removes the node's taints with these keys, and returns
-// those it removed as key:effect (none when the node has none of them).
-// count is told the outcome of each request.
+// removeTaints returns the taints it removed, as key:effect.
 func removeTaints(ctx context.Context, c *kubeapi.Client, node string, keys []string, count func(request string, err error)) ([]string, error) {
 	taints, err := getTaints(ctx, c, node)
 	count(RequestGetNode, err)
@@ -176,7 +161,6 @@ func removeTaints(ctx context.Context, c *kubeapi.Client, node string, keys []st
 	return removed, nil
 }
 
-// setCondition patches the node's status with one condition.
 func setCondition(ctx context.Context, c *kubeapi.Client, node string, patch []byte) error {
 	return c.Patch(ctx, nodeObject(node, "status"), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 }

@@ -7,11 +7,10 @@ import (
 // StatusKey is the node gate's section of the registrar's /status.
 const StatusKey = "nodeGate"
 
-// StatusSection is the gate's section of /status: its Status.
+// StatusSection is the gate's section of /status.
 func (g *Gate) StatusSection() (string, any) { return StatusKey, g.Status() }
 
-// Metrics gathers, at each scrape, the gate's pending update and its
-// requests to the API server, read from its Status.
+// Metrics gathers the gate's pending update and requests at each scrape.
 func (g *Gate) Metrics() prometheus.Gatherer {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(statusCollector{g.Status})
@@ -25,8 +24,8 @@ var (
 		"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).", []string{"request", "code"}, nil)
 )
 
-// statusCollector reads a gate's status at each scrape: the gate stays the
-// only owner of what it reports.
+// statusCollector reads the status at each scrape, so that the gate stays
+// the only owner of what it reports.
 type statusCollector struct{ status func() Status }
 
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
