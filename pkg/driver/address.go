@@ -1,14 +1,10 @@
-// Package driver finds the CSI driver and follows it: it waits for the
-// driver's Unix socket, asks its Identity service for its name
-// (GetPluginInfo, with the CSI spec's Go client), checks that name against
-// the CSI specification, and follows the driver's restarts.
+// Package driver finds the CSI driver through its Unix socket, asks its name
+// (GetPluginInfo) and follows its restarts.
 //
-// Each attempt dials by itself, once (internal/unixgrpc), and the connection
-// the driver answered on is then held: csi-lib-utils' connection.Connect
-// retries on gRPC's backoff until its timeout, while the follower must see
-// a refusal at once and time its next attempt by the socket's file system
-// events. csi-lib-utils' rpc.GetDriverName is not used: it fails an empty
-// name with its own text, where ValidateName tells the operator the rule.
+// csi-lib-utils' connection.Connect is not used: it retries on gRPC's backoff
+// until its timeout, where the follower must see a refusal at once and time
+// its next attempt by the socket's file system events. Its rpc.GetDriverName
+// fails an empty name with its own text, where ValidateName states the rule.
 package driver
 
 import (
@@ -20,11 +16,8 @@ import (
 	"strings"
 )
 
-// Address is where the CSI driver listens: always a Unix domain socket,
-// which the registrar and the driver share through a volume of their pod.
+// Address is where the CSI driver listens: always a Unix domain socket.
 type Address struct {
-	// Path is the socket's path as given; a relative path is relative to
-	// the working directory.
 	Path string
 }
 
@@ -32,17 +25,10 @@ type Address struct {
 // drive letter ("C:\csi\csi.sock") is read as a path, not as a scheme.
 var uriScheme = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]+):`)
 
-// ParseAddress reads a --csi-address value: "unix:///abs/path", "unix:path",
-// or a bare path, which means the same as "unix://path". Like upstream,
-// everything after "unix://" is the path, so that Windows manifests'
-// "unix://C:\\csi\\csi.sock" work.
-//
-// Network addresses are refused on purpose: kubelet reaches a CSI driver
-// only through a Unix socket, so every driver kubelet can use has one to
-// share, and following the driver's restarts watches that socket file.
-// Upstream (csi-lib-utils) dials a bare "host:port" over TCP, so a bare
-// value without a slash that ends in ":<port number>" is refused as one;
-// any other bare value is a path, relative or not.
+// ParseAddress reads a --csi-address value. As upstream, everything after
+// "unix://" is the path, so that Windows' "unix://C:\\csi\\csi.sock" works.
+// Network addresses are refused: kubelet reaches drivers only through Unix
+// sockets. A bare "host:port", which upstream dials over TCP, is refused too.
 func ParseAddress(addr string) (Address, error) {
 	if addr == "" {
 		return Address{}, errors.New("the CSI driver address is empty: give the path of the driver's Unix socket, for example /csi/csi.sock")

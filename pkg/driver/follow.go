@@ -14,10 +14,8 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 )
 
-// Event is a change of the CSI driver seen by Follow: Reachable once the
-// driver answered GetPluginInfo on its socket with Name, a valid name;
-// not, with no name, once that socket is gone or the driver no longer
-// answers on it.
+// Event is a change of the CSI driver: Reachable with its valid Name, or not,
+// with no name, once its socket is gone or it no longer answers.
 type Event struct {
 	Name      string
 	Reachable bool
@@ -32,31 +30,20 @@ const (
 // Config says how to reach the CSI driver.
 type Config struct {
 	Address Address
-	// Timeout bounds each GetPluginInfo attempt, and each connection made
-	// to the driver to hold. Zero or less means DefaultTimeout.
+	// Timeout bounds each GetPluginInfo attempt and each connection to hold.
 	Timeout time.Duration
-	// InitialBackoff is the wait after the first failed attempt; it doubles
-	// after each further failure up to MaxBackoff, and starts again from
-	// InitialBackoff when the socket is created. Zero or less means the
-	// default.
+	// InitialBackoff doubles up to MaxBackoff, and starts over when the
+	// socket is created.
 	InitialBackoff time.Duration
-	// MaxBackoff caps the wait between attempts. It also paces Follow's
-	// looks at the socket when it cannot watch it. Zero or less means the
-	// default.
+	// MaxBackoff also paces the looks at a socket that cannot be watched.
 	MaxBackoff time.Duration
-	// OnAttempt, if set, is called after every GetPluginInfo attempt with
-	// its duration and the RPC's error: nil when the driver answered (even
-	// with an invalid name), otherwise a gRPC status error (Unavailable when
-	// the socket cannot be reached, DeadlineExceeded after Timeout, Canceled
-	// when ctx ended the attempt). Follow waits for it: keep it as cheap as
-	// updating a metric.
+	// OnAttempt gets each GetPluginInfo attempt's gRPC error. Follow waits
+	// for it: keep it as cheap as updating a metric.
 	OnAttempt func(duration time.Duration, err error)
-	// Clock times the backoff, the waits and OnAttempt's durations; nil
-	// means the real clock. The calls' own timeouts are on the real clock.
+	// Clock does not time the calls' own timeouts.
 	Clock clock.Clock
 
-	// onFileEvent, set by tests only, is called on Follow's goroutine with
-	// each file system event it handles, in order with its reports.
+	// onFileEvent is for tests: each file system event, in order with reports.
 	onFileEvent func(fsnotify.Event)
 }
 
@@ -77,29 +64,17 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// settleTime is how long a lost connection to the driver waits for the
-// file system to report its socket removed or replaced, before the driver
-// is asked again whether it answers.
+// settleTime is how long a lost connection waits for the file system to
+// report its socket removed or replaced, before the driver is asked again.
 const settleTime = 100 * time.Millisecond
 
-// Follow finds the CSI driver, however long it takes, and then follows its
-// restarts. It calls report (on Follow's goroutine, one event at a time)
-// with Reachable true and the name each time a socket at
-// the path answers GetPluginInfo, the first time included, and with
-// Reachable false when the socket is removed or the driver behind it stops
-// answering. A socket removed and re-created in quick succession is
-// reported as unreachable, then reachable.
-//
-// While the driver is away it retries GetPluginInfo with a capped
-// exponential backoff, and at once when the socket is created. While the
-// driver answers, it holds a connection to it that carries no calls: a
-// dead driver leaves its socket file behind, and the end of the connection
-// is the event. Where the socket's directory cannot be watched, it looks
-// at the socket every cfg.MaxBackoff.
-//
-// Follow returns nil once ctx is done, found or not. Otherwise it returns
-// only on a fatal error: a driver without the Identity service, or an
-// invalid name.
+// Follow finds the CSI driver, however long it takes, and follows its
+// restarts, calling report on its own goroutine. A socket removed and
+// re-created in quick succession is reported unreachable, then reachable.
+// While the driver answers, Follow holds an idle connection to it: a dead
+// driver leaves its socket file behind, and the connection's end is the event.
+// It returns nil once ctx is done, or else a fatal error: no Identity service,
+// or an invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	cfg = cfg.withDefaults()
 	if cfg.Address.Path == "" {
@@ -144,7 +119,6 @@ func (f *follower) run(ctx context.Context) error {
 		case err != nil:
 			return err
 		case change == noChange:
-			// Searched for again, with the retries of start-up.
 			f.unreachable("The CSI driver no longer answers: its connection was closed, and a new one cannot be made")
 		case change == socketRemoved:
 			f.unreachable("CSI driver socket removed")
@@ -182,12 +156,8 @@ func (f *follower) unreachable(why string) {
 	f.report(Event{})
 }
 
-// watchSocket waits while the driver keeps its socket and answers on it,
-// and returns what ended that: socketRemoved, socketCreated (another
-// socket took its place) or noChange (the driver no longer answers). The
-// connection it holds, at first the one found's answer came on, tells a
-// driver that died and left its socket file; one the driver closed as idle
-// is made again.
+// watchSocket waits while the driver keeps its socket and answers on it, and
+// returns what ended that. A connection the driver closed as idle is made again.
 func (f *follower) watchSocket(ctx context.Context, found answer) (socketChange, error) {
 	socket, conn := found.socket, found.conn
 	for {
@@ -227,10 +197,8 @@ func (f *follower) watchSocket(ctx context.Context, found answer) (socketChange,
 	}
 }
 
-// hold holds conn's connection, or when conn is nil connects to the driver
-// within the timeout, and holds the idle connection, which the kernel
-// closes when the driver dies. It returns nil once ctx is done, an error
-// when the connection cannot be made or ends.
+// hold holds conn, or a new connection when conn is nil, which the kernel
+// closes when the driver dies. It returns nil once ctx is done.
 func (f *follower) hold(ctx context.Context, conn *grpc.ClientConn, connected *atomic.Bool) error {
 	setConnected := func() error {
 		connected.Store(true)

@@ -13,14 +13,9 @@ const MaxNameLength = 63
 const nameRule = "a CSI driver name is at most 63 characters, begins and ends with a letter or digit [a-zA-Z0-9], " +
 	"and has only letters, digits, '-' and '.' in between"
 
-// ValidateName checks a driver name against the CSI specification's rule for
-// GetPluginInfo's name.
-//
-// The registrar also relies on this rule for safety: it listens on
-// "<name>-reg.sock" in kubelet's registry directory. A valid name has no '/'
-// or '\' and is never "." or "..", so that socket cannot land outside the
-// directory; and it never starts with '.', so the socket is not a dot-file,
-// which kubelet's plugin watcher would ignore.
+// ValidateName checks GetPluginInfo's name against the CSI spec's rule, which
+// keeps "<name>-reg.sock" inside kubelet's registry directory (no separator,
+// never "." or "..") and not a dot-file, which kubelet's plugin watcher ignores.
 func ValidateName(name string) error {
 	if name == "" {
 		return errors.New("the CSI driver name is empty: " + nameRule + "; check the CSI driver's GetPluginInfo")

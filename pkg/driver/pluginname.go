@@ -23,12 +23,9 @@ const stillWaitingInterval = 30 * time.Second
 // in case a driver puts something changing (a time, a counter) in its messages.
 const maxReportedErrors = 16
 
-// A socket that refuses connections is first taken for one its driver has
-// bound and is about to listen on: bind creates the file, listen comes
-// after it and no file system event tells. For listenWait from the first
-// refusal it is asked again every listenPoll, not after a backoff step;
-// after that it is a socket left by a driver that died, and waits as any
-// other failure.
+// A socket that refuses connections may be bound and not yet listening, which
+// no file system event tells: for listenWait it is asked every listenPoll;
+// after that it is taken for one left by a dead driver.
 const (
 	listenWait = 100 * time.Millisecond
 	listenPoll = 2 * time.Millisecond
@@ -38,24 +35,19 @@ const (
 // waits for a new socket without attempts.
 var errSocketRemoved = errors.New("the CSI driver socket was removed")
 
-// answer is the driver's answer to the attempt that succeeded: its name,
-// the socket as it was just before that attempt (none if it could not be
-// read), and the connection the answer came on, which Follow then holds.
+// answer holds the socket as it was just before the attempt that succeeded,
+// and the connection the answer came on, which Follow then holds.
 type answer struct {
 	name   string
 	socket socketFile
 	conn   *grpc.ClientConn
 }
 
-// backoff is the wait between failed attempts, doubling from
-// InitialBackoff to MaxBackoff.
 func (c Config) backoff() wait.Backoff {
 	return wait.Backoff{Duration: c.InitialBackoff, Factor: 2, Cap: c.MaxBackoff, Steps: math.MaxInt32}
 }
 
-// search asks the driver for its name, retrying as Follow says, until it
-// answers. It logs at level 0 when it starts waiting, every 30 s while it
-// still waits, and once per distinct unexpected error; each attempt at V(4).
+// search asks the driver for its name until it answers.
 func (f *follower) search(ctx context.Context) (answer, error) {
 	path := f.cfg.Address.Path
 	backoff := f.cfg.backoff()
@@ -135,11 +127,8 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 	}
 }
 
-// getPluginInfo asks the driver for its name once, on a connection of its
-// own, which it returns open when the driver answered, to be held (the
-// caller closes it); connectFailed tells that no connection was made
-// (refused, on a socket file that is there). A failure to connect is
-// Unavailable, as gRPC says it, or ctx's error as a status.
+// getPluginInfo returns the connection the driver answered on, to be held;
+// connectFailed: refused on a socket file that is there (Unavailable).
 func getPluginInfo(ctx context.Context, path string, timeout time.Duration) (name string, conn *grpc.ClientConn, connectFailed bool, err error) {
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -36,10 +36,8 @@ func permissionAdvice(string) string {
 	return "the registrar may not connect to the driver's socket, which says nothing of the driver: the socket needs write permission for the registrar's user or group (root without CAP_DAC_OVERRIDE, as deploy/ runs it, is held to the file's mode too: run both containers as root, or give the socket's group to the registrar), and where SELinux or AppArmor is on, their policy must let this container connect to it (--diagnose has a line for SELinux)"
 }
 
-// ConnectErrno is the error number of a failed connect to a Unix socket in
-// err, and whether it is one of those that ConnectAdvice knows: taken from
-// the error itself (a net.OpError), or from its text where a gRPC status
-// kept only that ("... connect: permission denied").
+// ConnectErrno is the errno of a failed connect in err, and whether
+// ConnectAdvice knows it; from its text where a gRPC status kept only that.
 func ConnectErrno(err error) (syscall.Errno, bool) {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -77,8 +75,7 @@ func ConnectAdvice(err error, path string) string {
 	return ""
 }
 
-// Unreachable says why an attempt to ask the driver at path failed, for an
-// operator: a connect error with its advice, or the call's error.
+// Unreachable says, for an operator, why an attempt to ask the driver failed.
 func Unreachable(path string, err error) string {
 	if advice := ConnectAdvice(err, path); advice != "" {
 		errno, _ := ConnectErrno(err)

@@ -23,15 +23,10 @@ const (
 	socketRemoved              // removed or renamed away
 )
 
-// socketWatcher tells when the driver's socket is created or removed, from
-// inotify on its directory. It only cuts waits short: where watching is
-// impossible (no inotify instances or watches left, no permission), a look
-// at the file system at each wait's deadline takes its place.
-//
-// While the socket's directory does not exist, it watches the deepest
-// existing ancestor, and moves down as directories appear. A watch lost
-// without an event (a file system unmounted or mounted over the directory)
-// is told by the directory's identity at the next deadline, and put back.
+// socketWatcher only cuts waits short: where inotify is impossible, a look at
+// each wait's deadline takes its place. It watches the deepest existing
+// ancestor of the socket; a watch lost without an event (a mount over the
+// directory) is told by the directory's identity at the next deadline.
 type socketWatcher struct {
 	logger  klog.Logger
 	clock   clock.Clock
@@ -115,10 +110,8 @@ func deepestDir(path string) (string, os.FileInfo) {
 	}
 }
 
-// next waits for the socket to be created or removed; it returns noChange
-// at deadline (zero for none), and ctx's error once ctx is done. Where
-// events cannot tell (none expected, lost, or the watch moved), a look
-// compared with known (the socket last seen) does.
+// next waits for the socket to be created or removed, or noChange at deadline
+// (zero for none). Where events cannot tell, a look compared with known does.
 func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known socketFile) (socketChange, error) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
@@ -189,9 +182,8 @@ type socketFile struct {
 // none tells that there was no file at the path.
 func (s socketFile) none() bool { return s == socketFile{} }
 
-// lstatSocket is the identity of the file at path; none when there is none.
-// A file whose device and inode cannot be read (it went meanwhile, or on
-// Windows cannot be opened) is told by its modification time alone.
+// lstatSocket: a file whose device and inode cannot be read (gone meanwhile,
+// or on Windows) is told by its modification time alone.
 func lstatSocket(path string) socketFile {
 	fi, err := os.Lstat(path)
 	if err != nil {
