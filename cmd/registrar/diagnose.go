@@ -39,10 +39,8 @@ func runDiagnose(ctx context.Context, o *options, stdout io.Writer) int {
 	return exitOK
 }
 
-// runningRegistrarFlags parses the command line of the running registrar:
-// the lowest PID that runs this same executable, this process excepted.
-// That is PID 1 in the registrar's container, or another when the pod
-// shares its process namespace (PID 1 is then the pause container's).
+// runningRegistrarFlags parses the command line of the lowest other PID that
+// runs this executable: not PID 1 when the pod shares its process namespace.
 func runningRegistrarFlags(proc string) (*options, int, error) {
 	self, err := os.Stat(filepath.Join(proc, "self", "exe"))
 	if err != nil {
@@ -77,8 +75,7 @@ func runningRegistrarFlags(proc string) (*options, int, error) {
 	return o, found, err
 }
 
-// splitCmdline reads a /proc/<pid>/cmdline: the program and its arguments,
-// each ended by a NUL.
+// splitCmdline reads /proc/<pid>/cmdline's NUL-ended fields.
 func splitCmdline(raw []byte) (program string, args []string, err error) {
 	if len(raw) == 0 {
 		return "", nil, errors.New("empty command line")

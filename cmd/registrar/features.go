@@ -15,14 +15,9 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// The optional features (pkg/features), each started by register when its
-// flags ask for it. --diagnose is a mode of its own (diagnose.go).
-
-// startNodeGate runs the node gate of --remove-node-taint and
-// --node-condition, told of kubelet's verdicts by an observer; nil without
-// them. stop ends it: it outlives the registration, which withdraws its
-// socket on the way out, so that it tells the API server (within
-// nodegate.DefaultFinalTimeout).
+// startNodeGate runs the node gate, nil without its flags. It outlives the
+// registration, which withdraws its socket on the way out, so that stop lets
+// it tell the API server.
 func startNodeGate(ctx context.Context, o *options, srv *registration.Server) (gate *nodegate.Gate, stop func(), err error) {
 	gate, err = newNodeGate(o)
 	if gate == nil || err != nil {
@@ -39,8 +34,7 @@ func startNodeGate(ctx context.Context, o *options, srv *registration.Server) (g
 	}, nil
 }
 
-// newNodeGate is the gate of --remove-node-taint and --node-condition, nil
-// without them: the API server is then never contacted.
+// newNodeGate is nil without its flags: the API server is then never contacted.
 func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if !o.gatesNode() {
 		return nil, nil
@@ -59,8 +53,6 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	}), nil
 }
 
-// apiClient is a client of the API server: with --kubeconfig's
-// credentials, or else the pod's service account.
 func apiClient(o *options) (*kubeapi.Client, error) {
 	cfg, err := kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
 	if err != nil {
@@ -69,10 +61,8 @@ func apiClient(o *options) (*kubeapi.Client, error) {
 	return kubeapi.NewClient(cfg)
 }
 
-// startCSINode runs the CSINode confirmation of --confirm-csinode on g: the
-// watcher follows the driver's name the registration registers, and its
-// findings go to the registration, which decides what they mean. nil
-// without the flag.
+// startCSINode runs --confirm-csinode's watcher; its findings go to the
+// registration, which decides what they mean.
 func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group) (*csinode.Watcher, error) {
 	if !o.confirmCSINode {
 		return nil, nil
@@ -97,10 +87,7 @@ func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *
 	return watcher, nil
 }
 
-// startDriverHealth serves --driver-health-endpoint on g: the driver's own
-// liveness probe, a listener of its own, sharing nothing with the
-// registration but the driver's restarts, which make it dial again. nil
-// without the flag.
+// startDriverHealth serves --driver-health-endpoint; nil without it.
 func startDriverHealth(ctx context.Context, o *options, address driver.Address, g *errgroup.Group) *driverhealth.Prober {
 	if o.driverHealthEndpoint == "" {
 		return nil

@@ -16,29 +16,25 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// oldKlogFlags are klog's own flags that upstream v2.10 and older accepted,
-// and that manifests written for them still pass; sorted, as the flag
-// package lists them.
+// oldKlogFlags are klog's own flags that upstream v2.10 and older accepted;
+// sorted, as the flag package lists them.
 var oldKlogFlags = []string{"add_dir_header", "alsologtostderr", "log_backtrace_at", "log_dir", "log_file",
 	"log_file_max_size", "logtostderr", "one_output", "skip_headers", "skip_log_headers", "stderrthreshold"}
 
-// alphaGateHint is what component-base's help of the split-stream and
-// info-buffer flags ends with. The registrar has no --feature-gates: it
-// turns LoggingAlphaOptions on, so the hint would mislead.
+// alphaGateHint ends component-base's help of the alpha flags; the registrar
+// turns LoggingAlphaOptions on itself, so the hint would mislead.
 const alphaGateHint = " Enable the LoggingAlphaOptions feature gate to use this."
 
-// loggingOptions are the logging flags: component-base's, set up as
-// upstream sets them up, and klog's old ones, deprecated. What is written
-// here is what component-base does not do: accept klog's old flags (it
-// registers only -v and --vmodule of klog's), leave an idle registrar
-// asleep (it runs klog's flush daemon even with nothing to flush), and size
-// an info buffer of 2 GiB where int has 32 bits (capInfoBuffers).
+// loggingOptions are component-base's logging flags, set up as upstream's,
+// and klog's old ones. Written here is what component-base does not do:
+// accept klog's old flags, leave an idle registrar asleep (it runs klog's
+// flush daemon with nothing to flush), and size a 2 GiB info buffer where
+// int has 32 bits.
 type loggingOptions struct {
 	config *logsapi.LoggingConfiguration
 	klog   []*klogFlag
 }
 
-// addLoggingFlags registers the logging flags on fs.
 func addLoggingFlags(fs *flag.FlagSet) *loggingOptions {
 	l := &loggingOptions{config: logsapi.NewLoggingConfiguration()}
 	logsapi.AddGoFlags(l.config, fs)
@@ -53,18 +49,14 @@ func addLoggingFlags(fs *flag.FlagSet) *loggingOptions {
 	return l
 }
 
-// isOldKlogFlag tells whether f is one of klog's own flags, deprecated.
 func isOldKlogFlag(f *flag.Flag) bool {
 	_, ok := f.Value.(*klogFlag)
 	return ok
 }
 
-// apply validates the logging flags and sets up klog's global logger,
-// writing to stdout and stderr. With the text format and no split stream,
-// klog's own flags given are handed to klog, which then writes itself (to
-// files or os.Stderr); otherwise they have no effect. Either way each gets a
-// deprecation warning. apply changes process-wide state: call it once,
-// before logging.
+// apply sets up klog's global logger. klog's own flags reach klog only with
+// the text format and no split stream. It changes process-wide state: call
+// it once, before logging.
 func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 	gate, err := loggingFeatureGate()
 	if err != nil {
@@ -104,17 +96,15 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 		klog.Warningf("flag --%s is deprecated and will be removed; %s", f.klog.Name, effect)
 	}
 	if !klogWritesItself && !l.buffersInfo() {
-		// component-base starts klog's flush daemon, which would wake an
-		// idle registrar every --log-flush-frequency for nothing: the
-		// lines go out unbuffered.
+		// The lines go out unbuffered: the flush daemon would only wake an
+		// idle registrar.
 		klog.StopFlushDaemon()
 	}
 	return nil
 }
 
-// validate checks the logging flags as apply does, and changes nothing:
-// upstream checks them before anything else, so that even --version and the
-// probe mode exit 1 on a value component-base refuses.
+// validate changes nothing: upstream checks the logging flags first, so that
+// even --version and the probe mode exit 1 on a value component-base refuses.
 func (l *loggingOptions) validate() error {
 	gate, err := loggingFeatureGate()
 	if err != nil {
@@ -123,10 +113,8 @@ func (l *loggingOptions) validate() error {
 	return invalidLogging(logsapi.Validate(l.config, gate, nil).ToAggregate())
 }
 
-// loggingFeatureGate is component-base's logging gate with
-// LoggingAlphaOptions on: the split streams and info buffers are alpha
-// options, and without a --feature-gates flag they would be flags that only
-// fail.
+// loggingFeatureGate turns LoggingAlphaOptions on: without --feature-gates
+// the alpha flags would only fail.
 func loggingFeatureGate() (featuregate.FeatureGate, error) {
 	gate := featuregate.NewFeatureGate()
 	if err := logsapi.AddFeatureGates(gate); err != nil {
@@ -138,8 +126,6 @@ func loggingFeatureGate() (featuregate.FeatureGate, error) {
 	return gate, nil
 }
 
-// invalidLogging says what component-base refused and where to look; nil
-// stays nil.
 func invalidLogging(err error) error {
 	if err == nil {
 		return nil
@@ -147,8 +133,7 @@ func invalidLogging(err error) error {
 	return fmt.Errorf("the logging flags are not valid: %w; --help gives the values each takes", err)
 }
 
-// buffersInfo tells whether the format in use holds info lines in a buffer,
-// which klog's flush daemon empties.
+// buffersInfo: info lines are buffered, which klog's flush daemon empties.
 func (l *loggingOptions) buffersInfo() bool {
 	routing := l.config.Options.Text.OutputRoutingOptions
 	if l.config.Format == logsapi.JSONLogFormat {
@@ -157,10 +142,8 @@ func (l *loggingOptions) buffersInfo() bool {
 	return routing.SplitStream && routing.InfoBufferSize.Value() > 0
 }
 
-// capInfoBuffers lowers an info buffer larger than an int (above 2 GiB - 1
-// on linux/arm) to the largest int: component-base caps the size at 2 GiB,
-// which wraps to a negative size where int has 32 bits, and bufio then gives
-// a 4 KiB buffer instead.
+// capInfoBuffers: component-base caps the size at 2 GiB, which wraps to a
+// negative int on 32-bit platforms, where bufio then gives 4 KiB instead.
 func capInfoBuffers(c *logsapi.LoggingConfiguration) {
 	for _, size := range []*resource.QuantityValue{&c.Options.Text.InfoBufferSize, &c.Options.JSON.InfoBufferSize} {
 		if bytes := size.Value(); int64(int(bytes)) != bytes {
@@ -187,8 +170,7 @@ func (f *klogFlag) String() string {
 	return ""
 }
 
-// Set checks the value as klog would, on a value of klog's type that is not
-// klog's.
+// Set checks the value on a value of klog's type that is not klog's.
 func (f *klogFlag) Set(value string) error {
 	check := reflect.New(reflect.TypeOf(f.klog.Value).Elem()).Interface().(flag.Value)
 	if err := check.Set(value); err != nil {

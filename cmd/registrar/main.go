@@ -10,8 +10,7 @@ import (
 	"syscall"
 )
 
-// version is set at build time by make: -ldflags "-X main.version=$(hack/version.sh)".
-// The default is what hack/version.sh gives when it cannot tell.
+// version is set by make (-X main.version); the default is hack/version.sh's.
 var version = "v0.0.0-unknown"
 
 func main() {

@@ -1,8 +1,7 @@
 package main
 
 // What reacts to the registration without being part of it: each observer
-// is given the transitions the registration made (registration.Observer),
-// on the registration's goroutine, and does one thing.
+// runs on the registration's goroutine and does one thing.
 
 import (
 	"k8s.io/klog/v2"
@@ -27,8 +26,7 @@ func reportTermination(logger klog.Logger, t *terminationMessage) registration.O
 	}
 }
 
-// tellGate passes kubelet's verdicts, and the withdrawal of the socket, to
-// the node gate.
+// tellGate passes kubelet's verdicts and the socket's withdrawal to the gate.
 func tellGate(gate *nodegate.Gate) registration.Observer {
 	return func(now registration.Status, happened []registration.Transition) {
 		for _, tr := range happened {
@@ -46,13 +44,10 @@ func tellGate(gate *nodegate.Gate) registration.Observer {
 	}
 }
 
-// releaseOnStepAside passes the --http-endpoint port between the instances
-// of a rolling update on one network (hostNetwork pods; see pkg/httpport):
-// once this instance has stepped aside for another (after a handover, or
-// when its socket was replaced), it stops listening if another instance
-// waits for the port on this network, so that the new owner of the
-// registration answers the probes of both pods; its own publications claim
-// p back. On a pod network nobody waits, and it goes on answering its own.
+// releaseOnStepAside passes the --http-endpoint port between the instances of
+// a rolling update on hostNetwork (pkg/httpport): once stepped aside, this one
+// stops listening if another waits for the port, so that the registration's
+// owner answers both pods' probes; its own publications claim it back.
 func releaseOnStepAside(logger klog.Logger, p *httpport.Port) registration.Observer {
 	return func(_ registration.Status, happened []registration.Transition) {
 		for _, tr := range happened {

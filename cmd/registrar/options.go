@@ -28,11 +28,7 @@ const probeMode = "kubelet-registration-probe"
 // defaultTimeout is --timeout's default, upstream's.
 const defaultTimeout = time.Second
 
-// defaultUnhealthyAfter is --unhealthy-after's default: kubelet's own
-// retries after a rejection (1 s doubling) have had seven tries by then, a
-// restarting kubelet or a slow driver start are over, and a liveness probe
-// with the usual failureThreshold restarts the container within a minute
-// more.
+// defaultUnhealthyAfter: docs/probes-and-metrics.md says why.
 const defaultUnhealthyAfter = 3 * time.Minute
 
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
@@ -109,9 +105,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	return o, nil
 }
 
-// usage prints what the program is, how to run it, the current flags, then
-// upstream's deprecated ones and klog's own; Go's flag package alone would
-// sort them all together.
+// usage lists the deprecated flags apart; the flag package alone would sort
+// them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
 	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || isOldKlogFlag(f) }
@@ -121,8 +116,6 @@ func (o *options) usage() {
 	o.printFlags(deprecated)
 }
 
-// printFlags prints the flags that include selects, in the flag package's
-// format, sorted by name.
 func (o *options) printFlags(include func(*flag.Flag) bool) {
 	selected := flag.NewFlagSet(o.flags.Name(), flag.ContinueOnError)
 	selected.SetOutput(o.flags.Output())
@@ -137,10 +130,8 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 	selected.PrintDefaults()
 }
 
-// validate checks every value a registrar run needs before anything starts,
-// and reports all that are wrong at once; --version and the probe mode need
-// none of it. Its errors exit 1, the flag package's (a value that does not
-// parse as its flag's type) 2, as upstream's: see docs/flags.md.
+// validate reports every wrong value at once, before anything starts. Its
+// errors exit 1, the flag package's 2, as upstream's (docs/flags.md).
 func (o *options) validate() error {
 	errs := []error{flagError(o.registrationConfig().Validate())}
 	if _, err := driver.ParseAddress(o.csiAddress); err != nil {
@@ -187,8 +178,7 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
-// listenAddressError tells what is wrong with a flag's host:port to listen
-// on, with example as the way to write it; nil when net.Listen can take it.
+// listenAddressError is nil when net.Listen can take address.
 func listenAddressError(flag, address, example string) error {
 	_, port, err := net.SplitHostPort(address)
 	if err != nil {
@@ -218,15 +208,13 @@ const nodeNameEnv = "NODE_NAME"
 // gatesNode tells whether the registrar changes the Node object.
 func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
 
-// withFlagLogged adds to ctx's logger the flag that a part of the
-// registrar serves, so that its log lines, which speak of what it does,
-// say which flag to change.
+// withFlagLogged names in ctx's logger the flag a part serves, so that its
+// log lines say which flag to change.
 func withFlagLogged(ctx context.Context, flag string) context.Context {
 	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("flag", flag))
 }
 
-// node is the node's name, and the flag or variable it comes from:
-// --node-name, or NODE_NAME from the environment.
+// node is the node's name, and the flag or variable it comes from.
 func (o *options) node() (name, from string) {
 	if o.nodeName != "" {
 		return o.nodeName, "--node-name"
@@ -248,9 +236,7 @@ func (k *taintKeys) Set(value string) error {
 	return nil
 }
 
-// warnings lists the deprecated flags given and the values that upstream
-// accepts but that make no sense, with what the registrar does instead;
-// they are not errors, so that a manifest written for upstream keeps
+// warnings are not errors, so that a manifest written for upstream keeps
 // working.
 func (o *options) warnings() []string {
 	var warnings []string
@@ -261,7 +247,6 @@ func (o *options) warnings() []string {
 		// Go's flag package stops at the first argument that is not a
 		// flag and upstream ignores the rest; so do we, but not silently.
 		{o.flags.NArg() > 0, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args())},
-		// kubelet dials the path as given, from its own working directory.
 		{o.kubeletRegistrationPath != "" && !filepath.IsAbs(o.kubeletRegistrationPath), fmt.Sprintf("--kubelet-registration-path=%q is not an absolute path: kubelet dials it as given, from its own working directory on the host; give the driver socket's absolute path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock", o.kubeletRegistrationPath)},
 		{o.wasSet("connection-timeout"), "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes"},
 		{o.healthPort > 0, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress())},
@@ -280,7 +265,6 @@ func (o *options) warnings() []string {
 	return warnings
 }
 
-// operationTimeout is --timeout, or its default when it is not positive.
 func (o *options) operationTimeout() time.Duration {
 	if o.timeout <= 0 {
 		return defaultTimeout
@@ -296,9 +280,7 @@ func (o *options) httpAddress() string {
 	return o.httpEndpoint
 }
 
-// samePort tells whether two listen addresses would take the same port:
-// the same port, not 0 (any free one), and a host left empty or
-// unspecified on either side or the same on both.
+// samePort tells whether two listen addresses would take the same port.
 func samePort(a, b string) bool {
 	hostA, portA, errA := net.SplitHostPort(a)
 	hostB, portB, errB := net.SplitHostPort(b)
@@ -309,22 +291,19 @@ func samePort(a, b string) bool {
 	return unspecified(hostA) || unspecified(hostB) || hostA == hostB
 }
 
-// wasSet tells whether a flag was given on the command line.
 func (o *options) wasSet(name string) (set bool) {
 	o.flags.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
 
-// registrationFlags names the flag behind each field of
-// registration.Config that the command line sets.
+// registrationFlags names the flag behind each registration.Config field.
 var registrationFlags = map[string]string{
 	"Endpoint":    "--kubelet-registration-path",
 	"Dir":         "--plugin-registration-path",
 	"OnRejection": "--rejection-policy",
 }
 
-// flagError says which flag to change for each registration.ConfigError
-// in err (one error, or several joined).
+// flagError names the flag of each registration.ConfigError in err.
 func flagError(err error) error {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		var named []error

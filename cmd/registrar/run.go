@@ -23,10 +23,8 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// Exit codes. As upstream's, 2 when Go's flag package cannot parse the
-// command line, and 1 for a flag value that parses but cannot be used (a
-// missing --kubelet-registration-path, a logging value component-base
-// refuses) or any other fatal error.
+// Exit codes, as upstream's: 2 when the flag package cannot parse the command
+// line, 1 for a value that cannot be used or any other fatal error.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -46,10 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// The flag package has already printed the problem and the usage.
 		return exitUsage
 	}
-	// Upstream's order: the logging flags first, then --version, then
-	// --kubelet-registration-path, then the probe mode. A value of the
-	// right type that logging cannot use gives 1, as upstream exits when
-	// component-base refuses its configuration.
+	// Upstream's order: the logging flags, --version, then the probe mode.
 	if err := o.logging.validate(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
 		return exitError
@@ -80,9 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
 	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
-	// klog's warning severity (W in the text format), as component-base's
-	// and internal/logging's own flag warnings: logr has no such level, and
-	// an info line would hide a warning among the state changes.
+	// klog's warning severity, as component-base's flag warnings: logr has
+	// no such level, and an info line would hide among the state changes.
 	for _, warning := range o.warnings() {
 		klog.Warning(warning)
 	}
@@ -103,11 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// runProbeMode is --mode=kubelet-registration-probe, which old manifests
-// run as an exec liveness probe: exit 0, or 1 without
-// --kubelet-registration-path, as upstream. The message goes to stderr,
-// which kubelet shows in the probe's event, and not to the termination
-// message, which is the registrar's.
+// runProbeMode is upstream's exec probe mode. Its message goes to stderr,
+// which kubelet shows in the probe's event, not to the termination message.
 func runProbeMode(o *options, program string, stderr io.Writer) int {
 	if o.kubeletRegistrationPath == "" {
 		fmt.Fprintf(stderr, "%s: --mode=%s needs --kubelet-registration-path, as upstream's probe does: give the probe the registrar's own --kubelet-registration-path, or replace the exec probe with an HTTP probe on /healthz (--http-endpoint)\n", program, probeMode)
@@ -116,10 +107,8 @@ func runProbeMode(o *options, program string, stderr io.Writer) int {
 	return exitOK
 }
 
-// register runs the core flow under one context: the driver followed, the
-// registration run and the probes served; the first error or signal stops
-// them all. The optional features (features.go) start with it, and the
-// observers of the registration (observers.go) run beside it.
+// register runs the driver follower, the registration, the probes and the
+// features under one context: the first error or signal stops them all.
 func register(ctx context.Context, o *options, termination *terminationMessage) error {
 	address, err := driver.ParseAddress(o.csiAddress)
 	if err != nil {
@@ -142,11 +131,8 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	})
 	failureLimit := registration.FailureLimit{After: o.unhealthyAfter}
 
-	// The driver is dialled as soon as its watch is in place; the HTTP
-	// endpoint listens alongside, as it only has to answer the first probe.
-	// A port that cannot be listened on fails the start: its error cancels
-	// the rest, and the registration removes on the way out whatever it
-	// published meanwhile. A port in use is waited for (see httpport).
+	// A port that cannot be listened on fails the start, and the
+	// registration removes on the way out whatever it published meanwhile.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
@@ -170,8 +156,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if prober != nil {
 		reports = append(reports, prober)
 	}
-	// Why the driver cannot be asked, for the registration's reason while
-	// it waits for it.
+	// The registration's reason while it waits for the driver.
 	recordAttempt := func(err error) {
 		if err != nil {
 			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
@@ -179,9 +164,8 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	}
 	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { recordAttempt(err) }}
 	if addr := o.httpAddress(); addr != "" {
-		// No TCP keep-alive: probes and scrapes are short requests, and the
-		// HTTP server closes idle connections itself; it saves four system
-		// calls on each probe's connection.
+		// No TCP keep-alive: the HTTP server closes idle connections itself
+		// (docs/performance.md).
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1}, clock.RealClock{})
 		srv.Observe(releaseOnStepAside(logger, port))
 		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
@@ -214,17 +198,15 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	return stoppedFailing(lastRunning.Load(), failureLimit, termination, logger)
 }
 
-// failedTooLong: the registrar was stopped, most likely by a liveness
-// probe, after the registration had failed for longer than
-// --unhealthy-after.
+// failedTooLong: the registrar was stopped, most likely by a liveness probe,
+// after failing for longer than --unhealthy-after.
 type failedTooLong struct{ reason string }
 
 func (e *failedTooLong) Error() string { return e.reason }
 
-// stoppedFailing tells, when the registrar stops, whether the registration
-// (st, its last status before the stop) had failed for too long, and leaves
-// why in the termination message: kubelet's rejection and silence are there
-// already, the driver's last error is written now.
+// stoppedFailing tells whether st, the last status before the stop, had
+// failed for too long. kubelet's rejection and silence are in the termination
+// message already; the driver's last error is written now.
 func stoppedFailing(st *registration.Status, limit registration.FailureLimit, termination *terminationMessage, logger klog.Logger) error {
 	if st == nil {
 		return nil
@@ -242,14 +224,12 @@ func stoppedFailing(st *registration.Status, limit registration.FailureLimit, te
 // terminationMessage leaves the reason of a fatal error or of a rejection
 // where kubectl describe pod shows it.
 type terminationMessage struct {
-	path string
-	// missing says once that the file does not exist.
+	path    string
 	missing sync.Once
 }
 
-// write replaces the message. kubelet creates the file; when it does not
-// exist the registrar is not running under kubelet, and nothing is
-// created: that is said once, at V(2), not at each rejection.
+// write replaces the message. kubelet creates the file: without it the
+// registrar is not under kubelet, which is said once.
 func (t *terminationMessage) write(logger klog.Logger, message string) {
 	if t.path == "" {
 		return

@@ -1,8 +1,5 @@
 package main
 
-// The Go runtime's settings for a process that serves one request at a
-// time and idles the rest: GOMAXPROCS.
-
 import (
 	"fmt"
 	"os"
@@ -12,10 +9,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. The image sets
-// GOMAXPROCS=1 (README.md, "Performance"); upstream's sets nothing, so
-// --automaxprocs starts from the runtime's default, as it does there,
-// instead of honouring GOMAXPROCS as automaxprocs otherwise would.
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. Upstream's image
+// sets no GOMAXPROCS, so --automaxprocs ignores the image's GOMAXPROCS=1.
 func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
 	if automaxprocs {
 		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
