@@ -27,7 +27,8 @@ const (
 	DefaultMaxBackoff     = 5 * time.Second
 )
 
-// Config says how to reach the CSI driver.
+// Config says how to reach the CSI driver; a duration not positive is the
+// default.
 type Config struct {
 	Address Address
 	// Timeout bounds each GetPluginInfo attempt and each connection to hold.

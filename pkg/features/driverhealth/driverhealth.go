@@ -40,7 +40,8 @@ type Prober struct {
 	metrics     metrics.CSIMetricsManager
 }
 
-// New probes the driver on the Unix socket at path within timeout.
+// New probes the driver on the Unix socket at path within timeout
+// (DefaultTimeout when not positive).
 func New(path string, timeout time.Duration) *Prober {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
