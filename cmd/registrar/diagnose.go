@@ -32,8 +32,9 @@ func runDiagnose(ctx context.Context, o *options, stdout io.Writer) int {
 		KubeletRegistrationPath: o.kubeletRegistrationPath,
 		RegistrationDir:         o.pluginRegistrationPath,
 		Timeout:                 o.operationTimeout(),
+		Output:                  stdout,
 	})
-	if !diagnose.Print(stdout, checks) {
+	if !diagnose.PrintSummary(stdout, checks) {
 		return exitError
 	}
 	return exitOK

@@ -94,7 +94,9 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	if !d.socketFound {
 		return skip(c, "no driver socket to ask")
 	}
+	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v (--timeout), as the registrar does before it can publish the registration socket", d.cfg.Timeout))
 	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
+	end()
 	if errors.As(err, new(*unixgrpc.ConnectError)) {
 		// Each error of connect(2) has its own cause: permissions are not
 		// the driver's fault, a refusal is.
@@ -124,13 +126,15 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 		return skip(c, "needs a driver that answers GetPluginInfo")
 	}
 	timeout := cmp.Or(d.cfg.NodeGetInfoTimeout, KubeletNodeGetInfoTimeout)
+	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v, as long as kubelet waits for it when it registers the driver", timeout))
 	info, err := call(ctx, d.driverSocket, timeout, nodeInfo)
+	took := end()
 	d.nodeInfoFailed = true
 	unfinished := "the likely cause of a registration that kubelet never completes: kubelet needs this answer before it accepts the driver"
 	switch status.Code(err) {
 	case codes.OK:
 	case codes.DeadlineExceeded:
-		return fail(c, fmt.Sprintf("no answer within %v, as long as kubelet waits for it when it registers the driver; %s. Look at the driver's node service: its log, and what NodeGetInfo waits for (a metadata server, the cloud's API)", timeout, unfinished))
+		return fail(c, fmt.Sprintf("no answer within %v, as long as kubelet waits for it when it registers the driver: kubelet's registration of the driver would wait %v, then fail; %s. Look at the driver's node service: its log, and what NodeGetInfo waits for (a metadata server, the cloud's API)", timeout, timeout, unfinished))
 	case codes.Unimplemented:
 		return fail(c, describeCallError(err, timeout)+": the driver does not serve the CSI Node service, and kubelet calls NodeGetInfo to register a driver; "+unfinished+". Run the driver's node plugin (its node mode or flags) at --csi-address")
 	default:
@@ -151,7 +155,11 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 		}
 		detail += ", topology " + strings.Join(segments, ",")
 	}
-	return ok(c, detail)
+	c = ok(c, detail)
+	if took >= SlowCheck {
+		c.note(Warn, fmt.Sprintf("answered after %v: kubelet's registration of the driver waits that long for it too, each time kubelet registers the driver (at every start of the driver or the registrar); what does NodeGetInfo wait for (its log)?", took.Round(100*time.Millisecond)))
+	}
+	return c
 }
 
 // 5. The length of the registration socket's path.
@@ -177,7 +185,9 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 		return skip(c, "no registry directory")
 	}
 	c.Name += " " + d.socketPath
+	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v (--timeout) for GetInfo", d.cfg.Timeout))
 	at := registration.Look(ctx, d.socketPath, d.cfg.Timeout)
+	end()
 	switch at.Kind() {
 	case registration.AtNothing:
 		return fail(c, "missing, so the driver is not registered: is the registrar running? Its log says what it is waiting for or why it stopped")
@@ -248,7 +258,9 @@ func (d *diagnosis) checkKubeletVerdict(ctx context.Context) Check {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	// The JSON of /status, through the socket: no HTTP endpoint needed.
+	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v (--timeout) for the state of the registrar serving the socket", d.cfg.Timeout))
 	st, err := registration.ReadStatus(ctx, d.socketPath)
+	end()
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return skip(c, "the registrar serving the socket does not report its state (upstream's, or an older build): its log says whether kubelet registered the driver")

@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Config is what the registrar was told, as given on its command line.
@@ -21,7 +24,16 @@ type Config struct {
 	Timeout                 time.Duration // bounds each RPC but NodeGetInfo
 	// NodeGetInfoTimeout bounds NodeGetInfo; zero: KubeletNodeGetInfoTimeout.
 	NodeGetInfoTimeout time.Duration
+	// Output, when set, gets each check's line as soon as the check is
+	// done, and a [WAIT] line from a check still waiting after SlowCheck,
+	// so that the operator never waits in silence; PrintSummary ends it.
+	Output io.Writer
+	// Clock times the waits; nil: the real clock.
+	Clock clock.WithDelayedExecution
 }
+
+// SlowCheck is how long a check waits before it says what for.
+const SlowCheck = 3 * time.Second
 
 // KubeletNodeGetInfoTimeout is how long kubelet waits for the driver's
 // NodeGetInfo when it registers the driver: csiTimeout (2 minutes) of
@@ -60,23 +72,61 @@ type Check struct {
 // (the driver's GetPluginInfo and NodeGetInfo, the registration socket, its
 // registrar's state).
 func Run(ctx context.Context, cfg Config) []Check {
-	d := &diagnosis{cfg: cfg}
-	checks := []Check{
-		d.checkRegistryDir(),
-		d.checkDriverSocket(),
-		d.checkDriverInfo(ctx),
-		d.checkNodeInfo(ctx),
-		d.checkSocketPathLength(),
-		d.checkRegistrationSocket(ctx),
-		d.checkKubeletVerdict(ctx),
-		d.checkKubeletRegistrationPath(),
+	d := &diagnosis{cfg: cfg, clock: cfg.Clock}
+	if d.clock == nil {
+		d.clock = clock.RealClock{}
+	}
+	steps := []func() Check{
+		d.checkRegistryDir,
+		d.checkDriverSocket,
+		func() Check { return d.checkDriverInfo(ctx) },
+		func() Check { return d.checkNodeInfo(ctx) },
+		d.checkSocketPathLength,
+		func() Check { return d.checkRegistrationSocket(ctx) },
+		func() Check { return d.checkKubeletVerdict(ctx) },
+		d.checkKubeletRegistrationPath,
+	}
+	checks := make([]Check, 0, len(steps))
+	for _, step := range steps {
+		c := step()
+		if cfg.Output != nil {
+			printCheck(cfg.Output, c)
+		}
+		checks = append(checks, c)
 	}
 	return checks
+}
+
+// waiting has the check named name say, once it has waited SlowCheck,
+// what it waits for. The wait ends with the returned function, which says
+// how long it lasted; nothing is written after it returned.
+func (d *diagnosis) waiting(name, what string) (end func() time.Duration) {
+	start := d.clock.Now()
+	if d.cfg.Output == nil {
+		return func() time.Duration { return d.clock.Since(start) }
+	}
+	var mu sync.Mutex
+	ended := false
+	timer := d.clock.AfterFunc(SlowCheck, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			fmt.Fprintf(d.cfg.Output, "[WAIT] %s: no answer after %v; %s ...\n", name, SlowCheck, what)
+		}
+	})
+	return func() time.Duration {
+		timer.Stop()
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+		return d.clock.Since(start)
+	}
 }
 
 // diagnosis carries what earlier checks established to later ones.
 type diagnosis struct {
 	cfg            Config
+	clock          clock.WithDelayedExecution
 	dirExists      bool   // the registry directory is one
 	driverSocket   string // the path --csi-address names, "" when it does not parse
 	socketFound    bool   // a socket is at driverSocket
@@ -87,14 +137,25 @@ type diagnosis struct {
 	kubeletRoot    string // kubelet's root dir on the host from the registry's mount, or ""
 }
 
-// Print writes the checklist, one line per check, then a summary line. It
-// returns true when no check failed: warnings and skipped checks do not
-// count as failures (a check is only skipped after an earlier failure).
+// Print writes the checklist, one line per check, then PrintSummary's line.
 func Print(w io.Writer, checks []Check) bool {
+	for _, c := range checks {
+		printCheck(w, c)
+	}
+	return PrintSummary(w, checks)
+}
+
+func printCheck(w io.Writer, c Check) {
+	fmt.Fprintf(w, "%s %s: %s\n", c.Outcome, c.Name, c.Detail)
+}
+
+// PrintSummary writes the summary line of checks. It returns true when no
+// check failed: warnings and skipped checks do not count as failures (a
+// check is only skipped after an earlier failure).
+func PrintSummary(w io.Writer, checks []Check) bool {
 	counts := map[Outcome]int{}
 	for _, c := range checks {
 		counts[c.Outcome]++
-		fmt.Fprintf(w, "%s %s: %s\n", c.Outcome, c.Name, c.Detail)
 	}
 	summary := fmt.Sprintf("OK: all %d checks passed", len(checks))
 	switch {

@@ -410,7 +410,7 @@ func TestRun(t *testing.T) {
 				return e
 			},
 			want:    map[int]Outcome{checkNodeInfo: Fail},
-			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, as long as kubelet waits for it", "likely cause of a registration that kubelet never completes", "driver's node service"}},
+			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, as long as kubelet waits for it", "kubelet's registration of the driver would wait 50ms, then fail", "likely cause of a registration that kubelet never completes", "driver's node service"}},
 		},
 		{
 			name: "driver fails NodeGetInfo",

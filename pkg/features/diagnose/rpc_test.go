@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -66,7 +67,7 @@ func TestRegistrationInfoIsNotCountedAsKubelets(t *testing.T) {
 func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
 	srv, path := runRegistrar(t, "verdict.csi.example.com", registration.Config{Clock: testingclock.NewFakeClock(time.Now())})
 	ctx := context.Background()
-	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, socketPath: path, socketAnswered: true}
+	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, clock: clock.RealClock{}, socketPath: path, socketAnswered: true}
 
 	// Just published, kubelet has not called: a warning, not yet a failure.
 	if c := d.checkKubeletVerdict(ctx); c.Outcome != Warn || !strings.Contains(c.Detail, "has not called yet") {
@@ -87,7 +88,7 @@ func TestKubeletVerdictFromTheRunningRegistrar(t *testing.T) {
 func TestKubeletVerdictBlamesAFailedNodeGetInfo(t *testing.T) {
 	srv, path := runRegistrar(t, "hang.csi.example.com", registration.Config{})
 	getInfoAsKubelet(t, srv, path)
-	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, socketPath: path, socketAnswered: true, nodeInfoFailed: true}
+	d := &diagnosis{cfg: Config{RegistrationDir: filepath.Dir(path), Timeout: 5 * time.Second}, clock: clock.RealClock{}, socketPath: path, socketAnswered: true, nodeInfoFailed: true}
 	c := d.checkKubeletVerdict(context.Background())
 	if c.Outcome != Fail || !strings.Contains(c.Detail, "has sent no verdict") || !strings.Contains(c.Detail, "NodeGetInfo") || !strings.Contains(c.Detail, "the likely cause") {
 		t.Errorf("kubelet called GetInfo, NodeGetInfo failed: %v %q, want a failure naming NodeGetInfo as the likely cause", c.Outcome, c.Detail)
