@@ -354,7 +354,8 @@ mockdriver:
 # real kubelet, apiserver, controller-manager and scheduler on this machine,
 # in namespaces of their own, of Kubernetes KUBE_VERSION: empty, test/node's
 # (the newest supported, v1.37.1); else one that a module
-# test/node/kubernetes/v1.NN pins (v1.33.13, v1.30.14). Needs root; installs
+# test/node/kubernetes/v1.NN pins (v1.33.13, v1.32.13, v1.30.14; CI runs the
+# oldest of test/kubelet/MINORS). Needs root; installs
 # etcd-server, containerd, runc and buildah with apt-get when missing. See
 # hack/e2e-node.sh and test/node/README.md.
 KUBE_VERSION ?=

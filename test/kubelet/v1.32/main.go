@@ -1,6 +1,6 @@
 // Command fakekubelet is the e2e kubelet (package kubelet's Main) built
-// with kubelet v1.33's plugin manager: handlers without a context (v1.36
-// added it), DeRegisterPlugin with the endpoint.
+// with kubelet v1.32's plugin manager: handlers without a context (v1.37
+// added it), DeRegisterPlugin without the endpoint (v1.33 added it).
 package main
 
 import (
@@ -33,14 +33,14 @@ func run(ctx context.Context, registryDir string, recorder record.EventRecorder,
 	go manager.Run(config.NewSourcesReady(func(sets.Set[string]) bool { return true }), ctx.Done())
 }
 
-// host completes the volume host with v1.33's trust anchors, without a
+// host completes the volume host with v1.32's trust anchors, without a
 // context, and what v1.34 removed.
 type host struct{ *kubelet.Host }
 
 var _ volume.KubeletVolumeHost = host{}
 
-// GetExec, GetMounter with a plugin's name, GetHostName and GetHostIP:
-// gone in v1.34; the CSI plugin's registration does not call them.
+// GetExec, GetMounter with a plugin's name and GetHostIP (gone in v1.34),
+// GetHostName (gone in v1.36): the CSI plugin's registration calls none.
 func (host) GetExec(string) exec.Interface { return exec.New() }
 
 func (h host) GetMounter(string) mount.Interface { return h.Host.GetMounter() }
@@ -70,7 +70,7 @@ func (h handler) RegisterPlugin(name, endpoint string, versions []string, timeou
 	return h.k.Registered(h.ctx, name, endpoint, versions, csi.PluginHandler.RegisterPlugin(name, endpoint, versions, timeout))
 }
 
-func (h handler) DeRegisterPlugin(name, endpoint string) {
-	csi.PluginHandler.DeRegisterPlugin(name, endpoint)
-	h.k.Deregistered(h.ctx, name, endpoint)
+func (h handler) DeRegisterPlugin(name string) {
+	csi.PluginHandler.DeRegisterPlugin(name)
+	h.k.Deregistered(h.ctx, name, "")
 }
