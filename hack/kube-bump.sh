@@ -75,6 +75,7 @@ done
 template_version=$(sed -n 's/^require k8s\.io\/kubernetes \(v[^ ]*\)$/\1/p' "$template/go.mod")
 created=false
 compare_version=$template_version
+pinned_before=
 if [[ -d $dir ]]; then
 	pinned_before=$(sed -n 's/^require k8s\.io\/kubernetes \(v[^ ]*\)$/\1/p' "$dir/go.mod" 2>/dev/null || true)
 	[[ -z $pinned_before || $pinned_before == "$version" ]] || compare_version=$pinned_before
@@ -141,8 +142,8 @@ api() {
 	local src=$1
 	{
 		awk '/^type PluginHandler interface/,/^}/' "$src/pkg/kubelet/pluginmanager/cache/types.go"
-		grep -h '^func NewPluginManager\|^func (pm \*pluginManager) Run' "$src/pkg/kubelet/pluginmanager/plugin_manager.go"
 		awk '/^func NewPluginManager\(/,/\) PluginManager \{/' "$src/pkg/kubelet/pluginmanager/plugin_manager.go"
+		grep -h '^func (pm \*pluginManager) Run' "$src/pkg/kubelet/pluginmanager/plugin_manager.go"
 		grep -h '^type SourcesReadyFn\|^func NewSourcesReady' "$src/pkg/kubelet/config/sources.go"
 		awk '/^type (VolumeHost|KubeletVolumeHost) interface/,/^}/' "$src/pkg/volume/plugins.go"
 	} | grep -v '^[[:space:]]*//' | sed 's/^[[:space:]]*//' | grep -v '^$'
@@ -156,7 +157,11 @@ if [[ $compare_version != "$version" ]]; then
 		echo
 		echo "kube-bump: kubelet's Go API used by $dir/$code differs between $compare_version ('<') and $version ('>'):"
 		echo "$api_diff" | sed 's/^/    /'
-		echo "kube-bump: $dir/$code must follow these changes (kube-bump does not rewrite code; see how the other minors' $code differ)."
+		if $created || [[ $compare_version == "$pinned_before" ]]; then
+			echo "kube-bump: $dir/$code must follow these changes (kube-bump does not rewrite code; see how the other minors' $code differ)."
+		else
+			echo "kube-bump: (compared with $template, the nearest other minor; $dir/$code is kept as it is.)"
+		fi
 		echo
 	else
 		step "kubelet's Go API used by $code is the same in $compare_version and $version"
