@@ -60,16 +60,19 @@ BASE_IMAGE      ?=
 WINDOWS_OS_VERSIONS  ?= 1809 ltsc2022
 WINDOWS_IMAGE_OUTPUT ?=
 
-# The kubelet minors supported, newest first: make e2e runs the suite
-# (test/e2e) against each one's plugin manager and CSI handler, built by its
-# module test/kubelet/<minor>, which pins k8s.io/kubernetes. See
-# docs/compatibility.md.
-KUBELET_MINORS := v1.37 v1.33 v1.30
+# The kubelet releases tested, newest first, from test/kubelet/MINORS (the one
+# list; hack/kube-bump.sh adds to it). make e2e runs the suite (test/e2e)
+# against each minor's plugin manager and CSI handler, built by its module
+# test/kubelet/<minor>, which pins k8s.io/kubernetes; make e2e
+# KUBELET_MINORS=v1.36 runs one. See docs/compatibility.md.
+KUBELET_RELEASES := $(shell sed -n 's/^\(v1\.[0-9]*\.[0-9][^ ]*\)$$/\1/p' test/kubelet/MINORS)
+KUBELET_SUPPORTED := $(foreach r,$(KUBELET_RELEASES),$(word 1,$(subst ., ,$(r))).$(word 2,$(subst ., ,$(r))))
+KUBELET_MINORS ?= $(KUBELET_SUPPORTED)
 
 # Every Go module of the repository with Go code: lint covers them all.
 # test/node/kubernetes/v1.NN pin a Kubernetes release for make e2e-node
 # and hold no code of their own.
-MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_MINORS)) test/deploy test/docs test/node test/selinuxvm
+MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -93,6 +96,7 @@ $(shell rm -f $(SKIPPED))
 endif
 
 .PHONY: all build test test-all unit apiserver-test fuzz e2e e2e-newest e2e-older demo vet clean version release-notes release
+.PHONY: kube-bump deps-check
 .PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
 
 all: build
@@ -232,7 +236,7 @@ handover-compat:
 	cd test/integration && PREVIOUS_REGISTRAR_BIN="$$tmp/previous-registrar" CGO_ENABLED=1 $(GO_TEST) -race -count=1 -run '^TestHandsOverBetweenBuilds$$' .
 
 # kubelet's own plugin manager and CSI handler against the release binary,
-# for each of KUBELET_MINORS (make e2e KUBELET_MINORS=v1.30 runs one).
+# for each of KUBELET_MINORS (make e2e KUBELET_MINORS=v1.36 runs one).
 e2e: build
 	$(call e2e_against,$(KUBELET_MINORS))
 
@@ -246,7 +250,8 @@ e2e-older: build
 # e2e_against runs test/e2e against each kubelet minor of $(1).
 define e2e_against
 	@set -e; for m in $(1); do \
-		echo "make e2e: kubelet $$m (test/kubelet/$$m)"; \
+		[ -f test/kubelet/$$m/go.mod ] || { echo "make e2e: no module test/kubelet/$$m; tested: $(KUBELET_SUPPORTED) (hack/kube-bump.sh adds one)" >&2; exit 1; }; \
+		echo "make e2e: kubelet $$m (test/kubelet/$$m, k8s.io/kubernetes $$(sed -n 's/^require k8s.io\/kubernetes //p' test/kubelet/$$m/go.mod))"; \
 		hack/progress.sh "building kubelet $$m's plugin manager (fakekubelet)" \
 			$(GO) build -C test/kubelet/$$m -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .; \
 		(cd test/e2e && FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$$m REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...); \
@@ -375,12 +380,29 @@ mockdriver:
 # real kubelet, apiserver, controller-manager and scheduler on this machine,
 # in namespaces of their own, of Kubernetes KUBE_VERSION: empty, test/node's
 # (the newest supported, v1.37.1); else one that a module
-# test/node/kubernetes/v1.NN pins (v1.33.13, v1.30.14). Needs root; installs
+# test/node/kubernetes/v1.NN pins (v1.33.13, v1.32.13, v1.30.14; CI runs the
+# oldest of test/kubelet/MINORS). Needs root; installs
 # etcd-server, containerd, runc and buildah with apt-get when missing. See
 # hack/e2e-node.sh and test/node/README.md.
 KUBE_VERSION ?=
 e2e-node:
 	VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) hack/e2e-node.sh
+
+# A Kubernetes release into the matrix: make kube-bump VERSION=v1.38.0 writes
+# test/kubelet/v1.38 (from the nearest minor's), tidies and builds it, adds
+# it to test/kubelet/MINORS and prints what to review. VERSION here is the
+# Kubernetes release, not the registrar's. See hack/kube-bump.sh.
+kube-bump:
+	@$(if $(filter command line,$(origin VERSION)),,echo "make kube-bump: give the Kubernetes release: make kube-bump VERSION=v1.X.Y" >&2; exit 2;)
+	hack/kube-bump.sh $(VERSION)
+
+# How far behind the dependencies are, as the module proxy serves them: the
+# product module's modules with newer versions, the Go toolchain, the k8s.io
+# minor. One summary line; fails only on a k8s.io minor two or more behind or
+# a Go release out of support; says so and passes when the proxy cannot be
+# reached. See hack/deps-check.sh.
+deps-check:
+	hack/deps-check.sh
 
 # Kubernetes' own storage e2e suite (e2e.test, built unmodified from
 # k8s.io/kubernetes at test/node's version) on make e2e-node's node: the

@@ -9,12 +9,12 @@
 // is a new process (Main).
 //
 // Kubelet's Go API for the plugin manager differs between minors (handlers
-// take a context from v1.36, DeRegisterPlugin the endpoint from v1.33, the
-// sources-ready callback a sets.Set from v1.31): each minor's module
-// (v1.30, v1.33, v1.37 below this directory) pins k8s.io/kubernetes and
-// gives Main the plugin manager, wired with that minor's API. This package
-// is the rest, built unchanged against each: its go.mod requires the oldest
-// minor, and each minor's module raises it.
+// take a context from v1.37, the manager's Run in v1.35 but not v1.33,
+// DeRegisterPlugin the endpoint from v1.33): each minor's module
+// (test/kubelet/MINORS lists them, one directory each below this one) pins
+// k8s.io/kubernetes and gives Main the plugin manager, wired with that
+// minor's API. This package is the rest, built unchanged against each: its
+// go.mod requires the oldest minor, and each minor's module raises it.
 //
 // What kubelet v1.37 does when registration fails, read from v1.37.1's
 // pkg/kubelet/pluginmanager (operationexecutor/operation_generator.go,

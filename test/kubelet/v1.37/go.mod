@@ -86,8 +86,8 @@ require (
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
 	k8s.io/apiserver v0.37.1 // indirect
 	k8s.io/component-base v0.37.1 // indirect
-	k8s.io/component-helpers v0.30.14 // indirect
-	k8s.io/controller-manager v0.0.0 // indirect
+	k8s.io/component-helpers v0.32.13 // indirect
+	k8s.io/controller-manager v0.32.13 // indirect
 	k8s.io/cri-api v0.37.1 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect

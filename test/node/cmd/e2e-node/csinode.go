@@ -94,7 +94,8 @@ const (
 // kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
 // Node UID it read at its start (1.35 and later: nodeInfoManager's
 // CreateCSINode in v1.35.0, v1.36.0 and v1.37.1), rather than the current
-// Node's, which it reads when it creates one (v1.34.0, v1.33.13, v1.30.14).
+// Node's, which it reads when it creates one (v1.34.0, v1.33.13, v1.32.13,
+// v1.30.14).
 func (c *cluster) kubeletKeepsNodeUID() bool {
 	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 35))
 }

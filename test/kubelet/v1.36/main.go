@@ -1,11 +1,10 @@
 // Command fakekubelet is the e2e kubelet (package kubelet's Main) built
-// with kubelet v1.33's plugin manager: handlers without a context (v1.36
-// added it), DeRegisterPlugin with the endpoint.
+// with kubelet v1.36's plugin manager: handlers without a context (v1.37
+// added it), DeRegisterPlugin with the endpoint, and Run with a context.
 package main
 
 import (
 	"context"
-	"net"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +16,6 @@ import (
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
 
-	"k8s.io/mount-utils"
-	"k8s.io/utils/exec"
-
 	"github.com/csi-registrar/node-driver-registrar/test/kubelet"
 )
 
@@ -30,29 +26,23 @@ func main() {
 func run(ctx context.Context, registryDir string, recorder record.EventRecorder, k *kubelet.Kubelet) {
 	manager := pluginmanager.NewPluginManager(registryDir, recorder)
 	manager.AddHandler(registerapi.CSIPlugin, handler{ctx, k})
-	go manager.Run(config.NewSourcesReady(func(sets.Set[string]) bool { return true }), ctx.Done())
+	go manager.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true }), ctx.Done())
 }
 
-// host completes the volume host with v1.33's trust anchors, without a
-// context, and what v1.34 removed.
+// host completes the volume host with v1.36's trust anchors, without a
+// context, and its pod certificates, with one.
 type host struct{ *kubelet.Host }
 
 var _ volume.KubeletVolumeHost = host{}
-
-// GetExec, GetMounter with a plugin's name, GetHostName and GetHostIP:
-// gone in v1.34; the CSI plugin's registration does not call them.
-func (host) GetExec(string) exec.Interface { return exec.New() }
-
-func (h host) GetMounter(string) mount.Interface { return h.Host.GetMounter() }
-
-func (h host) GetHostName() string { return string(h.GetNodeName()) }
-
-func (host) GetHostIP() (net.IP, error) { return nil, kubelet.ErrNotInTest }
 
 func (host) GetTrustAnchorsByName(string, bool) ([]byte, error) { return nil, kubelet.ErrNotInTest }
 
 func (host) GetTrustAnchorsBySigner(string, *metav1.LabelSelector, bool) ([]byte, error) {
 	return nil, kubelet.ErrNotInTest
+}
+
+func (host) GetPodCertificateCredentialBundle(context.Context, string, string, string, string, int) ([]byte, []byte, error) {
+	return nil, nil, kubelet.ErrNotInTest
 }
 
 // handler passes kubelet's calls to the CSI handler and reports each one;

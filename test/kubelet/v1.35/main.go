@@ -1,27 +1,20 @@
 // Command fakekubelet is the e2e kubelet (package kubelet's Main) built
-// with kubelet v1.30's plugin manager: handlers without a context (v1.36
-// added it), DeRegisterPlugin without the endpoint (v1.33 added it), and
-// the sources-ready callback takes a sets.String.
+// with kubelet v1.35's plugin manager: handlers without a context (v1.37
+// added it), DeRegisterPlugin with the endpoint, and Run with a context.
 package main
 
 import (
 	"context"
-	"net"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/record"
-	cloudprovider "k8s.io/cloud-provider"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
-
-	"k8s.io/mount-utils"
-	"k8s.io/utils/exec"
 
 	"github.com/csi-registrar/node-driver-registrar/test/kubelet"
 )
@@ -33,30 +26,16 @@ func main() {
 func run(ctx context.Context, registryDir string, recorder record.EventRecorder, k *kubelet.Kubelet) {
 	manager := pluginmanager.NewPluginManager(registryDir, recorder)
 	manager.AddHandler(registerapi.CSIPlugin, handler{ctx, k})
-	//lint:ignore SA1019 kubelet v1.30's NewSourcesReady takes the deprecated sets.String
-	go manager.Run(config.NewSourcesReady(func(sets.String) bool { return true }), ctx.Done())
+	go manager.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true }), ctx.Done())
 }
 
-// host completes the volume host with v1.30's trust anchors, without a
-// context, what v1.34 removed, its cloud provider (none, removed in
-// v1.31) and its wrapper mounter's options.
+// host completes the volume host with v1.35's trust anchors, without a
+// context, its pod certificates, with one, and GetHostName (gone in v1.36).
 type host struct{ *kubelet.Host }
 
 var _ volume.KubeletVolumeHost = host{}
 
-// GetExec, GetMounter with a plugin's name, GetHostName and GetHostIP:
-// gone in v1.34; the CSI plugin's registration does not call them.
-func (host) GetExec(string) exec.Interface { return exec.New() }
-
-func (h host) GetMounter(string) mount.Interface { return h.Host.GetMounter() }
-
 func (h host) GetHostName() string { return string(h.GetNodeName()) }
-
-func (host) GetHostIP() (net.IP, error) { return nil, kubelet.ErrNotInTest }
-
-func (host) NewWrapperMounter(string, volume.Spec, *v1.Pod, volume.VolumeOptions) (volume.Mounter, error) {
-	return nil, kubelet.ErrNotInTest
-}
 
 func (host) GetTrustAnchorsByName(string, bool) ([]byte, error) { return nil, kubelet.ErrNotInTest }
 
@@ -64,7 +43,9 @@ func (host) GetTrustAnchorsBySigner(string, *metav1.LabelSelector, bool) ([]byte
 	return nil, kubelet.ErrNotInTest
 }
 
-func (host) GetCloudProvider() cloudprovider.Interface { return nil }
+func (host) GetPodCertificateCredentialBundle(context.Context, string, string, string, string, int) ([]byte, []byte, error) {
+	return nil, nil, kubelet.ErrNotInTest
+}
 
 // handler passes kubelet's calls to the CSI handler and reports each one;
 // ctx is the kubelet's, for the reports.
@@ -81,7 +62,7 @@ func (h handler) RegisterPlugin(name, endpoint string, versions []string, timeou
 	return h.k.Registered(h.ctx, name, endpoint, versions, csi.PluginHandler.RegisterPlugin(name, endpoint, versions, timeout))
 }
 
-func (h handler) DeRegisterPlugin(name string) {
-	csi.PluginHandler.DeRegisterPlugin(name)
-	h.k.Deregistered(h.ctx, name, "")
+func (h handler) DeRegisterPlugin(name, endpoint string) {
+	csi.PluginHandler.DeRegisterPlugin(name, endpoint)
+	h.k.Deregistered(h.ctx, name, endpoint)
 }

@@ -1,0 +1,76 @@
+// Command fakekubelet is the e2e kubelet (package kubelet's Main) built
+// with kubelet v1.32's plugin manager: handlers without a context (v1.37
+// added it), DeRegisterPlugin without the endpoint (v1.33 added it).
+package main
+
+import (
+	"context"
+	"net"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/record"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	"k8s.io/kubernetes/pkg/volume"
+	"k8s.io/kubernetes/pkg/volume/csi"
+
+	"k8s.io/mount-utils"
+	"k8s.io/utils/exec"
+
+	"github.com/csi-registrar/node-driver-registrar/test/kubelet"
+)
+
+func main() {
+	kubelet.Main(kubelet.Minor{Run: run, Host: func(h *kubelet.Host) volume.VolumeHost { return host{h} }})
+}
+
+func run(ctx context.Context, registryDir string, recorder record.EventRecorder, k *kubelet.Kubelet) {
+	manager := pluginmanager.NewPluginManager(registryDir, recorder)
+	manager.AddHandler(registerapi.CSIPlugin, handler{ctx, k})
+	go manager.Run(config.NewSourcesReady(func(sets.Set[string]) bool { return true }), ctx.Done())
+}
+
+// host completes the volume host with v1.32's trust anchors, without a
+// context, and what v1.34 removed.
+type host struct{ *kubelet.Host }
+
+var _ volume.KubeletVolumeHost = host{}
+
+// GetExec, GetMounter with a plugin's name and GetHostIP (gone in v1.34),
+// GetHostName (gone in v1.36): the CSI plugin's registration calls none.
+func (host) GetExec(string) exec.Interface { return exec.New() }
+
+func (h host) GetMounter(string) mount.Interface { return h.Host.GetMounter() }
+
+func (h host) GetHostName() string { return string(h.GetNodeName()) }
+
+func (host) GetHostIP() (net.IP, error) { return nil, kubelet.ErrNotInTest }
+
+func (host) GetTrustAnchorsByName(string, bool) ([]byte, error) { return nil, kubelet.ErrNotInTest }
+
+func (host) GetTrustAnchorsBySigner(string, *metav1.LabelSelector, bool) ([]byte, error) {
+	return nil, kubelet.ErrNotInTest
+}
+
+// handler passes kubelet's calls to the CSI handler and reports each one;
+// ctx is the kubelet's, for the reports.
+type handler struct {
+	ctx context.Context
+	k   *kubelet.Kubelet
+}
+
+func (h handler) ValidatePlugin(name, endpoint string, versions []string) error {
+	return h.k.Validated(h.ctx, name, endpoint, versions, csi.PluginHandler.ValidatePlugin(name, endpoint, versions))
+}
+
+func (h handler) RegisterPlugin(name, endpoint string, versions []string, timeout *time.Duration) error {
+	return h.k.Registered(h.ctx, name, endpoint, versions, csi.PluginHandler.RegisterPlugin(name, endpoint, versions, timeout))
+}
+
+func (h handler) DeRegisterPlugin(name string) {
+	csi.PluginHandler.DeRegisterPlugin(name)
+	h.k.Deregistered(h.ctx, name, "")
+}
