@@ -200,7 +200,7 @@ unit:
 # The API features' tests against a real kube-apiserver and etcd (build tag
 # apiserver; test/apiserver): kube-apiserver is built from test/node first.
 apiserver-test: $(KUBE_APISERVER_BIN)
-	CGO_ENABLED=1 $(GO_TEST) -race -count=1 -tags apiserver ./pkg/features/...
+	CGO_ENABLED=1 $(GO_TEST) -race -count=1 -tags apiserver -run '^TestAgainstKubeAPIServer$$' ./pkg/features/csinode ./pkg/features/nodegate
 
 # Each fuzz target for FUZZTIME; the first failure stops make, and go test
 # prints the input and writes it to the package's testdata/fuzz/. go test
@@ -355,8 +355,8 @@ bench: build mockdriver
 # figures mean nothing: the benchmarks' output is shown only on failure.
 # Upstream's registrar runs next to ours here too, so that the ratios' code
 # runs; without it, a warning, and under CI=true a failure.
-bench-smoke: build mockdriver
-	$(GO_TEST) -run '^$$' -bench . -benchtime=1x -count=1 ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
+bench-smoke: build mockdriver $(KUBE_APISERVER_BIN)
+	$(GO_TEST) -run '^$$' -bench . -benchtime=1x -count=1 -tags apiserver ./pkg/... ./internal/... > bin/bench-smoke.out || { cat bin/bench-smoke.out; exit 1; }
 	$(BENCH_PROCESS) -upstream=../shared/interop/upstream-csi-node-driver-registrar $(if $(filter true,$(CI)),-require-upstream) -runs=1 -idle=1s -healthz-requests=20 -getinfo-calls=64 -flood-header-conns=4 -flood-idle-conns=16 -flood-hold=100ms > /dev/null
 
 # A running registrar's /metrics through `promtool check metrics`, which
