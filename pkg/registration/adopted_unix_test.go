@@ -3,6 +3,7 @@
 package registration
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
@@ -40,5 +41,47 @@ func TestRegisteredOnTakingARegisteredSocketOver(t *testing.T) {
 	})
 	if st.DriverName != testDriver || st.LastVerdict == nil || !st.LastVerdict.Registered {
 		t.Errorf("observed %+v, want the driver registered with the verdict handed over", st)
+	}
+}
+
+// The instance that hands its socket over closes its listener itself: its
+// server's end is no failure to report, nor a reason to publish again.
+func TestHandingOverIsNoServingFailure(t *testing.T) {
+	dir := shortTempDir(t)
+	srv := newServer(t, dir)
+	var mu sync.Mutex
+	var happened []Transition
+	srv.Observe(func(_ Status, ts []Transition) {
+		mu.Lock()
+		defer mu.Unlock()
+		happened = append(happened, ts...)
+	})
+	older := runServer(t, srv)
+	srv.DriverFound(testDriver)
+	older.waitServing(t)
+	notify(t, srv.SocketPathForTest(), true)
+	poll.Until(t, "kubelet's registration is recorded", func() bool { return srv.Status().Ready })
+
+	start(t, dir)
+	poll.Until(t, "the older instance steps aside", func() bool { return srv.Status().State == Superseded })
+	if err := older.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	handedOver := false
+	for _, tr := range happened {
+		switch tr := tr.(type) {
+		case ServeEnded:
+			t.Errorf("the older instance reported %#v after handing its socket over", tr)
+		case SteppedAside:
+			handedOver = handedOver || tr.HandedOver
+		}
+	}
+	if !handedOver {
+		t.Errorf("the older instance's transitions %#v do not say it handed the socket over", happened)
+	}
+	if n := srv.Status().Publications[ReasonStale]; n != 0 {
+		t.Errorf("the older instance published again (%d stale) after handing its socket over", n)
 	}
 }

@@ -96,8 +96,9 @@ type machine struct {
 	ours      sockfile.ID
 	// at is what was last found at the path.
 	at At
-	// lookAgain: the path changed during a conversation.
-	conversing, lookAgain bool
+	// lookAgain: the path changed during a conversation. offering: the
+	// conversation is an offer, which closes the socket's listener itself.
+	conversing, offering, lookAgain bool
 	// heldHandover waits for the conversation: refused, the newer instance
 	// would replace the socket, and kubelet deregister the driver.
 	heldHandover *handoverAsked
@@ -389,13 +390,13 @@ func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
 	case m.state != Registered:
 		o.do(answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)})
 	default:
-		m.conversing = true
+		m.conversing, m.offering = true, true
 		o.do(offer{ev.call})
 	}
 }
 
 func (ev offered) step(m *machine, _ time.Time, o *output) {
-	m.conversing = false
+	m.conversing, m.offering = false, false
 	if ev.err != nil {
 		o.do(answer(ev)) // refused: the socket stays ours
 		return
@@ -463,7 +464,9 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 	if ev.gen != m.gen || m.gen == 0 {
 		return
 	}
-	o.record(ServeEnded{Err: ev.err})
+	if !m.offering {
+		o.record(ServeEnded{Err: ev.err})
+	}
 	if m.conversing {
 		m.publishLater(ReasonStale, now)
 		return

@@ -246,6 +246,8 @@ func TestTransitions(t *testing.T) {
 			want{Registered, []effect{publish{ReasonStale, 2}}, nil}},
 		{"the serving socket stopped accepting during a conversation: publish once it is over", then(publishedIn(Registered), t0, pathChanged{}), t0, serveEnded{gen: 1, err: errors.New("closed")},
 			want{Registered, nil, map[timer]time.Time{publishTimer: t0}}},
+		{"the offer closed the serving socket: no failure, publish only if the offer fails", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, serveEnded{gen: 1, err: errors.New("closed")},
+			want{Registered, nil, map[timer]time.Time{publishTimer: t0}}},
 		{"stopping: stopped, no timer", rejected(), t0, stopping{},
 			want{Stopped, nil, nil}},
 	}
