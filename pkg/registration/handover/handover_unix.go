@@ -3,8 +3,10 @@
 package handover
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -77,20 +79,13 @@ const maxStateBytes = 64 << 10
 // readLine returns the payload started by first, up to its newline; what
 // follows is ignored, so that the outcome does not depend on how reads split.
 func readLine(conn io.Reader, first []byte, limit int) ([]byte, error) {
-	payload := first
-	buf := make([]byte, 512)
-	for {
-		end := bytes.IndexByte(payload, '\n')
-		switch {
-		case end >= 0 && end <= limit:
-			return payload[:end], nil
-		case len(payload) > limit:
-			return nil, errors.New("handover state too long")
-		}
-		n, err := conn.Read(buf)
-		payload = append(payload, buf[:n]...)
-		if err != nil && bytes.IndexByte(buf[:n], '\n') < 0 {
-			return nil, err
-		}
+	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first), conn), limit+1)
+	line, err := r.ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull) || err == nil && len(line) > limit+1:
+		return nil, fmt.Errorf("handover state longer than %d bytes", limit)
+	case err != nil:
+		return nil, err
 	}
+	return line[:len(line)-1], nil
 }
