@@ -11,6 +11,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/csinode"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/events"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -97,4 +98,25 @@ func startDriverHealth(ctx context.Context, o *options, address driver.Address, 
 		return withFlag("--driver-health-endpoint", prober.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 	})
 	return prober
+}
+
+// startEvents records --events' Events on the Pod until ctx ends.
+func startEvents(ctx context.Context, o *options, srv *registration.Server, limit registration.FailureLimit) error {
+	if !o.events {
+		return nil
+	}
+	pod, err := o.pod()
+	if err != nil {
+		return withFlag("--events", err)
+	}
+	cfg, err := kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
+	if err != nil {
+		return withFlag("--events", err)
+	}
+	recorder, err := events.New(withFlagLogged(ctx, "--events"), events.Config{Pod: pod, REST: cfg, Limit: limit, Status: srv.Status})
+	if err != nil {
+		return withFlag("--events", err)
+	}
+	srv.Observe(recorder.Observe)
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
+	"github.com/csi-registrar/node-driver-registrar/pkg/features/events"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
@@ -60,6 +61,7 @@ type options struct {
 	nodeConditionType       string
 	confirmCSINode          bool
 	kubeconfig              string
+	events                  bool
 	unhealthyAfter          time.Duration
 
 	logging *loggingOptions
@@ -93,7 +95,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
 	fs.StringVar(&o.nodeConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
 	fs.BoolVar(&o.confirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs list and watch on csinodes and get on nodes (deploy/csinode).")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file for the API server, for --remove-node-taint, --node-condition and --confirm-csinode outside a pod. Empty: the pod's service account.")
+	fs.BoolVar(&o.events, "events", false, "Record Kubernetes Events on this registrar's Pod, where kubectl describe pod and kubectl get events show them: kubelet rejects the driver, kubelet stays silent, the registration has failed for --unhealthy-after, CSINode loses the driver, and the registration that ends each of these; repeats make one Event with a count. Needs the environment variables "+podNameEnv+", "+podNamespaceEnv+" and "+podUIDEnv+" from the downward API, and create and patch on events in the Pod's namespace (deploy/events).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file for the API server, for --remove-node-taint, --node-condition, --confirm-csinode and --events outside a pod. Empty: the pod's service account.")
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. Keep it above 2m: after failures at a path kubelet waits up to 2m2s before it calls again. 0: /healthz never fails for this.")
 	o.logging = addLoggingFlags(fs)
 	o.flags = fs
@@ -175,6 +178,9 @@ func (o *options) validate() error {
 	if name, _ := o.node(); o.gatesNode() && name == "" {
 		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
 	}
+	if _, err := o.pod(); o.events && err != nil {
+		errs = append(errs, withFlag("--events", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -220,6 +226,30 @@ func (o *options) node() (name, from string) {
 		return o.nodeName, "--node-name"
 	}
 	return os.Getenv(nodeNameEnv), nodeNameEnv
+}
+
+// The downward API's variables that name the registrar's own Pod for --events.
+const (
+	podNameEnv      = "POD_NAME"
+	podNamespaceEnv = "POD_NAMESPACE"
+	podUIDEnv       = "POD_UID"
+)
+
+// pod is the registrar's own Pod, for --events.
+func (o *options) pod() (events.Pod, error) {
+	pod := events.Pod{Name: os.Getenv(podNameEnv), Namespace: os.Getenv(podNamespaceEnv), UID: os.Getenv(podUIDEnv)}
+	pod.Node, _ = o.node()
+	var missing []string
+	for env, field := range map[string]string{podNameEnv: "metadata.name", podNamespaceEnv: "metadata.namespace", podUIDEnv: "metadata.uid"} {
+		if os.Getenv(env) == "" {
+			missing = append(missing, fmt.Sprintf("{name: %s, valueFrom: {fieldRef: {fieldPath: %s}}}", env, field))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return pod, fmt.Errorf("the Events' Pod is not known: set the environment from the downward API (env: [%s]), as deploy/events does", strings.Join(missing, ", "))
+	}
+	return pod, nil
 }
 
 // taintKeys is --remove-node-taint: repeated, or comma-separated, or both.

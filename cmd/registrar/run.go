@@ -145,6 +145,9 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if gate != nil {
 		reports = append(reports, gate)
 	}
+	if err := startEvents(gctx, o, srv, failureLimit); err != nil {
+		return err
+	}
 	watcher, err := startCSINode(gctx, o, srv, g)
 	if err != nil {
 		return err
