@@ -289,6 +289,13 @@ func (s *Server) ApplyRBAC(file string) error {
 	return s.apply(file, "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 }
 
+// ApplyNamespacedRBAC creates the Role and its RoleBinding of
+// deploy/events/rbac.yaml, read from file as they are, in the namespace
+// default.
+func (s *Server) ApplyNamespacedRBAC(file string) error {
+	return s.apply(file, "Role", "RoleBinding")
+}
+
 // ApplyPolicy creates the ValidatingAdmissionPolicy and its binding of
 // deploy/node-gate/policy.yaml, read from file as they are. The API server
 // enforces a policy a moment after its creation, once its informer has
@@ -308,6 +315,8 @@ func (s *Server) apply(file string, kinds ...string) error {
 		"ServiceAccount":                   "/api/v1/namespaces/default/serviceaccounts",
 		"ClusterRole":                      "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 		"ClusterRoleBinding":               "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+		"Role":                             "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+		"RoleBinding":                      "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
 		"ValidatingAdmissionPolicy":        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
 		"ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 	}

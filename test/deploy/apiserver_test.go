@@ -22,6 +22,8 @@ var resourcePaths = map[string]string{
 	"DaemonSet":                        "/apis/apps/v1/namespaces/%s/daemonsets",
 	"ClusterRole":                      "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 	"ClusterRoleBinding":               "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+	"Role":                             "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles",
+	"RoleBinding":                      "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
 	"ValidatingAdmissionPolicy":        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
 	"ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 }

@@ -28,6 +28,8 @@ func TestCSINodeComponent(t *testing.T) {
 	}{
 		{csiNodeOverlayDir, false},
 		{nodeGateCSINodeOverlayDir, true},
+		// deploy/events beside them changes none of this.
+		{nodeGateCSINodeEventsOverlayDir, true},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			objs := render(t, tc.dir)
@@ -72,44 +74,16 @@ func TestCSINodeComponent(t *testing.T) {
 			if csiNodeRole == nil {
 				t.Fatal("no bound ClusterRole grants anything on csinodes")
 			}
-			checkRules(t, csiNodeRole, csiNodeRules)
+			checkRules(t, "ClusterRole "+csiNodeRole.Name, csiNodeRole.Rules, csiNodeRules)
 
-			spec := ds.Spec.Template.Spec
-			if spec.ServiceAccountName != account.Name {
-				t.Errorf("the pods run as %q, not as %q", spec.ServiceAccountName, account.Name)
-			}
-			if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
-				t.Errorf("the pods do not mount the service account's token (automountServiceAccountToken %v)", ptrValue(spec.AutomountServiceAccountToken))
-			}
+			checkPodToken(t, ds, account.Name)
 			reg := registrarContainer(t, ds)
-			nodeNames := 0
-			for _, e := range reg.Env {
-				if e.Name != "NODE_NAME" {
-					continue
-				}
-				nodeNames++
-				if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-					t.Errorf("the registrar's NODE_NAME does not come from spec.nodeName: %+v", e)
-				}
-			}
-			if nodeNames != 1 {
-				t.Errorf("the registrar has %d NODE_NAME variables, want 1: %+v", nodeNames, reg.Env)
-			}
-			if n := countArg(reg.Args, "--confirm-csinode"); n != 1 {
-				t.Errorf("the registrar's args %q hold --confirm-csinode %d times, want once", reg.Args, n)
-			}
-			base := registrarContainer(t, onlyDaemonSet(t, render(t, deployDir)))
-			if !slices.Equal(reg.Args[:len(base.Args)], base.Args) {
-				t.Errorf("the registrar's args %q do not start with the base's %q", reg.Args, base.Args)
-			}
+			checkDownwardEnv(t, reg, map[string]string{"NODE_NAME": "spec.nodeName"})
+			checkAppendedArgs(t, reg, "--confirm-csinode")
 			policies := countOf[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 			if tc.nodeGate {
 				// The node gate's part is as without deploy/csinode.
-				for _, arg := range []string{"--remove-node-taint=my-driver.csi.example.com/agent-not-ready", "--node-condition"} {
-					if countArg(reg.Args, arg) != 1 {
-						t.Errorf("the registrar's args %q lack %s", reg.Args, arg)
-					}
-				}
+				checkAppendedArgs(t, reg, nodeGateArgs...)
 				checkPolicy(t, objs, reg.Args)
 			} else if policies != 0 {
 				t.Errorf("the rendering holds %d ValidatingAdmissionPolicies: deploy/csinode needs none, it only reads", policies)

@@ -12,16 +12,20 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.1
+require (
+	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.1
+	k8s.io/client-go v0.37.2
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
+	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	k8s.io/client-go v0.37.2 // indirect
 )
 
 require (

@@ -27,6 +27,11 @@ const (
 	// deploy/csinode, which share the node gate's.
 	csiNodeOverlayDir         = "testdata/csinode-overlay"
 	nodeGateCSINodeOverlayDir = "testdata/node-gate-csinode-overlay"
+	// eventsOverlayDir is the base with deploy/events and deploy/csinode's
+	// service account; nodeGateCSINodeEventsOverlayDir with deploy/events
+	// beside deploy/node-gate and deploy/csinode.
+	eventsOverlayDir                = "testdata/events-overlay"
+	nodeGateCSINodeEventsOverlayDir = "testdata/node-gate-csinode-events-overlay"
 	// monitoringOverlayDir is the base with the deploy/monitoring component.
 	monitoringOverlayDir = "testdata/monitoring-overlay"
 	// hostNetworkOverlayDir is the base with the deploy/host-network component.
@@ -43,7 +48,7 @@ const (
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, csiNodeOverlayDir, nodeGateCSINodeOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir, recipesDir} {
+	for _, root := range []string{deployDir, overlayDir, livenessOverlayDir, nodeGateOverlayDir, csiNodeOverlayDir, nodeGateCSINodeOverlayDir, eventsOverlayDir, nodeGateCSINodeEventsOverlayDir, monitoringOverlayDir, hostNetworkOverlayDir, recipesDir} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -29,7 +29,7 @@ func TestNodeGateComponent(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{policyMarkGroup}, Resources: []string{"nodes"}, Verbs: []string{"restricted"}},
 	}
-	checkRules(t, role, want)
+	checkRules(t, "ClusterRole "+role.Name, role.Rules, want)
 	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}) {
 		t.Errorf("ClusterRoleBinding %s refers to %+v, not ClusterRole %s", binding.Name, binding.RoleRef, role.Name)
 	}
@@ -40,49 +40,34 @@ func TestNodeGateComponent(t *testing.T) {
 		t.Errorf("ServiceAccount in %q, DaemonSet in %q, want both in %q", account.Namespace, ds.Namespace, namespace)
 	}
 
+	checkPodToken(t, ds, account.Name)
 	spec := ds.Spec.Template.Spec
-	if spec.ServiceAccountName != account.Name {
-		t.Errorf("the pods run as %q, not as %q", spec.ServiceAccountName, account.Name)
-	}
-	// The base turns the token off; the component must turn it on again.
-	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
-		t.Errorf("the pods do not mount the service account's token (automountServiceAccountToken %v)", ptrValue(spec.AutomountServiceAccountToken))
-	}
 	// The node plugin itself must run on a node that still has the startup
 	// taint: it is what takes the taint away.
 	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool { return tol.Operator == corev1.TolerationOpExists && tol.Key == "" }) {
 		t.Errorf("the pods do not tolerate every taint: %+v", spec.Tolerations)
 	}
 	reg := registrarContainer(t, ds)
-	if !slices.ContainsFunc(reg.Env, func(e corev1.EnvVar) bool {
-		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
-	}) {
-		t.Errorf("the registrar has no NODE_NAME from spec.nodeName: %+v", reg.Env)
-	}
-	for _, arg := range []string{"--remove-node-taint=my-driver.csi.example.com/agent-not-ready", "--node-condition"} {
-		if !slices.Contains(reg.Args, arg) {
-			t.Errorf("the registrar's args %q lack %s", reg.Args, arg)
-		}
-	}
+	checkDownwardEnv(t, reg, map[string]string{"NODE_NAME": "spec.nodeName"})
+	checkAppendedArgs(t, reg, nodeGateArgs...)
 	checkPolicy(t, objs, reg.Args)
-	// The base's arguments are kept: the component appends.
-	base := registrarContainer(t, onlyDaemonSet(t, render(t, deployDir)))
-	if !slices.Equal(reg.Args[:len(base.Args)], base.Args) {
-		t.Errorf("the registrar's args %q do not start with the base's %q", reg.Args, base.Args)
-	}
 }
 
-// checkRules fails unless role has exactly the rules want, in that order,
-// with no resource names and no non-resource URLs.
-func checkRules(t *testing.T, role *rbacv1.ClusterRole, want []rbacv1.PolicyRule) {
+// nodeGateArgs are the registrar's flags that deploy/node-gate appends.
+var nodeGateArgs = []string{"--remove-node-taint=my-driver.csi.example.com/agent-not-ready", "--node-condition"}
+
+// checkRules fails unless rules, those of the role named by what, are
+// exactly want, in that order, with no resource names and no non-resource
+// URLs.
+func checkRules(t *testing.T, what string, rules, want []rbacv1.PolicyRule) {
 	t.Helper()
-	if len(role.Rules) != len(want) {
-		t.Fatalf("ClusterRole %s rules %+v, want %+v", role.Name, role.Rules, want)
+	if len(rules) != len(want) {
+		t.Fatalf("%s rules %+v, want %+v", what, rules, want)
 	}
-	for i, r := range role.Rules {
+	for i, r := range rules {
 		w := want[i]
 		if !slices.Equal(r.APIGroups, w.APIGroups) || !slices.Equal(r.Resources, w.Resources) || !slices.Equal(r.Verbs, w.Verbs) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-			t.Errorf("ClusterRole %s rule %d: %+v, want %+v", role.Name, i, r, w)
+			t.Errorf("%s rule %d: %+v, want %+v", what, i, r, w)
 		}
 	}
 }
@@ -96,6 +81,57 @@ func registrarContainer(t *testing.T, ds *appsv1.DaemonSet) *corev1.Container {
 	}
 	t.Fatalf("DaemonSet %s has no node-driver-registrar container", ds.Name)
 	return nil
+}
+
+// checkPodToken fails unless the pods run as the service account named
+// account, with its token mounted: the base turns the token off, and a
+// component that talks to the API server must turn it on again.
+func checkPodToken(t *testing.T, ds *appsv1.DaemonSet, account string) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if spec.ServiceAccountName != account {
+		t.Errorf("the pods run as %q, not as %q", spec.ServiceAccountName, account)
+	}
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Errorf("the pods do not mount the service account's token (automountServiceAccountToken %v)", ptrValue(spec.AutomountServiceAccountToken))
+	}
+}
+
+// checkDownwardEnv fails unless the registrar has each variable of env
+// once, from the field of the pod that env names: components that set the
+// same variable must merge into one.
+func checkDownwardEnv(t *testing.T, reg *corev1.Container, env map[string]string) {
+	t.Helper()
+	for name, field := range env {
+		var found []corev1.EnvVar
+		for _, e := range reg.Env {
+			if e.Name == name {
+				found = append(found, e)
+			}
+		}
+		if len(found) != 1 {
+			t.Errorf("the registrar has %d %s variables, want 1: %+v", len(found), name, reg.Env)
+			continue
+		}
+		if e := found[0]; e.Value != "" || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != field {
+			t.Errorf("the registrar's %s does not come from the downward API's %s: %+v", name, field, e)
+		}
+	}
+}
+
+// checkAppendedArgs fails unless the registrar's arguments start with the
+// base's, which a component keeps, and hold each of flags once.
+func checkAppendedArgs(t *testing.T, reg *corev1.Container, flags ...string) {
+	t.Helper()
+	base := registrarContainer(t, onlyDaemonSet(t, render(t, deployDir)))
+	if len(reg.Args) < len(base.Args) || !slices.Equal(reg.Args[:len(base.Args)], base.Args) {
+		t.Errorf("the registrar's args %q do not start with the base's %q", reg.Args, base.Args)
+	}
+	for _, flag := range flags {
+		if n := countArg(reg.Args, flag); n != 1 {
+			t.Errorf("the registrar's args %q hold %s %d times, want once", reg.Args, flag, n)
+		}
+	}
 }
 
 // only returns the one object of type T in a rendering.

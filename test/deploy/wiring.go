@@ -58,7 +58,7 @@ const (
 
 // The registrar's boolean flags: they take no separate value argument.
 var registrarBoolFlags = map[string]bool{
-	"enable-pprof": true, "automaxprocs": true, "version": true, "help": true, "h": true, "node-condition": true, "confirm-csinode": true,
+	"enable-pprof": true, "automaxprocs": true, "version": true, "help": true, "h": true, "node-condition": true, "confirm-csinode": true, "events": true,
 	"log-text-split-stream": true, "log-json-split-stream": true,
 	"logtostderr": true, "alsologtostderr": true, "skip_headers": true,
 	"skip_log_headers": true, "add_dir_header": true, "one_output": true,
