@@ -200,7 +200,7 @@ unit:
 # The API features' tests against a real kube-apiserver and etcd (build tag
 # apiserver; test/apiserver): kube-apiserver is built from test/node first.
 apiserver-test: $(KUBE_APISERVER_BIN)
-	CGO_ENABLED=1 $(GO_TEST) -race -count=1 -tags apiserver -run '^TestAgainstKubeAPIServer$$' ./pkg/features/csinode ./pkg/features/nodegate
+	CGO_ENABLED=1 $(GO_TEST) -race -count=1 -tags apiserver -run '^TestAgainstKubeAPIServer$$' ./pkg/features/csinode ./pkg/features/nodegate ./pkg/features/events
 
 # Each fuzz target for FUZZTIME; the first failure stops make, and go test
 # prints the input and writes it to the package's testdata/fuzz/. go test
