@@ -45,13 +45,29 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	}
 	name := fmt.Sprintf("%s. kubelet %s rejects the driver %d time(s), then accepts it: %s; the driver stays in CSINode for %s after the acceptance",
 		id, s.kubeletVersion, n, expect, rejectedSettle)
+	if n == 3 {
+		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
+	}
 	ds, err := s.ownDriverDaemonSet(rejectedDaemonSet, driver, revRejected)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	for i := range ds.Spec.Template.Spec.Containers {
-		if ctr := &ds.Spec.Template.Spec.Containers[i]; ctr.Name == driverContainer {
+	// Three rejections also show as one Event with a count (--events).
+	events := n == 3
+	if events {
+		if err := s.setUpEvents(ctx); err != nil {
+			return s.report(name, false, "%v", err)
+		}
+	}
+	pod := &ds.Spec.Template.Spec
+	for i := range pod.Containers {
+		switch ctr := &pod.Containers[i]; ctr.Name {
+		case driverContainer:
 			ctr.Args = append(ctr.Args, fmt.Sprintf("--fail-node-get-info-calls=%d", n))
+		case registrarName:
+			if events {
+				withEvents(pod, ctr)
+			}
 		}
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -122,11 +138,17 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
+	eventsSeen := "not recorded (--events only with 3 rejections)"
 	for _, pod := range pods {
 		for _, c := range pod.Status.ContainerStatuses {
 			if c.RestartCount > 0 {
 				problems = append(problems, fmt.Sprintf("container %s of %s restarted %d times", c.Name, pod.Name, c.RestartCount))
 			}
+		}
+		if events {
+			var p []string
+			p, eventsSeen = s.checkEvents(ctx, pod, n)
+			problems = append(problems, p...)
 		}
 	}
 	recovery := "unknown (never saw failingSince in the registrar's /status)"
@@ -136,7 +158,7 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		recovery = ms(accepted.Sub(failingSince))
 		s.timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
 	}
-	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; problems: %d %v",
+	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
-		deregistrations, len(problems), problems)
+		deregistrations, eventsSeen, len(problems), problems)
 }

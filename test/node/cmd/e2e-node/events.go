@@ -1,0 +1,113 @@
+package main
+
+// Check 12b's Events (issue 46): the registrar of a driver that kubelet
+// rejects three times runs with deploy/events' flag, variables and Role;
+// its Pod then shows one Warning Event with count 3, and a Normal one once
+// kubelet accepted the driver, as kubectl describe pod selects them.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"sigs.k8s.io/yaml"
+)
+
+// setUpEvents creates deploy/csinode/service-account's ServiceAccount and
+// deploy/events' Role and binding in the namespace, as kustomize would.
+func (s *suite) setUpEvents(ctx context.Context) error {
+	for _, file := range []string{"csinode/service-account/service-account.yaml", "events/rbac.yaml"} {
+		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", file))
+		if err != nil {
+			return err
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			var meta metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				return fmt.Errorf("deploy/%s: %w", file, err)
+			}
+			if err := s.createNamespacedRBAC(ctx, "deploy/"+file, meta.Kind, doc); err != nil {
+				return err
+			}
+		}
+	}
+	return s.publishRootCA(ctx)
+}
+
+// createNamespacedRBAC creates a Role or RoleBinding in the namespace, and
+// anything else as createAccountObject does.
+func (s *suite) createNamespacedRBAC(ctx context.Context, from, kind string, doc []byte) error {
+	var err error
+	switch kind {
+	case "Role":
+		var role rbacv1.Role
+		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		_, err = s.client.RbacV1().Roles(namespace).Create(ctx, &role, metav1.CreateOptions{})
+	case "RoleBinding":
+		var binding rbacv1.RoleBinding
+		if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		for i := range binding.Subjects {
+			binding.Subjects[i].Namespace = namespace
+		}
+		_, err = s.client.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
+	default:
+		return s.createAccountObject(ctx, from, kind, doc)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: create %s: %w", from, kind, err)
+	}
+	return nil
+}
+
+// withEvents gives the registrar what deploy/events gives it.
+func withEvents(pod *corev1.PodSpec, ctr *corev1.Container) {
+	withAccount(pod, ctr)
+	for name, field := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}})
+	}
+	ctr.Args = append(ctr.Args, "--events")
+}
+
+// checkEvents waits for the Pod's Events after kubelet accepted the driver
+// that it rejected n times, and returns the problems, and the Events as
+// kubectl describe pod would list them.
+func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int) (problems []string, seen string) {
+	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
+	var rejected, registered *corev1.Event
+	err := waitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		list, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		var lines []string
+		rejected, registered = nil, nil
+		for i, e := range list.Items {
+			lines = append(lines, fmt.Sprintf("%s %s (x%d) from %s: %s", e.Type, e.Reason, e.Count, e.Source.Component, e.Message))
+			switch {
+			case e.Type == corev1.EventTypeWarning && e.Reason == "RegistrationRejected":
+				rejected = &list.Items[i]
+			case e.Type == corev1.EventTypeNormal && e.Reason == "Registered":
+				registered = &list.Items[i]
+			}
+		}
+		seen = strings.Join(lines, "; ")
+		return rejected != nil && rejected.Count == int32(n) && registered != nil, nil
+	})
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("want one Warning RegistrationRejected with count %d and a Normal Registered on the registrar's Pod: %v; Events: %s", n, err, seen))
+	}
+	return problems, seen
+}
