@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -44,8 +43,7 @@ type Config struct {
 	// Clock does not time the calls' own timeouts.
 	Clock clock.Clock
 
-	// onFileEvent is for tests: each file system event, in order with reports.
-	onFileEvent func(fsnotify.Event)
+	hooks watchHooks
 }
 
 func (c Config) withDefaults() Config {
@@ -84,8 +82,7 @@ func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
-	f.watcher = newSocketWatcher(f.logger, cfg.Clock, cfg.Address.Path)
-	f.watcher.onEvent = cfg.onFileEvent
+	f.watcher = newSocketWatcher(f.logger, cfg.Clock, cfg.Address.Path, cfg.hooks)
 	defer f.watcher.close()
 	err := f.run(ctx)
 	if ctx.Err() != nil {
