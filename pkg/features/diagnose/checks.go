@@ -29,7 +29,7 @@ import (
 )
 
 // 1. The registry directory.
-func (d *diagnosis) checkRegistryDir() Check {
+func (d *diagnosis) checkRegistryDir(context.Context) Check {
 	dir := d.cfg.RegistrationDir
 	c := Check{Name: "registry directory " + dir}
 	if dir == "" {
@@ -67,7 +67,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 }
 
 // 2. The driver's socket.
-func (d *diagnosis) checkDriverSocket() Check {
+func (d *diagnosis) checkDriverSocket(context.Context) Check {
 	address, err := driver.ParseAddress(d.cfg.CSIAddress)
 	if err != nil {
 		return fail(Check{Name: "driver address"}, err.Error())
@@ -97,16 +97,14 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v (--timeout), as the registrar does before it can publish the registration socket", d.cfg.Timeout))
 	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
 	end()
-	if errors.As(err, new(*unixgrpc.ConnectError)) {
-		// Each error of connect(2) has its own cause: permissions are not
-		// the driver's fault, a refusal is.
-		advice := driver.ConnectAdvice(err, d.driverSocket)
-		if advice == "" {
-			advice = "check that the driver is running (its logs) and that --csi-address is its socket"
+	if err != nil {
+		advice := "check that the driver is healthy (its logs) and that --csi-address is its socket"
+		if errors.As(err, new(*unixgrpc.ConnectError)) {
+			// Each error of connect(2) has its own cause: permissions are
+			// not the driver's fault, a refusal is.
+			advice = cmp.Or(driver.ConnectAdvice(err, d.driverSocket), "check that the driver is running (its logs) and that --csi-address is its socket")
 		}
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": "+advice)
-	} else if err != nil {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
 	name, version := info.GetName(), info.GetVendorVersion()
 	if err := driver.ValidateName(name); err != nil {
@@ -163,7 +161,7 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 }
 
 // 5. The length of the registration socket's path.
-func (d *diagnosis) checkSocketPathLength() Check {
+func (d *diagnosis) checkSocketPathLength(context.Context) Check {
 	c := Check{Name: "registration socket path"}
 	if d.driverName == "" {
 		return skip(c, "needs the driver's name from GetPluginInfo")
@@ -319,7 +317,7 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 }
 
 // 8. --kubelet-registration-path against --csi-address.
-func (d *diagnosis) checkKubeletRegistrationPath() Check {
+func (d *diagnosis) checkKubeletRegistrationPath(context.Context) Check {
 	hostPath := d.cfg.KubeletRegistrationPath
 	c := Check{Name: "kubelet registration path " + hostPath}
 	if hostPath == "" {

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -584,7 +585,7 @@ func TestRun(t *testing.T) {
 			checks := Run(context.Background(), e.cfg)
 
 			var out strings.Builder
-			passed := Print(&out, checks)
+			passed := printAll(&out, checks)
 			t.Logf("%+v\n%s", e.cfg, out.String())
 			if len(checks) != numChecks {
 				t.Fatalf("Run returned %d checks, want %d", len(checks), numChecks)
@@ -636,6 +637,14 @@ func TestRunChecksWritability(t *testing.T) {
 	}
 }
 
+// printAll writes the checklist as Run does with an Output, then the summary.
+func printAll(w io.Writer, checks []Check) bool {
+	for _, c := range checks {
+		printCheck(w, c)
+	}
+	return PrintSummary(w, checks)
+}
+
 func TestPrint(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -679,7 +688,7 @@ func TestPrint(t *testing.T) {
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
 			var out strings.Builder
-			if got := Print(&out, test.checks); got != test.wantRet {
+			if got := printAll(&out, test.checks); got != test.wantRet {
 				t.Errorf("Print returned %v, want %v", got, test.wantRet)
 			}
 			if out.String() != test.want {
