@@ -156,39 +156,35 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	if prober != nil {
 		reports = append(reports, prober)
 	}
-	// The registration's reason while it waits for the driver.
-	recordAttempt := func(err error) {
-		if err != nil {
-			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
-		}
-	}
-	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { recordAttempt(err) }}
+	var probes *healthz.Server
 	if addr := o.httpAddress(); addr != "" {
 		// No TCP keep-alive: the HTTP server closes idle connections itself
 		// (docs/performance.md).
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1}, clock.RealClock{})
 		srv.Observe(releaseOnStepAside(logger, port))
-		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
-		driverConfig.OnAttempt = func(d time.Duration, err error) {
-			recordAttempt(err)
-			probes.ObservePluginInfo(d, err)
-		}
+		probes = healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
 		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })
 		g.Go(func() error { return probes.Serve(gctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(d time.Duration, err error) {
+		if err != nil {
+			// The registration's reason while it waits for the driver.
+			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
+		}
+		if probes != nil {
+			probes.ObservePluginInfo(d, err)
+		}
+	}}
 	g.Go(func() error { return flagError(srv.Run(gctx)) })
 	g.Go(func() error {
 		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
-			if !e.Reachable {
+			if e.Reachable {
+				srv.DriverFound(e.Name)
+			} else {
 				srv.DriverGone()
-				if prober != nil {
-					prober.DriverGone()
-				}
-				return
 			}
-			srv.DriverFound(e.Name)
 			if prober != nil {
-				prober.DriverFound(e.Name)
+				prober.DriverChanged(e)
 			}
 		}))
 	})

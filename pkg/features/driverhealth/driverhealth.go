@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
 
 // DefaultTimeout is livenessprobe's --probe-timeout default.
@@ -49,19 +50,15 @@ func New(path string, timeout time.Duration) *Prober {
 	return &Prober{path: path, timeout: timeout, metrics: newMetricsManager()}
 }
 
-// DriverFound makes the next probe dial afresh, so that a kept connection to
-// a replaced socket does not answer for the new driver.
-func (p *Prober) DriverFound(name string) {
+// DriverChanged makes the next probe dial afresh, so that a kept connection
+// to a replaced socket does not answer for the new driver. A driver gone
+// leaves its name for the metrics: the next one on the socket is usually
+// the same.
+func (p *Prober) DriverChanged(e driver.Event) {
 	p.mu.Lock()
-	p.driverName = name
-	p.mu.Unlock()
-	p.DriverGone()
-}
-
-// DriverGone drops the connection; the name stays for the metrics, as the
-// next driver on the socket is usually the same.
-func (p *Prober) DriverGone() {
-	p.mu.Lock()
+	if e.Reachable {
+		p.driverName = e.Name
+	}
 	old := p.conn
 	p.conn = nil
 	p.mu.Unlock()
