@@ -108,16 +108,13 @@ func (w *Watcher) SetDriver(name string) {
 	w.evaluate()
 }
 
-// Status returns a snapshot.
+// Status returns a snapshot. Its pointers are replaced, never written
+// through: only the counts are copied.
 func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.st
 	st.Requests = w.st.Requests.Clone()
-	if st.Finding != nil {
-		f := *st.Finding
-		st.Finding = &f
-	}
 	return st
 }
 

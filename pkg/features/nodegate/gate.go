@@ -9,7 +9,6 @@ package nodegate
 import (
 	"context"
 	"errors"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -308,9 +307,4 @@ func (g *Gate) count(name string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.Requests.Add(name, err)
-}
-
-// Codes lists a request's counted answers, sorted.
-func Codes(counts map[string]uint64) []string {
-	return slices.Sorted(maps.Keys(counts))
 }
