@@ -62,7 +62,7 @@ func TestValidateNodeGate(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x": the prefix "Example.com" is not a DNS subdomain`},
+		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x" is not valid: prefix part a lowercase RFC 1123 subdomain`},
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
 		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
