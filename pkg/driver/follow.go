@@ -29,7 +29,7 @@ const (
 // Config says how to reach the CSI driver; a duration not positive is the
 // default.
 type Config struct {
-	Address Address
+	Address Address // from ParseAddress, which refuses an empty path
 	// Timeout bounds each GetPluginInfo attempt and each connection to hold.
 	Timeout time.Duration
 	// InitialBackoff doubles up to MaxBackoff, and starts over when the
@@ -76,9 +76,6 @@ const settleTime = 100 * time.Millisecond
 // or an invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	cfg = cfg.withDefaults()
-	if cfg.Address.Path == "" {
-		return errors.New("no CSI driver address given")
-	}
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.

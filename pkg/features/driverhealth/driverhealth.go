@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -41,13 +43,13 @@ type Prober struct {
 	metrics     metrics.CSIMetricsManager
 }
 
-// New probes the driver on the Unix socket at path within timeout
-// (DefaultTimeout when not positive).
+// New probes the driver on the Unix socket at path within timeout, which
+// must be positive (--probe-timeout is checked so).
 func New(path string, timeout time.Duration) *Prober {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	return &Prober{path: path, timeout: timeout, metrics: newMetricsManager()}
+	// No process_start_time_seconds: client_golang's has another help
+	// text, and the two would fail the gathering.
+	manager := metrics.NewCSIMetricsManagerWithOptions("", metrics.WithProcessStartTime(false))
+	return &Prober{path: path, timeout: timeout, metrics: manager}
 }
 
 // DriverChanged makes the next probe dial afresh, so that a kept connection
@@ -121,4 +123,25 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return ErrNotReady
 	}
 	return err
+}
+
+// OperationsMetric is every CSI sidecar's histogram of CSI calls, kept by
+// the same csi-lib-utils manager so that the sidecars' dashboards read it.
+const OperationsMetric = "csi_sidecar_operations_seconds"
+
+// observe records one probe. The manager's driver name is a plain field,
+// so it is set and read under p.mu.
+func (p *Prober) observe(driver string, err error, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.metrics.SetDriverName(driver)
+	p.metrics.RecordMetrics(csi.Identity_Probe_FullMethodName, err, d)
+}
+
+// StatusSection: the liveness probe adds no section to /status.
+func (p *Prober) StatusSection() (string, any) { return "", nil }
+
+// Metrics gathers the histogram: no family before the first probe.
+func (p *Prober) Metrics() prometheus.Gatherer {
+	return p.metrics.GetRegistry()
 }

@@ -198,7 +198,10 @@ func (g *Gate) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if g.pending(done) {
+			g.mu.Lock()
+			pending := g.wanted.pending(done)
+			g.mu.Unlock()
+			if pending {
 				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
 				if err := g.sync(final, logger, &done); err != nil {
 					logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
@@ -230,10 +233,9 @@ func (g *Gate) backoff() wait.Backoff {
 	return wait.Backoff{Duration: g.cfg.RetryInitial, Factor: 2, Jitter: 0.2, Cap: g.cfg.RetryMax, Steps: math.MaxInt32}
 }
 
-func (g *Gate) pending(done applied) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
+// pending tells whether done falls short of w.
+func (w wanted) pending(done applied) bool {
+	return w.taintGen != done.taintGen || w.condGen != done.condGen
 }
 
 // sync applies what is wanted and not yet applied: the taints first, as
@@ -280,7 +282,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
+	g.st.Pending = g.wanted.pending(*done)
 	if err != nil {
 		now := g.cfg.Clock.Now()
 		if g.st.LastError != err.Error() {
