@@ -82,10 +82,9 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 	case l.config.Options.Text.SplitStream:
 		effect = "it has no effect with --log-text-split-stream"
 	case len(given) > 0:
-		klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(klogFlags)
 		for _, f := range given {
-			if err := klogFlags.Set(f.klog.Name, f.value); err != nil {
+			// f.klog is bound to klog's own settings.
+			if err := f.klog.Value.Set(f.value); err != nil {
 				return fmt.Errorf("--%s=%q: %w", f.klog.Name, f.value, err) // checked when parsed
 			}
 		}

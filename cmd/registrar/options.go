@@ -137,13 +137,8 @@ func (o *options) validate() error {
 	if _, err := driver.ParseAddress(o.csiAddress); err != nil {
 		errs = append(errs, withFlag("--csi-address", err))
 	}
-	var httpErr, driverHealthErr error
-	if o.httpEndpoint != "" {
-		httpErr = listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
-	}
-	if o.driverHealthEndpoint != "" {
-		driverHealthErr = listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
-	}
+	httpErr := listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
+	driverHealthErr := listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
 	for _, rule := range []struct {
 		broken bool
 		err    error
@@ -178,8 +173,12 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
-// listenAddressError is nil when net.Listen can take address.
+// listenAddressError is nil when net.Listen can take address, or when it is
+// empty: not listened on.
 func listenAddressError(flag, address, example string) error {
+	if address == "" {
+		return nil
+	}
 	_, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return fmt.Errorf("%s=%q: not host:port (%v): write it as %s or 0.0.0.0%[4]s", flag, address, err, example)

@@ -64,7 +64,15 @@ func New(reg *registration.Server, opts Options) *Server {
 		mux:          http.NewServeMux(),
 		registration: reg,
 	}
-	s.pluginInfo, s.pluginInfoErrors = newPluginInfoMetrics()
+	s.pluginInfo = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
+		Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
+		Buckets: pluginInfoBuckets,
+	})
+	s.pluginInfoErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
+		Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
+	}, []string{"code"})
 	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)

@@ -130,16 +130,3 @@ func (s *Server) newRegistry() *prometheus.Registry {
 		registrationCollector{registration: s.registration, version: s.opts.Version, revision: vcsRevision()})
 	return registry
 }
-
-func newPluginInfoMetrics() (prometheus.Histogram, *prometheus.CounterVec) {
-	durations := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
-		Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
-		Buckets: pluginInfoBuckets,
-	})
-	errors := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
-		Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
-	}, []string{"code"})
-	return durations, errors
-}
