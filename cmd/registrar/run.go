@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/automaxprocs/maxprocs"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -243,4 +245,22 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 	case err != nil:
 		klog.Warningf("cannot write the termination message to %s: %v", t.path, err)
 	}
+}
+
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. Upstream's image
+// sets no GOMAXPROCS, so --automaxprocs ignores the image's GOMAXPROCS=1.
+func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
+	if automaxprocs {
+		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
+			logger.Info("--automaxprocs overrides GOMAXPROCS from the environment", "GOMAXPROCS", env)
+			_ = os.Unsetenv("GOMAXPROCS")
+			runtime.SetDefaultGOMAXPROCS()
+		}
+		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
+			logger.Info(fmt.Sprintf(format, args...))
+		})); err != nil {
+			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
+		}
+	}
+	return runtime.GOMAXPROCS(0)
 }
