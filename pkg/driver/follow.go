@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -26,8 +27,7 @@ const (
 	DefaultMaxBackoff     = 5 * time.Second
 )
 
-// Config says how to reach the CSI driver; a duration not positive is the
-// default.
+// Config says how to reach the CSI driver; a zero duration is the default.
 type Config struct {
 	Address Address // from ParseAddress, which refuses an empty path
 	// Timeout bounds each GetPluginInfo attempt and each connection to hold.
@@ -47,19 +47,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.InitialBackoff <= 0 {
-		c.InitialBackoff = DefaultInitialBackoff
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
-	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
+	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, DefaultMaxBackoff), c.InitialBackoff)
+	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.RealClock{})
 	return c
 }
 

@@ -6,6 +6,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -71,13 +72,8 @@ type Check struct {
 // (the driver's GetPluginInfo and NodeGetInfo, the registration socket, its
 // registrar's state).
 func Run(ctx context.Context, cfg Config) []Check {
-	d := &diagnosis{cfg: cfg, clock: cfg.Clock}
-	if d.clock == nil {
-		d.clock = clock.RealClock{}
-	}
-	if d.cfg.Output == nil {
-		d.cfg.Output = io.Discard
-	}
+	cfg.Output = cmp.Or[io.Writer](cfg.Output, io.Discard)
+	d := &diagnosis{cfg: cfg, clock: cmp.Or[clock.WithDelayedExecution](cfg.Clock, clock.RealClock{})}
 	steps := []func(context.Context) Check{
 		d.checkRegistryDir,
 		d.checkDriverSocket,

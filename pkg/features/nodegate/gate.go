@@ -7,6 +7,7 @@
 package nodegate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -46,7 +47,7 @@ const (
 	RequestSetCondition = "set-condition"
 )
 
-// Config says what to change on which node.
+// Config says what to change on which node; a zero duration is the default.
 type Config struct {
 	NodeName  string
 	TaintKeys []string
@@ -101,18 +102,10 @@ type Gate struct {
 
 // New returns a gate; Run applies the events.
 func New(cfg Config) *Gate {
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = DefaultRetryInitial
-	}
-	if cfg.RetryMax < cfg.RetryInitial {
-		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
-	}
-	if cfg.FinalTimeout <= 0 {
-		cfg.FinalTimeout = DefaultFinalTimeout
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.RetryInitial = cmp.Or(cfg.RetryInitial, DefaultRetryInitial)
+	cfg.RetryMax = max(cmp.Or(cfg.RetryMax, DefaultRetryMax), cfg.RetryInitial)
+	cfg.FinalTimeout = cmp.Or(cfg.FinalTimeout, DefaultFinalTimeout)
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
 	return &Gate{
 		cfg:  cfg,
 		wake: make(chan struct{}, 1),
