@@ -140,11 +140,7 @@ func (g *Gate) want(driverName string, removeTaints bool, status, reason, messag
 	if removeTaints && len(g.cfg.TaintKeys) > 0 {
 		w.taintGen++
 	}
-	typ := g.cfg.ConditionType
-	if typ == "" {
-		typ = driverName + ConditionSuffix
-	}
-	c := &Condition{Type: typ, Status: status, Reason: reason, Message: message}
+	c := &Condition{Type: cmp.Or(g.cfg.ConditionType, driverName+ConditionSuffix), Status: status, Reason: reason, Message: message}
 	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
 		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
 			w.condSince = g.cfg.Clock.Now()
