@@ -187,15 +187,11 @@ func (g *Gate) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			g.mu.Lock()
-			pending := g.wanted.pending(done)
-			g.mu.Unlock()
-			if pending {
-				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
-				if err := g.sync(final, logger, &done); err != nil {
-					logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
-				}
-				cancel()
+			// With nothing pending, sync sends nothing.
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
+			defer cancel()
+			if err := g.sync(final, logger, &done); err != nil {
+				logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
 			}
 			return
 		case <-g.wake:
