@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -58,13 +59,9 @@ func isOldKlogFlag(f *flag.Flag) bool {
 // the text format and no split stream. It changes process-wide state: call
 // it once, before logging.
 func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
-	gate, err := loggingFeatureGate()
-	if err != nil {
-		return err
-	}
 	capInfoBuffers(l.config)
 	logs.InitLogs()
-	if err := logsapi.ValidateAndApplyWithOptions(l.config, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, gate); err != nil {
+	if err := logsapi.ValidateAndApplyWithOptions(l.config, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, loggingFeatureGate()); err != nil {
 		return invalidLogging(err)
 	}
 
@@ -105,24 +102,17 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 // validate changes nothing: upstream checks the logging flags first, so that
 // even --version and the probe mode exit 1 on a value component-base refuses.
 func (l *loggingOptions) validate() error {
-	gate, err := loggingFeatureGate()
-	if err != nil {
-		return err
-	}
-	return invalidLogging(logsapi.Validate(l.config, gate, nil).ToAggregate())
+	return invalidLogging(logsapi.Validate(l.config, loggingFeatureGate(), nil).ToAggregate())
 }
 
 // loggingFeatureGate turns LoggingAlphaOptions on: without --feature-gates
 // the alpha flags would only fail.
-func loggingFeatureGate() (featuregate.FeatureGate, error) {
+func loggingFeatureGate() featuregate.FeatureGate {
 	gate := featuregate.NewFeatureGate()
-	if err := logsapi.AddFeatureGates(gate); err != nil {
-		return nil, err
-	}
-	if err := gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}); err != nil {
-		return nil, err
-	}
-	return gate, nil
+	// Neither fails: the gate is new, and the feature is logsapi's own.
+	utilruntime.Must(logsapi.AddFeatureGates(gate))
+	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}))
+	return gate
 }
 
 func invalidLogging(err error) error {
