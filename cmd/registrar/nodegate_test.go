@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
@@ -125,14 +126,15 @@ func TestCSINodeConfirmationNeedsThePodsServiceAccount(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := startCSINode(t.Context(), o, nil, nil); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	var reports []healthz.Feature
+	if err := startCSINode(t.Context(), o, nil, nil, &reports); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Errorf("startCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if watcher, err := startCSINode(t.Context(), o, nil, nil); watcher != nil || err != nil {
-		t.Errorf("startCSINode without the flag = %v, %v; want nothing started", watcher, err)
+	if err := startCSINode(t.Context(), o, nil, nil, &reports); len(reports) > 0 || err != nil {
+		t.Errorf("startCSINode without the flag = %v, reports %v; want nothing started", err, reports)
 	}
 }

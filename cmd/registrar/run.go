@@ -139,25 +139,15 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var reports []healthz.Feature
-	gate, stopGate, err := startNodeGate(ctx, o, srv)
+	stopGate, err := startNodeGate(ctx, o, srv, &reports)
 	if err != nil {
 		return err
 	}
 	defer stopGate()
-	if gate != nil {
-		reports = append(reports, gate)
-	}
-	watcher, err := startCSINode(gctx, o, srv, g)
-	if err != nil {
+	if err := startCSINode(gctx, o, srv, g, &reports); err != nil {
 		return err
 	}
-	if watcher != nil {
-		reports = append(reports, watcher)
-	}
-	prober := startDriverHealth(gctx, o, address, g)
-	if prober != nil {
-		reports = append(reports, prober)
-	}
+	prober := startDriverHealth(gctx, o, address, g, &reports)
 	var probes *healthz.Server
 	if addr := o.httpAddress(); addr != "" {
 		// No TCP keep-alive: the HTTP server closes idle connections itself
