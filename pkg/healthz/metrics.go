@@ -89,10 +89,9 @@ type registrationCollector struct {
 	version, revision string
 }
 
+// Describe by Collect, which sends every family at each scrape.
 func (c registrationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{registeredDesc, stateDesc, kubeletRPCsDesc, publicationsDesc, failuresDesc, lastFailureDesc, reachableDesc, buildInfoDesc} {
-		ch <- d
-	}
+	prometheus.DescribeByCollect(c, ch)
 }
 
 func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
