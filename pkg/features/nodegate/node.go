@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,14 +89,10 @@ type taint struct {
 // removal is guarded by a test of its key, last index first so the indices
 // stay valid; a list changed meanwhile fails whole (422) and is read again.
 func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
-	wanted := map[string]bool{}
-	for _, k := range keys {
-		wanted[k] = true
-	}
 	var ops []jsonPatchOp
 	var removed []string
 	for i := len(taints) - 1; i >= 0; i-- {
-		if !wanted[taints[i].Key] {
+		if !slices.Contains(keys, taints[i].Key) {
 			continue
 		}
 		path := fmt.Sprintf("/spec/taints/%d", i)
@@ -108,7 +104,7 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	sort.Strings(removed)
+	slices.Sort(removed)
 	return mustMarshal(ops), removed
 }
 
