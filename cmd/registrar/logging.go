@@ -50,11 +50,6 @@ func addLoggingFlags(fs *flag.FlagSet) *loggingOptions {
 	return l
 }
 
-func isOldKlogFlag(f *flag.Flag) bool {
-	_, ok := f.Value.(*klogFlag)
-	return ok
-}
-
 // apply sets up klog's global logger. klog's own flags reach klog only with
 // the text format and no split stream. It changes process-wide state: call
 // it once, before logging.

@@ -33,9 +33,6 @@ const defaultUnhealthyAfter = 3 * time.Minute
 
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
 
-// deprecatedFlags are upstream's flags kept only for old manifests.
-var deprecatedFlags = map[string]bool{"connection-timeout": true, "health-port": true, "mode": true}
-
 // options are the command line flags, named and defaulted as upstream's.
 type options struct {
 	csiAddress              string
@@ -109,7 +106,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 // them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
-	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || isOldKlogFlag(f) }
+	// Upstream's flags kept only for old manifests, and klog's, say so first.
+	deprecated := func(f *flag.Flag) bool { return strings.HasPrefix(strings.ToLower(f.Usage), "deprecated") }
 	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
 	o.printFlags(func(f *flag.Flag) bool { return !deprecated(f) })
 	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")
