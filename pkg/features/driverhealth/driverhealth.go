@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -37,10 +38,11 @@ type Prober struct {
 	mu         sync.Mutex
 	conn       *grpc.ClientConn // nil until the first probe or after a redial
 	driverName string
+	metrics    metrics.CSIMetricsManager
+
 	// lastOutcome is the last probe's error text, "" for none, nil before
 	// the first: only changes are logged at level 0.
-	lastOutcome *string
-	metrics     metrics.CSIMetricsManager
+	lastOutcome atomic.Pointer[string]
 }
 
 // New probes the driver on the Unix socket at path within timeout, which

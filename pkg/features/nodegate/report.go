@@ -1,8 +1,6 @@
 package nodegate
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // StatusKey is the node gate's section of the registrar's /status.
 const StatusKey = "nodeGate"
