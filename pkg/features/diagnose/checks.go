@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/version"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -207,39 +207,14 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	if at.Type != registerapi.CSIPlugin {
 		c.note(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", at.Type, registerapi.CSIPlugin))
 	}
-	if p := versionsProblem(at.Versions); p != "" {
-		c.note(Fail, p)
+	// The rule of kubelet's CSI handler, which calls the same function.
+	if _, err := version.HighestSupportedVersion(at.Versions); err != nil {
+		c.note(Fail, fmt.Sprintf("kubelet's CSI handler refuses the versions: %v", err))
 	}
 	if want := d.cfg.KubeletRegistrationPath; want != "" && at.Endpoint != want {
 		c.note(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
 	return c
-}
-
-// versionsProblem applies kubelet's CSI handler's rule: the versions parse
-// ("1.0.0", "v1.2": at least two numbers), and the highest is 1.x. It
-// returns "" when they pass.
-func versionsProblem(versions []string) string {
-	if len(versions) == 0 {
-		return "no supported versions: kubelet's CSI handler needs 1.x"
-	}
-	highest := uint64(0)
-	for _, v := range versions {
-		numbers := strings.Split(strings.TrimPrefix(v, "v"), ".")
-		for i, number := range numbers {
-			n, err := strconv.ParseUint(number, 10, 32)
-			if err != nil || len(numbers) < 2 {
-				return fmt.Sprintf("version %q does not parse: kubelet rejects the plugin", v)
-			}
-			if i == 0 {
-				highest = max(highest, n)
-			}
-		}
-	}
-	if highest != 1 {
-		return fmt.Sprintf("the highest version is %d.x: kubelet's CSI handler needs 1.x", highest)
-	}
-	return ""
 }
 
 // kubeletQuiet is how long kubelet may take to call GetInfo on a new socket:

@@ -510,12 +510,24 @@ func TestRun(t *testing.T) {
 				e.startDriver(t, answerName(testDriver))
 				info := healthyInfo()
 				info.Type = registerapi.DRAPlugin
-				info.SupportedVersions = []string{"1.0.0", "2.0.0"}
+				info.SupportedVersions = []string{"0.3.0"}
 				serveRegistration(t, e.regSocket(testDriver), info)
 				return e
 			},
 			want:    map[int]Outcome{checkRegSocket: Fail},
-			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "highest version is 2.x"}},
+			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "refuses the versions", "must be v1.x"}},
+		},
+		{
+			// kubelet skips versions it cannot parse and those above 1.x.
+			name: "registration socket answers a 1.x version among others",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.SupportedVersions = []string{"one", "1.0.0", "2.0.0"}
+				e.publish(t, testDriver, info)
+				return e
+			},
 		},
 		{
 			name: "endpoint mismatch",
@@ -695,27 +707,5 @@ func TestPrint(t *testing.T) {
 				t.Errorf("Print wrote\n%s\nwant\n%s", out.String(), test.want)
 			}
 		})
-	}
-}
-
-func TestVersionsProblem(t *testing.T) {
-	tests := []struct {
-		versions []string
-		problem  string // "" when kubelet accepts them
-	}{
-		{versions: []string{"1.0.0"}},
-		{versions: []string{"v1.2"}},
-		{versions: []string{"0.3.0", "1.0.0"}},
-		{versions: nil, problem: "no supported versions"},
-		{versions: []string{"0.3.0"}, problem: "highest version is 0.x"},
-		{versions: []string{"1.0.0", "2.0.0"}, problem: "highest version is 2.x"},
-		{versions: []string{"1"}, problem: `"1" does not parse`},
-		{versions: []string{"1.0.0", "one"}, problem: `"one" does not parse`},
-	}
-	for _, test := range tests {
-		got := versionsProblem(test.versions)
-		if test.problem == "" && got != "" || !strings.Contains(got, test.problem) {
-			t.Errorf("versionsProblem(%q) = %q, want %q", test.versions, got, test.problem)
-		}
 	}
 }
