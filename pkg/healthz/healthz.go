@@ -137,14 +137,12 @@ type statusDocument struct {
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	doc, err := json.Marshal(statusDocument{Version: s.opts.Version, Status: s.registration.Status()})
 	for _, f := range s.opts.Features {
-		key, section := f.StatusSection()
-		if key == "" || err != nil {
-			continue
+		if key, section := f.StatusSection(); key != "" && err == nil {
+			var v []byte
+			v, err = json.Marshal(section)
+			// The section goes in before the document's closing brace.
+			doc = fmt.Appendf(doc[:len(doc)-1], ",%q:%s}", key, v)
 		}
-		var v []byte
-		v, err = json.Marshal(section)
-		// The section goes in before the document's closing brace.
-		doc = fmt.Appendf(doc[:len(doc)-1], ",%q:%s}", key, v)
 	}
 	var out bytes.Buffer
 	if err == nil {
