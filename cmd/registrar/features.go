@@ -13,23 +13,28 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/events"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/nodegate"
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration"
 )
 
-// startNodeGate runs the node gate, nil without its flags. It outlives the
-// registration, which withdraws its socket on the way out, so that stop lets
-// it tell the API server.
-func startNodeGate(ctx context.Context, o *options, srv *registration.Server) (gate *nodegate.Gate, stop func(), err error) {
-	gate, err = newNodeGate(o)
+// The start functions run a feature when its flags ask for it, and add it
+// to reports, which the HTTP endpoint serves.
+
+// startNodeGate runs the node gate. It outlives the registration, which
+// withdraws its socket on the way out, so that stop lets it tell the API
+// server.
+func startNodeGate(ctx context.Context, o *options, srv *registration.Server, reports *[]healthz.Feature) (stop func(), err error) {
+	gate, err := newNodeGate(o)
 	if gate == nil || err != nil {
-		return nil, func() {}, err
+		return func() {}, err
 	}
+	*reports = append(*reports, gate)
 	srv.Observe(tellGate(gate))
 	_, nodeNameFlag := o.node()
 	gateCtx, stopGate := context.WithCancel(context.WithoutCancel(withFlagLogged(ctx, nodeNameFlag)))
 	var running sync.WaitGroup
 	running.Go(func() { gate.Run(gateCtx) })
-	return gate, func() {
+	return func() {
 		stopGate()
 		running.Wait()
 	}, nil
@@ -64,16 +69,17 @@ func apiClient(o *options) (*kubeapi.Client, error) {
 
 // startCSINode runs --confirm-csinode's watcher; its findings go to the
 // registration, which decides what they mean.
-func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group) (*csinode.Watcher, error) {
+func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group, reports *[]healthz.Feature) error {
 	if !o.confirmCSINode {
-		return nil, nil
+		return nil
 	}
 	client, err := apiClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("--confirm-csinode: %w", err)
+		return fmt.Errorf("--confirm-csinode: %w", err)
 	}
 	name, _ := o.node()
 	watcher := csinode.New(name, client, nil, func(f csinode.Finding) { srv.ReportCSINode(registration.CSINodeReport(f)) })
+	*reports = append(*reports, watcher)
 	srv.Observe(func(_ registration.Status, happened []registration.Transition) {
 		for _, t := range happened {
 			if named, ok := t.(registration.Named); ok {
@@ -85,15 +91,16 @@ func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *
 		watcher.Run(withFlagLogged(ctx, "--confirm-csinode"))
 		return nil
 	})
-	return watcher, nil
+	return nil
 }
 
 // startDriverHealth serves --driver-health-endpoint; nil without it.
-func startDriverHealth(ctx context.Context, o *options, address driver.Address, g *errgroup.Group) *driverhealth.Prober {
+func startDriverHealth(ctx context.Context, o *options, address driver.Address, g *errgroup.Group, reports *[]healthz.Feature) *driverhealth.Prober {
 	if o.driverHealthEndpoint == "" {
 		return nil
 	}
 	prober := driverhealth.New(address.Path, o.probeTimeout)
+	*reports = append(*reports, prober)
 	g.Go(func() error {
 		return withFlag("--driver-health-endpoint", prober.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))
 	})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -49,22 +50,13 @@ func addLoggingFlags(fs *flag.FlagSet) *loggingOptions {
 	return l
 }
 
-func isOldKlogFlag(f *flag.Flag) bool {
-	_, ok := f.Value.(*klogFlag)
-	return ok
-}
-
 // apply sets up klog's global logger. klog's own flags reach klog only with
 // the text format and no split stream. It changes process-wide state: call
 // it once, before logging.
 func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
-	gate, err := loggingFeatureGate()
-	if err != nil {
-		return err
-	}
 	capInfoBuffers(l.config)
 	logs.InitLogs()
-	if err := logsapi.ValidateAndApplyWithOptions(l.config, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, gate); err != nil {
+	if err := logsapi.ValidateAndApplyWithOptions(l.config, &logsapi.LoggingOptions{ErrorStream: stderr, InfoStream: stdout}, loggingFeatureGate()); err != nil {
 		return invalidLogging(err)
 	}
 
@@ -82,10 +74,9 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 	case l.config.Options.Text.SplitStream:
 		effect = "it has no effect with --log-text-split-stream"
 	case len(given) > 0:
-		klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(klogFlags)
 		for _, f := range given {
-			if err := klogFlags.Set(f.klog.Name, f.value); err != nil {
+			// f.klog is bound to klog's own settings.
+			if err := f.klog.Value.Set(f.value); err != nil {
 				return fmt.Errorf("--%s=%q: %w", f.klog.Name, f.value, err) // checked when parsed
 			}
 		}
@@ -106,24 +97,17 @@ func (l *loggingOptions) apply(stdout, stderr io.Writer) error {
 // validate changes nothing: upstream checks the logging flags first, so that
 // even --version and the probe mode exit 1 on a value component-base refuses.
 func (l *loggingOptions) validate() error {
-	gate, err := loggingFeatureGate()
-	if err != nil {
-		return err
-	}
-	return invalidLogging(logsapi.Validate(l.config, gate, nil).ToAggregate())
+	return invalidLogging(logsapi.Validate(l.config, loggingFeatureGate(), nil).ToAggregate())
 }
 
 // loggingFeatureGate turns LoggingAlphaOptions on: without --feature-gates
 // the alpha flags would only fail.
-func loggingFeatureGate() (featuregate.FeatureGate, error) {
+func loggingFeatureGate() featuregate.FeatureGate {
 	gate := featuregate.NewFeatureGate()
-	if err := logsapi.AddFeatureGates(gate); err != nil {
-		return nil, err
-	}
-	if err := gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}); err != nil {
-		return nil, err
-	}
-	return gate, nil
+	// Neither fails: the gate is new, and the feature is logsapi's own.
+	utilruntime.Must(logsapi.AddFeatureGates(gate))
+	utilruntime.Must(gate.SetFromMap(map[string]bool{string(logsapi.LoggingAlphaOptions): true}))
+	return gate
 }
 
 func invalidLogging(err error) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/healthz"
 	"github.com/csi-registrar/node-driver-registrar/test/removeall"
 )
 
@@ -62,7 +63,7 @@ func TestValidateNodeGate(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x": the prefix "Example.com" is not a DNS subdomain`},
+		{"bad taint key", []string{"--remove-node-taint=Example.com/x", "--node-name=n"}, `--remove-node-taint: taint key "Example.com/x" is not valid: prefix part a lowercase RFC 1123 subdomain`},
 		{"no node name", []string{"--node-condition"}, "--remove-node-taint and --node-condition need the node's name: set the environment variable NODE_NAME from the downward API"},
 		{"bad condition type", []string{"--node-condition", "--node-condition-type=node.gke.io/PD CSI Ready", "--node-name=n"}, `--node-condition-type: condition type "node.gke.io/PD CSI Ready" is not valid: name part must consist of alphanumeric characters`},
 		{"condition type in capitals", []string{"--node-condition", "--node-condition-type=Node.GKE.io/PDCSIReady", "--node-name=n"}, `--node-condition-type: condition type "Node.GKE.io/PDCSIReady" is not valid: prefix part a lowercase RFC 1123 subdomain`},
@@ -125,14 +126,15 @@ func TestCSINodeConfirmationNeedsThePodsServiceAccount(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := startCSINode(t.Context(), o, nil, nil); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	var reports []healthz.Feature
+	if err := startCSINode(t.Context(), o, nil, nil, &reports); err == nil || !strings.HasPrefix(err.Error(), "--confirm-csinode: ") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Errorf("startCSINode outside a pod = %v, want the flag and KUBERNETES_SERVICE_HOST named", err)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if watcher, err := startCSINode(t.Context(), o, nil, nil); watcher != nil || err != nil {
-		t.Errorf("startCSINode without the flag = %v, %v; want nothing started", watcher, err)
+	if err := startCSINode(t.Context(), o, nil, nil, &reports); len(reports) > 0 || err != nil {
+		t.Errorf("startCSINode without the flag = %v, reports %v; want nothing started", err, reports)
 	}
 }

@@ -34,9 +34,6 @@ const defaultUnhealthyAfter = 3 * time.Minute
 
 const description = "csi-node-driver-registrar registers a CSI driver with kubelet through kubelet's plugin registry and keeps it registered: a drop-in replacement for the Kubernetes CSI node-driver-registrar sidecar."
 
-// deprecatedFlags are upstream's flags kept only for old manifests.
-var deprecatedFlags = map[string]bool{"connection-timeout": true, "health-port": true, "mode": true}
-
 // options are the command line flags, named and defaulted as upstream's.
 type options struct {
 	csiAddress              string
@@ -112,7 +109,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 // them all together.
 func (o *options) usage() {
 	out := o.flags.Output()
-	deprecated := func(f *flag.Flag) bool { return deprecatedFlags[f.Name] || isOldKlogFlag(f) }
+	// Upstream's flags kept only for old manifests, and klog's, say so first.
+	deprecated := func(f *flag.Flag) bool { return strings.HasPrefix(strings.ToLower(f.Usage), "deprecated") }
 	fmt.Fprintf(out, "%s\n\nUsage:\n  %s --kubelet-registration-path=PATH [flags]\n  %[2]s --diagnose | --version\n\nFlags:\n", description, o.flags.Name())
 	o.printFlags(func(f *flag.Flag) bool { return !deprecated(f) })
 	fmt.Fprintln(out, "\nDeprecated flags, accepted so that manifests written for older versions keep working:")
@@ -140,13 +138,8 @@ func (o *options) validate() error {
 	if _, err := driver.ParseAddress(o.csiAddress); err != nil {
 		errs = append(errs, withFlag("--csi-address", err))
 	}
-	var httpErr, driverHealthErr error
-	if o.httpEndpoint != "" {
-		httpErr = listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
-	}
-	if o.driverHealthEndpoint != "" {
-		driverHealthErr = listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
-	}
+	httpErr := listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
+	driverHealthErr := listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
 	for _, rule := range []struct {
 		broken bool
 		err    error
@@ -184,8 +177,12 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
-// listenAddressError is nil when net.Listen can take address.
+// listenAddressError is nil when net.Listen can take address, or when it is
+// empty: not listened on.
 func listenAddressError(flag, address, example string) error {
+	if address == "" {
+		return nil
+	}
 	_, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return fmt.Errorf("%s=%q: not host:port (%v): write it as %s or 0.0.0.0%[4]s", flag, address, err, example)

@@ -9,10 +9,12 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/automaxprocs/maxprocs"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -137,61 +139,47 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
 	var reports []healthz.Feature
-	gate, stopGate, err := startNodeGate(ctx, o, srv)
+	stopGate, err := startNodeGate(ctx, o, srv, &reports)
 	if err != nil {
 		return err
 	}
 	defer stopGate()
-	if gate != nil {
-		reports = append(reports, gate)
-	}
 	if err := startEvents(gctx, o, srv, failureLimit); err != nil {
 		return err
 	}
-	watcher, err := startCSINode(gctx, o, srv, g)
-	if err != nil {
+	if err := startCSINode(gctx, o, srv, g, &reports); err != nil {
 		return err
 	}
-	if watcher != nil {
-		reports = append(reports, watcher)
-	}
-	prober := startDriverHealth(gctx, o, address, g)
-	if prober != nil {
-		reports = append(reports, prober)
-	}
-	// The registration's reason while it waits for the driver.
-	recordAttempt := func(err error) {
-		if err != nil {
-			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
-		}
-	}
-	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(_ time.Duration, err error) { recordAttempt(err) }}
+	prober := startDriverHealth(gctx, o, address, g, &reports)
+	var probes *healthz.Server
 	if addr := o.httpAddress(); addr != "" {
 		// No TCP keep-alive: the HTTP server closes idle connections itself
 		// (docs/performance.md).
 		port := httpport.New(addr, net.ListenConfig{KeepAlive: -1}, clock.RealClock{})
 		srv.Observe(releaseOnStepAside(logger, port))
-		probes := healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
-		driverConfig.OnAttempt = func(d time.Duration, err error) {
-			recordAttempt(err)
-			probes.ObservePluginInfo(d, err)
-		}
+		probes = healthz.New(srv, healthz.Options{EnablePprof: o.enablePprof, Version: version, FailureLimit: failureLimit, Features: reports})
 		g.Go(func() error { return withFlag("--http-endpoint", port.Run(withFlagLogged(gctx, "--http-endpoint"))) })
 		g.Go(func() error { return probes.Serve(gctx, port.Listeners(), port.Lost, httpShutdownTimeout) })
 	}
+	driverConfig := driver.Config{Address: address, Timeout: o.operationTimeout(), OnAttempt: func(d time.Duration, err error) {
+		if err != nil {
+			// The registration's reason while it waits for the driver.
+			srv.DriverUnreachable(driver.Unreachable(address.Path, err))
+		}
+		if probes != nil {
+			probes.ObservePluginInfo(d, err)
+		}
+	}}
 	g.Go(func() error { return flagError(srv.Run(gctx)) })
 	g.Go(func() error {
 		return withFlag("--csi-address", driver.Follow(gctx, driverConfig, func(e driver.Event) {
-			if !e.Reachable {
+			if e.Reachable {
+				srv.DriverFound(e.Name)
+			} else {
 				srv.DriverGone()
-				if prober != nil {
-					prober.DriverGone()
-				}
-				return
 			}
-			srv.DriverFound(e.Name)
 			if prober != nil {
-				prober.DriverFound(e.Name)
+				prober.DriverChanged(e)
 			}
 		}))
 	})
@@ -250,4 +238,22 @@ func (t *terminationMessage) write(logger klog.Logger, message string) {
 	case err != nil:
 		klog.Warningf("cannot write the termination message to %s: %v", t.path, err)
 	}
+}
+
+// setMaxProcs applies --automaxprocs and returns GOMAXPROCS. Upstream's image
+// sets no GOMAXPROCS, so --automaxprocs ignores the image's GOMAXPROCS=1.
+func setMaxProcs(logger klog.Logger, automaxprocs bool) int {
+	if automaxprocs {
+		if env, ok := os.LookupEnv("GOMAXPROCS"); ok {
+			logger.Info("--automaxprocs overrides GOMAXPROCS from the environment", "GOMAXPROCS", env)
+			_ = os.Unsetenv("GOMAXPROCS")
+			runtime.SetDefaultGOMAXPROCS()
+		}
+		if _, err := maxprocs.Set(maxprocs.Logger(func(format string, args ...any) {
+			logger.Info(fmt.Sprintf(format, args...))
+		})); err != nil {
+			logger.Error(err, "Cannot set GOMAXPROCS from the CPU quota")
+		}
+	}
+	return runtime.GOMAXPROCS(0)
 }

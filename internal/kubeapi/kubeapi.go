@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -161,16 +162,12 @@ func Error(verb string, o Object, err error) error {
 	return apiErr
 }
 
-// Code is the HTTP status code of the API server's answer in err's chain, 0
-// for another error.
+// Code is the HTTP status code of the API server's answer in err's chain (an
+// *APIError wraps client-go's), 0 for another error.
 func Code(err error) int {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		return int(status.Status().Code)
-	}
-	var apiErr *APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code
 	}
 	return 0
 }
@@ -196,6 +193,15 @@ func (r Requests) Add(name string, err error) {
 		r[name] = map[string]uint64{}
 	}
 	r[name][CodeLabel(err)]++
+}
+
+// Collect sends the counts as desc's counters, labelled by name and code.
+func (r Requests) Collect(ch chan<- prometheus.Metric, desc *prometheus.Desc) {
+	for name, codes := range r {
+		for code, n := range codes {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(n), name, code)
+		}
+	}
 }
 
 // Clone returns a deep copy.

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
@@ -157,7 +159,7 @@ func TestRequestsCountAndClone(t *testing.T) {
 	r := Requests{}
 	r.Add("get", nil)
 	r.Add("get", nil)
-	r.Add("get", &APIError{Code: http.StatusForbidden})
+	r.Add("get", Error("get", Object{Resource: "nodes", Name: "n"}, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n", errors.New("no rule"))))
 	r.Add("watch", errors.New("connection refused"))
 	snapshot := r.Clone()
 	r.Add("get", nil)

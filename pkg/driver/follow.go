@@ -1,12 +1,12 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -27,10 +27,9 @@ const (
 	DefaultMaxBackoff     = 5 * time.Second
 )
 
-// Config says how to reach the CSI driver; a duration not positive is the
-// default.
+// Config says how to reach the CSI driver; a zero duration is the default.
 type Config struct {
-	Address Address
+	Address Address // from ParseAddress, which refuses an empty path
 	// Timeout bounds each GetPluginInfo attempt and each connection to hold.
 	Timeout time.Duration
 	// InitialBackoff doubles up to MaxBackoff, and starts over when the
@@ -44,24 +43,14 @@ type Config struct {
 	// Clock does not time the calls' own timeouts.
 	Clock clock.Clock
 
-	// onFileEvent is for tests: each file system event, in order with reports.
-	onFileEvent func(fsnotify.Event)
+	hooks watchHooks
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.InitialBackoff <= 0 {
-		c.InitialBackoff = DefaultInitialBackoff
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
-	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
+	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, DefaultMaxBackoff), c.InitialBackoff)
+	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.RealClock{})
 	return c
 }
 
@@ -78,14 +67,10 @@ const settleTime = 100 * time.Millisecond
 // or an invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
 	cfg = cfg.withDefaults()
-	if cfg.Address.Path == "" {
-		return errors.New("no CSI driver address given")
-	}
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.
-	f.watcher = newSocketWatcher(f.logger, cfg.Clock, cfg.Address.Path)
-	f.watcher.onEvent = cfg.onFileEvent
+	f.watcher = newSocketWatcher(f.logger, cfg.Clock, cfg.Address.Path, cfg.hooks)
 	defer f.watcher.close()
 	err := f.run(ctx)
 	if ctx.Err() != nil {

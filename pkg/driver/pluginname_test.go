@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -148,20 +147,26 @@ func levelZero(logs ktesting.Buffer) []string {
 	return messages
 }
 
-// waitForWatch polls the log, up to testTimeout, until the watcher says it
-// watches dir.
-func waitForWatch(t testing.TB, logs ktesting.Buffer, dir string) {
+// watching passes the directories Follow's watcher moves to into the
+// returned channel, which holds more than a test makes: Follow never waits.
+func watching(cfg driver.Config) (driver.Config, <-chan string) {
+	dirs := make(chan string, 100)
+	return driver.WithWatches(cfg, func(dir string) { dirs <- dir }), dirs
+}
+
+// waitForWatch waits, up to testTimeout, until the watcher watches dir.
+func waitForWatch(t testing.TB, dirs <-chan string, dir string) {
 	t.Helper()
-	watches := func() bool {
-		for _, entry := range logs.Data() {
-			if entry.Message == "Watching for the CSI driver socket" && slices.Contains(entry.ParameterKVList, any(dir)) {
-				return true
+	timeout := time.After(testTimeout)
+	for {
+		select {
+		case watched := <-dirs:
+			if watched == dir {
+				return
 			}
+		case <-timeout:
+			t.Fatalf("the watcher did not move to %s in %v", dir, testTimeout)
 		}
-		return false
-	}
-	if !poll.Wait(testTimeout, watches) {
-		t.Fatalf("the watcher did not move to %s in %v:\n%s", dir, testTimeout, logs.String())
 	}
 }
 
@@ -311,6 +316,7 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				MaxBackoff:     time.Hour,
 			}
 			attempts := attemptChannel(&cfg)
+			cfg, watches := watching(cfg)
 			done := pluginNameAsync(ctx, cfg)
 			awaitAttempt(t, attempts, codes.Unavailable)
 
@@ -321,7 +327,7 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 					// On Windows the removed directory's name stays taken
 					// while a handle to it is open: the watch's, until
 					// the watcher lets it go and watches the parent.
-					waitForWatch(t, logs, filepath.Dir(filepath.Join(dir, removed)))
+					waitForWatch(t, watches, filepath.Dir(filepath.Join(dir, removed)))
 				} else {
 					err = os.Mkdir(filepath.Join(dir, change), 0o755)
 				}

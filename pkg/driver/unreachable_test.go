@@ -43,9 +43,6 @@ func TestConnectAdvice(t *testing.T) {
 				&unixgrpc.ConnectError{Err: opErr},
 				status.Errorf(codes.Unavailable, "connection error: desc = %q", "transport: Error while dialing: "+opErr.Error()),
 			} {
-				if got, ok := driver.ConnectErrno(err); !ok || got != tc.errno {
-					t.Errorf("ConnectErrno(%v) = %v, %v; want %v", err, got, ok, tc.errno)
-				}
 				advice := driver.ConnectAdvice(err, path)
 				if !strings.Contains(advice, tc.want) {
 					t.Errorf("ConnectAdvice(%v) = %q, want %q in it", err, advice, tc.want)
@@ -53,6 +50,7 @@ func TestConnectAdvice(t *testing.T) {
 				if tc.errno != syscall.ECONNREFUSED && strings.Contains(advice, "nothing listens") {
 					t.Errorf("ConnectAdvice(%v) = %q blames the driver", err, advice)
 				}
+				// The errno read from err is the one named.
 				if got := driver.Unreachable(path, err); !strings.HasPrefix(got, "cannot connect to "+path+" ("+tc.errno.Error()+"): "+advice) {
 					t.Errorf("Unreachable = %q", got)
 				}

@@ -35,11 +35,18 @@ type socketWatcher struct {
 	dir     string            // the directory watched, "" for none
 	dirInfo os.FileInfo       // that directory when the watch was added
 	failed  bool              // a failure to watch was logged at level 0
-	onEvent func(fsnotify.Event)
+	hooks   watchHooks
 }
 
-func newSocketWatcher(logger klog.Logger, clk clock.Clock, path string) *socketWatcher {
-	w := &socketWatcher{logger: logger, clock: clk, path: path}
+// watchHooks are for tests, to synchronise on what the watcher does: each
+// file system event it handles, and each directory it watches from then on.
+type watchHooks struct {
+	fileEvent func(fsnotify.Event)
+	watching  func(dir string)
+}
+
+func newSocketWatcher(logger klog.Logger, clk clock.Clock, path string, hooks watchHooks) *socketWatcher {
+	w := &socketWatcher{logger: logger, clock: clk, path: path, hooks: hooks}
 	abs, err := filepath.Abs(path)
 	if err == nil {
 		w.path = abs
@@ -95,6 +102,9 @@ func (w *socketWatcher) rewatch() bool {
 		}
 		w.logger.V(4).Info("Watching for the CSI driver socket", "directory", dir, "path", w.path)
 		w.dir, w.dirInfo = dir, info
+		if w.hooks.watching != nil {
+			w.hooks.watching(dir)
+		}
 	}
 	return moved
 }
@@ -136,8 +146,8 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known sock
 			return noChange, nil
 		case event := <-events:
 			w.logger.V(5).Info("File system event", "event", event.String())
-			if w.onEvent != nil {
-				w.onEvent(event)
+			if w.hooks.fileEvent != nil {
+				w.hooks.fileEvent(event)
 			}
 			switch {
 			case event.Name == w.path && event.Has(fsnotify.Create):

@@ -30,7 +30,7 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 	}
 	socket := filepath.Join(dir, "csi.sock")
 	clk := clocktesting.NewFakeClock(time.Now())
-	w := newSocketWatcher(klog.Background(), clk, socket)
+	w := newSocketWatcher(klog.Background(), clk, socket, watchHooks{})
 	defer w.close()
 	if w.dir != dir {
 		t.Fatalf("watching %q; want %q", w.dir, dir)

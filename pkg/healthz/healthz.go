@@ -64,7 +64,15 @@ func New(reg *registration.Server, opts Options) *Server {
 		mux:          http.NewServeMux(),
 		registration: reg,
 	}
-	s.pluginInfo, s.pluginInfoErrors = newPluginInfoMetrics()
+	s.pluginInfo = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
+		Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
+		Buckets: pluginInfoBuckets,
+	})
+	s.pluginInfoErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
+		Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
+	}, []string{"code"})
 	s.lastCode.Store(http.StatusOK)
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
@@ -129,14 +137,12 @@ type statusDocument struct {
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	doc, err := json.Marshal(statusDocument{Version: s.opts.Version, Status: s.registration.Status()})
 	for _, f := range s.opts.Features {
-		key, section := f.StatusSection()
-		if key == "" || err != nil {
-			continue
+		if key, section := f.StatusSection(); key != "" && err == nil {
+			var v []byte
+			v, err = json.Marshal(section)
+			// The section goes in before the document's closing brace.
+			doc = fmt.Appendf(doc[:len(doc)-1], ",%q:%s}", key, v)
 		}
-		var v []byte
-		v, err = json.Marshal(section)
-		// The section goes in before the document's closing brace.
-		doc = fmt.Appendf(doc[:len(doc)-1], ",%q:%s}", key, v)
 	}
 	var out bytes.Buffer
 	if err == nil {

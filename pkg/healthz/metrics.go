@@ -89,10 +89,9 @@ type registrationCollector struct {
 	version, revision string
 }
 
+// Describe by Collect, which sends every family at each scrape.
 func (c registrationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{registeredDesc, stateDesc, kubeletRPCsDesc, publicationsDesc, failuresDesc, lastFailureDesc, reachableDesc, buildInfoDesc} {
-		ch <- d
-	}
+	prometheus.DescribeByCollect(c, ch)
 }
 
 func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
@@ -129,17 +128,4 @@ func (s *Server) newRegistry() *prometheus.Registry {
 	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors,
 		registrationCollector{registration: s.registration, version: s.opts.Version, revision: vcsRevision()})
 	return registry
-}
-
-func newPluginInfoMetrics() (prometheus.Histogram, *prometheus.CounterVec) {
-	durations := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
-		Help:    "Duration of GetPluginInfo calls to the CSI driver, failed ones included.",
-		Buckets: pluginInfoBuckets,
-	})
-	errors := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "csi_node_driver_registrar_driver_get_plugin_info_errors_total",
-		Help: "Failed GetPluginInfo calls to the CSI driver, by gRPC code.",
-	}, []string{"code"})
-	return durations, errors
 }

@@ -9,6 +9,7 @@
 package csinode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -84,15 +85,12 @@ type Watcher struct {
 // lock: report must not block nor call the watcher. clk (nil: the real
 // clock) does not time the reflector's waits.
 func New(node string, client *kubeapi.Client, clk clock.Clock, report func(Finding)) *Watcher {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
 	return &Watcher{
 		client:  client,
 		report:  report,
 		csiNode: kubeapi.Object{Group: "storage.k8s.io", Resource: "csinodes", Name: node, Kind: "CSINode", Component: "deploy/csinode"},
 		node:    kubeapi.Object{Resource: "nodes", Name: node, Kind: "node", Component: "deploy/csinode"},
-		clock:   clk,
+		clock:   cmp.Or[clock.Clock](clk, clock.RealClock{}),
 		backoff: retryBackoff,
 		wake:    make(chan struct{}, 1),
 		logger:  klog.Background().WithName("csinode"),
@@ -108,16 +106,13 @@ func (w *Watcher) SetDriver(name string) {
 	w.evaluate()
 }
 
-// Status returns a snapshot.
+// Status returns a snapshot. Its pointers are replaced, never written
+// through: only the counts are copied.
 func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.st
 	st.Requests = w.st.Requests.Clone()
-	if st.Finding != nil {
-		f := *st.Finding
-		st.Finding = &f
-	}
 	return st
 }
 

@@ -14,7 +14,6 @@ type Finding struct {
 
 type csiNode struct {
 	Metadata struct {
-		ResourceVersion string `json:"resourceVersion"`
 		OwnerReferences []struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`

@@ -1,11 +1,6 @@
 package csinode
 
-import (
-	"maps"
-	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // StatusKey is the watcher's section of the registrar's /status.
 const StatusKey = "csiNode"
@@ -30,10 +25,5 @@ type statusCollector struct{ status func() Status }
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) { ch <- apiRequestsDesc }
 
 func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.status()
-	for _, verb := range slices.Sorted(maps.Keys(st.Requests)) {
-		for _, code := range slices.Sorted(maps.Keys(st.Requests[verb])) {
-			ch <- prometheus.MustNewConstMetric(apiRequestsDesc, prometheus.CounterValue, float64(st.Requests[verb][code]), verb, code)
-		}
-	}
+	c.status().Requests.Collect(ch, apiRequestsDesc)
 }

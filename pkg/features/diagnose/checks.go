@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/version"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
@@ -29,7 +29,7 @@ import (
 )
 
 // 1. The registry directory.
-func (d *diagnosis) checkRegistryDir() Check {
+func (d *diagnosis) checkRegistryDir(context.Context) Check {
 	dir := d.cfg.RegistrationDir
 	c := Check{Name: "registry directory " + dir}
 	if dir == "" {
@@ -67,7 +67,7 @@ func (d *diagnosis) checkRegistryDir() Check {
 }
 
 // 2. The driver's socket.
-func (d *diagnosis) checkDriverSocket() Check {
+func (d *diagnosis) checkDriverSocket(context.Context) Check {
 	address, err := driver.ParseAddress(d.cfg.CSIAddress)
 	if err != nil {
 		return fail(Check{Name: "driver address"}, err.Error())
@@ -97,16 +97,14 @@ func (d *diagnosis) checkDriverInfo(ctx context.Context) Check {
 	end := d.waiting(c.Name, fmt.Sprintf("waiting up to %v (--timeout), as the registrar does before it can publish the registration socket", d.cfg.Timeout))
 	info, err := call(ctx, d.driverSocket, d.cfg.Timeout, pluginInfo)
 	end()
-	if errors.As(err, new(*unixgrpc.ConnectError)) {
-		// Each error of connect(2) has its own cause: permissions are not
-		// the driver's fault, a refusal is.
-		advice := driver.ConnectAdvice(err, d.driverSocket)
-		if advice == "" {
-			advice = "check that the driver is running (its logs) and that --csi-address is its socket"
+	if err != nil {
+		advice := "check that the driver is healthy (its logs) and that --csi-address is its socket"
+		if errors.As(err, new(*unixgrpc.ConnectError)) {
+			// Each error of connect(2) has its own cause: permissions are
+			// not the driver's fault, a refusal is.
+			advice = cmp.Or(driver.ConnectAdvice(err, d.driverSocket), "check that the driver is running (its logs) and that --csi-address is its socket")
 		}
 		return fail(c, describeCallError(err, d.cfg.Timeout)+": "+advice)
-	} else if err != nil {
-		return fail(c, describeCallError(err, d.cfg.Timeout)+": check that the driver is healthy (its logs) and that --csi-address is its socket")
 	}
 	name, version := info.GetName(), info.GetVendorVersion()
 	if err := driver.ValidateName(name); err != nil {
@@ -163,7 +161,7 @@ func (d *diagnosis) checkNodeInfo(ctx context.Context) Check {
 }
 
 // 5. The length of the registration socket's path.
-func (d *diagnosis) checkSocketPathLength() Check {
+func (d *diagnosis) checkSocketPathLength(context.Context) Check {
 	c := Check{Name: "registration socket path"}
 	if d.driverName == "" {
 		return skip(c, "needs the driver's name from GetPluginInfo")
@@ -209,39 +207,14 @@ func (d *diagnosis) checkRegistrationSocket(ctx context.Context) Check {
 	if at.Type != registerapi.CSIPlugin {
 		c.note(Fail, fmt.Sprintf("type %q: kubelet's CSI handler only takes %q", at.Type, registerapi.CSIPlugin))
 	}
-	if p := versionsProblem(at.Versions); p != "" {
-		c.note(Fail, p)
+	// The rule of kubelet's CSI handler, which calls the same function.
+	if _, err := version.HighestSupportedVersion(at.Versions); err != nil {
+		c.note(Fail, fmt.Sprintf("kubelet's CSI handler refuses the versions: %v", err))
 	}
 	if want := d.cfg.KubeletRegistrationPath; want != "" && at.Endpoint != want {
 		c.note(Warn, fmt.Sprintf("the endpoint is not --kubelet-registration-path %q: another instance or a different configuration serves this socket", want))
 	}
 	return c
-}
-
-// versionsProblem applies kubelet's CSI handler's rule: the versions parse
-// ("1.0.0", "v1.2": at least two numbers), and the highest is 1.x. It
-// returns "" when they pass.
-func versionsProblem(versions []string) string {
-	if len(versions) == 0 {
-		return "no supported versions: kubelet's CSI handler needs 1.x"
-	}
-	highest := uint64(0)
-	for _, v := range versions {
-		numbers := strings.Split(strings.TrimPrefix(v, "v"), ".")
-		for i, number := range numbers {
-			n, err := strconv.ParseUint(number, 10, 32)
-			if err != nil || len(numbers) < 2 {
-				return fmt.Sprintf("version %q does not parse: kubelet rejects the plugin", v)
-			}
-			if i == 0 {
-				highest = max(highest, n)
-			}
-		}
-	}
-	if highest != 1 {
-		return fmt.Sprintf("the highest version is %d.x: kubelet's CSI handler needs 1.x", highest)
-	}
-	return ""
 }
 
 // kubeletQuiet is how long kubelet may take to call GetInfo on a new socket:
@@ -319,7 +292,7 @@ func judgeRegistration(c Check, st *registration.Status, now time.Time, dir stri
 }
 
 // 8. --kubelet-registration-path against --csi-address.
-func (d *diagnosis) checkKubeletRegistrationPath() Check {
+func (d *diagnosis) checkKubeletRegistrationPath(context.Context) Check {
 	hostPath := d.cfg.KubeletRegistrationPath
 	c := Check{Name: "kubelet registration path " + hostPath}
 	if hostPath == "" {

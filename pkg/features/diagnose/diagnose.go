@@ -6,11 +6,11 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -72,26 +72,22 @@ type Check struct {
 // (the driver's GetPluginInfo and NodeGetInfo, the registration socket, its
 // registrar's state).
 func Run(ctx context.Context, cfg Config) []Check {
-	d := &diagnosis{cfg: cfg, clock: cfg.Clock}
-	if d.clock == nil {
-		d.clock = clock.RealClock{}
-	}
-	steps := []func() Check{
+	cfg.Output = cmp.Or[io.Writer](cfg.Output, io.Discard)
+	d := &diagnosis{cfg: cfg, clock: cmp.Or[clock.WithDelayedExecution](cfg.Clock, clock.RealClock{})}
+	steps := []func(context.Context) Check{
 		d.checkRegistryDir,
 		d.checkDriverSocket,
-		func() Check { return d.checkDriverInfo(ctx) },
-		func() Check { return d.checkNodeInfo(ctx) },
+		d.checkDriverInfo,
+		d.checkNodeInfo,
 		d.checkSocketPathLength,
-		func() Check { return d.checkRegistrationSocket(ctx) },
-		func() Check { return d.checkKubeletVerdict(ctx) },
+		d.checkRegistrationSocket,
+		d.checkKubeletVerdict,
 		d.checkKubeletRegistrationPath,
 	}
 	checks := make([]Check, 0, len(steps))
 	for _, step := range steps {
-		c := step()
-		if cfg.Output != nil {
-			printCheck(cfg.Output, c)
-		}
+		c := step(ctx)
+		printCheck(d.cfg.Output, c)
 		checks = append(checks, c)
 	}
 	return checks
@@ -102,23 +98,15 @@ func Run(ctx context.Context, cfg Config) []Check {
 // how long it lasted; nothing is written after it returned.
 func (d *diagnosis) waiting(name, what string) (end func() time.Duration) {
 	start := d.clock.Now()
-	if d.cfg.Output == nil {
-		return func() time.Duration { return d.clock.Since(start) }
-	}
-	var mu sync.Mutex
-	ended := false
+	said := make(chan struct{})
 	timer := d.clock.AfterFunc(SlowCheck, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			fmt.Fprintf(d.cfg.Output, "[WAIT] %s: no answer after %v; %s ...\n", name, SlowCheck, what)
-		}
+		fmt.Fprintf(d.cfg.Output, "[WAIT] %s: no answer after %v; %s ...\n", name, SlowCheck, what)
+		close(said)
 	})
 	return func() time.Duration {
-		timer.Stop()
-		mu.Lock()
-		ended = true
-		mu.Unlock()
+		if !timer.Stop() {
+			<-said
+		}
 		return d.clock.Since(start)
 	}
 }
@@ -135,14 +123,6 @@ type diagnosis struct {
 	socketPath     string // the registration socket's path, once the driver's name is known
 	socketAnswered bool   // a socket there answered GetInfo
 	kubeletRoot    string // kubelet's root dir on the host from the registry's mount, or ""
-}
-
-// Print writes the checklist, one line per check, then PrintSummary's line.
-func Print(w io.Writer, checks []Check) bool {
-	for _, c := range checks {
-		printCheck(w, c)
-	}
-	return PrintSummary(w, checks)
 }
 
 func printCheck(w io.Writer, c Check) {

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -509,12 +510,24 @@ func TestRun(t *testing.T) {
 				e.startDriver(t, answerName(testDriver))
 				info := healthyInfo()
 				info.Type = registerapi.DRAPlugin
-				info.SupportedVersions = []string{"1.0.0", "2.0.0"}
+				info.SupportedVersions = []string{"0.3.0"}
 				serveRegistration(t, e.regSocket(testDriver), info)
 				return e
 			},
 			want:    map[int]Outcome{checkRegSocket: Fail},
-			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "highest version is 2.x"}},
+			details: map[int][]string{checkRegSocket: {`type "DRAPlugin"`, "refuses the versions", "must be v1.x"}},
+		},
+		{
+			// kubelet skips versions it cannot parse and those above 1.x.
+			name: "registration socket answers a 1.x version among others",
+			setUp: func(t *testing.T) *env {
+				e := newEnv(t)
+				e.startDriver(t, answerName(testDriver))
+				info := healthyInfo()
+				info.SupportedVersions = []string{"one", "1.0.0", "2.0.0"}
+				e.publish(t, testDriver, info)
+				return e
+			},
 		},
 		{
 			name: "endpoint mismatch",
@@ -584,7 +597,7 @@ func TestRun(t *testing.T) {
 			checks := Run(context.Background(), e.cfg)
 
 			var out strings.Builder
-			passed := Print(&out, checks)
+			passed := printAll(&out, checks)
 			t.Logf("%+v\n%s", e.cfg, out.String())
 			if len(checks) != numChecks {
 				t.Fatalf("Run returned %d checks, want %d", len(checks), numChecks)
@@ -636,6 +649,14 @@ func TestRunChecksWritability(t *testing.T) {
 	}
 }
 
+// printAll writes the checklist as Run does with an Output, then the summary.
+func printAll(w io.Writer, checks []Check) bool {
+	for _, c := range checks {
+		printCheck(w, c)
+	}
+	return PrintSummary(w, checks)
+}
+
 func TestPrint(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -679,34 +700,12 @@ func TestPrint(t *testing.T) {
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
 			var out strings.Builder
-			if got := Print(&out, test.checks); got != test.wantRet {
+			if got := printAll(&out, test.checks); got != test.wantRet {
 				t.Errorf("Print returned %v, want %v", got, test.wantRet)
 			}
 			if out.String() != test.want {
 				t.Errorf("Print wrote\n%s\nwant\n%s", out.String(), test.want)
 			}
 		})
-	}
-}
-
-func TestVersionsProblem(t *testing.T) {
-	tests := []struct {
-		versions []string
-		problem  string // "" when kubelet accepts them
-	}{
-		{versions: []string{"1.0.0"}},
-		{versions: []string{"v1.2"}},
-		{versions: []string{"0.3.0", "1.0.0"}},
-		{versions: nil, problem: "no supported versions"},
-		{versions: []string{"0.3.0"}, problem: "highest version is 0.x"},
-		{versions: []string{"1.0.0", "2.0.0"}, problem: "highest version is 2.x"},
-		{versions: []string{"1"}, problem: `"1" does not parse`},
-		{versions: []string{"1.0.0", "one"}, problem: `"one" does not parse`},
-	}
-	for _, test := range tests {
-		got := versionsProblem(test.versions)
-		if test.problem == "" && got != "" || !strings.Contains(got, test.problem) {
-			t.Errorf("versionsProblem(%q) = %q, want %q", test.versions, got, test.problem)
-		}
 	}
 }

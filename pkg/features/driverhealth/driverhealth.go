@@ -9,15 +9,19 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
 
 // DefaultTimeout is livenessprobe's --probe-timeout default.
@@ -34,34 +38,31 @@ type Prober struct {
 	mu         sync.Mutex
 	conn       *grpc.ClientConn // nil until the first probe or after a redial
 	driverName string
+	metrics    metrics.CSIMetricsManager
+
 	// lastOutcome is the last probe's error text, "" for none, nil before
 	// the first: only changes are logged at level 0.
-	lastOutcome *string
-	metrics     metrics.CSIMetricsManager
+	lastOutcome atomic.Pointer[string]
 }
 
-// New probes the driver on the Unix socket at path within timeout
-// (DefaultTimeout when not positive).
+// New probes the driver on the Unix socket at path within timeout, which
+// must be positive (--probe-timeout is checked so).
 func New(path string, timeout time.Duration) *Prober {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	// No process_start_time_seconds: client_golang's has another help
+	// text, and the two would fail the gathering.
+	manager := metrics.NewCSIMetricsManagerWithOptions("", metrics.WithProcessStartTime(false))
+	return &Prober{path: path, timeout: timeout, metrics: manager}
+}
+
+// DriverChanged makes the next probe dial afresh, so that a kept connection
+// to a replaced socket does not answer for the new driver. A driver gone
+// leaves its name for the metrics: the next one on the socket is usually
+// the same.
+func (p *Prober) DriverChanged(e driver.Event) {
+	p.mu.Lock()
+	if e.Reachable {
+		p.driverName = e.Name
 	}
-	return &Prober{path: path, timeout: timeout, metrics: newMetricsManager()}
-}
-
-// DriverFound makes the next probe dial afresh, so that a kept connection to
-// a replaced socket does not answer for the new driver.
-func (p *Prober) DriverFound(name string) {
-	p.mu.Lock()
-	p.driverName = name
-	p.mu.Unlock()
-	p.DriverGone()
-}
-
-// DriverGone drops the connection; the name stays for the metrics, as the
-// next driver on the socket is usually the same.
-func (p *Prober) DriverGone() {
-	p.mu.Lock()
 	old := p.conn
 	p.conn = nil
 	p.mu.Unlock()
@@ -124,4 +125,25 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return ErrNotReady
 	}
 	return err
+}
+
+// OperationsMetric is every CSI sidecar's histogram of CSI calls, kept by
+// the same csi-lib-utils manager so that the sidecars' dashboards read it.
+const OperationsMetric = "csi_sidecar_operations_seconds"
+
+// observe records one probe. The manager's driver name is a plain field,
+// so it is set and read under p.mu.
+func (p *Prober) observe(driver string, err error, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.metrics.SetDriverName(driver)
+	p.metrics.RecordMetrics(csi.Identity_Probe_FullMethodName, err, d)
+}
+
+// StatusSection: the liveness probe adds no section to /status.
+func (p *Prober) StatusSection() (string, any) { return "", nil }
+
+// Metrics gathers the histogram: no family before the first probe.
+func (p *Prober) Metrics() prometheus.Gatherer {
+	return p.metrics.GetRegistry()
 }

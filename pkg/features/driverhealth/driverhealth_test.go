@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 	"github.com/csi-registrar/node-driver-registrar/test/afunix"
 )
@@ -183,7 +184,7 @@ func TestAnswersAsLivenessprobe(t *testing.T) {
 			d := newTestDriver(t, tc.answer)
 			d.serve(t, path)
 			p := driverhealth.New(path, probeTimeout)
-			p.DriverFound("mock.csi.example.com")
+			p.DriverChanged(driver.Event{Name: "mock.csi.example.com", Reachable: true})
 			srv := probeServer(t, p)
 			code, body := get(t, srv.URL)
 			if code != tc.wantCode || body != tc.wantBody {
@@ -247,7 +248,7 @@ func TestFollowsTheDriverGoneAndBack(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	p.DriverGone()
+	p.DriverChanged(driver.Event{})
 	if code, body := get(t, url); code != http.StatusInternalServerError {
 		t.Fatalf("driver gone: %d %q, want 500", code, body)
 	}
@@ -272,7 +273,7 @@ func TestDialsAgainWhenTheSocketIsReplaced(t *testing.T) {
 	// the registrar's watch reports the new socket.
 	replacement := newTestDriver(t, ready(false))
 	replacement.serve(t, path)
-	p.DriverFound("mock.csi.example.com")
+	p.DriverChanged(driver.Event{Name: "mock.csi.example.com", Reachable: true})
 	code, body := get(t, url)
 	if code != http.StatusInternalServerError || body != "driver responded but is not ready" {
 		t.Errorf("after the socket was replaced: %d %q, want the new driver's not ready", code, body)

@@ -43,10 +43,8 @@ func (p *Prober) logOutcome(ctx context.Context, err error) {
 	if err != nil {
 		outcome = err.Error()
 	}
-	p.mu.Lock()
-	changed := p.lastOutcome == nil || outcome != *p.lastOutcome
-	p.lastOutcome = &outcome
-	p.mu.Unlock()
+	last := p.lastOutcome.Swap(&outcome)
+	changed := last == nil || *last != outcome
 	switch {
 	case !changed:
 		logger.V(5).Info("CSI driver probe", "ok", err == nil, "err", err)

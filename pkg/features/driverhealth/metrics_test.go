@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
 )
 
@@ -47,8 +48,8 @@ func TestMetricsBesideTheProcessCollector(t *testing.T) {
 			}
 		})
 	}
-	p.DriverFound("one.csi.example.com")
-	p.DriverFound("two.csi.example.com")
+	p.DriverChanged(driver.Event{Name: "one.csi.example.com", Reachable: true})
+	p.DriverChanged(driver.Event{Name: "two.csi.example.com", Reachable: true})
 	probes.Wait()
 
 	runtime := prometheus.NewRegistry()

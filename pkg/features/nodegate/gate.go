@@ -7,9 +7,9 @@
 package nodegate
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -47,7 +47,7 @@ const (
 	RequestSetCondition = "set-condition"
 )
 
-// Config says what to change on which node.
+// Config says what to change on which node; a zero duration is the default.
 type Config struct {
 	NodeName  string
 	TaintKeys []string
@@ -102,18 +102,10 @@ type Gate struct {
 
 // New returns a gate; Run applies the events.
 func New(cfg Config) *Gate {
-	if cfg.RetryInitial <= 0 {
-		cfg.RetryInitial = DefaultRetryInitial
-	}
-	if cfg.RetryMax < cfg.RetryInitial {
-		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryInitial)
-	}
-	if cfg.FinalTimeout <= 0 {
-		cfg.FinalTimeout = DefaultFinalTimeout
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.RetryInitial = cmp.Or(cfg.RetryInitial, DefaultRetryInitial)
+	cfg.RetryMax = max(cmp.Or(cfg.RetryMax, DefaultRetryMax), cfg.RetryInitial)
+	cfg.FinalTimeout = cmp.Or(cfg.FinalTimeout, DefaultFinalTimeout)
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
 	return &Gate{
 		cfg:  cfg,
 		wake: make(chan struct{}, 1),
@@ -148,11 +140,7 @@ func (g *Gate) want(driverName string, removeTaints bool, status, reason, messag
 	if removeTaints && len(g.cfg.TaintKeys) > 0 {
 		w.taintGen++
 	}
-	typ := g.cfg.ConditionType
-	if typ == "" {
-		typ = driverName + ConditionSuffix
-	}
-	c := &Condition{Type: typ, Status: status, Reason: reason, Message: message}
+	c := &Condition{Type: cmp.Or(g.cfg.ConditionType, driverName+ConditionSuffix), Status: status, Reason: reason, Message: message}
 	if g.cfg.Condition && driverName != "" && (w.cond == nil || *w.cond != *c) {
 		if w.cond == nil || w.cond.Status != c.Status || w.cond.Type != c.Type {
 			w.condSince = g.cfg.Clock.Now()
@@ -199,12 +187,11 @@ func (g *Gate) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if g.pending(done) {
-				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
-				if err := g.sync(final, logger, &done); err != nil {
-					logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
-				}
-				cancel()
+			// With nothing pending, sync sends nothing.
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
+			defer cancel()
+			if err := g.sync(final, logger, &done); err != nil {
+				logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
 			}
 			return
 		case <-g.wake:
@@ -231,10 +218,9 @@ func (g *Gate) backoff() wait.Backoff {
 	return wait.Backoff{Duration: g.cfg.RetryInitial, Factor: 2, Jitter: 0.2, Cap: g.cfg.RetryMax, Steps: math.MaxInt32}
 }
 
-func (g *Gate) pending(done applied) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
+// pending tells whether done falls short of w.
+func (w wanted) pending(done applied) bool {
+	return w.taintGen != done.taintGen || w.condGen != done.condGen
 }
 
 // sync applies what is wanted and not yet applied: the taints first, as
@@ -281,7 +267,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
+	g.st.Pending = g.wanted.pending(*done)
 	if err != nil {
 		now := g.cfg.Clock.Now()
 		if g.st.LastError != err.Error() {
@@ -308,9 +294,4 @@ func (g *Gate) count(name string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.Requests.Add(name, err)
-}
-
-// Codes lists a request's counted answers, sorted.
-func Codes(counts map[string]uint64) []string {
-	return slices.Sorted(maps.Keys(counts))
 }

@@ -4,8 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,28 +16,19 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 )
 
-// ValidateTaintKey checks key as the API server does. The expressions are
-// compiled here so that a registrar without taint keys does not pay for them.
+// ValidateTaintKey checks key as the API server checks taint keys.
 func ValidateTaintKey(key string) error {
-	const rule = "a taint key is an optional DNS subdomain prefix and '/', then at most 63 characters of [A-Za-z0-9-_.] that start and end with a letter or digit, e.g. example.com/agent-not-ready"
-	prefix, name, hasPrefix := strings.Cut(key, "/")
-	if !hasPrefix {
-		name = prefix
-	}
-	dnsSubdomain := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	if hasPrefix && (len(prefix) > 253 || !dnsSubdomain.MatchString(prefix)) {
-		return fmt.Errorf("taint key %q: the prefix %q is not a DNS subdomain: %s", key, prefix, rule)
-	}
-	if len(name) > 63 || !regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`).MatchString(name) {
-		return fmt.Errorf("taint key %q is not valid: %s", key, rule)
-	}
-	return nil
+	return validateQualifiedName("taint key", key, "example.com/agent-not-ready")
 }
 
 // ValidateConditionType checks typ as Kubernetes checks condition types.
 func ValidateConditionType(typ string) error {
-	if errs := validation.IsQualifiedName(typ); len(errs) > 0 {
-		return fmt.Errorf("condition type %q is not valid: %s; e.g. node.example.com/StorageReady", typ, strings.Join(errs, "; "))
+	return validateQualifiedName("condition type", typ, "node.example.com/StorageReady")
+}
+
+func validateQualifiedName(what, name, example string) error {
+	if errs := validation.IsQualifiedName(name); len(errs) > 0 {
+		return fmt.Errorf("%s %q is not valid: %s; e.g. %s", what, name, strings.Join(errs, "; "), example)
 	}
 	return nil
 }
@@ -99,14 +89,10 @@ type taint struct {
 // removal is guarded by a test of its key, last index first so the indices
 // stay valid; a list changed meanwhile fails whole (422) and is read again.
 func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
-	wanted := map[string]bool{}
-	for _, k := range keys {
-		wanted[k] = true
-	}
 	var ops []jsonPatchOp
 	var removed []string
 	for i := len(taints) - 1; i >= 0; i-- {
-		if !wanted[taints[i].Key] {
+		if !slices.Contains(keys, taints[i].Key) {
 			continue
 		}
 		path := fmt.Sprintf("/spec/taints/%d", i)
@@ -118,7 +104,7 @@ func taintRemovalPatch(taints []taint, keys []string) ([]byte, []string) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	sort.Strings(removed)
+	slices.Sort(removed)
 	return mustMarshal(ops), removed
 }
 

@@ -1,8 +1,6 @@
 package nodegate
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // StatusKey is the node gate's section of the registrar's /status.
 const StatusKey = "nodeGate"
@@ -40,9 +38,5 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 		pending = 1
 	}
 	ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, pending)
-	for _, request := range []string{RequestGetNode, RequestRemoveTaints, RequestSetCondition} {
-		for _, code := range Codes(st.Requests[request]) {
-			ch <- prometheus.MustNewConstMetric(apiRequestsDesc, prometheus.CounterValue, float64(st.Requests[request][code]), request, code)
-		}
-	}
+	st.Requests.Collect(ch, apiRequestsDesc)
 }
