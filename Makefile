@@ -72,7 +72,7 @@ KUBELET_MINORS ?= $(KUBELET_SUPPORTED)
 # Every Go module of the repository with Go code: lint covers them all.
 # test/node/kubernetes/v1.NN pin a Kubernetes release for make e2e-node
 # and hold no code of their own.
-MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm
+MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm deploy/monitoring/dashboard
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -97,7 +97,7 @@ endif
 
 .PHONY: all build test test-all unit apiserver-test fuzz e2e e2e-newest e2e-older demo vet clean version release-notes release
 .PHONY: kube-bump deps-check
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test dashboard dashboard-check
 
 all: build
 
@@ -371,6 +371,22 @@ metrics-check: build mockdriver
 # hack/monitoring-test.sh.
 monitoring-test:
 	hack/monitoring-test.sh
+
+# deploy/monitoring's Grafana dashboard (dashboard.json and the ConfigMap
+# grafana-dashboard.yaml), written by its generator, deploy/monitoring/dashboard
+# (a module of its own: Grafana's foundation SDK). make dashboard-check
+# writes them into a temporary directory and fails when the committed
+# files differ.
+DASHBOARD_FILES := dashboard.json grafana-dashboard.yaml
+dashboard:
+	cd deploy/monitoring/dashboard && $(GO) run . -out ..
+
+dashboard-check:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		(cd deploy/monitoring/dashboard && $(GO) run . -out "$$tmp") && \
+		for f in $(DASHBOARD_FILES); do \
+			diff -u deploy/monitoring/$$f "$$tmp/$$f" || { echo "make dashboard-check: deploy/monitoring/$$f is not what deploy/monitoring/dashboard writes: run make dashboard and commit the result" >&2; exit 1; }; \
+		done; echo "make dashboard-check: deploy/monitoring's $(DASHBOARD_FILES) are the generator's"
 
 # The test CSI driver that make bench starts next to the registrar.
 mockdriver:
