@@ -8,6 +8,14 @@
 //
 // A module of its own, so that the product's go.mod never carries Grafana's
 // foundation SDK.
+//
+// The SDK marks the classic dashboard model deprecated in favour of
+// dashboardv2, Grafana 12's resource schema, which Grafana loads only with
+// its new-layouts feature; the sidecar's file provisioning and Grafana's
+// import take the classic JSON in every Grafana that kube-prometheus-stack
+// ships.
+//
+//lint:file-ignore SA1019 the classic model is the one the sidecar loads (above)
 package main
 
 import (
