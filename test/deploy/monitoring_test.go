@@ -153,8 +153,9 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 const dashboardJSON = "../../deploy/monitoring/dashboard.json"
 
 // The component's ConfigMap is one Grafana's dashboard sidecar loads (its
-// default label), it holds dashboard.json as it is, and every registrar
-// family its queries read is one the registrar serves. (make
+// default label), it holds dashboard.json as it is, every registrar family
+// its queries read is one the registrar serves, and docs/monitoring.md
+// lists each panel with its queries as they are. (make
 // monitoring-test evaluates the queries against running registrars.)
 func TestMonitoringDashboardConfigMap(t *testing.T) {
 	cm := only[*corev1.ConfigMap](t, render(t, monitoringOverlayDir))
@@ -180,6 +181,7 @@ func TestMonitoringDashboardConfigMap(t *testing.T) {
 	var dashboard struct {
 		UID    string `json:"uid"`
 		Panels []struct {
+			Type    string `json:"type"`
 			Title   string `json:"title"`
 			Targets []struct {
 				Expr string `json:"expr"`
@@ -193,10 +195,24 @@ func TestMonitoringDashboardConfigMap(t *testing.T) {
 		t.Errorf("%s has no uid: Grafana would add a copy at every load instead of replacing it", dashboardJSON)
 	}
 	served := servedFamilies(t)
+	doc, err := os.ReadFile(monitoringDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	queries := 0
 	for _, p := range dashboard.Panels {
+		cell := "| " + p.Title + " |"
+		if p.Type == "row" {
+			cell = "| **" + p.Title + "** |"
+		}
+		if !strings.Contains(string(doc), cell) {
+			t.Errorf("%s does not list the panel %q in its table of the dashboard", monitoringDoc, p.Title)
+		}
 		for _, target := range p.Targets {
 			queries++
+			if !strings.Contains(string(doc), "`"+target.Expr+"`") {
+				t.Errorf("%s does not show the query of panel %q as the dashboard has it: %s", monitoringDoc, p.Title, target.Expr)
+			}
 			for _, family := range regexp.MustCompile(`csi_node_driver_registrar_[a-z_]+`).FindAllString(target.Expr, -1) {
 				family = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(family, "_bucket"), "_count"), "_sum")
 				if !served[family] {
