@@ -278,8 +278,11 @@ func TestDashboardQueries(t *testing.T) {
 		})
 		if err != nil {
 			t.Errorf("%v\nquery: %s\nlast result: %s", err, tg.expr, describe(last))
-		} else {
-			t.Logf("panel %q, query %s: %s", tg.panel.Title, tg.query.RefID, describe(last))
+			continue
+		}
+		t.Logf("panel %q, query %s: %s", tg.panel.Title, tg.query.RefID, describe(last))
+		if err := checkSelection(prom, tg, vars, last); err != nil {
+			t.Errorf("panel %q, query %s: %v", tg.panel.Title, tg.query.RefID, err)
 		}
 	}
 	for key := range expectations {
@@ -287,6 +290,64 @@ func TestDashboardQueries(t *testing.T) {
 			t.Errorf("expectation %q: no such panel and query in %s", key, dashboardFile)
 		}
 	}
+}
+
+// checkSelection evaluates tg again with the variables set as an operator
+// sets them: two nodes chosen (Grafana writes several values as a regex
+// alternation), or another namespace. The series must be those of all
+// (tg's result with every node) on the nodes chosen, and none in the
+// other namespace.
+func checkSelection(prom *prometheusServer, tg target, vars map[string]string, all []sample) error {
+	chosen := []string{"node-b", "node-d"}
+	// A query without $node or $namespace fails here: it shows the
+	// same series whatever the operator chooses.
+	if slices.ContainsFunc(all, func(s sample) bool { return s.Labels["node"] != "" }) {
+		narrowed := maps.Clone(vars)
+		narrowed["node"] = "(" + strings.Join(chosen, "|") + ")"
+		expr := substitute(tg.query.Expr, narrowed)
+		got, err := prom.query(expr)
+		if err != nil {
+			return err
+		}
+		var want []sample
+		for _, s := range all {
+			if slices.Contains(chosen, s.Labels["node"]) {
+				want = append(want, s)
+			}
+		}
+		if !slices.Equal(identities(got), identities(want)) {
+			return fmt.Errorf("with node %s: series %v, want those of nodes %v: %v\nquery: %s", narrowed["node"], identities(got), chosen, identities(want), expr)
+		}
+	}
+	{
+		elsewhere := maps.Clone(vars)
+		elsewhere["namespace"] = "elsewhere"
+		expr := substitute(tg.query.Expr, elsewhere)
+		got, err := prom.query(expr)
+		if err != nil {
+			return err
+		}
+		if len(got) != 0 {
+			return fmt.Errorf("with namespace %s, where no registrar runs: %s\nquery: %s", elsewhere["namespace"], describe(got), expr)
+		}
+	}
+	return nil
+}
+
+// identities are the series' label sets, sorted: what tells series apart,
+// whatever their values at the time.
+func identities(samples []sample) []string {
+	var ids []string
+	for _, s := range samples {
+		keys := slices.Sorted(maps.Keys(s.Labels))
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%q,", k, s.Labels[k])
+		}
+		ids = append(ids, "{"+strings.TrimSuffix(b.String(), ",")+"}")
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func waitForState(n *node) error {
