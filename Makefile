@@ -370,11 +370,12 @@ metrics-check: build mockdriver
 # and clears when docs/monitoring.md says; hack/monitoring-test.sh), the
 # dashboard against its generator (dashboard-check), and every query of the
 # dashboard on Debian's Prometheus scraping registrars between the mock
-# driver and the newest kubelet's plugin manager (test/e2e/monitoring, build
-# tag monitoring). Installs Debian's prometheus package (prometheus and
-# promtool) with apt-get when missing.
+# driver and the newest kubelet's plugin manager, two of them with
+# --confirm-csinode on test/node's kube-apiserver (test/e2e/monitoring,
+# build tag monitoring). Installs Debian's prometheus package (prometheus
+# and promtool) with apt-get when missing.
 MONITORING_KUBELET := $(firstword $(KUBELET_SUPPORTED))
-monitoring-test: build mockdriver dashboard-check
+monitoring-test: build mockdriver dashboard-check $(KUBE_APISERVER_BIN)
 	hack/monitoring-test.sh
 	hack/progress.sh "building kubelet $(MONITORING_KUBELET)'s plugin manager (fakekubelet)" \
 		$(GO) build -C test/kubelet/$(MONITORING_KUBELET) -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$(MONITORING_KUBELET) .

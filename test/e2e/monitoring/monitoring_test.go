@@ -4,11 +4,13 @@
 // Grafana dashboard on a real Prometheus (Debian's prometheus package)
 // scraping real registrars, each between the mock CSI driver and kubelet's
 // plugin manager and CSI handler (the e2e kubelet): one registered, one
-// rejected, one waiting for its driver, one that kubelet accepted but
-// cannot confirm in CSINode. Each query must return series of the shape
+// rejected, one waiting for its driver, and two with --confirm-csinode on
+// a real kube-apiserver: one whose CSINode lists its driver, one whose
+// CSINode the test deletes. Each query must return series of the shape
 // its panel shows: non-empty where this set-up produces its data, with
 // the labels its legend or its table's columns name, and the values
-// these four registrars report.
+// these five registrars report; and only the chosen nodes' series, or
+// none, when the node and namespace variables are narrowed.
 //
 // Build tag monitoring: make monitoring-test runs it (hack/monitoring-test.sh),
 // not make e2e, which has no Prometheus.
@@ -34,6 +36,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 	"github.com/csi-registrar/node-driver-registrar/test/e2e/harness"
 )
 
@@ -83,37 +86,64 @@ type node struct {
 	registrar           *harness.Registrar
 }
 
-// unreachableKubeconfig names an API server on a port where nothing
-// listens, so that the node gate's and CSINode's requests fail with
-// code "error" as they do when the API server does not answer: this test
-// has no API server, and their panels must still show those requests.
-func unreachableKubeconfig(t *testing.T, dir string) string {
+// kubeconfig writes a kubeconfig for the registrars' --kubeconfig: the API
+// server at url, trusted through caFile (insecure without one), with a
+// bearer token.
+func kubeconfig(t *testing.T, path, url, caFile, token string) string {
 	t.Helper()
-	addr, err := harness.FreeLocalAddr()
-	if err != nil {
-		t.Fatal(err)
+	trust := "insecure-skip-tls-verify: true"
+	if caFile != "" {
+		trust = "certificate-authority: " + caFile
 	}
-	path := filepath.Join(dir, "kubeconfig")
 	config := `apiVersion: v1
 kind: Config
 clusters:
-- name: unreachable
+- name: cluster
   cluster:
-    server: https://` + addr + `
-    insecure-skip-tls-verify: true
+    server: ` + url + `
+    ` + trust + `
 users:
 - name: registrar
   user:
-    token: unused
+    token: ` + token + `
 contexts:
-- name: unreachable
-  context: {cluster: unreachable, user: registrar}
-current-context: unreachable
+- name: registrar
+  context: {cluster: cluster, user: registrar}
+current-context: registrar
 `
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// createNode creates a Node and returns its uid, which a CSINode's owner
+// reference names.
+func createNode(t *testing.T, s *apiserver.Server, name string) string {
+	t.Helper()
+	answer, err := s.Do(http.MethodPost, "/api/v1/nodes", "application/json", []byte(`{"metadata":{"name":"`+name+`"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node struct {
+		Metadata struct{ UID string } `json:"metadata"`
+	}
+	if err := json.Unmarshal(answer, &node); err != nil || node.Metadata.UID == "" {
+		t.Fatalf("node %s: no uid in %s (%v)", name, answer, err)
+	}
+	return node.Metadata.UID
+}
+
+// createCSINode writes the node's CSINode listing the driver, owned by the
+// Node, as kubelet writes it when it registers a driver: the e2e kubelet
+// writes it to its own fake API server, not to this one.
+func createCSINode(t *testing.T, s *apiserver.Server, node, uid, driver string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"metadata":{"name":%q,"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":%q,"uid":%q}]},"spec":{"drivers":[{"name":%q,"nodeID":%q}]}}`,
+		node, node, uid, driver, node)
+	if _, err := s.Do(http.MethodPost, "/apis/storage.k8s.io/v1/csinodes", "application/json", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDashboardQueries(t *testing.T) {
@@ -137,7 +167,28 @@ func TestDashboardQueries(t *testing.T) {
 	if err := os.Mkdir(registry, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := unreachableKubeconfig(t, dir)
+	// The node gate's requests go to an API server that does not answer,
+	// so that they fail with code "error" and the update stays pending.
+	unreachable, err := harness.FreeLocalAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachableConfig := kubeconfig(t, filepath.Join(dir, "unreachable.kubeconfig"), "https://"+unreachable, "", "unused")
+	// --confirm-csinode reads a real kube-apiserver's CSINodes.
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := apiserver.StartForTest(t, repo)
+	apiConfig := kubeconfig(t, filepath.Join(dir, "apiserver.kubeconfig"), api.URL, api.CAFile, apiserver.AdminToken)
+	uids := map[string]string{}
+	for _, name := range []string{"node-d", "node-e"} {
+		uids[name] = createNode(t, api, name)
+	}
+	// node-d's CSINode lists its driver from the start; node-e's does
+	// until the test deletes it.
+	createCSINode(t, api, "node-d", uids["node-d"], "d.csi.example.com")
+	createCSINode(t, api, "node-e", uids["node-e"], "e.csi.example.com")
 
 	kubelet, err := harness.StartKubelet(bins.FakeKubelet, harness.KubeletConfig{RegistryDir: registry, StartTimeout: startTimeout})
 	if err != nil {
@@ -159,15 +210,21 @@ func TestDashboardQueries(t *testing.T) {
 		{name: "node-b", driver: "b.csi.example.com", state: "rejected",
 			driverCfg: harness.MockDriverConfig{FailNodeGetInfo: true},
 			extraArgs: func(string) []string {
-				return []string{"--node-condition", "--node-name=node-b", "--kubeconfig=" + kubeconfig}
+				return []string{"--node-condition", "--node-name=node-b", "--kubeconfig=" + unreachableConfig}
 			}},
 		// The driver answers every GetPluginInfo with Unavailable.
 		{name: "node-c", driver: "c.csi.example.com", state: "waiting-for-driver",
 			driverCfg: harness.MockDriverConfig{UnavailableCalls: math.MaxInt32}},
-		// kubelet accepts it; --confirm-csinode cannot read CSINode.
-		{name: "node-d", driver: "d.csi.example.com", state: "unconfirmed",
+		// kubelet accepts it, and CSINode confirms it.
+		{name: "node-d", driver: "d.csi.example.com", state: "registered",
 			extraArgs: func(string) []string {
-				return []string{"--confirm-csinode", "--node-name=node-d", "--kubeconfig=" + kubeconfig}
+				return []string{"--confirm-csinode", "--node-name=node-d", "--kubeconfig=" + apiConfig}
+			}},
+		// kubelet accepts it, and CSINode confirms it until the test deletes
+		// the CSINode: then unconfirmed, after a socket published again.
+		{name: "node-e", driver: "e.csi.example.com", state: "registered",
+			extraArgs: func(string) []string {
+				return []string{"--confirm-csinode", "--node-name=node-e", "--kubeconfig=" + apiConfig}
 			}},
 	}
 	for _, n := range nodes {
@@ -205,6 +262,15 @@ func TestDashboardQueries(t *testing.T) {
 		if err := waitForState(n); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// node-e's CSINode lost: the registrar publishes its socket again, and
+	// kubelet registers the driver again, which writes no CSINode here.
+	if _, err := api.Do(http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/node-e", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	nodes[4].state = "unconfirmed"
+	if err := waitForState(nodes[4]); err != nil {
+		t.Fatal(err)
 	}
 
 	// kubelet's liveness probe of the driver container, every second.
@@ -444,39 +510,43 @@ func all(checks ...func([]sample) error) func([]sample) error {
 	}
 }
 
-// expectations: the four registrars of TestDashboardQueries as each query
+// allNodes are the nodes of TestDashboardQueries' registrars.
+var allNodes = []string{"node-a", "node-b", "node-c", "node-d", "node-e"}
+
+// expectations: the five registrars of TestDashboardQueries as each query
 // shows them.
 var expectations = map[string]expectation{
-	"Registered/A": {check: valueIs(1)},
-	"Registered/B": {check: valueIs(4)},
-	"Registrations by state/A": {check: all(valueIs(1, "state", "registered"), valueIs(1, "state", "rejected"),
+	"Registered/A": {check: valueIs(2)},
+	"Registered/B": {check: valueIs(5)},
+	"Registrations by state/A": {check: all(valueIs(2, "state", "registered"), valueIs(1, "state", "rejected"),
 		valueIs(1, "state", "waiting-for-driver"), valueIs(1, "state", "unconfirmed"), count(4))},
-	"Registrars not registered/A": {check: all(seriesFor("node-b", "node-c", "node-d"),
+	"Registrars not registered/A": {check: all(seriesFor("node-b", "node-c", "node-e"),
 		valueIs(1, "node", "node-b", "state", "rejected"), valueIs(1, "node", "node-c", "state", "waiting-for-driver"),
-		valueIs(1, "node", "node-d", "state", "unconfirmed"))},
-	"Rejections by kubelet/A": {check: all(seriesFor("node-a", "node-b", "node-c", "node-d"), positive("node", "node-b"), valueIs(0, "node", "node-a"))},
+		valueIs(1, "node", "node-e", "state", "unconfirmed"))},
+	"Rejections by kubelet/A": {check: all(seriesFor(allNodes...), positive("node", "node-b"), valueIs(0, "node", "node-a"))},
 	"Last rejection/A":        {check: all(seriesFor("node-b"), recentMillis("node", "node-b"))},
 	"kubelet's calls/A": {check: all(positive("method", "GetInfo", "result", "ok"),
 		positive("method", "NotifyRegistrationStatus", "result", "rejected"))},
-	"Socket publications by reason/A": {check: all(sampleExists("reason", "start"), sampleExists("reason", "retry"), sampleExists("reason", "csinode-lost"))},
-	"Registrars scraped/A":            {check: all(seriesFor("node-a", "node-b", "node-c", "node-d"), valueIs(1, "node", "node-a"), valueIs(1, "node", "node-c"))},
-	"Driver reachable/A": {check: all(seriesFor("node-a", "node-b", "node-c", "node-d"),
+	"Socket publications by reason/A": {check: all(sampleExists("reason", "start"), sampleExists("reason", "retry"), positive("reason", "csinode-lost"))},
+	"Registrars scraped/A":            {check: all(seriesFor(allNodes...), valueIs(1, "node", "node-a"), valueIs(1, "node", "node-c"))},
+	"Driver reachable/A": {check: all(seriesFor(allNodes...),
 		valueIs(1, "node", "node-a"), valueIs(1, "node", "node-b"), valueIs(0, "node", "node-c"), valueIs(1, "node", "node-d"))},
 	"GetPluginInfo errors by code/A": {check: positive("code", "Unavailable")},
 	// Every registrar asked; node-c's driver answers Unavailable at once.
-	"GetPluginInfo latency/A":                                    {check: seriesFor("node-a", "node-b", "node-c", "node-d")},
+	"GetPluginInfo latency/A":                                    {check: seriesFor(allNodes...)},
 	"/healthz latency (kubelet's liveness probe)/A":              {why: "prober_probe_duration_seconds is kubelet's own (its /metrics/probes), and the e2e kubelet runs only the plugin manager, no prober"},
 	"Driver liveness probe latency (--driver-health-endpoint)/A": {check: seriesFor("node-a")},
 	"Driver liveness probe latency (--driver-health-endpoint)/B": {why: "the mock driver answers every Probe: no failed probe to count"},
-	"Restarts/A":                         {why: "kube_pod_container_status_restarts_total and kube_pod_info are kube-state-metrics', which reads Pods from an API server: there is neither here"},
-	"CSINode confirmations and losses/A": {why: "a confirmed registration needs this node's CSINode to list the driver in an API server; pkg/features/csinode's tests against kube-apiserver cover it"},
+	"Restarts/A": {why: "kube_pod_container_status_restarts_total and kube_pod_info are kube-state-metrics' series about Pods: neither kube-state-metrics nor Pods run here"},
+	// node-d confirmed; node-a is registered without --confirm-csinode.
+	"CSINode confirmations and losses/A": {check: valueIs(1)},
 	"CSINode confirmations and losses/B": {check: valueIs(1)},
-	"CSINode confirmations and losses/C": {check: all(seriesFor("node-a", "node-b", "node-c", "node-d"), valueIs(0, "node", "node-d"))},
-	"CSINode API requests/A":             {check: sampleExists("code", "error")},
+	"CSINode confirmations and losses/C": {check: all(seriesFor(allNodes...), positive("node", "node-e"), valueIs(0, "node", "node-d"))},
+	"CSINode API requests/A":             {check: all(sampleExists("verb", "list", "code", "200"), sampleExists("verb", "get", "code", "200"))},
 	"Node gate API requests/A":           {check: sampleExists("code", "error")},
 	// Only a registrar with the node gate on serves node_update_pending.
 	"Node gate API requests/B": {check: all(seriesFor("node-b"), valueIs(1, "node", "node-b"))},
-	"Registrar versions/A": {check: all(seriesFor("node-a", "node-b", "node-c", "node-d"),
+	"Registrar versions/A": {check: all(seriesFor(allNodes...),
 		sampleExists("node", "node-a", "driver_name", "a.csi.example.com"))},
 }
 
