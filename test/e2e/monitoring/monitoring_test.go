@@ -202,8 +202,10 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	nodes := []*node{
 		// Registered, with the driver container's liveness probe served
-		// by the registrar (csi_sidecar_operations_seconds).
+		// by the registrar (csi_sidecar_operations_seconds), which the
+		// driver fails (FailedPrecondition).
 		{name: "node-a", driver: "a.csi.example.com", state: "registered",
+			driverCfg: harness.MockDriverConfig{Probe: "error"},
 			extraArgs: func(string) []string { return []string{"--driver-health-endpoint=" + driverHealth} }},
 		// kubelet rejects it at every try (NodeGetInfo fails); with
 		// --node-condition, the node gate tries to set the condition False.
@@ -536,7 +538,7 @@ var expectations = map[string]expectation{
 	"GetPluginInfo latency/A":                                    {check: seriesFor(allNodes...)},
 	"/healthz latency (kubelet's liveness probe)/A":              {why: "prober_probe_duration_seconds is kubelet's own (its /metrics/probes), and the e2e kubelet runs only the plugin manager, no prober"},
 	"Driver liveness probe latency (--driver-health-endpoint)/A": {check: seriesFor("node-a")},
-	"Driver liveness probe latency (--driver-health-endpoint)/B": {why: "the mock driver answers every Probe: no failed probe to count"},
+	"Driver liveness probe latency (--driver-health-endpoint)/B": {check: all(seriesFor("node-a"), positive("grpc_status_code", "FailedPrecondition"))},
 	"Restarts/A": {why: "kube_pod_container_status_restarts_total and kube_pod_info are kube-state-metrics' series about Pods: neither kube-state-metrics nor Pods run here"},
 	// node-d confirmed; node-a is registered without --confirm-csinode.
 	"CSINode confirmations and losses/A": {check: valueIs(1)},
