@@ -48,9 +48,11 @@ const (
 	namespace = "storage"
 	// container is the registrar's container, as the PodMonitor keeps it.
 	container = "node-driver-registrar"
-	// rateInterval stands for Grafana's $__rate_interval: a window that
-	// holds many of this Prometheus' 1 s scrapes.
-	rateInterval = "30s"
+	// rateInterval stands for Grafana's $__rate_interval, at least four
+	// scrape intervals: 2 min for the PodMonitor's 30 s. It holds the whole
+	// run here, so that each increase() this test checks counts every
+	// event since the first scrape, however late the check runs.
+	rateInterval = "2m"
 	// startTimeout bounds each process's start and each registrar's way
 	// to its state: kubelet reconciles every second.
 	startTimeout = 60 * time.Second
@@ -265,15 +267,6 @@ func TestDashboardQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// node-e's CSINode lost: the registrar publishes its socket again, and
-	// kubelet registers the driver again, which writes no CSINode here.
-	if _, err := api.Do(http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/node-e", "", nil); err != nil {
-		t.Fatal(err)
-	}
-	nodes[4].state = "unconfirmed"
-	if err := waitForState(nodes[4]); err != nil {
-		t.Fatal(err)
-	}
 
 	// kubelet's liveness probe of the driver container, every second.
 	ctx, stopProbes := context.WithCancel(context.Background())
@@ -291,6 +284,17 @@ func TestDashboardQueries(t *testing.T) {
 	t.Cleanup(func() { stopProbes(); <-probed })
 
 	prom := startPrometheus(t, prometheusBin, dir, nodes)
+
+	// node-e's CSINode lost, once Prometheus scrapes, so that the loss is
+	// a counter's increase: the registrar publishes its socket again, and
+	// kubelet registers the driver again, which writes no CSINode here.
+	if _, err := api.Do(http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/node-e", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	nodes[4].state = "unconfirmed"
+	if err := waitForState(nodes[4]); err != nil {
+		t.Fatal(err)
+	}
 
 	vars := map[string]string{
 		"namespace":       namespace,
