@@ -72,7 +72,7 @@ KUBELET_MINORS ?= $(KUBELET_SUPPORTED)
 # Every Go module of the repository with Go code: lint covers them all.
 # test/node/kubernetes/v1.NN pin a Kubernetes release for make e2e-node
 # and hold no code of their own.
-MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm
+MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm deploy/monitoring/dashboard
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -97,7 +97,7 @@ endif
 
 .PHONY: all build test test-all unit apiserver-test fuzz e2e e2e-newest e2e-older demo vet clean version release-notes release
 .PHONY: kube-bump deps-check
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test dashboard dashboard-check
 
 all: build
 
@@ -182,7 +182,7 @@ windows-test:
 
 vet:
 	hack/progress.sh "vetting the product module" $(GO) vet -tags apiserver ./...
-	hack/progress.sh "vetting test/e2e" $(GO) vet -C test/e2e ./...
+	hack/progress.sh "vetting test/e2e" $(GO) vet -C test/e2e -tags monitoring ./...
 
 # test/node's kube-apiserver, which pkg/features/nodegate's and test/deploy's tests
 # run (test/apiserver): built here rather than inside go test, whose
@@ -285,20 +285,21 @@ test: vet unit fuzz e2e-newest docs-test
 
 # Everything make test runs, and what needs more Kubernetes builds: the
 # tests against a real kube-apiserver, the other kubelet minors, the
-# manifests against the API server, the benchmarks once each. .ci/run runs
-# it.
-test-all: test apiserver-test e2e-older deploy-test bench-smoke
+# manifests against the API server, the benchmarks once each, and the
+# monitoring component on a real Prometheus. .ci/run runs it.
+test-all: test apiserver-test e2e-older deploy-test bench-smoke monitoring-test
 	@if [ -s $(SKIPPED) ]; then echo "make test-all: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
 		else echo "make test-all: no test skipped"; fi
 	@echo "make test-all: all checks passed ($^)"
 
-# gofmt, go vet and staticcheck on every module; staticcheck also on the
-# product module as built for Windows.
+# gofmt, go vet and staticcheck on every module, the tests of build tags
+# apiserver and monitoring included; staticcheck also on the product module
+# as built for Windows.
 lint: $(STATICCHECK)
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then \
 		echo "gofmt: these files are not formatted (gofmt -w FILE):" >&2; echo "$$files" >&2; exit 1; fi
 	@set -e; for m in $(MODULES); do \
-		echo "lint: $$m"; (cd $$m && $(GO) vet -tags apiserver ./... && $(STATICCHECK) -tags apiserver ./...); \
+		echo "lint: $$m"; (cd $$m && $(GO) vet -tags apiserver,monitoring ./... && $(STATICCHECK) -tags apiserver,monitoring ./...); \
 	done
 	GOOS=windows GOARCH=amd64 $(STATICCHECK) ./...
 
@@ -365,12 +366,37 @@ bench-smoke: build mockdriver $(KUBE_APISERVER_BIN)
 metrics-check: build mockdriver
 	hack/check-metrics.sh
 
-# The alerts of deploy/monitoring through `promtool test rules`: each fires
-# and clears when docs/monitoring.md says. Installs Debian's prometheus
-# package (promtool) with apt-get when promtool is missing. See
-# hack/monitoring-test.sh.
-monitoring-test:
+# deploy/monitoring: the alerts through `promtool test rules` (each fires
+# and clears when docs/monitoring.md says; hack/monitoring-test.sh), the
+# dashboard against its generator (dashboard-check), and every query of the
+# dashboard on Debian's Prometheus scraping registrars between the mock
+# driver and the newest kubelet's plugin manager, two of them with
+# --confirm-csinode on test/node's kube-apiserver (test/e2e/monitoring,
+# build tag monitoring). Installs Debian's prometheus package (prometheus
+# and promtool) with apt-get when missing.
+MONITORING_KUBELET := $(firstword $(KUBELET_SUPPORTED))
+monitoring-test: build mockdriver dashboard-check $(KUBE_APISERVER_BIN)
 	hack/monitoring-test.sh
+	hack/progress.sh "building kubelet $(MONITORING_KUBELET)'s plugin manager (fakekubelet)" \
+		$(GO) build -C test/kubelet/$(MONITORING_KUBELET) -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$(MONITORING_KUBELET) .
+	cd test/e2e && REGISTRAR_BIN=$(CURDIR)/$(BIN) MOCKDRIVER_BIN=$(CURDIR)/bin/mockdriver \
+		FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$(MONITORING_KUBELET) $(GO_TEST) -tags monitoring -count=1 ./monitoring
+
+# deploy/monitoring's Grafana dashboard (dashboard.json and the ConfigMap
+# grafana-dashboard.yaml), written by its generator, deploy/monitoring/dashboard
+# (a module of its own: Grafana's foundation SDK). make dashboard-check
+# writes them into a temporary directory and fails when the committed
+# files differ.
+DASHBOARD_FILES := dashboard.json grafana-dashboard.yaml
+dashboard:
+	cd deploy/monitoring/dashboard && $(GO) run . -out ..
+
+dashboard-check:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		(cd deploy/monitoring/dashboard && $(GO) run . -out "$$tmp") && \
+		for f in $(DASHBOARD_FILES); do \
+			diff -u deploy/monitoring/$$f "$$tmp/$$f" || { echo "make dashboard-check: deploy/monitoring/$$f is not what deploy/monitoring/dashboard writes: run make dashboard and commit the result" >&2; exit 1; }; \
+		done; echo "make dashboard-check: deploy/monitoring's $(DASHBOARD_FILES) are the generator's"
 
 # The test CSI driver that make bench starts next to the registrar.
 mockdriver:

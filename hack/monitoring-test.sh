@@ -7,15 +7,17 @@
 # which say when each alert fires and clears.
 #
 # promtool comes from Debian's prometheus package, installed with apt-get
-# when missing.
+# when missing; so does prometheus, which make monitoring-test runs next
+# for the dashboard's queries (test/e2e/monitoring).
 #
-#   hack/monitoring-test.sh        (make monitoring-test)
+#   hack/monitoring-test.sh        (make monitoring-test, first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . hack/lib.sh
 
 install_promtool
+install_missing prometheus prometheus --no-install-recommends
 
 scratch_dir monitoring-test
 # alerts_test.yaml names its rule file rules.yaml, next to it.

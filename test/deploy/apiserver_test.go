@@ -18,6 +18,7 @@ import (
 // %s is the namespace of a namespaced one.
 var resourcePaths = map[string]string{
 	"Namespace":                        "/api/v1/namespaces",
+	"ConfigMap":                        "/api/v1/namespaces/%s/configmaps",
 	"ServiceAccount":                   "/api/v1/namespaces/%s/serviceaccounts",
 	"DaemonSet":                        "/apis/apps/v1/namespaces/%s/daemonsets",
 	"ClusterRole":                      "/apis/rbac.authorization.k8s.io/v1/clusterroles",

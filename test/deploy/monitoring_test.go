@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
 	"slices"
@@ -8,11 +9,12 @@ import (
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // metricsSources name every family the registrar serves: its own, and
 // those of the features.
-var metricsSources = []string{"../../pkg/healthz/metrics.go", "../../pkg/features/nodegate/report.go"}
+var metricsSources = []string{"../../pkg/healthz/metrics.go", "../../pkg/features/nodegate/report.go", "../../pkg/features/csinode/report.go"}
 
 const (
 	// monitoringDoc holds a runbook section per alert.
@@ -80,20 +82,7 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := map[string]bool{}
-	for _, file := range metricsSources {
-		source, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		families := regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1)
-		if len(families) == 0 {
-			t.Fatalf("no csi_node_driver_registrar_* family named in %s", file)
-		}
-		for _, m := range families {
-			served[m[1]] = true
-		}
-	}
+	served := servedFamilies(t)
 	states := map[string]bool{}
 	stateSource, err := os.ReadFile(statesSource)
 	if err != nil {
@@ -157,4 +146,103 @@ func TestMonitoringAlertsHaveRunbooks(t *testing.T) {
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
+}
+
+// dashboardJSON is the dashboard's JSON as Grafana imports it; the
+// ConfigMap holds the same.
+const dashboardJSON = "../../deploy/monitoring/dashboard.json"
+
+// The component's ConfigMap is one Grafana's dashboard sidecar loads (its
+// default label), it holds dashboard.json as it is, every registrar family
+// its queries read is one the registrar serves, and docs/monitoring.md
+// lists each panel with its queries as they are. (make
+// monitoring-test evaluates the queries against running registrars.)
+func TestMonitoringDashboardConfigMap(t *testing.T) {
+	cm := only[*corev1.ConfigMap](t, render(t, monitoringOverlayDir))
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("ConfigMap %s has labels %v: Grafana's sidecar loads those labelled grafana_dashboard: \"1\"", cm.Name, cm.Labels)
+	}
+	want, err := os.ReadFile(dashboardJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.Data) != 1 {
+		t.Fatalf("ConfigMap %s has %d keys, want one, the dashboard", cm.Name, len(cm.Data))
+	}
+	for key, got := range cm.Data {
+		if !strings.HasSuffix(key, ".json") {
+			t.Errorf("ConfigMap %s: key %s: the sidecar writes each key as a file, and Grafana loads *.json", cm.Name, key)
+		}
+		if got != string(want) {
+			t.Errorf("ConfigMap %s: %s differs from %s: run make dashboard", cm.Name, key, dashboardJSON)
+		}
+	}
+
+	var dashboard struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(want, &dashboard); err != nil {
+		t.Fatalf("%s: %v", dashboardJSON, err)
+	}
+	if dashboard.UID == "" {
+		t.Errorf("%s has no uid: Grafana would add a copy at every load instead of replacing it", dashboardJSON)
+	}
+	served := servedFamilies(t)
+	doc, err := os.ReadFile(monitoringDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := 0
+	for _, p := range dashboard.Panels {
+		cell := "| " + p.Title + " |"
+		if p.Type == "row" {
+			cell = "| **" + p.Title + "** |"
+		}
+		if !strings.Contains(string(doc), cell) {
+			t.Errorf("%s does not list the panel %q in its table of the dashboard", monitoringDoc, p.Title)
+		}
+		for _, target := range p.Targets {
+			queries++
+			if !strings.Contains(string(doc), "`"+target.Expr+"`") {
+				t.Errorf("%s does not show the query of panel %q as the dashboard has it: %s", monitoringDoc, p.Title, target.Expr)
+			}
+			for _, family := range regexp.MustCompile(`csi_node_driver_registrar_[a-z_]+`).FindAllString(target.Expr, -1) {
+				family = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(family, "_bucket"), "_count"), "_sum")
+				if !served[family] {
+					t.Errorf("panel %q reads %s, which the registrar does not serve (%s)", p.Title, family, strings.Join(metricsSources, ", "))
+				}
+			}
+		}
+	}
+	if queries == 0 {
+		t.Errorf("%s has no query", dashboardJSON)
+	}
+}
+
+// servedFamilies are the csi_node_driver_registrar_* families named in
+// metricsSources.
+func servedFamilies(t *testing.T) map[string]bool {
+	t.Helper()
+	served := map[string]bool{}
+	for _, file := range metricsSources {
+		source, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		families := regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1)
+		if len(families) == 0 {
+			t.Fatalf("no csi_node_driver_registrar_* family named in %s", file)
+		}
+		for _, m := range families {
+			served[m[1]] = true
+		}
+	}
+	return served
 }

@@ -5,7 +5,6 @@
 package e2e_test
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,16 +58,11 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 	}
-	dir, err := os.MkdirTemp("", "e2ebin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
 	start := time.Now()
-	bins, err = harness.BuildBinaries(ctx, dir, func(line string) { fmt.Fprintf(os.Stderr, "e2e: %s\n", line) })
+	var cleanup func()
+	var err error
+	bins, cleanup, err = harness.BuildBinariesForMain("e2e")
+	defer cleanup()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1

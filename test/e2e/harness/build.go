@@ -133,6 +133,21 @@ func BuildBinaries(ctx context.Context, dir string, progress func(line string)) 
 	return bins, nil
 }
 
+// BuildBinariesForMain is BuildBinaries into a new temporary directory,
+// within 20 minutes, for a TestMain; each progress line is prefixed with
+// prefix. cleanup removes the directory.
+func BuildBinariesForMain(prefix string) (bins Binaries, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", prefix+"bin")
+	if err != nil {
+		return Binaries{}, func() {}, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	bins, err = BuildBinaries(ctx, dir, func(line string) { fmt.Fprintf(os.Stderr, "%s: %s\n", prefix, line) })
+	return bins, cleanup, err
+}
+
 // stillBuildingInterval spaces the lines that say a build still runs, so
 // that a cold build is not minutes with one line on screen.
 const stillBuildingInterval = 30 * time.Second

@@ -146,6 +146,9 @@ type MockDriverConfig struct {
 	FailNodeGetInfoCalls int
 	PluginInfoDelay      time.Duration
 	UnavailableCalls     int
+	// Probe is Probe's answer (--probe: ready, not-ready, unset, error,
+	// hang); empty leaves the driver's default.
+	Probe string
 }
 
 // StartMockDriver starts bin (test/mockdriver) and waits until it serves.
@@ -162,6 +165,9 @@ func StartMockDriver(bin string, cfg MockDriverConfig) (*Process, error) {
 	}
 	if cfg.UnavailableCalls != 0 {
 		args = append(args, "--unavailable-calls="+strconv.Itoa(cfg.UnavailableCalls))
+	}
+	if cfg.Probe != "" {
+		args = append(args, "--probe="+cfg.Probe)
 	}
 	p, err := StartProcess("driver", bin, args, nil)
 	if err != nil {
