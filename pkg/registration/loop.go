@@ -319,14 +319,8 @@ func (l *loop) publish(reason string, gen uint64) error {
 	if id, mode, err := sockfile.Lstat(l.m.path); err == nil && mode.Type() == fs.ModeSocket {
 		replace = id
 	}
-	sock, err := l.spare, error(nil)
+	sock, err := sockfile.Publish(l.m.path, replace, l.spare)
 	l.spare = nil
-	if sock == nil {
-		sock, err = sockfile.Listen(l.m.path)
-	}
-	if err == nil {
-		err = sock.Place(l.m.path, replace)
-	}
 	switch {
 	case err != nil && sockfile.IsShortage(err):
 		l.queue = append(l.queue, publishFailed{reason, err})

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,48 @@ func Listen(path string) (*Socket, error) {
 		return nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
 	}
 	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+}
+
+// Publish puts a listening socket at path, replacing there the socket
+// replace (zero: none): spare when given, or a new one. On Windows, where
+// no socket file is linked, renamed or has its mode changed, as upstream's
+// registrar does: what is there is removed and a socket bound at path.
+func Publish(path string, replace ID, spare *Socket) (*Socket, error) {
+	if runtime.GOOS == "windows" {
+		return listenAt(path, replace)
+	}
+	sock, err := spare, error(nil)
+	if sock == nil {
+		sock, err = Listen(path)
+	}
+	if err == nil {
+		err = sock.Place(path, replace)
+	}
+	return sock, err
+}
+
+func listenAt(path string, replace ID) (*Socket, error) {
+	if replace != (ID{}) {
+		if _, err := RemoveIfSame(path, replace); err != nil {
+			return nil, fmt.Errorf("cannot remove the socket at %q: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode().Type() != fs.ModeSocket {
+			return nil, &NotASocketError{Path: path, Mode: fi.Mode()}
+		}
+		return nil, fmt.Errorf("cannot listen at %s: %w", path, err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	file, _, err := Lstat(path)
+	if err != nil {
+		_ = ul.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("cannot inspect %q: %w", path, err)
+	}
+	return &Socket{UnixListener: ul, Path: path, File: file}, nil
 }
 
 // ID identifies a file as os.SameFile does, as a comparable value; zero is

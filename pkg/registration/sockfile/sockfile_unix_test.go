@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // A published socket keeps its hidden name beside the final one (kubelet
@@ -21,7 +22,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	path := filepath.Join(dir, "x.csi.example.com-reg.sock")
 
-	first, err := publish(path, ID{})
+	first, err := Publish(path, ID{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatalf("the socket at the path: %v, mode %v; want mode 0600", err, fi.Mode().Perm())
 	}
 
-	second, err := publish(path, first.File)
+	second, err := Publish(path, first.File, nil)
 	if err != nil {
 		t.Fatalf("Publish over its own socket: %v", err)
 	}
@@ -62,7 +63,7 @@ func TestPublishReplaceRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	var notSocket *NotASocketError
-	if _, err := publish(path, ID{}); !errors.As(err, &notSocket) {
+	if _, err := Publish(path, ID{}, nil); !errors.As(err, &notSocket) {
 		t.Errorf("Publish over a regular file = %v, want a NotASocketError", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
@@ -70,11 +71,43 @@ func TestPublishReplaceRemove(t *testing.T) {
 	}
 }
 
-// publish listens at path and places the socket there.
-func publish(path string, replace ID) (*Socket, error) {
-	s, err := Listen(path)
+// On Windows the socket is bound at the path itself, as upstream's is:
+// what it replaces is removed first, and anything else is left alone.
+func TestListenAtThePathAsOnWindows(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.csi.example.com-reg.sock")
+	first, err := listenAt(path, ID{})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return s, s.Place(path, replace)
+	if id, _, err := Lstat(path); err != nil || id != first.File || first.Path != path || first.Hidden != "" {
+		t.Fatalf("listenAt = %+v, file at the path %v (%v); want the socket there, no hidden name", first, id, err)
+	}
+	_ = first.Close()
+	if _, err := listenAt(path, ID{}); err == nil {
+		t.Fatal("listenAt replaced a socket it was not told to")
+	}
+	second, err := listenAt(path, first.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	// The file system may give the new socket the old one's inode: the
+	// closed socket would refuse the connection.
+	if !Answers(path, time.Second) {
+		t.Error("the socket at the path does not accept connections: the one replaced is still there")
+	}
+	if removed, err := second.Remove(); !removed || err != nil {
+		t.Fatalf("Remove = %v, %v", removed, err)
+	}
+	if err := os.WriteFile(path, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var notSocket *NotASocketError
+	if _, err := listenAt(path, ID{}); !errors.As(err, &notSocket) {
+		t.Fatalf("listenAt over a regular file = %v, want a NotASocketError", err)
+	}
+	if data, err := os.ReadFile(path); err != nil || string(data) != "keep" {
+		t.Errorf("the regular file is %q, %v; want it untouched", data, err)
+	}
 }
