@@ -356,8 +356,8 @@ func serveOwnerOfVersion2(t *testing.T, path string) (answers <-chan byte) {
 }
 
 // A request of another version of the handover is refused with
-// FailedPrecondition before it reaches the loop: the owner sends nothing
-// and stays registered.
+// FailedPrecondition before it reaches the loop: the owner sends nothing,
+// stays registered, and still hands over to a newer instance.
 func TestRefusesAHandoverRequestOfAnotherVersion(t *testing.T) {
 	dir := shortTempDir(t)
 	r := startRegistered(t, dir)
@@ -370,10 +370,12 @@ func TestRefusesAHandoverRequestOfAnotherVersion(t *testing.T) {
 	defer recv.Close()
 	address := recv.Hidden
 
-	req := map[string]any{"version": 2, "driver": testDriver, "endpoint": testEndpoint, "address": address}
-	err = unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)
-	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("HandOver of version 2 = %v, want FailedPrecondition about the version", err)
+	for _, version := range []int{2, -1} {
+		req := map[string]any{"version": version, "driver": testDriver, "endpoint": testEndpoint, "address": address}
+		err = unixgrpc.InvokeJSON(context.Background(), path, handover.Method, req, nil)
+		if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), fmt.Sprintf("version %d", version)) {
+			t.Fatalf("HandOver of version %d = %v, want FailedPrecondition about the version", version, err)
+		}
 	}
 	if err := recv.SetDeadline(time.Now()); err != nil {
 		t.Fatal(err)
@@ -384,5 +386,9 @@ func TestRefusesAHandoverRequestOfAnotherVersion(t *testing.T) {
 	}
 	if st := r.srv.Status(); st.State != Registered || !os.SameFile(published, lstat(t, path)) {
 		t.Errorf("Status = %+v after a refused request, want registered on the same socket", st)
+	}
+	newer := start(t, dir)
+	if st := newer.srv.Status(); st.Publications[ReasonHandover] != 1 || !os.SameFile(published, lstat(t, path)) {
+		t.Errorf("after the refusals a newer instance published %v, want the socket handed over", st.Publications)
 	}
 }

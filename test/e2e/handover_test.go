@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"strings"
 	"syscall"
 	"testing"
 
@@ -9,16 +8,16 @@ import (
 )
 
 // A rolling update with maxSurge, with kubelet's real plugin manager: the
-// new instance B takes the old instance A's listening socket over instead
-// of putting a new file at the path. kubelet sees no file event, so it
-// neither deregisters nor registers the driver: CSINode lists the driver
-// throughout, and B is ready at once with A's registration. Then A exits
-// without taking the socket, now B's, with it.
+// new instance B takes the old instance A's listening socket over, so
+// kubelet neither deregisters nor registers the driver: CSINode lists the
+// driver throughout, and B is ready at once. Then A exits, and B's exit
+// deregisters the driver, as any last instance's does. What each instance
+// does with the socket file and its /status is pkg/registration's
+// handover test's.
 func TestHandoverKeepsTheRegistration(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "handover.e2e.example.com")
 	k, a := e.registered("registrar-A")
-	inode := socketInode(t, e.regSocket())
 	registrations := k.CountEvents(e.driver, report.Register, true)
 	deregistrations := k.CountEvents(e.driver, report.Deregister, false)
 	// quiet fails the test if kubelet reported a deregistration or a new
@@ -49,31 +48,13 @@ func TestHandoverKeepsTheRegistration(t *testing.T) {
 	if _, err := b.WaitForReadyz(waitTimeout, 200, "registered"); err != nil {
 		t.Fatal(err)
 	}
-	if ino := socketInode(t, e.regSocket()); ino != inode {
-		t.Errorf("the socket at %s has inode %d after the handover, want A's %d: the file must not change", e.regSocket(), ino, inode)
-	}
 	assertSuperseded(t, a)
-	if st, err := a.Status(); err != nil || !strings.Contains(st.Reason, "handed it over") {
-		t.Errorf("A's /status reason %q (%v), want it to say A handed the socket over", st.Reason, err)
-	}
-	st, err := b.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.State != stateRegistered || st.Publications["handover"] != 1 || st.Publications["start"] != 0 {
-		t.Errorf("B's /status: state %q, publications %v; want registered after one handover\n%s", st.State, st.Publications, st.Raw)
-	}
-	assertRegistryHolds(t, e.registry, e.driver)
 	quiet("during the handover")
 
 	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	wantExit(t, a, 0)
-	if ino := socketInode(t, e.regSocket()); ino != inode {
-		t.Errorf("the socket at %s has inode %d after A exited, want %d", e.regSocket(), ino, inode)
-	}
-	assertRegistryHolds(t, e.registry, e.driver)
 	quiet("after A exited")
 	if d, ok := k.State().Driver(e.driver); !ok || d.NodeID != e.nodeID {
 		t.Errorf("CSINode lists %+v (listed: %v), want driver %q with node ID %q", d, ok, e.driver, e.nodeID)

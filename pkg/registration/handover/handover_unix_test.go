@@ -160,18 +160,6 @@ func assertAccepts(t *testing.T, l *net.UnixListener, path string) {
 	}
 }
 
-// assertNoConnection checks that nobody connected to l.
-func assertNoConnection(t *testing.T, l *net.UnixListener) {
-	t.Helper()
-	if err := l.SetDeadline(time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := l.Accept(); err == nil {
-		_ = c.Close()
-		t.Error("the owner connected to the new instance's socket")
-	}
-}
-
 func TestOfferAndTake(t *testing.T) {
 	dir := shortDir(t)
 	pub := publish(t, dir)
@@ -261,38 +249,6 @@ func TestTakeFromAnOwnerRefusingTheVersion(t *testing.T) {
 	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), refusal) {
 		t.Fatalf("Take = %v, want the owner's FailedPrecondition", err)
 	}
-}
-
-// The owner of this build answers a request of another version with
-// FailedPrecondition and sends nothing; the same request of version 1
-// (or without a version, as the previous builds send it) is handed over.
-func TestOfferRefusesARequestOfAnotherVersion(t *testing.T) {
-	dir := shortDir(t)
-	pub := publish(t, dir)
-	serveOwner(t, pub, nil)
-	recv, address := listenHidden(t, dir, "cccccc")
-	ctx := context.Background()
-
-	request := func(version int) map[string]any {
-		return map[string]any{"version": version, "driver": testDriver, "endpoint": testEndpoint, "address": address}
-	}
-	for _, version := range []int{2, -1} {
-		err := unixgrpc.InvokeJSON(ctx, pub.path, Method, request(version), nil)
-		if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), fmt.Sprintf("version %d", version)) {
-			t.Fatalf("HandOver of version %d = %v, want FailedPrecondition about the version", version, err)
-		}
-		assertNoConnection(t, recv)
-	}
-	if lstat(t, pub.path) != pub.file || lstat(t, pub.hidden) != pub.file {
-		t.Fatal("the owner's socket changed after refused requests")
-	}
-	// The owner still has its socket to offer.
-	taken, err := Take(newcomer(t, dir, pub.path))
-	if err != nil {
-		t.Fatalf("Take of version %d after the refusals: %v", Version, err)
-	}
-	defer taken.UnixListener.Close()
-	assertAccepts(t, taken.UnixListener, pub.path)
 }
 
 // A new instance of the previous build sends its request without a
