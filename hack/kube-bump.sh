@@ -98,10 +98,11 @@ else
 	cp "$template/$code" "$dir/$code"
 fi
 
-# The go directive: the template's, or the release's when it needs a newer Go.
-go_directive=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$template/go.mod")
+# The go directive: the project's (go.mod at the root), or the release's when
+# it needs a newer Go; not the template's, which may be a newer release's.
+go_directive=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
 if [[ -n $kube_go ]] && [[ $(printf '%s\n%s\n' "$go_directive" "$kube_go" | sort -V | tail -1) != "$go_directive" ]]; then
-	step "k8s.io/kubernetes $version needs go $kube_go (this module had $go_directive): export GOTOOLCHAIN=go$kube_go or newer to build it"
+	step "k8s.io/kubernetes $version needs go $kube_go (the project's go.mod has $go_directive): export GOTOOLCHAIN=go$kube_go or newer to build it"
 	go_directive=$kube_go
 fi
 {
