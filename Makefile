@@ -251,7 +251,7 @@ e2e-older: build
 define e2e_against
 	@set -e; for m in $(1); do \
 		[ -f test/kubelet/$$m/go.mod ] || { echo "make e2e: no module test/kubelet/$$m; tested: $(KUBELET_SUPPORTED) (hack/kube-bump.sh adds one)" >&2; exit 1; }; \
-		echo "make e2e: kubelet $$m (test/kubelet/$$m, k8s.io/kubernetes $$(sed -n 's/^require k8s.io\/kubernetes //p' test/kubelet/$$m/go.mod))"; \
+		echo "make e2e: kubelet $$m (test/kubelet/$$m, k8s.io/kubernetes $$(sed -nE 's/^(require )?[[:space:]]*k8s\.io\/kubernetes (v[^ ]*)$$/\2/p' test/kubelet/$$m/go.mod))"; \
 		hack/progress.sh "building kubelet $$m's plugin manager (fakekubelet)" \
 			$(GO) build -C test/kubelet/$$m -ldflags=-w -o $(CURDIR)/bin/fakekubelet-$$m .; \
 		(cd test/e2e && FAKEKUBELET_BIN=$(CURDIR)/bin/fakekubelet-$$m REGISTRAR_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...); \
@@ -416,8 +416,9 @@ e2e-node:
 
 # A Kubernetes release into the matrix: make kube-bump VERSION=v1.38.0 writes
 # test/kubelet/v1.38 (from the nearest minor's), tidies and builds it, adds
-# it to test/kubelet/MINORS and prints what to review. VERSION here is the
-# Kubernetes release, not the registrar's. See hack/kube-bump.sh.
+# it to test/kubelet/MINORS (a prerelease stays out: run by hand) and prints
+# what to review. VERSION here is the Kubernetes release, not the
+# registrar's. See hack/kube-bump.sh.
 kube-bump:
 	@$(if $(filter command line,$(origin VERSION)),,echo "make kube-bump: give the Kubernetes release: make kube-bump VERSION=v1.X.Y" >&2; exit 2;)
 	hack/kube-bump.sh $(VERSION)

@@ -100,7 +100,7 @@ else
 fi
 if [[ -z $kube_module ]]; then
 	fail "KUBE_VERSION=$kube_version: no module pins it; supported: $node_version (test/node)$(
-		sed -n 's|^require k8s\.io/kubernetes \(v.*\)$|, \1|p' test/node/kubernetes/*/go.mod | tr -d '\n'
+		sed -nE 's|^(require )?[[:space:]]*k8s\.io/kubernetes (v[^ ]*)$|, \2|p' test/node/kubernetes/*/go.mod | tr -d '\n'
 	) (test/node/kubernetes/v1.NN; see docs/compatibility.md to add one)"
 fi
 [[ $mode == node || $kube_module == test/node ]] || fail "KUBE_VERSION=$kube_version: make e2e-storage runs test/node's version only ($node_version)"

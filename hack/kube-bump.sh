@@ -8,13 +8,20 @@
 #      ./staging/src/k8s.io/...) replaced with v0.X.Y.
 #   2. A new minor's main.go is copied from the nearest existing minor (the
 #      newest one for a new release); an existing main.go is kept.
-#   3. go mod tidy (through the module proxy), then compares kubelet's Go API
-#      that main.go implements (the plugin handler, the plugin manager, the
-#      volume host) between the two releases and prints what changed.
+#   3. go mod tidy (through the module proxy; a module it refuses is pinned
+#      to an older version it serves, or left out when only tests of
+#      dependencies import it, or stops the script: see below), then
+#      compares kubelet's Go API that main.go implements (the plugin
+#      handler, the plugin manager, the volume host) between the two
+#      releases and prints what changed.
 #   4. go build ./... of the module; on failure it stops, with the build's
 #      errors and the API differences: adapt main.go, then run it again.
 #   5. Writes the release into test/kubelet/MINORS, the one list of the
-#      kubelets tested, and prints what to look at before committing.
+#      kubelets tested, unless it is a prerelease (v1.38.0-beta.0), which
+#      is run by hand, and prints what to look at before committing.
+#
+# A release whose go.mod needs a newer Go than the template's gives the
+# module its go line: export GOTOOLCHAIN=go1.NN.P to run this and build it.
 #
 # With --node it does the same for make e2e-node: test/node/kubernetes/v1.X,
 # pinning the release whose kubelet and control plane make e2e-node
@@ -33,6 +40,7 @@ version=$1
 minor=v1.${BASH_REMATCH[1]}
 staging_version=v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}${BASH_REMATCH[3]}
 minor_number=${BASH_REMATCH[1]}
+prerelease=${BASH_REMATCH[3]}
 
 if $node; then
 	parent=test/node/kubernetes
@@ -72,12 +80,15 @@ for d in "$parent"/v1.*/; do
 	fi
 done
 [[ -n $template ]] || fail "no module in $parent/v1.*/ to start from"
-template_version=$(sed -n 's/^require k8s\.io\/kubernetes \(v[^ ]*\)$/\1/p' "$template/go.mod")
+# The release a module pins: its require line, on its own or in a block
+# (go mod tidy of Go 1.27 merges the direct requirements into one).
+pinned_release() { sed -nE 's/^(require )?[[:space:]]*k8s\.io\/kubernetes (v[^ ]*)$/\2/p' "$1"; }
+template_version=$(pinned_release "$template/go.mod")
 created=false
 compare_version=$template_version
 pinned_before=
 if [[ -d $dir ]]; then
-	pinned_before=$(sed -n 's/^require k8s\.io\/kubernetes \(v[^ ]*\)$/\1/p' "$dir/go.mod" 2>/dev/null || true)
+	pinned_before=$(pinned_release "$dir/go.mod" 2>/dev/null || true)
 	[[ -z $pinned_before || $pinned_before == "$version" ]] || compare_version=$pinned_before
 	step "$dir exists (k8s.io/kubernetes ${pinned_before:-none}): pinning $version, keeping its $code"
 else
@@ -87,10 +98,11 @@ else
 	cp "$template/$code" "$dir/$code"
 fi
 
-# The go directive: the template's, or the release's when it needs a newer Go.
-go_directive=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$template/go.mod")
+# The go directive: the project's (go.mod at the root), or the release's when
+# it needs a newer Go; not the template's, which may be a newer release's.
+go_directive=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
 if [[ -n $kube_go ]] && [[ $(printf '%s\n%s\n' "$go_directive" "$kube_go" | sort -V | tail -1) != "$go_directive" ]]; then
-	step "k8s.io/kubernetes $version needs go $kube_go (this module had $go_directive): export GOTOOLCHAIN=go$kube_go or newer to build it"
+	step "k8s.io/kubernetes $version needs go $kube_go (the project's go.mod has $go_directive): export GOTOOLCHAIN=go$kube_go or newer to build it"
 	go_directive=$kube_go
 fi
 {
@@ -113,27 +125,74 @@ fi
 } >"$dir/go.mod"
 rm -f "$dir/go.sum"
 
-# A staging module the proxy does not serve at v0.X.Y (it happens: 1.32.13's
-# endpointslice) is pinned to the newest patch of the minor it serves, and
-# said so: nothing else is changed without asking.
+# What go mod tidy could not download because the module proxy refused it,
+# one "<module> <version> <build|test> <package>" a line: "test" when every
+# chain to it goes through a dependency's tests (go mod tidy reads those,
+# a build does not), <package> the first one imported from this module.
+refused() {
+	awk '
+		/^go: .* imports$/ { test = 0; top = ""; next }
+		/^\t/ && top == "" { top = $1 }
+		/ tested by$/ { test = 1 }
+		match($0, /[^ \t]+@v[^: ]+: reading [^ ]+: 40[34]/) {
+			m = substr($0, RSTART, RLENGTH); sub(/: reading.*/, "", m); split(m, a, "@")
+			print a[1], a[2], (test ? "test" : "build"), top
+		}' "$1" | sort -k1,1 -k3,3 | awk '$1 != last { print; last = $1 }'
+}
+
+# A module the proxy does not serve at the version the release requires
+# (it happens: 1.32.13's k8s.io/endpointslice, 1.38.0-beta.0's
+# structured-merge-diff v7.0.1) is pinned to the newest older version it
+# serves, of the same minor for a staging module (v0.X), of the same major
+# otherwise, and said so. A module refused only for a dependency's tests is
+# left out (go mod tidy -e): the build does not need it. Anything else stops
+# here: nothing is changed without asking.
 pinned=()
-for attempt in 1 2 3; do
-	step "go mod tidy in $dir"
-	if (cd "$dir" && go mod tidy) 2>&1 | tee "$dir/.tidy.log" | grep -v '^go: downloading'; [[ ${PIPESTATUS[0]} == 0 ]]; then
+test_only=()
+tidy_flags=
+for attempt in 1 2 3 4; do
+	step "go mod tidy${tidy_flags:+ $tidy_flags} in $dir"
+	if (cd "$dir" && go mod tidy $tidy_flags) 2>&1 | tee "$dir/.tidy.log" | grep -v '^go: downloading'; [[ ${PIPESTATUS[0]} == 0 ]]; then
 		rm -f "$dir/.tidy.log"
 		break
 	fi
-	missing=$(grep -o "k8s\.io/[a-z0-9-]*@${staging_version//./\\.}: reading [^ ]*: 40[34]" "$dir/.tidy.log" | cut -d@ -f1 | sort -u)
+	refusals=$(refused "$dir/.tidy.log")
 	rm -f "$dir/.tidy.log"
-	[[ -n $missing && $attempt != 3 ]] || fail "go mod tidy in $dir failed (above); is the module proxy reachable? (go env GOPROXY: $(go env GOPROXY))"
-	for m in $missing; do
-		served=$( (cd / && go list -m -versions "$m") | tr ' ' '\n' | grep -E "^v0\.$minor_number\.[0-9]+\$" | sort -V |
-			awk -v want="$staging_version" '{ split($0, a, "."); split(want, b, "."); if (a[3] + 0 < b[3] + 0) last = $0 } END { print last }')
-		[[ -n $served ]] || fail "the module proxy serves no 1.$minor_number release of $m older than $staging_version: pin it by hand in $dir/go.mod"
-		sed -i "s|^\t$m => $m $staging_version\$|\t$m => $m $served // $staging_version is not served by the module proxy|" "$dir/go.mod"
-		pinned+=("$m $served (the proxy does not serve $staging_version)")
-		step "the module proxy does not serve $m $staging_version: pinned to $served, the newest 1.$minor_number patch it serves"
-	done
+	[[ -n $refusals && $attempt != 4 ]] || fail "go mod tidy in $dir failed (above); is the module proxy reachable? (go env GOPROXY: $(go env GOPROXY))"
+	build_refused=$(awk '$3 == "build"' <<<"$refusals")
+	if [[ -z $build_refused ]]; then
+		mapfile -t test_only < <(awk '{ print $1 " " $2 ", which only tests of " $4 " or of its dependencies import" }' <<<"$refusals")
+		step "the module proxy refuses $(awk '{ print $1 "@" $2 }' <<<"$refusals" | tr '\n' ' ')only for dependencies' tests: go mod tidy -e"
+		tidy_flags=-e
+		continue
+	fi
+	unavailable=()
+	while read -r m want _ importer; do
+		[[ $want == v0.* ]] && series=$(cut -d. -f1-2 <<<"$want"). || series=${want%%.*}.
+		if ! served=$( (cd / && go list -m -versions "$m") 2>/dev/null); then
+			unavailable+=("$m (every version refused; $want needed by $importer)")
+			continue
+		fi
+		older=$( { tr ' ' '\n' <<<"${served#"$m"}" | grep "^${series//./\\.}" || true; } |
+			{ cat; echo "$want"; } | sort -uV | grep -B1 -xF "$want" | grep -vxF "$want" || true)
+		if [[ -z $older ]]; then
+			unavailable+=("$m $want (no older ${series%.}.x served; needed by $importer)")
+			continue
+		fi
+		if grep -q "^\t$m => $m $want\$" "$dir/go.mod"; then
+			sed -i "s|^\t$m => $m $want\$|\t$m => $m $older // $want is not served by the module proxy|" "$dir/go.mod"
+		else
+			sed -i "s|^replace (\$|replace (\n\t$m => $m $older // $want is not served by the module proxy|" "$dir/go.mod"
+		fi
+		pinned+=("$m $older (the proxy does not serve $want)")
+		step "the module proxy does not serve $m $want: pinned to $older, the newest older ${series%.}.x it serves"
+	done <<<"$build_refused"
+	if ((${#unavailable[@]})); then
+		printf '  %s\n' "${unavailable[@]}" >&2
+		# A module that cannot be built is not left behind for make to find.
+		if $created; then rm -rf "$dir"; fi
+		fail "the module proxy refuses these modules, which k8s.io/kubernetes $version's build needs (above): $dir cannot be built from it$($created && echo ", and is removed"). Run this again once the proxy serves them (go list -m -versions MODULE), or pin a version that builds by hand in go.mod"
+	fi
 done
 
 # kubelet's Go API that the module implements or calls, as one line per
@@ -184,15 +243,21 @@ else
 	fi
 	(cd "$dir" && go vet ./...) || fail "go vet in $dir failed (above)"
 
-	# test/kubelet/MINORS: one release a line, newest first.
-	{
-		grep -v "^${minor//./\\.}\." "$minors_file" | grep '^v' || true
-		echo "$version"
-	} | sort -t. -k2,2nr -k3,3nr >"$minors_file.new"
-	{ grep -v '^v' "$minors_file"; cat "$minors_file.new"; } >"$minors_file.tmp"
-	mv "$minors_file.tmp" "$minors_file"
-	rm -f "$minors_file.new"
-	step "$minors_file: $(grep '^v' "$minors_file" | tr '\n' ' ')"
+	# test/kubelet/MINORS: one release a line, newest first. A prerelease
+	# stays out of it: CI runs what MINORS lists, and a beta's module is run
+	# by hand until its release replaces it.
+	if [[ -n $prerelease ]]; then
+		step "$version is a prerelease: not written into $minors_file (CI's matrix); make e2e KUBELET_MINORS=$minor runs it"
+	else
+		{
+			grep -v "^${minor//./\\.}\." "$minors_file" | grep '^v' || true
+			echo "$version"
+		} | sort -t. -k2,2nr -k3,3nr >"$minors_file.new"
+		{ grep -v '^v' "$minors_file"; cat "$minors_file.new"; } >"$minors_file.tmp"
+		mv "$minors_file.tmp" "$minors_file"
+		rm -f "$minors_file.new"
+		step "$minors_file: $(grep '^v' "$minors_file" | tr '\n' ' ')"
+	fi
 fi
 
 # What a person reads before committing.
@@ -202,7 +267,8 @@ cat <<EOF
 kube-bump: $dir pins k8s.io/kubernetes $version. Before committing:
 $($created && echo "  1. $dir/$code: copied from $template, its comments describe $template_version's; make them say $minor's." ||
 		echo "  1. $dir/$code: where its comments name a release, make them say $version."
-	for p in "${pinned[@]}"; do echo "     Pinned, not at the release: $p."; done)
+	for p in "${pinned[@]}"; do echo "     Pinned, not at the release: $p."; done
+	for p in "${test_only[@]}"; do echo "     Left out of go.sum, refused by the module proxy: $p."; done)
 EOF
 if ! $node; then
 	cat <<EOF

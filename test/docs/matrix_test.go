@@ -48,8 +48,25 @@ func sorted(names []string) []string {
 	return slices.Compact(names)
 }
 
+// pinnedRelease finds the k8s.io/kubernetes release that a module's go.mod
+// requires, on a require line of its own or in a block (go mod tidy of Go
+// 1.27 merges the direct requirements into one).
+var pinnedRelease = regexp.MustCompile(`(?m)^(?:require )?[ \t]*k8s\.io/kubernetes (v1\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)$`)
+
+// pins gives the release goMod requires of k8s.io/kubernetes, and whether it
+// is a prerelease.
+func pins(goMod []byte) (release string, prerelease bool) {
+	m := pinnedRelease.FindSubmatch(goMod)
+	if m == nil {
+		return "", false
+	}
+	return string(m[1]), len(m[2]) > 0
+}
+
 // Each release of test/kubelet/MINORS has its module, which pins it, and
-// no other minor has one; the oldest also has make e2e-node's module.
+// no other minor has one but a prerelease's, which CI does not run and
+// docs/compatibility.md gives the command of; the oldest also has make
+// e2e-node's module.
 func TestMatrixModulesPinTheList(t *testing.T) {
 	releases := testedReleases(t)
 	var minors []string
@@ -60,7 +77,7 @@ func TestMatrixModulesPinTheList(t *testing.T) {
 			t.Errorf("test/kubelet/MINORS lists %s: %v (hack/kube-bump.sh %s writes it)", r, err, r)
 			continue
 		}
-		if !strings.Contains(string(goMod), "\nrequire k8s.io/kubernetes "+r+"\n") {
+		if got, _ := pins(goMod); got != r {
 			t.Errorf("test/kubelet/%s/go.mod does not require k8s.io/kubernetes %s, which test/kubelet/MINORS lists", minorOf(r), r)
 		}
 	}
@@ -68,15 +85,34 @@ func TestMatrixModulesPinTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	compatibility, err := os.ReadFile(filepath.Join(repoRoot, "docs/compatibility.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range dirs {
-		if !slices.Contains(minors, filepath.Base(d)) {
-			t.Errorf("test/kubelet/%s is not in test/kubelet/MINORS: add it there, or git rm -r it", filepath.Base(d))
+		minor := filepath.Base(d)
+		if slices.Contains(minors, minor) {
+			continue
+		}
+		goMod, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err != nil {
+			t.Errorf("test/kubelet/%s: %v", minor, err)
+			continue
+		}
+		release, prerelease := pins(goMod)
+		if !prerelease {
+			t.Errorf("test/kubelet/%s is not in test/kubelet/MINORS: add it there, or git rm -r it", minor)
+			continue
+		}
+		run := "make e2e KUBELET_MINORS=" + minor
+		if !strings.Contains(string(compatibility), run) || !strings.Contains(string(compatibility), release) {
+			t.Errorf("test/kubelet/%s pins the prerelease %s, outside test/kubelet/MINORS: docs/compatibility.md must name it and how to run it (%s)", minor, release, run)
 		}
 	}
 
 	oldest := releases[len(releases)-1]
 	goMod, err := os.ReadFile(filepath.Join(repoRoot, "test/node/kubernetes", minorOf(oldest), "go.mod"))
-	if err != nil || !strings.Contains(string(goMod), "\nrequire k8s.io/kubernetes "+oldest+"\n") {
+	if got, _ := pins(goMod); err != nil || got != oldest {
 		t.Errorf("CI runs make e2e-node KUBE_VERSION=%s, the oldest of test/kubelet/MINORS, but test/node/kubernetes/%s/go.mod does not pin it (hack/kube-bump.sh --node %s)", oldest, minorOf(oldest), oldest)
 	}
 }

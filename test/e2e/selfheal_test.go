@@ -218,8 +218,15 @@ func TestRejectedThenAccepted(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("rejected: /readyz 503 %q", body)
-			if msg := readFile(t, e.termination); !strings.Contains(msg, reason) {
-				t.Errorf("termination message is %q, want it to contain kubelet's reason %q", msg, reason)
+			// The message is written by an observer of the rejection,
+			// after /readyz has it: wait for it rather than read once.
+			var msg string
+			err = harness.Eventually(waitTimeout, 10*time.Millisecond, "the termination message to hold kubelet's reason", func() (bool, error) {
+				msg = readFile(t, e.termination)
+				return strings.Contains(msg, reason), nil
+			})
+			if err != nil {
+				t.Errorf("termination message is %q, want it to contain kubelet's reason %q: %v", msg, reason, err)
 			}
 			waitForMetrics(t, r, atLeast(1, metricFailures), is(0, metricRegistered),
 				atLeast(1, metricKubeletRPCs, "method", "NotifyRegistrationStatus", "result", "rejected"))

@@ -89,9 +89,15 @@ func TestRejectedThenAcceptedWithoutDeregistration(t *testing.T) {
 // registration again on the same socket: v1.36 and later.
 func kubeletRetriesByItself(t *testing.T, k *harness.Kubelet) bool {
 	t.Helper()
+	return kubeletMinor(t, k) >= 36
+}
+
+// kubeletMinor is the minor of k's kubelet code: 38 for v1.38.0-beta.0.
+func kubeletMinor(t *testing.T, k *harness.Kubelet) int {
+	t.Helper()
 	var minor int
 	if _, err := fmt.Sscanf(k.Version(), "v1.%d.", &minor); err != nil {
 		t.Fatalf("the e2e kubelet's version %q: %v", k.Version(), err)
 	}
-	return minor >= 36
+	return minor
 }

@@ -32,7 +32,7 @@ var ErrNotInTest = errors.New("not available in the e2e kubelet: it registers pl
 // keeps the node NotReady. It plays the role of kubelet's kubeletVolumeHost
 // (pkg/kubelet/volume_host.go) with everything unrelated to registration
 // left out. The methods whose signatures changed between minors (the trust
-// anchors, which take a context from v1.36; the cloud provider, gone in
+// anchors, which take a context from v1.37; the cloud provider, gone in
 // v1.31) are each minor's module's, which embeds Host; ErrNotInTest is
 // their answer.
 type Host struct {

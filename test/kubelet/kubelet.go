@@ -96,6 +96,15 @@ type Kubelet struct {
 	// mu orders the reports: each snapshot is taken and emitted under it,
 	// so consecutive events never show the API objects going back in time.
 	mu sync.Mutex
+	// nodes counts the Node objects created, the first one included: the
+	// next one's UID.
+	nodes int
+}
+
+// nodeUID is the UID of the n-th Node object of that name: the fake API
+// server gives none.
+func nodeUID(name string, n int) types.UID {
+	return types.UID(fmt.Sprintf("%s-uid-%d", name, n))
 }
 
 var started atomic.Bool
@@ -125,7 +134,7 @@ func Start(ctx context.Context, cfg Config, minor Minor, emit func(report.Event)
 	if cfg.CSINodeInitTimeout == 0 {
 		cfg.CSINodeInitTimeout = 30 * time.Second
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, UID: nodeUID(cfg.NodeName, 1)}}
 	// NewSimpleClientset: NewClientset came in v1.31.
 	client := fake.NewSimpleClientset(node)
 	host := &Host{
@@ -153,7 +162,7 @@ func Start(ctx context.Context, cfg Config, minor Minor, emit func(report.Event)
 		return nil, fmt.Errorf("the CSI volume plugin did not initialise CSINode %q: %v (last error: %v)", cfg.NodeName, err, host.err())
 	}
 
-	k := &Kubelet{client: client, nodeName: cfg.NodeName, emit: emit}
+	k := &Kubelet{client: client, nodeName: cfg.NodeName, emit: emit, nodes: 1}
 	minor.Run(ctx, cfg.RegistryDir, host.recorder, k)
 
 	k.report(ctx, report.Event{Kind: report.Ready, Version: kubernetesVersion()})
@@ -173,13 +182,21 @@ func (k *Kubelet) State(ctx context.Context) report.State {
 		for _, d := range csiNode.Spec.Drivers {
 			state.Drivers = append(state.Drivers, report.Driver{Name: d.Name, NodeID: d.NodeID})
 		}
+		for _, o := range csiNode.OwnerReferences {
+			if o.Kind == "Node" {
+				state.CSINodeOwner = string(o.UID)
+			}
+		}
 	}
 	node, err := k.client.CoreV1().Nodes().Get(ctx, k.nodeName, metav1.GetOptions{})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("reading Node: %w", err))
-	} else if raw, ok := node.Annotations[report.NodeIDAnnotation]; ok {
-		if err := json.Unmarshal([]byte(raw), &state.NodeIDs); err != nil {
-			errs = append(errs, fmt.Errorf("node annotation %s=%q: %w", report.NodeIDAnnotation, raw, err))
+	} else {
+		state.NodeUID = string(node.UID)
+		if raw, ok := node.Annotations[report.NodeIDAnnotation]; ok {
+			if err := json.Unmarshal([]byte(raw), &state.NodeIDs); err != nil {
+				errs = append(errs, fmt.Errorf("node annotation %s=%q: %w", report.NodeIDAnnotation, raw, err))
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -200,6 +217,50 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// ReplaceNode does what node repair and the garbage collector do to a
+// node's objects, without kubelet: it deletes the Node, creates it again
+// under the same name with its labels, annotations and spec but a new UID,
+// then deletes the CSINode that the old Node owned. What kubelet does next
+// is its own: the test registers a driver again and reads CSINode's owner.
+func (k *Kubelet) ReplaceNode(ctx context.Context) error {
+	nodes := k.client.CoreV1().Nodes()
+	old, err := nodes.Get(ctx, k.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the Node to replace: %w", err)
+	}
+	if err := nodes.Delete(ctx, k.nodeName, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting the Node: %w", err)
+	}
+	k.mu.Lock()
+	k.nodes++
+	uid := nodeUID(k.nodeName, k.nodes)
+	k.mu.Unlock()
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: old.Name, UID: uid, Labels: old.Labels, Annotations: old.Annotations},
+		Spec:       old.Spec,
+	}
+	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the Node again: %w", err)
+	}
+	csiNodes := k.client.StorageV1().CSINodes()
+	csiNode, err := csiNodes.Get(ctx, k.nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading CSINode: %w", err)
+	default:
+		for _, o := range csiNode.OwnerReferences {
+			if o.UID == old.UID {
+				if err := csiNodes.Delete(ctx, k.nodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("deleting the old Node's CSINode: %w", err)
+				}
+			}
+		}
+	}
+	k.report(ctx, report.Event{Kind: report.NodeReplaced})
+	return nil
 }
 
 // Validated reports kubelet's ValidatePlugin call and returns its outcome.

@@ -20,7 +20,8 @@ import (
 // server. It writes one report.Event a line on standard output for every
 // handler call and logs kubelet's own klog output on standard error. SIGTERM
 // or SIGINT stops it without deregistering anything, like a kubelet that
-// stops; a new process is a restarted kubelet.
+// stops; a new process is a restarted kubelet. SIGUSR1 replaces its Node
+// (Kubelet.ReplaceNode), reported as a report.NodeReplaced event.
 func Main(minor Minor) {
 	var cfg Config
 	flag.StringVar(&cfg.RegistryDir, "registry-dir", "", "plugin registration directory to watch, kubelet's <root-dir>/plugins_registry (required)")
@@ -44,12 +45,23 @@ func Main(minor Minor) {
 		// Best effort: a reader that went away has nothing left to learn.
 		_, _ = os.Stdout.Write(e.Encode())
 	}
-	if _, err := Start(ctx, cfg, minor, emit); err != nil {
+	replace := make(chan os.Signal, 1)
+	signal.Notify(replace, syscall.SIGUSR1)
+	k, err := Start(ctx, cfg, minor, emit)
+	if err != nil {
 		klog.ErrorS(err, "Starting the kubelet failed")
 		klog.Flush()
 		os.Exit(1)
 	}
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-replace:
+			if err := k.ReplaceNode(ctx); err != nil {
+				klog.ErrorS(err, "Replacing the Node failed")
+			}
+		}
+	}
 	klog.InfoS("Stopping the kubelet")
 	klog.Flush()
 }

@@ -170,9 +170,9 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		f.call(t, http.MethodDelete, "/api/v1/nodes/n2", "")
 		current := f.createNode(t, "n2")
 		stale := Finding{Reason: "CSINode n2 lists the driver " + driver + " but is owned by the Node of UID " + old + ", not by the current Node n2 of UID " + current +
-			": the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 and later create it again with the old owner until kubelet restarts"}
-		// The garbage collector deletes the CSINode, and kubelet 1.35 or
-		// later creates it again with the UID it read at its start.
+			": the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 to 1.37 create it again with the old owner until kubelet restarts"}
+		// The garbage collector deletes the CSINode, and kubelet 1.35 to
+		// 1.37 creates it again with the UID it read at its start.
 		f.call(t, http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/n2", "")
 		next(t, findings, Finding{Missing: true, Reason: "CSINode n2 does not exist"})
 		f.createCSINode(t, "n2", old, driver)
@@ -190,7 +190,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 		// says why it will be again.
 		f.call(t, http.MethodDelete, "/apis/storage.k8s.io/v1/csinodes/n2", "")
 		next(t, findings, Finding{Missing: true, Reason: "CSINode n2 does not exist; the last one was owned by the replaced Node of UID " + old + ", not by the current one of UID " + current +
-			": kubelet 1.35 and later create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts"})
+			": kubelet 1.35 to 1.37 create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts (1.38 and later read it again)"})
 
 		// A kubelet restart: the CSINode made again by the current Node.
 		f.createCSINode(t, "n2", current, driver)

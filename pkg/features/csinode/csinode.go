@@ -4,7 +4,7 @@
 // or owned by a replaced Node. It never writes.
 //
 // The Node's UID is read again at each list, at each creation of the CSINode
-// (kubelet 1.35 and later create it with the UID they read at their start)
+// (kubelet 1.35 to 1.37 create it with the UID they read at their start)
 // and whenever the CSINode's owner is not the UID last read.
 package csinode
 
@@ -323,7 +323,7 @@ func (w *Watcher) evaluate() {
 		case f.Listed:
 			w.staleOwner = ""
 		case f.Missing && w.staleOwner != "":
-			f.Reason += fmt.Sprintf("; the last one was owned by the replaced Node of UID %s, not by the current one of UID %s: kubelet 1.35 and later create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts",
+			f.Reason += fmt.Sprintf("; the last one was owned by the replaced Node of UID %s, not by the current one of UID %s: kubelet 1.35 to 1.37 create it with the Node UID they read at their start, which the garbage collector deletes again, until kubelet restarts (1.38 and later read it again)",
 				w.staleOwner, w.st.NodeUID)
 		}
 	case w.st.LastError != "":

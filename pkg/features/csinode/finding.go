@@ -60,6 +60,6 @@ func find(node, driver string, c *csiNode, nodeUID string) Finding {
 	if owner == "" || owner == nodeUID {
 		return Finding{Listed: true}
 	}
-	return Finding{Reason: fmt.Sprintf("CSINode %s lists the driver %s but is owned by the Node of UID %s, not by the current Node %s of UID %s: the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 and later create it again with the old owner until kubelet restarts",
+	return Finding{Reason: fmt.Sprintf("CSINode %s lists the driver %s but is owned by the Node of UID %s, not by the current Node %s of UID %s: the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 to 1.37 create it again with the old owner until kubelet restarts",
 		node, driver, owner, node, nodeUID)}
 }

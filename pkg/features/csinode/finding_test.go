@@ -28,7 +28,7 @@ func TestFind(t *testing.T) {
 		{"listed, owned by the Node", object(owned), "uid-1", Finding{Listed: true}},
 		{"listed, no owner", object(`{"spec":{"drivers":[{"name":"d.csi.example.com"}]}}`), "uid-1", Finding{Listed: true}},
 		{"listed, an owner of another kind", object(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","uid":"uid-9"}]},"spec":{"drivers":[{"name":"d.csi.example.com"}]}}`), "uid-1", Finding{Listed: true}},
-		{"listed, the Node replaced", object(owned), "uid-2", Finding{Reason: "CSINode n1 lists the driver d.csi.example.com but is owned by the Node of UID uid-1, not by the current Node n1 of UID uid-2: the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 and later create it again with the old owner until kubelet restarts"}},
+		{"listed, the Node replaced", object(owned), "uid-2", Finding{Reason: "CSINode n1 lists the driver d.csi.example.com but is owned by the Node of UID uid-1, not by the current Node n1 of UID uid-2: the garbage collector deletes it, and the driver is registered again once it is gone; kubelet 1.35 to 1.37 create it again with the old owner until kubelet restarts"}},
 		{"listed, no Node", object(owned), "", Finding{Reason: "Node n1 does not exist"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

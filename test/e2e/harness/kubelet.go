@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/kubelet/report"
@@ -246,12 +247,42 @@ func (k *Kubelet) WaitForOperationFailure(timeout time.Duration, socket string) 
 	return found, err
 }
 
+// ReplaceNode has the e2e kubelet replace its Node (SIGUSR1: deleted and
+// created again with a new UID, the old Node's CSINode deleted, as node
+// repair and the garbage collector do) and returns its report of it.
+func (k *Kubelet) ReplaceNode(timeout time.Duration) (report.Event, error) {
+	before := len(k.eventsOf(report.NodeReplaced))
+	if err := k.Signal(syscall.SIGUSR1); err != nil {
+		return report.Event{}, err
+	}
+	var found report.Event
+	err := k.WaitUntil(timeout, "the kubelet to replace its Node", func() bool {
+		replaced := k.eventsOf(report.NodeReplaced)
+		if len(replaced) > before {
+			found = replaced[before]
+			return true
+		}
+		return false
+	})
+	return found, err
+}
+
+func (k *Kubelet) eventsOf(kind report.Kind) []report.Event {
+	var out []report.Event
+	for _, e := range k.Events() {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Summary describes the reports for a log: one line each.
 func (k *Kubelet) Summary() string {
 	var b strings.Builder
 	for _, e := range k.Events() {
-		fmt.Fprintf(&b, "%s driver=%q endpoint=%q error=%q drivers=%v nodeIDs=%v",
-			e.Kind, e.Driver, e.Endpoint, e.Error, e.State.Drivers, e.State.NodeIDs)
+		fmt.Fprintf(&b, "%s driver=%q endpoint=%q error=%q drivers=%v nodeIDs=%v node=%s csiNodeOwner=%s",
+			e.Kind, e.Driver, e.Endpoint, e.Error, e.State.Drivers, e.State.NodeIDs, e.State.NodeUID, e.State.CSINodeOwner)
 		if e.State.ReadError != "" {
 			fmt.Fprintf(&b, " readError=%q", e.State.ReadError)
 		}

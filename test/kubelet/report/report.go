@@ -24,6 +24,10 @@ const (
 	Register Kind = "register"
 	// Deregister: kubelet called DeRegisterPlugin.
 	Deregister Kind = "deregister"
+	// NodeReplaced: the e2e kubelet was told to replace its Node (a new
+	// UID under the same name) and did, as node repair and the garbage
+	// collector would; no kubelet code was called.
+	NodeReplaced Kind = "node-replaced"
 )
 
 // NodeIDAnnotation is the Node annotation in which kubelet records each
@@ -50,6 +54,11 @@ type State struct {
 	Drivers []Driver `json:"drivers"`
 	// NodeIDs is the Node's csi.volume.kubernetes.io/nodeid annotation.
 	NodeIDs map[string]string `json:"nodeIDs,omitempty"`
+	// NodeUID is the Node's UID, CSINodeOwner the UID of the Node that
+	// CSINode's owner reference names: after a Node replacement they differ
+	// where kubelet wrote CSINode under the UID it read before.
+	NodeUID      string `json:"nodeUID,omitempty"`
+	CSINodeOwner string `json:"csiNodeOwner,omitempty"`
 	// ReadError is set when the objects could not be read.
 	ReadError string `json:"readError,omitempty"`
 }

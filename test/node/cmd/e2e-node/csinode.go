@@ -12,12 +12,13 @@ package main
 //     repair does: kubelet does not create a deleted Node again,
 //     kubernetes/kubernetes#115761), so that the garbage collector deletes
 //     the CSINode that the old Node's UID owned. kubelet 1.34 and earlier
-//     read the Node when they create a CSINode: the registration made again
-//     heals it. kubelet 1.35 and later create it under the Node UID they
-//     read at their start (kubernetes/kubernetes#131098), which the garbage
-//     collector deletes again: the registrar must say so (unconfirmed, the
-//     stale owner named in /status until kubelet restarts) and back off,
-//     and only a kubelet restart heals;
+//     read the Node when they create a CSINode, and 1.38 and later read its
+//     UID again: the registration made again heals it. kubelet 1.35 to 1.37
+//     create it under the Node UID they read at their start
+//     (kubernetes/kubernetes#131098), which the garbage collector deletes
+//     again: the registrar must say so (unconfirmed, the stale owner named
+//     in /status until kubelet restarts) and back off, and only a kubelet
+//     restart heals;
 //   - 13c does both against upstream's image, which has no such flag: the
 //     driver stays out of CSINode.
 //
@@ -47,7 +48,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 )
 
@@ -65,10 +65,10 @@ const (
 	maxHeal = 30 * time.Second
 	// maxStale is the longest from the Node's replacement to the
 	// registrar naming the stale owner (in /status or its log), with
-	// kubelet 1.35 and later.
+	// kubelet 1.35 to 1.37.
 	maxStale = 30 * time.Second
-	// backoffWindow and maxBackoffPublications: with kubelet 1.35 and
-	// later the loss comes back after every registration; the registrar's
+	// backoffWindow and maxBackoffPublications: with kubelet 1.35 to 1.37
+	// the loss comes back after every registration; the registrar's
 	// wait before each publication doubles from 1 s, so that it publishes
 	// at most about five times in the 30 s after the replacement (1, 2,
 	// 4, 8, 16 s), where a registrar that did not back off would publish
@@ -92,12 +92,15 @@ const (
 )
 
 // kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
-// Node UID it read at its start (1.35 and later: nodeInfoManager's
+// Node UID it read at its start (1.35 to 1.37: nodeInfoManager's
 // CreateCSINode in v1.35.0, v1.36.0 and v1.37.1), rather than the current
 // Node's, which it reads when it creates one (v1.34.0, v1.33.13, v1.32.13,
-// v1.30.14).
+// v1.30.14) and, before it creates or deletes one, again from 1.38
+// (v1.38.0-beta.0). By minor number, so that a prerelease of 1.38 counts
+// as 1.38.
 func (c *cluster) kubeletKeepsNodeUID() bool {
-	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 35))
+	v := c.kubeletVersion
+	return v.Major() == 1 && v.Minor() >= 35 && v.Minor() <= 37
 }
 
 // confirmDaemonSetFor is check 8's hostpath DaemonSet under check 13's
@@ -413,9 +416,9 @@ func (s *suite) registrarLog(pod *corev1.Pod) string {
 
 // checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
-	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
+	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
-		replaced = fmt.Sprintf("kubelet %s (1.35 or later) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
+		replaced = fmt.Sprintf("kubelet %s (1.35 to 1.37) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
 			s.kubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
 	}
 	names := []string{
@@ -555,7 +558,7 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	return s.report(name, len(problems) == 0, "%s; %v; %s; problems: %d %v", replacement, after, volume, len(problems), problems)
 }
 
-// staleOwner is check 13b's part for kubelet 1.35 and later: the registrar
+// staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
 // restart; then a kubelet restart heals. It returns what it saw and adds
 // what is wrong to problems.
