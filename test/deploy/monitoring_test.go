@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,9 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// metricsSources name every family the registrar serves: its own, and
-// those of the features.
-var metricsSources = []string{"../../pkg/healthz/metrics.go", "../../pkg/features/nodegate/report.go", "../../pkg/features/csinode/report.go"}
+// metricsSources hold, in their non-test Go files, the name of every
+// family the registrar serves: its own, and those of the features.
+var metricsSources = []string{"../../pkg", "../../internal"}
 
 const (
 	// monitoringDoc holds a runbook section per alert.
@@ -231,18 +233,24 @@ func TestMonitoringDashboardConfigMap(t *testing.T) {
 func servedFamilies(t *testing.T) map[string]bool {
 	t.Helper()
 	served := map[string]bool{}
-	for _, file := range metricsSources {
-		source, err := os.ReadFile(file)
+	family := regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`)
+	for _, dir := range metricsSources {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			source, err := os.ReadFile(path)
+			for _, m := range family.FindAllStringSubmatch(string(source), -1) {
+				served[m[1]] = true
+			}
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		families := regexp.MustCompile(`"(csi_node_driver_registrar_[a-z_]+)"`).FindAllStringSubmatch(string(source), -1)
-		if len(families) == 0 {
-			t.Fatalf("no csi_node_driver_registrar_* family named in %s", file)
-		}
-		for _, m := range families {
-			served[m[1]] = true
-		}
+	}
+	if len(served) == 0 {
+		t.Fatalf("no csi_node_driver_registrar_* family named in %v", metricsSources)
 	}
 	return served
 }
