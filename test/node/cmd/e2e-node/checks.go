@@ -62,6 +62,14 @@ func (s *suite) report(name string, ok bool, format string, args ...any) bool {
 	return ok
 }
 
+// failAll reports each of names failed, with one detail.
+func (s *suite) failAll(names []string, format string, args ...any) bool {
+	for _, name := range names {
+		s.report(name, false, format, args...)
+	}
+	return false
+}
+
 // skip reports a check that could not run, and why.
 func (s *suite) skip(name, reason string) bool {
 	s.results = append(s.results, result{name: name, skipped: true, detail: reason})

@@ -33,7 +33,6 @@ package main
 // garbage collector runs here).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -48,7 +47,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -125,36 +123,6 @@ func (s *suite) confirmDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 		}
 	}
 	return ds, nil
-}
-
-// setUpCSINodeAccount creates deploy/csinode's ClusterRole and binding and
-// deploy/csinode/service-account's ServiceAccount, as kustomize would put
-// them in the namespace, the root CA the token volume reads, and check 8's
-// CSIDriver object if check 8 did not leave it.
-func (s *suite) setUpCSINodeAccount(ctx context.Context) error {
-	for _, file := range []string{"csinode/rbac.yaml", "csinode/service-account/service-account.yaml"} {
-		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", file))
-		if err != nil {
-			return err
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			var meta metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				return fmt.Errorf("deploy/%s: %w", file, err)
-			}
-			if err := s.createAccountObject(ctx, "deploy/"+file, meta.Kind, doc); err != nil {
-				return err
-			}
-		}
-	}
-	if err := s.publishRootCA(ctx); err != nil {
-		return err
-	}
-	_, err := s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create CSIDriver: %w", err)
-	}
-	return nil
 }
 
 func (s *suite) nodeUID(ctx context.Context) (types.UID, error) {
@@ -434,21 +402,20 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 	}
 	// Check 8's DaemonSet registers the same driver.
 	if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
-		for _, name := range names {
-			s.report(name, false, "removing check 8's DaemonSet: %v", err)
-		}
-		return false
+		return s.failAll(names, "removing check 8's DaemonSet: %v", err)
 	}
-	if err := s.setUpCSINodeAccount(ctx); err != nil {
-		for _, name := range names {
-			s.report(name, false, "%v", err)
+	// deploy/csinode's account, and check 8's CSIDriver if check 8 did not leave it.
+	err := s.applyManifests(ctx, nil, s.deployFile("csinode/rbac.yaml"), s.deployFile("csinode/service-account/service-account.yaml"))
+	if err == nil {
+		if _, err = s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			err = nil
 		}
-		return false
 	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	if err != nil {
+		return s.failAll(names, "%v", err)
+	}
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
 
 	ok := s.checkCSINodeDeleted(ctx, names[0], watch)
 	ok = s.checkNodeReplaced(ctx, names[1], watch) && ok

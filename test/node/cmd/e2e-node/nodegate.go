@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -13,15 +10,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // Check 9 (issues 18, 28): the node starts with a startup taint (kubelet's
@@ -147,115 +142,32 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	}
 }
 
-// setUpNodeGate creates, in the namespace, deploy/node-gate's objects as
-// kustomize would (the binding's subject in this namespace), its policy
-// with this check's taint key, and the kube-root-ca.crt ConfigMap that
-// kubelet's projected token volume reads (no controller-manager publishes
-// it here). It returns once the API server enforces the policy, with what
-// the policy said to a token of the service account bound to no pod.
+// setUpNodeGate creates deploy/node-gate's objects as kustomize would, its
+// policy with this check's taint key. It returns once the API server
+// enforces the policy, with what the policy said to a token of the service
+// account bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
-	var docs [][]byte
-	for _, file := range []string{"rbac.yaml", "policy.yaml"} {
-		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", "node-gate", file))
-		if err != nil {
-			return "", err
+	// The driver is deploy/'s placeholder, as the policy's; the taint is
+	// this check's.
+	withTaint := func(obj *unstructured.Unstructured) bool {
+		variables, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
+		for _, v := range variables {
+			if m, ok := v.(map[string]any); ok && m["name"] == "taintKeys" {
+				m["expression"] = "['" + startupTaint + "']"
+			}
 		}
-		docs = append(docs, bytes.Split(data, []byte("\n---\n"))...)
+		if variables != nil {
+			return unstructured.SetNestedSlice(obj.Object, variables, "spec", "variables") == nil
+		}
+		return true
 	}
-	for _, doc := range docs {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return "", fmt.Errorf("deploy/node-gate: %w", err)
-		}
-		var err error
-		switch meta.Kind {
-		case "ValidatingAdmissionPolicy":
-			var policy admissionregistrationv1.ValidatingAdmissionPolicy
-			if err := yaml.UnmarshalStrict(doc, &policy); err != nil {
-				return "", err
-			}
-			// The driver is deploy/'s placeholder, as the policy's; the
-			// taint is this check's.
-			for i, v := range policy.Spec.Variables {
-				if v.Name == "taintKeys" {
-					policy.Spec.Variables[i].Expression = "['" + startupTaint + "']"
-				}
-			}
-			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
-		case "ValidatingAdmissionPolicyBinding":
-			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-				return "", err
-			}
-			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
-		default:
-			if err := s.createAccountObject(ctx, "deploy/node-gate", meta.Kind, doc); err != nil {
-				return "", err
-			}
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("deploy/node-gate: create %s: %w", meta.Kind, err)
-		}
-	}
-	if err := s.publishRootCA(ctx); err != nil {
+	if err := s.applyManifests(ctx, withTaint, s.deployFile("node-gate/rbac.yaml"), s.deployFile("node-gate/policy.yaml")); err != nil {
 		return "", err
 	}
 	if err := s.typeCheckGatePolicy(ctx); err != nil {
 		return "", err
 	}
 	return s.waitForGatePolicy(ctx)
-}
-
-// createAccountObject creates a ServiceAccount, ClusterRole or
-// ClusterRoleBinding of a deploy/ component (named by from) as kustomize
-// would put it in the namespace (a binding's subjects there too); one that
-// exists is kept, as checks 9 and 13 share the service account.
-func (s *suite) createAccountObject(ctx context.Context, from, kind string, doc []byte) error {
-	var err error
-	switch kind {
-	case "ServiceAccount":
-		var sa corev1.ServiceAccount
-		if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
-	case "ClusterRole":
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
-	case "ClusterRoleBinding":
-		var binding rbacv1.ClusterRoleBinding
-		if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		for i := range binding.Subjects {
-			binding.Subjects[i].Namespace = namespace
-		}
-		_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
-	default:
-		return fmt.Errorf("%s: unexpected kind %q; adapt test/node", from, kind)
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%s: create %s: %w", from, kind, err)
-	}
-	return nil
-}
-
-// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
-// that kubelet's projected service account token volume reads: no
-// controller-manager publishes it here.
-func (s *suite) publishRootCA(ctx context.Context) error {
-	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
-	if err != nil {
-		return fmt.Errorf("the API server's self-signed certificate: %w", err)
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
-	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
 }
 
 // typeCheckGatePolicy waits for kube-controller-manager's type check of the

@@ -55,7 +55,7 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	// Three rejections also show as one Event with a count (--events).
 	events := n == 3
 	if events {
-		if err := s.setUpEvents(ctx); err != nil {
+		if err := s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml")); err != nil {
 			return s.report(name, false, "%v", err)
 		}
 	}

@@ -99,6 +99,14 @@ func (w *csiNodeWatch) run(ctx context.Context, client kubernetes.Interface) {
 	}
 }
 
+// startWatch starts a watch of the driver in CSINode, until stop.
+func (s *suite) startWatch(ctx context.Context, driver string) (w *csiNodeWatch, stop context.CancelFunc) {
+	w = newCSINodeWatch(driver)
+	ctx, stop = context.WithCancel(ctx)
+	go w.run(ctx, s.client)
+	return w, stop
+}
+
 // now returns the latest state and a channel closed at the next change.
 func (w *csiNodeWatch) now() (registration, <-chan struct{}) {
 	w.mu.Lock()
