@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -345,6 +346,7 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 type rollout struct {
 	began, end                        time.Time
 	oldPod, newPod                    string
+	from                              revision // the old pod's
 	tNewReady, tOldDeleting, tOldGone time.Duration
 	writes                            int   // CSINode changes recorded
 	gaps                              []gap // times CSINode did not list the driver
@@ -363,34 +365,54 @@ type gap struct {
 // is gone, in case kubelet reacts late to what the old pod left.
 const rolloutSettle = 5 * time.Second
 
-// rollUpdate changes the DaemonSet's template to next's and follows the
-// maxSurge update until the new pod is Ready, the old one gone and the
-// DaemonSet's status says so. It records the CSINode watch's changes and
-// the restart counts of every container of the DaemonSet's pods meanwhile.
+// rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
+// next's template (roll), and makes the new pod the current one.
 func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+	want, err := s.daemonSet(s.repo, next)
+	if err != nil {
+		return nil, err
+	}
+	if !s.watch.stateAt(time.Now()).registered {
+		return nil, fmt.Errorf("the driver was not registered before the update")
+	}
+	r, err := s.roll(ctx, want, s.watch, nil)
+	if err == nil {
+		s.podName = r.newPod
+	}
+	return r, err
+}
+
+// roll changes the template of the DaemonSet want names to want's, and
+// follows the maxSurge update until the new pod is Ready, the old one gone
+// and the DaemonSet's status says so, then for rolloutSettle. It records
+// watch's changes and the restart counts of every container of the
+// DaemonSet's pods meanwhile; poll, if set, runs at each poll of the pods.
+func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
 		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
 	}
-	tmpl, err := s.daemonSet(s.repo, next)
-	if err != nil {
-		return nil, err
+	app := ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
+	pods, err := s.podsOf(ctx, app)
+	if err != nil || len(pods) != 1 {
+		return nil, fmt.Errorf("want one pod of %s before the update, have %d (%v)", want.Name, len(pods), err)
 	}
-	r := &rollout{oldPod: s.podName, restarts: map[string]int32{}}
-	r.began = time.Now()
-	if !s.watch.stateAt(r.began).registered {
-		return nil, fmt.Errorf("the driver was not registered before the update")
-	}
-	watchRestarts := s.watch.restarts()
-	updated, err := s.setTemplate(ctx, "csi-node", tmpl.Spec.Template)
+	next := want.Spec.Template.Annotations[revisionKey]
+	r := &rollout{oldPod: pods[0].Name, restarts: map[string]int32{}, began: time.Now()}
+	fmt.Sscan(pods[0].Annotations[revisionKey], &r.from)
+	watchRestarts := watch.restarts()
+	updated, err := s.setTemplate(ctx, want.Name, want.Spec.Template)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
 	}
 	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
+		if poll != nil {
+			poll()
+		}
+		pods, err := s.podsOf(ctx, app)
 		if err != nil {
 			return false, err
 		}
@@ -403,7 +425,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 				if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
 					r.tOldDeleting = time.Since(r.began)
 				}
-			} else if pod.Annotations[revisionKey] == fmt.Sprint(int(next)) {
+			} else if pod.Annotations[revisionKey] == next {
 				r.newPod = pod.Name
 				if r.tNewReady == 0 && podReady(pod) {
 					r.tNewReady = time.Since(r.began)
@@ -413,7 +435,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 		if !oldSeen && r.tOldGone == 0 {
 			r.tOldGone = time.Since(r.began)
 		}
-		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
 		if err != nil {
 			return false, err
 		}
@@ -425,28 +447,15 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
 	}
 	// The old pod's object is deleted only after its containers stopped, so
-	// the old registrar has exited.
+	// the old registrar has exited; kubelet may still react late to what it left.
 	time.Sleep(rolloutSettle)
 	r.end = time.Now()
-	s.podName = r.newPod
 	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
 		r.recordRestarts(pod)
 	}
-	var down time.Time
-	for _, reg := range s.watch.between(r.began, r.end) {
-		r.writes++
-		if !reg.registered && down.IsZero() {
-			down = reg.at
-		}
-		if reg.registered && !down.IsZero() {
-			r.gaps = append(r.gaps, gap{from: down, to: reg.at})
-			down = time.Time{}
-		}
-	}
-	if !down.IsZero() {
-		r.gaps = append(r.gaps, gap{from: down, to: r.end, open: true})
-	}
-	r.watchRestarted = s.watch.restarts() != watchRestarts
+	r.writes = len(watch.between(r.began, r.end))
+	r.gaps = watch.gaps(r.began, r.end)
+	r.watchRestarted = watch.restarts() != watchRestarts
 	return r, nil
 }
 

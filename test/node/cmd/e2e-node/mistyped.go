@@ -287,71 +287,45 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		failed, fixed, len(before)-len(changed), len(before), healthy, len(problems), problems)
 }
 
-// fixMistyped rolls the DaemonSet to the right path and waits until
-// CSINode lists the driver, the new pod is Ready with its registrar's
-// /status registered, and the old pod is gone.
+// fixMistyped rolls the DaemonSet to the right path and checks that
+// CSINode lists the driver, the new pod's registrar's /status says
+// registered, and its containers did not restart.
 func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (string, []string, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, mistypedDaemonSet, getOpts)
-	if err != nil {
-		return "", nil, err
-	}
 	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
 	if err != nil {
 		return "", nil, err
-	}
-	began := time.Now()
-	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
-		return "", nil, fmt.Errorf("update DaemonSet: %w", err)
 	}
 	// kubelet retries a socket path that failed after a backoff that
 	// doubles up to 2m2s (its operation executor's), also for the new
 	// socket at that path: the new registrar may wait for kubelet that
 	// long. Its states are recorded meanwhile.
-	var newPod string
-	var status *registrarState
 	var states []string
-	err = waitFor(ctx, "driver in CSINode, new pod Ready and registered, old pod gone", 3*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	began := time.Now()
+	r, err := s.roll(ctx, want, typoWatch, func() {
 		if st, err := registrarStatus(revMistypedFixed.port()); err == nil {
-			status = st
 			if n := len(states); n == 0 || !strings.HasPrefix(states[n-1], st.State+" ") {
 				states = append(states, fmt.Sprintf("%s +%s", st.State, ms(time.Since(began))))
 			}
 		}
-		pods, err := s.podsOf(ctx, mistypedDaemonSet)
-		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(revMistypedFixed)) || !podReady(&pods[0]) {
-			return false, err
-		}
-		newPod = pods[0].Name
-		reg, _ := typoWatch.now()
-		return reg.registered && status != nil && status.State == "registered", nil
 	})
-	tDone := time.Since(began)
 	if err != nil {
 		return "", nil, fmt.Errorf("%v (the new registrar's states: %v)", err, states)
 	}
-	var reg registration
-	for _, r := range typoWatch.between(began, time.Now()) {
-		if r.registered {
-			reg = r
-			break
-		}
-	}
+	reg, _ := typoWatch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
-	// Settle as the rollouts do: the old pod's exit must not take the
-	// registration away.
-	time.Sleep(rolloutSettle)
-	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, newPod, getOpts)
+	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
 	if err != nil {
 		return "", nil, err
 	}
-	var problems []string
-	var deregistered []string
-	for _, r := range typoWatch.between(reg.at, time.Now()) {
-		if !r.registered {
-			deregistered = append(deregistered, "+"+ms(r.at.Sub(began)))
-		}
+	var problems, deregistered []string
+	status, err := registrarStatus(revMistypedFixed.port())
+	if err != nil || status.State != "registered" {
+		problems = append(problems, fmt.Sprintf("the new registrar's /status: %v (%v)", status, err))
 	}
-	if len(deregistered) > 0 {
+	for _, g := range typoWatch.gaps(reg.at, time.Now()) {
+		deregistered = append(deregistered, "+"+ms(g.from.Sub(began)))
+	}
+	if reg.at.IsZero() || len(deregistered) > 0 {
 		problems = append(problems, fmt.Sprintf("%s left CSINode after the fix at %v", mistypedDriver, deregistered))
 	}
 	final, _ := typoWatch.now()
@@ -368,8 +342,8 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
 	}
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
-	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
-		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), states, rolloutSettle, len(deregistered)), problems, nil
+	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
+		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), status, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
 }
 
 // lastEvent returns the message of the pod's latest event with reason and

@@ -12,11 +12,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -494,58 +492,29 @@ func (s *suite) beat(v *volumePod) string {
 // and must call the new one. It returns the new volume pod, still running
 // if keep, or nil if it did not start.
 func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
-	pods, err := s.hostpathPods(ctx)
-	if err != nil || len(pods) != 1 {
-		return nil, s.report(name, false, "want one hostpath pod before the update, have %d (%v)", len(pods), err)
-	}
-	oldDriverPod := pods[0].Name
-	previous, _ := strconv.Atoi(pods[0].Annotations[revisionKey])
-	handover := hostpathSocket(revision(previous)) == hostpathSocket(next)
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, hostpathDaemonSet, getOpts)
-	if err != nil {
-		return nil, s.report(name, false, "%v", err)
-	}
 	want, err := s.hostpathDaemonSetFor(next)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	began := time.Now()
-	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
-		return nil, s.report(name, false, "update DaemonSet: %v", err)
-	}
-	newDriverPod, err := s.hostpathReady(ctx, watch, next, true)
+	r, err := s.roll(ctx, want, watch, nil)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	tNewReady := time.Since(began)
-	err = waitFor(ctx, "old hostpath pod gone", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		return err == nil && len(pods) == 1 && pods[0].Name == newDriverPod.Name, err
-	})
-	tOldGone := time.Since(began)
+	newDriverPod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
 	if err != nil {
-		return nil, s.report(name, false, "new pod %s Ready +%s; %v", newDriverPod.Name, ms(tNewReady), err)
+		return nil, s.report(name, false, "%v", err)
 	}
-	// Settle as check 4a does: kubelet may react late to what the old pod left.
-	time.Sleep(rolloutSettle)
-	end := time.Now()
+	handover := hostpathSocket(r.from) == hostpathSocket(next)
+	tNewReady, tOldGone := r.tNewReady, r.tOldGone
 	var gaps []string
-	var longest time.Duration
-	var down time.Time
-	for _, r := range watch.between(began, end) {
-		switch {
-		case !r.registered && down.IsZero():
-			down = r.at
-		case r.registered && !down.IsZero():
-			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(down.Sub(began)), ms(r.at.Sub(down))))
-			longest = max(longest, r.at.Sub(down))
-			down = time.Time{}
+	for _, g := range r.gaps {
+		if g.open {
+			gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(g.from.Sub(r.began))))
+		} else {
+			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(g.from.Sub(r.began)), ms(g.to.Sub(g.from))))
 		}
 	}
-	if !down.IsZero() {
-		gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(down.Sub(began))))
-		longest = time.Duration(math.MaxInt64)
-	}
+	longest := r.longestGap()
 	final, _ := watch.now()
 	step := name[:3]
 	s.timing(step+" hostpath rolling update → new pod Ready", tNewReady)
@@ -596,7 +565,7 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
 	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
 		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
-		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), oldDriverPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), r.oldPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
 		rolloutSettle, final.registered, final.nodeID, serving,
 		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh, deleted,
 		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)

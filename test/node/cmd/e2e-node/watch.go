@@ -33,7 +33,7 @@ type csiNodeWatch struct {
 	mu       sync.Mutex
 	timeline []registration
 	changed  chan struct{} // closed and replaced on each new entry
-	gaps     int           // times the watch had to be restarted
+	relists  int           // times the watch had to be restarted
 }
 
 func newCSINodeWatch(driver string) *csiNodeWatch {
@@ -94,7 +94,7 @@ func (w *csiNodeWatch) run(ctx context.Context, client kubernetes.Interface) {
 		}
 		watcher.Stop()
 		w.mu.Lock()
-		w.gaps++
+		w.relists++
 		w.mu.Unlock()
 	}
 }
@@ -148,6 +148,38 @@ func (w *csiNodeWatch) between(from, to time.Time) []registration {
 	return out
 }
 
+// first returns the first entry from from on that satisfies cond.
+func (w *csiNodeWatch) first(from time.Time, cond func(registration) bool) (registration, bool) {
+	for _, r := range w.between(from, time.Now()) {
+		if cond(r) {
+			return r, true
+		}
+	}
+	return registration{}, false
+}
+
+func isRegistered(r registration) bool { return r.registered }
+
+// gaps returns the times in [from, to] that CSINode did not list the
+// driver; one still open at to ends there, open.
+func (w *csiNodeWatch) gaps(from, to time.Time) []gap {
+	var gaps []gap
+	var down time.Time
+	for _, r := range w.between(from, to) {
+		switch {
+		case !r.registered && down.IsZero():
+			down = r.at
+		case r.registered && !down.IsZero():
+			gaps = append(gaps, gap{from: down, to: r.at})
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		gaps = append(gaps, gap{from: down, to: to, open: true})
+	}
+	return gaps
+}
+
 // stateAt returns the state in force at t.
 func (w *csiNodeWatch) stateAt(t time.Time) registration {
 	w.mu.Lock()
@@ -165,5 +197,5 @@ func (w *csiNodeWatch) stateAt(t time.Time) registration {
 func (w *csiNodeWatch) restarts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.gaps
+	return w.relists
 }
