@@ -103,26 +103,13 @@ func (c *cluster) kubeletKeepsNodeUID() bool {
 
 // confirmDaemonSetFor is check 8's hostpath DaemonSet under check 13's
 // name for rev, without a startup probe; this registrar's revision gets
-// deploy/csinode's flag, NODE_NAME and service account with its token,
-// upstream's only the flags upstream knows.
+// deploy/csinode's flag and service account.
 func (s *suite) confirmDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.hostpathDaemonSetNamed(confirmDaemonSet, rev)
-	if err != nil {
-		return nil, err
+	o := own{name: confirmDaemonSet, hostpath: true, keepProbes: true}
+	if !rev.upstream() {
+		o.account, o.args = true, []string{"--confirm-csinode"}
 	}
-	pod := &ds.Spec.Template.Spec
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		if ctr.Name != registrarName {
-			continue
-		}
-		ctr.StartupProbe = nil
-		if !rev.upstream() {
-			withAccount(pod, ctr)
-			ctr.Args = append(ctr.Args, "--confirm-csinode")
-		}
-	}
-	return ds, nil
+	return s.ownDaemonSet(rev, o)
 }
 
 func (s *suite) nodeUID(ctx context.Context) (types.UID, error) {

@@ -16,15 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
-// withEvents gives the registrar what deploy/events gives it.
-func withEvents(pod *corev1.PodSpec, ctr *corev1.Container) {
-	withAccount(pod, ctr)
-	for name, field := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
-		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}})
-	}
-	ctr.Args = append(ctr.Args, "--events")
-}
-
 // checkEvents waits for the Pod's Events after kubelet accepted the driver
 // that it rejected n times, and returns the problems, and the Events as
 // kubectl describe pod would list them.

@@ -43,28 +43,16 @@ const (
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, for a driver named mistypedDriver, with --unhealthy-after set to
+// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes, for
+// a driver of its own, with --unhealthy-after set to
 // mistypedUnhealthyAfter, and for revMistyped the typo in the registration
-// path. It keeps deploy/'s probes as they are: no startup probe.
+// path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.ownDriverDaemonSet(mistypedDaemonSet, mistypedDriver, rev)
-	if err != nil {
-		return nil, err
+	o := own{name: mistypedDaemonSet, driver: mistypedDriver, keepProbes: true, args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}
+	if rev == revMistyped {
+		o.regSocket = mistypedSocket
 	}
-	for i := range ds.Spec.Template.Spec.Containers {
-		ctr := &ds.Spec.Template.Spec.Containers[i]
-		if ctr.Name != registrarName {
-			continue
-		}
-		ctr.Args = append(ctr.Args, "--unhealthy-after="+mistypedUnhealthyAfter.String())
-		for j := range ctr.Env {
-			if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" && rev == revMistyped {
-				ctr.Env[j].Value = filepath.Join(filepath.Dir(ctr.Env[j].Value), mistypedSocket)
-			}
-		}
-	}
-	return ds, nil
+	return s.ownDaemonSet(rev, o)
 }
 
 // healthyPods is what the check compares before and after: every

@@ -46,13 +46,6 @@ const (
 
 var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
 
-// adaptForNodeGate gives revNodeGate's pods what deploy/node-gate gives:
-// the service account with its token, NODE_NAME, the two flags.
-func adaptForNodeGate(pod *corev1.PodSpec, ctr *corev1.Container) {
-	withAccount(pod, ctr)
-	ctr.Args = append(ctr.Args, "--remove-node-taint="+startupTaint, "--node-condition")
-}
-
 // withAccount gives the pods deploy/node-gate's and deploy/csinode's
 // service account with its token, the registrar NODE_NAME, and the API
 // server's address, which kubelet's KUBERNETES_SERVICE_HOST (the

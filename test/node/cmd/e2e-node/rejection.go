@@ -48,26 +48,16 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if n == 3 {
 		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
 	}
-	ds, err := s.ownDriverDaemonSet(rejectedDaemonSet, driver, revRejected)
+	// Three rejections also show as one Event with a count (--events).
+	events := n == 3
+	ds, err := s.ownDaemonSet(revRejected, own{name: rejectedDaemonSet, driver: driver, keepProbes: true, events: events,
+		driverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}})
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	// Three rejections also show as one Event with a count (--events).
-	events := n == 3
 	if events {
 		if err := s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml")); err != nil {
 			return s.report(name, false, "%v", err)
-		}
-	}
-	pod := &ds.Spec.Template.Spec
-	for i := range pod.Containers {
-		switch ctr := &pod.Containers[i]; ctr.Name {
-		case driverContainer:
-			ctr.Args = append(ctr.Args, fmt.Sprintf("--fail-node-get-info-calls=%d", n))
-		case registrarName:
-			if events {
-				withEvents(pod, ctr)
-			}
 		}
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)

@@ -55,69 +55,39 @@ func hostpathSocket(rev revision) string {
 }
 
 // hostpathDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, then given hostpathplugin in the driver's place: its own name,
-// labels and socket directory, kubelet's pods and plugins directories
-// mounted at their host paths (kubelet gives the driver host paths), and
-// its state directory on the host, where the test reads the volumes.
+// driver, then given hostpathplugin in the driver's place (withHostpath).
 func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	return s.hostpathDaemonSetNamed(hostpathDaemonSet, rev)
+	return s.ownDaemonSet(rev, own{name: hostpathDaemonSet, hostpath: true})
 }
 
-// hostpathDaemonSetNamed is hostpathDaemonSetFor's DaemonSet under another
-// name (check 13's own).
-func (s *suite) hostpathDaemonSetNamed(dsName string, rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.daemonSet(s.repo, rev)
-	if err != nil {
-		return nil, err
-	}
-	labels := map[string]string{"app.kubernetes.io/name": dsName}
-	ds.Name, ds.Labels = dsName, labels
-	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
-	ds.Spec.Template.Labels = labels
-	pod := &ds.Spec.Template.Spec
-	kubeletDir := s.path("kubelet")
-	socketDir := filepath.Join(kubeletDir, "plugins", hostpathDriver)
+// withHostpath puts hostpathplugin in the test driver's place: kubelet's
+// pods and plugins directories mounted at their host paths (kubelet gives
+// the driver host paths), and its state directory on the host, where the
+// test reads the volumes.
+func (s *suite) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, rev revision) error {
 	socket := hostpathSocket(rev)
-	for i := range pod.Volumes {
-		if pod.Volumes[i].Name == "socket-dir" {
-			pod.Volumes[i].HostPath.Path = socketDir
-		}
-	}
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: s.path(hostpathStateDir), Type: &dirOrCreate},
 	}})
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		switch ctr.Name {
-		case registrarName:
-			if err := replaceArg(ctr.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
-				return nil, err
-			}
-			for j := range ctr.Env {
-				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
-					ctr.Env[j].Value = filepath.Join(socketDir, socket)
-				}
-			}
-		case driverContainer:
-			ctr.Name = hostpathContainer
-			ctr.Image = hostpathImage
-			ctr.Args = []string{
-				"--drivername=" + hostpathDriver,
-				"--endpoint=unix:///csi/" + socket,
-				"--nodeid=$(KUBE_NODE_NAME)",
-				"--statedir=/csi-data-dir",
-				"--v=4", // logs each gRPC call
-			}
-			for j := range ctr.VolumeMounts {
-				if rest, ok := strings.CutPrefix(ctr.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
-					ctr.VolumeMounts[j].MountPath = kubeletDir + rest
-				}
-			}
-			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
+	if err := replaceArg(reg.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
+		return err
+	}
+	drv.Name, drv.Image = hostpathContainer, hostpathImage
+	drv.Args = []string{
+		"--drivername=" + hostpathDriver,
+		"--endpoint=unix:///csi/" + socket,
+		"--nodeid=$(KUBE_NODE_NAME)",
+		"--statedir=/csi-data-dir",
+		"--v=4", // logs each gRPC call
+	}
+	for j := range drv.VolumeMounts {
+		if rest, ok := strings.CutPrefix(drv.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
+			drv.VolumeMounts[j].MountPath = s.path("kubelet") + rest
 		}
 	}
-	return ds, nil
+	drv.VolumeMounts = append(drv.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
+	return nil
 }
 
 // hostpathVolume is what the driver's state file says about a volume.
