@@ -17,7 +17,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -562,40 +561,18 @@ func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
 	return s.checkUpstreamRollout(ctx, name, revOursAgain)
 }
 
-// redeploy brings the DaemonSet to rev: creates it from rev unless one
-// exists (check 3 failed before deleting it), or changes its template to
-// rev's, and waits until its one pod, of rev, is Ready and the driver is in
-// CSINode.
+// redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
+// the current one.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	want, err := s.daemonSet(s.repo, rev)
 	if err != nil {
 		return err
 	}
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create DaemonSet: %w", err)
-		}
-	case err != nil:
-		return err
-	case ds.Spec.Template.Annotations[revisionKey] != fmt.Sprint(int(rev)):
-		if _, err := s.setTemplate(ctx, "csi-node", want.Spec.Template); err != nil {
-			return fmt.Errorf("update DaemonSet: %w", err)
-		}
+	pod, _, err := s.deploy(ctx, want, s.watch)
+	if err == nil {
+		s.podName = pod.Name
 	}
-	return waitFor(ctx, "one pod, of revision "+fmt.Sprint(int(rev))+", Ready, driver in CSINode", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := s.watch.now()
-		if len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(rev)) || !podReady(&pods[0]) || !reg.registered {
-			return false, nil
-		}
-		s.podName = pods[0].Name
-		return true, nil
-	})
+	return err
 }
 
 // checkUpstreamRollout rolls the DaemonSet to next, from this registrar to

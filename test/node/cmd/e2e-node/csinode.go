@@ -129,22 +129,12 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 		return nil, 0, err
 	}
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return nil, 0, fmt.Errorf("create DaemonSet: %w", err)
+	pod, _, err := s.deploy(ctx, ds, watch)
+	if err == nil {
+		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == uid }); !ok {
+			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, uid)
+		}
 	}
-	var pod *corev1.Pod
-	err = waitFor(ctx, fmt.Sprintf("the %s pod Ready, %s in CSINode owned by Node %s", confirmDaemonSet, hostpathDriver, uid), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.podsOf(ctx, confirmDaemonSet)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := watch.now()
-		if len(pods) != 1 || !podReady(&pods[0]) || !reg.registered || reg.owner != uid {
-			return false, nil
-		}
-		pod = &pods[0]
-		return true, nil
-	})
 	if err != nil {
 		st, _ := registrarStatus(rev.port())
 		return nil, 0, fmt.Errorf("%v; the registrar's /status: %v", err, st)

@@ -242,6 +242,38 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 	return nil
 }
 
+// deploy creates ds, or gives the one that exists ds's template, and waits
+// until its one pod, of ds's revision, is Ready and watch sees the driver
+// in CSINode. It returns the pod and how long that took.
+func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNodeWatch) (*corev1.Pod, time.Duration, error) {
+	began := time.Now()
+	rev := ds.Spec.Template.Annotations[revisionKey]
+	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, ds.Name, getOpts)
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+			return nil, 0, fmt.Errorf("create DaemonSet %s: %w", ds.Name, err)
+		}
+	case err != nil:
+		return nil, 0, err
+	case current.Spec.Template.Annotations[revisionKey] != rev:
+		if _, err := s.setTemplate(ctx, ds.Name, ds.Spec.Template); err != nil {
+			return nil, 0, fmt.Errorf("update DaemonSet %s: %w", ds.Name, err)
+		}
+	}
+	var pod *corev1.Pod
+	err = waitFor(ctx, fmt.Sprintf("one %s pod, of revision %s, Ready, %s in CSINode", ds.Name, rev, watch.driver), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.podsOf(ctx, ds.Name)
+		reg, _ := watch.now()
+		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != rev || !podReady(&pods[0]) || !reg.registered {
+			return false, err
+		}
+		pod = &pods[0]
+		return true, nil
+	})
+	return pod, time.Since(began), err
+}
+
 // setTemplate gives the DaemonSet name the pod template tmpl. The
 // DaemonSet controller writes its status meanwhile, so an update that
 // conflicts with it reads the DaemonSet again and tries again. It returns
@@ -334,7 +366,7 @@ func (s *suite) removeDaemonSet(ctx context.Context, dsName, driver string) erro
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete DaemonSet %s: %w", dsName, err)
 	}
-	return waitFor(ctx, dsName+"'s pods gone and "+driver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	return waitFor(ctx, dsName+"'s pods gone and "+driver+" out of CSINode", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		pods, err := s.podsOf(ctx, dsName)
 		if err != nil || len(pods) > 0 {
 			return false, err

@@ -162,7 +162,7 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 			fmt.Println("e2e-storage:", r)
 			results = append(results, r)
 		}
-		if err := s.removeHostpath(ctx); err != nil {
+		if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
 			problems = append(problems, fmt.Sprintf("FAIL removing hostpathplugin with %s: %v", image.what, err))
 		}
 		if ctx.Err() != nil {
@@ -290,14 +290,9 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 		}
 		addControllerSidecars(&ds.Spec.Template.Spec)
 	}
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create DaemonSet %s: %w", hostpathDaemonSet, err)
-	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
-	if _, err := s.hostpathReady(ctx, watch, rev, false); err != nil {
+	if _, _, err := s.deploy(ctx, ds, watch); err != nil {
 		return err
 	}
 	s.timing(fmt.Sprintf("hostpath DaemonSet (revision %d) created → Ready, driver in CSINode", rev), time.Since(began))
@@ -373,31 +368,6 @@ func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 		return obj.GetKind() != "ServiceAccount" // sidecarAccount replaces the files' accounts
 	}
 	return s.applyManifests(ctx, toAccount, files...)
-}
-
-// removeHostpath deletes the hostpath DaemonSet and waits until its pods
-// are gone and kubelet has unregistered the driver.
-func (s *suite) removeHostpath(ctx context.Context) error {
-	foreground := metav1.DeletePropagationForeground
-	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, hostpathDaemonSet, metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
-		return fmt.Errorf("delete DaemonSet %s: %w", hostpathDaemonSet, err)
-	}
-	return waitFor(ctx, "hostpath pods gone, "+hostpathDriver+" no longer in CSINode", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		if err != nil || len(pods) > 0 {
-			return false, err
-		}
-		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
-		if err != nil {
-			return false, err
-		}
-		for _, d := range node.Spec.Drivers {
-			if d.Name == hostpathDriver {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
 }
 
 // runSuite runs e2e.test on one tier and reads its JUnit file.

@@ -322,29 +322,6 @@ func (s *suite) hostpathPods(ctx context.Context) ([]corev1.Pod, error) {
 	return s.podsOf(ctx, hostpathDaemonSet)
 }
 
-// hostpathReady waits for the one pod of rev Ready and the driver in
-// CSINode, and returns the pod.
-func (s *suite) hostpathReady(ctx context.Context, watch *csiNodeWatch, rev revision, others bool) (*corev1.Pod, error) {
-	var ready *corev1.Pod
-	err := waitFor(ctx, fmt.Sprintf("hostpath pod of revision %d Ready, %s in CSINode", rev, hostpathDriver), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := watch.now()
-		if !reg.registered || (!others && len(pods) != 1) {
-			return false, nil
-		}
-		for i := range pods {
-			if pods[i].Annotations[revisionKey] == fmt.Sprint(int(rev)) && podReady(&pods[i]) {
-				ready = &pods[i]
-			}
-		}
-		return ready != nil && (others || len(pods) == 1), nil
-	})
-	return ready, err
-}
-
 func (s *suite) timing(what string, took time.Duration) {
 	s.timings = append(s.timings, timing{what, took})
 }
@@ -406,21 +383,11 @@ func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *cs
 		return s.report(name, false, "%v", err)
 	}
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create DaemonSet: %v", err)
-	}
-	driverPod, err := s.hostpathReady(ctx, watch, revHostpath, false)
+	driverPod, tReady, err := s.deploy(ctx, ds, watch)
 	if err != nil {
 		return s.report(name, false, "%v (see the registrar's and the driver's logs in logs/pod-logs)", err)
 	}
-	tReady := time.Since(began)
-	var reg registration
-	for _, r := range watch.between(began, time.Now()) {
-		if r.registered {
-			reg = r
-			break
-		}
-	}
+	reg, _ := watch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
 	s.timing("8a. hostpath DaemonSet created → "+hostpathDriver+" in CSINode (registration)", tRegistered)
 	serving, servingOK := s.servingRegistrar(revHostpath)
