@@ -38,6 +38,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -347,10 +348,16 @@ func restarted(before, pod *corev1.Pod) []string {
 	return out
 }
 
-// registrarLog is the registrar container's log of pod, as kubelet keeps it.
-func (s *suite) registrarLog(pod *corev1.Pod) string {
-	dir := s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), registrarName)
+// containerLog is a container's log of pod, as kubelet keeps it.
+func (s *suite) containerLog(pod *corev1.Pod, container string) string {
+	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
+}
+
+// readLogs reads the log files of a container's directory in kubelet's
+// pod logs, in order.
+func readLogs(dir string) string {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	sort.Strings(files)
 	var b strings.Builder
 	for _, f := range files {
 		data, _ := os.ReadFile(f)
@@ -515,7 +522,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	}
 	var logAt time.Time
 	err := waitFor(ctx, "the registrar naming the old Node's UID "+string(oldUID)+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		logAt = firstLogLine(s.registrarLog(pod), string(oldUID))
+		logAt = firstLogLine(s.containerLog(pod, registrarName), string(oldUID))
 		return !logAt.IsZero() || slices.ContainsFunc(tl.since(began), namesOld), nil
 	})
 	if err != nil {
@@ -716,7 +723,7 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 			if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
 				problems = append(problems, "restarting kubelet: "+err.Error())
 			} else {
-				back, ok := watch.waitUntil(ctx, maxRestartHeal, func(r registration) bool { return r.registered })
+				back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
 				again := fmt.Sprintf("not within %s", maxRestartHeal)
 				if ok {
 					again = "+" + ms(back.at.Sub(restartAt))

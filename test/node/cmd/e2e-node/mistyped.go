@@ -101,12 +101,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	var liveness *corev1.Probe
-	for _, ctr := range ds.Spec.Template.Spec.Containers {
-		if ctr.Name == registrarName {
-			liveness = ctr.LivenessProbe
-		}
-	}
+	liveness := container(&ds.Spec.Template.Spec, registrarName).LivenessProbe
 	if liveness == nil || liveness.HTTPGet == nil || liveness.HTTPGet.Path != "/healthz" {
 		return s.report(name, false, "deploy/daemonset.yaml: the registrar's liveness probe is no longer httpGet /healthz; adapt test/node")
 	}
@@ -133,7 +128,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		w := newCSINodeWatch(d.Name)
 		go w.run(watchCtx, s.client)
 		healthyWatches[d.Name] = w
-		if _, ok := w.waitUntil(ctx, 30*time.Second, func(r registration) bool { return r.registered }); !ok {
+		if _, ok := w.waitUntil(ctx, 30*time.Second, isRegistered); !ok {
 			return s.report(name, false, "the watch of CSINode does not see %s registered", d.Name)
 		}
 	}
@@ -147,7 +142,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	cleaned := false
 	cleanUp := func() error {
 		cleaned = true
-		s.saveMistypedLogs()
+		s.savePodLogs("10", mistypedDaemonSet)
 		return s.removeDaemonSet(ctx, mistypedDaemonSet, mistypedDriver)
 	}
 	defer func() {
@@ -201,7 +196,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	st := containerStatus(restarted, registrarName)
 	term := st.LastTerminationState.Terminated
 	unhealthy := s.lastEvent(ctx, restarted.Name, "Unhealthy", "Liveness")
-	s.saveMistypedLogs() // the pod is deleted by the rolling update, and its logs with it
+	s.savePodLogs("10", mistypedDaemonSet) // the pod is deleted by the rolling update, and its logs with it
 	var problems []string
 	if failingSince.IsZero() {
 		problems = append(problems, "never saw failingSince in the first registrar's /status")
@@ -350,10 +345,6 @@ func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) strin
 	}
 	return found
 }
-
-// saveMistypedLogs copies the check's pods' container logs (the restarted
-// registrar's included) to the run's logs before the pods are deleted.
-func (s *suite) saveMistypedLogs() { s.savePodLogs("10", mistypedDaemonSet) }
 
 // savePodLogs copies the container logs of the pods of the DaemonSet
 // dsName to the run's logs, in pod-logs-<check>/, before the pods are

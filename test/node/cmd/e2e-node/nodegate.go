@@ -283,7 +283,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.redeploy(ctx, revNodeGate); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	reg, _ := s.watch.waitUntil(ctx, time.Second, func(r registration) bool { return r.registered })
+	reg, _ := s.watch.waitUntil(ctx, time.Second, isRegistered)
 	var scheduledAt time.Time
 	select {
 	case scheduledAt = <-scheduled:

@@ -60,10 +60,8 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 			return s.report(name, false, "%v", err)
 		}
 	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, driver)
 	defer stopWatch()
-	watch := newCSINodeWatch(driver)
-	go watch.run(watchCtx, s.client)
 
 	began := time.Now()
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {

@@ -102,15 +102,9 @@ func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan p
 			// kubelet's pod log directories: <namespace>_<pod>_<uid>.
 			dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
 			for _, dir := range dirs {
-				files, _ := filepath.Glob(filepath.Join(dir, registrarName, "*.log"))
-				sort.Strings(files)
-				var log strings.Builder
-				for _, f := range files {
-					data, _ := os.ReadFile(f)
-					log.Write(data)
-				}
-				if pod := strings.Split(filepath.Base(dir), "_")[1]; log.Len() > len(seen.logs[pod]) {
-					seen.logs[pod] = log.String()
+				log := readLogs(filepath.Join(dir, registrarName))
+				if pod := strings.Split(filepath.Base(dir), "_")[1]; len(log) > len(seen.logs[pod]) {
+					seen.logs[pod] = log
 				}
 			}
 			select {

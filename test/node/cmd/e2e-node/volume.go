@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -298,20 +297,12 @@ func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished,
 }
 
 // driverCalls counts the gRPC calls of each method in the log of the
-// current hostpath pod's driver container (the driver logs each at --v=3).
+// hostpath pod's driver container (the driver logs each at --v=3).
 func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	calls := map[string]int{}
-	dir := s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), hostpathContainer)
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, file := range logs {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
-				calls[strings.TrimSpace(method)]++
-			}
+	for line := range strings.SplitSeq(s.containerLog(pod, hostpathContainer), "\n") {
+		if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
+			calls[strings.TrimSpace(method)]++
 		}
 	}
 	return calls
@@ -339,10 +330,8 @@ func (s *suite) checkVolume(ctx context.Context) bool {
 		}
 		return false
 	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
 	if !s.checkVolumePublished(ctx, names[0], watch) {
 		s.report(names[1], false, "not run: check 8a failed")
 		return s.report(names[2], false, "not run: check 8a failed")
