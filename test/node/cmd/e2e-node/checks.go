@@ -104,6 +104,21 @@ func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
+// waitPod waits until the pod name satisfies cond, and returns it as last
+// read.
+func (s *suite) waitPod(ctx context.Context, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := waitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		return cond(p), nil
+	})
+	return pod, err
+}
+
 func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	for i := range pod.Status.ContainerStatuses {
 		if pod.Status.ContainerStatuses[i].Name == name {

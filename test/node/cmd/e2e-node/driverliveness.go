@@ -154,20 +154,13 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 	var tRestarted time.Duration
 	var lastBody string
-	err = waitFor(ctx, "kubelet restarted the not-ready driver", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	_, err = s.waitPod(ctx, s.podName, "kubelet restarted the not-ready driver", 3*time.Minute, func(p *corev1.Pod) bool {
 		if _, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)); body != "" {
 			lastBody = body
 		}
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-		if err != nil {
-			return false, err
-		}
 		st := containerStatus(p, driverContainer)
-		if st != nil && st.RestartCount > driverBefore.RestartCount {
-			tRestarted = time.Since(began)
-			return true, nil
-		}
-		return false, nil
+		tRestarted = time.Since(began)
+		return st != nil && st.RestartCount > driverBefore.RestartCount
 	})
 	if err != nil {
 		return s.report(name, false, "%v; the driver health endpoint last answered %q", err, lastBody)
@@ -178,19 +171,12 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 	// The restarted driver is probed again, and passes.
 	var driverAfter *corev1.ContainerStatus
-	err = waitFor(ctx, "the restarted driver's liveness probe passes", 3*time.Minute, time.Second, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-		if err != nil {
-			return false, err
-		}
+	_, err = s.waitPod(ctx, s.podName, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
 		driverAfter = containerStatus(p, driverContainer)
-		all, err := probeCounts(driverContainer)
-		if err != nil {
-			return false, err
-		}
+		all, _ := probeCounts(driverContainer)
 		code, _ := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort))
 		return driverAfter != nil && driverAfter.State.Running != nil && code == http.StatusOK &&
-			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"], nil
+			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"]
 	})
 	stopPolling()
 	polls.Wait()

@@ -263,18 +263,13 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	}()
 	// The scheduler says why it waits.
 	var unschedulable string
-	if err := waitFor(ctx, "the pod Unschedulable because of the taint", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
-		if err != nil {
-			return false, err
-		}
+	if _, err := s.waitPod(ctx, waitingPod, "the pod Unschedulable because of the taint", time.Minute, func(p *corev1.Pod) bool {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 				unschedulable = c.Message
-				return true, nil
 			}
 		}
-		return false, nil
+		return unschedulable != ""
 	}); err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -294,13 +289,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		}
 		return s.report(name, false, "the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
 	}
-	if err := waitFor(ctx, "the pod Running", 2*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
-		if err != nil {
-			return false, err
-		}
-		return p.Status.Phase == corev1.PodRunning, nil
-	}); err != nil {
+	if _, err := s.waitPod(ctx, waitingPod, "the pod Running", 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }); err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	if err := waitFor(ctx, "the condition True", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
