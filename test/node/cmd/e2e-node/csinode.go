@@ -144,9 +144,10 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 }
 
 // confirmed is a part of check 13 under way with this registrar: its pod,
-// Ready and registered, and the registrar's /status before the loss and
-// since, as polled until stopPoll.
+// Ready and registered under the Node uid, and the registrar's /status
+// before the loss and since, as polled until stopPoll.
 type confirmed struct {
+	uid      types.UID
 	pod      *corev1.Pod
 	tReady   time.Duration // from the DaemonSet's creation
 	before   *registrarState
@@ -155,21 +156,27 @@ type confirmed struct {
 }
 
 // startConfirmed deploys revConfirm, checks that /status says registered,
-// and starts polling /status.
-func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, uid types.UID) (*confirmed, error) {
-	pod, tReady, err := s.deployConfirm(ctx, watch, revConfirm, uid)
-	if err != nil {
-		return nil, err
-	}
-	before, err := registrarStatus(revConfirm.port())
-	if err != nil || before.State != "registered" {
-		return nil, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", before, err)
-	}
-	c := &confirmed{pod: pod, tReady: tReady, before: before}
+// and starts polling /status. The check's end must call end, also after
+// an error.
+func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, id string) (c *confirmed, end func(), err error) {
 	pollCtx, stop := context.WithCancel(ctx)
-	c.stopPoll = stop
+	c = &confirmed{stopPoll: stop}
+	end = func() {
+		stop()
+		s.removeConfirm(ctx, id)
+	}
+	if c.uid, err = s.nodeUID(ctx); err != nil {
+		return nil, end, err
+	}
+	if c.pod, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm, c.uid); err != nil {
+		return nil, end, err
+	}
+	c.before, err = registrarStatus(revConfirm.port())
+	if err != nil || c.before.State != "registered" {
+		return nil, end, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
+	}
 	go c.tl.poll(pollCtx, revConfirm.port())
-	return c, nil
+	return c, end, nil
 }
 
 // removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
@@ -231,33 +238,6 @@ type healing struct {
 	lostAt, csiNodeAt, statusAt time.Time
 }
 
-// healed returns what watch and tl recorded since began: the driver out
-// of CSINode, then in it again owned by uid; /status other than
-// registered, then registered again.
-func healed(watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID) healing {
-	var h healing
-	for _, r := range watch.between(began, time.Now()) {
-		switch {
-		case !r.registered && h.lostAt.IsZero():
-			h.lostAt = r.at
-		case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
-			h.csiNodeAt = r.at
-		}
-	}
-	var left bool
-	for _, e := range tl.since(began) {
-		switch {
-		case e.state != "registered":
-			left = true
-		case left && h.statusAt.IsZero():
-			h.statusAt = e.at
-		}
-	}
-	return h
-}
-
-func (h healing) done() bool { return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero() }
-
 // timingSince records t's offset from began as a timing, if t is set.
 func (s *suite) timingSince(what string, began, t time.Time) {
 	if !t.IsZero() {
@@ -273,12 +253,35 @@ func since(began, t time.Time) string {
 	return "+" + ms(t.Sub(began))
 }
 
-// waitHealed waits up to bound for healed to be done.
-func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration) (healing, error) {
+// waitHealed waits up to bound for watch and tl to record, from began, the
+// driver out of CSINode, then in it again owned by uid, and /status other
+// than registered, then registered again. After a kubelet restart (lost),
+// both count as out from began.
+func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
 	err := waitFor(ctx, what, bound, statusPoll, nil, func(context.Context) (bool, error) {
-		h = healed(watch, tl, began, uid)
-		return h.done(), nil
+		h = healing{}
+		if lost {
+			h.lostAt = began
+		}
+		for _, r := range watch.between(began, time.Now()) {
+			switch {
+			case !r.registered && h.lostAt.IsZero():
+				h.lostAt = r.at
+			case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
+				h.csiNodeAt = r.at
+			}
+		}
+		left := lost
+		for _, e := range tl.since(began) {
+			switch {
+			case e.state != "registered":
+				left = true
+			case left && h.statusAt.IsZero():
+				h.statusAt = e.at
+			}
+		}
+		return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero(), nil
 	})
 	return h, err
 }
@@ -336,16 +339,20 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 }
 
 // restarted lists the containers of pod that restarted, or changed since
-// before.
-func restarted(before, pod *corev1.Pod) []string {
+// pod was read.
+func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, st := range pod.Status.ContainerStatuses {
-		was := containerStatus(before, st.Name)
+	for _, st := range now.Status.ContainerStatuses {
+		was := containerStatus(pod, st.Name)
 		if st.RestartCount > 0 || was == nil || was.ContainerID != st.ContainerID {
 			out = append(out, fmt.Sprintf("%s: restartCount %d", st.Name, st.RestartCount))
 		}
 	}
-	return out
+	return out, nil
 }
 
 // containerLog is a container's log of pod, as kubelet keeps it.
@@ -411,23 +418,18 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 
 // checkCSINodeDeleted is check 13a.
 func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	uid, err := s.nodeUID(ctx)
+	c, end, err := s.startConfirmed(ctx, watch, "13a")
+	defer end()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	defer s.removeConfirm(ctx, "13a")
-	c, err := s.startConfirmed(ctx, watch, uid)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	defer c.stopPoll()
-	pod, tReady, before, tl := c.pod, c.tReady, c.before, &c.tl
+	uid, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
 
 	began := time.Now()
 	if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
 		return s.report(name, false, "delete CSINode: %v", err)
 	}
-	h, errHeal := waitHealed(ctx, "the driver in CSINode again and /status registered", watch, tl, began, uid, maxHeal)
+	h, errHeal := waitHealed(ctx, "the driver in CSINode again and /status registered", watch, tl, began, uid, maxHeal, false)
 	after, errStatus := registrarStatus(revConfirm.port())
 	c.stopPoll()
 	s.timingSince("13a. CSINode deleted → "+hostpathDriver+" in CSINode again, owned by the current Node", began, h.csiNodeAt)
@@ -442,11 +444,10 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 	}
 	republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]
 	volume, volumeOK := s.runsVolumePod(ctx, "csinode-13a")
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	restarts, err := s.restarted(ctx, pod)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	restarts := restarted(pod, now)
 	ok := republished >= 1 && volumeOK && len(restarts) == 0
 	return s.report(name, ok, "DaemonSet created → pod Ready, driver in CSINode +%s; CSINode deleted → driver out of CSINode %s → in CSINode again under Node %s %s, /status registered %s; csinode-lost publications: %d (want at least 1); /status since the deletion: %v; %s; container restarts: %v",
 		ms(tReady), since(began, h.lostAt), uid, since(began, h.csiNodeAt), since(began, h.statusAt), republished, states, volume, restarts)
@@ -454,17 +455,12 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 
 // checkNodeReplaced is check 13b.
 func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	oldUID, err := s.nodeUID(ctx)
+	c, end, err := s.startConfirmed(ctx, watch, "13b")
+	defer end()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	defer s.removeConfirm(ctx, "13b")
-	c, err := s.startConfirmed(ctx, watch, oldUID)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	defer c.stopPoll()
-	pod, tReady, before, tl := c.pod, c.tReady, c.before, &c.tl
+	oldUID, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
 
 	began := time.Now()
 	node, err := s.replaceNode(ctx)
@@ -475,7 +471,7 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	replacement := fmt.Sprintf("DaemonSet created → pod Ready, driver in CSINode +%s; Node %s deleted, created again as %s +%s", ms(tReady), oldUID, newUID, ms(time.Since(began)))
 	var problems []string
 	if !s.kubeletKeepsNodeUID() {
-		h, err := waitHealed(ctx, "the driver in CSINode again under the new Node and /status registered", watch, tl, began, newUID, maxHeal)
+		h, err := waitHealed(ctx, "the driver in CSINode again under the new Node and /status registered", watch, tl, began, newUID, maxHeal, false)
 		s.timingSince("13b. Node replaced → "+hostpathDriver+" in CSINode again, owned by the new Node", began, h.csiNodeAt)
 		s.timingSince("13b. Node replaced → /status registered again", began, h.statusAt)
 		replacement += fmt.Sprintf(" → driver out of CSINode (the garbage collector) %s → in CSINode again under the new Node %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
@@ -492,11 +488,11 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	} else if republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]; republished < 1 {
 		problems = append(problems, "no csinode-lost publication")
 	}
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	restarts, err := s.restarted(ctx, pod)
 	if err != nil {
 		return s.report(name, false, "%s; %v", replacement, err)
 	}
-	if restarts := restarted(pod, now); len(restarts) > 0 {
+	if len(restarts) > 0 {
 		problems = append(problems, fmt.Sprintf("containers restarted: %v", restarts))
 	}
 	if err := s.waitNodeStatus(ctx); err != nil {
@@ -610,7 +606,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 		*problems = append(*problems, "restarting kubelet: "+err.Error())
 		return seen
 	}
-	h, err := waitReturned(ctx, watch, tl, restartAt, newUID)
+	h, err := waitHealed(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", watch, tl, restartAt, newUID, maxRestartHeal, true)
 	if err != nil {
 		*problems = append(*problems, err.Error())
 	}
@@ -632,28 +628,6 @@ func firstLogLine(log, substr string) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// waitReturned waits, after a kubelet restart at began (CSINode then
-// without the driver, or under a deleted Node; /status unconfirmed), for
-// the driver in CSINode under the Node uid and /status registered.
-func waitReturned(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID) (healing, error) {
-	var h healing
-	err := waitFor(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", maxRestartHeal, statusPoll, nil, func(context.Context) (bool, error) {
-		h = healing{}
-		for _, r := range watch.between(began, time.Now()) {
-			if r.registered && r.owner == uid && h.csiNodeAt.IsZero() {
-				h.csiNodeAt = r.at
-			}
-		}
-		for _, e := range tl.since(began) {
-			if e.state == "registered" && h.statusAt.IsZero() {
-				h.statusAt = e.at
-			}
-		}
-		return h.done(), nil
-	})
-	return h, err
 }
 
 // staysLost waits up to maxHeal for the driver to leave CSINode after
@@ -711,10 +685,8 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 		}
 		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", revConfirmUpstream.port()))
 		line := fmt.Sprintf("%s: DaemonSet created → pod Ready, driver in CSINode +%s; then %s; upstream's /healthz then %d %q", part, ms(tReady), lost, code, body)
-		if now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts); err == nil {
-			if restarts := restarted(pod, now); len(restarts) > 0 {
-				problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
-			}
+		if restarts, err := s.restarted(ctx, pod); err == nil && len(restarts) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
 		}
 		if part == "Node replaced" && s.kubeletKeepsNodeUID() {
 			// Otherwise kubelet would create every CSINode under the
