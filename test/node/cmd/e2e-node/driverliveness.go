@@ -118,36 +118,9 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 
 	// The registrar's readiness is polled throughout: the driver's
 	// failing probe and its restart must not touch the registration.
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	var polls sync.WaitGroup
-	var notReady []string
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", revDriverLiveness.port())
 	began := time.Now()
-	polls.Add(1)
-	go func() {
-		defer polls.Done()
-		for pollCtx.Err() == nil {
-			code, body := get(readyz)
-			if code == 0 && pollCtx.Err() == nil {
-				// No answer within the client's timeout, seen once at load
-				// 8 while kubelet's probes passed: asked again at once, so
-				// that only a registrar that does not answer twice in a
-				// row, or answers not ready, fails the check.
-				code, body = get(readyz)
-			}
-			if code != http.StatusOK {
-				notReady = append(notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
-			}
-			select {
-			case <-pollCtx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() {
-		stopPolling()
-		polls.Wait()
-	}()
+	stopPolling := pollNotReady(ctx, revDriverLiveness.port())
+	defer stopPolling()
 
 	if err := setAnswer("not-ready"); err != nil {
 		return s.report(name, false, "%v", err)
@@ -178,8 +151,7 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		return driverAfter != nil && driverAfter.State.Running != nil && code == http.StatusOK &&
 			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"]
 	})
-	stopPolling()
-	polls.Wait()
+	notReady := stopPolling()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -210,4 +182,43 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		r, s.podName, images, counts["Liveness/successful"], probesOK, lastBody, driverFailed, ms(tRestarted),
 		driverBefore.RestartCount, driverAfter.RestartCount, ms(end.Sub(began)), sameRegistrar, registrarAfter.RestartCount,
 		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.registered)
+}
+
+// pollNotReady polls the registrar's /readyz on port every 100ms until
+// stop, which returns the answers that were not 200, with their times.
+func pollNotReady(ctx context.Context, port int32) (stop func() []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan []string, 1)
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	began := time.Now()
+	go func() {
+		var notReady []string
+		for ctx.Err() == nil {
+			code, body := get(readyz)
+			if code == 0 && ctx.Err() == nil {
+				// No answer within the client's timeout, seen once at load
+				// 8 while kubelet's probes passed: asked again at once, so
+				// that only a registrar that does not answer twice in a
+				// row, or answers not ready, fails the check.
+				code, body = get(readyz)
+			}
+			if code != http.StatusOK {
+				notReady = append(notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		done <- notReady
+	}()
+	var once sync.Once
+	var notReady []string
+	return func() []string {
+		once.Do(func() {
+			cancel()
+			notReady = <-done
+		})
+		return notReady
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -72,11 +73,7 @@ type nodeTimeline struct {
 func (n *nodeTimeline) record(node *corev1.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	tainted := false
-	for _, t := range node.Spec.Taints {
-		tainted = tainted || t.Key == startupTaint
-	}
-	if !tainted && n.untainted.IsZero() {
+	if !startupTainted(node) && n.untainted.IsZero() {
 		n.untainted = time.Now()
 	}
 	for _, c := range node.Status.Conditions {
@@ -89,6 +86,30 @@ func (n *nodeTimeline) record(node *corev1.Node) {
 			n.condAt = append(n.condAt, time.Now())
 		}
 	}
+}
+
+func startupTainted(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
+}
+
+// waitCondition waits until the node's condition is last status:reason
+// (want), and returns when it became so.
+func (n *nodeTimeline) waitCondition(ctx context.Context, want string, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	err := waitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if last := len(n.conditions) - 1; last >= 0 && n.conditions[last] == want {
+			at = n.condAt[last]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		_, conds := n.snapshot()
+		return at, fmt.Errorf("%v (condition changes: %v)", err, conds)
+	}
+	return at, nil
 }
 
 func (n *nodeTimeline) snapshot() (time.Time, []string) {
@@ -220,11 +241,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	tainted := false
-	for _, t := range node.Spec.Taints {
-		tainted = tainted || t.Key == startupTaint
-	}
-	if !tainted {
+	if !startupTainted(node) {
 		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
 	}
 	refusal, err := s.setUpNodeGate(ctx)
@@ -239,38 +256,11 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	scheduled := make(chan time.Time, 1)
 	go watchScheduled(watchCtx, s.client, scheduled)
 
-	// A pod that does not tolerate the taint: it stands for one that
-	// needs the driver (the test driver mounts nothing).
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
-		Spec: corev1.PodSpec{
-			// No CNI here: the host's network, as the DaemonSet's pods.
-			HostNetwork:                  true,
-			DNSPolicy:                    corev1.DNSDefault,
-			AutomountServiceAccountToken: new(bool),
-			// No node lifecycle controller runs here to take away the
-			// not-ready taint that the API server puts on a new node
-			// (TaintNodesByCondition); DaemonSet pods tolerate it.
-			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
-		},
-	}
-	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create pod: %v", err)
-	}
 	defer func() {
 		_ = s.client.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
 	}()
-	// The scheduler says why it waits.
-	var unschedulable string
-	if _, err := s.waitPod(ctx, waitingPod, "the pod Unschedulable because of the taint", time.Minute, func(p *corev1.Pod) bool {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				unschedulable = c.Message
-			}
-		}
-		return unschedulable != ""
-	}); err != nil {
+	unschedulable, err := s.startWaitingPod(ctx)
+	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 
@@ -292,10 +282,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if _, err := s.waitPod(ctx, waitingPod, "the pod Running", 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if err := waitFor(ctx, "the condition True", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
-		_, conds := timeline.snapshot()
-		return len(conds) > 0 && conds[len(conds)-1] == "True:Registered", nil
-	}); err != nil {
+	if _, err := timeline.waitCondition(ctx, "True:Registered", 30*time.Second); err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	untainted, _ := timeline.snapshot()
@@ -311,26 +298,52 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if err := waitFor(ctx, "the condition False after the DaemonSet's deletion", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
-		_, conds := timeline.snapshot()
-		return len(conds) > 0 && conds[len(conds)-1] == "False:Unregistered", nil
-	}); err != nil {
-		_, conds := timeline.snapshot()
-		return s.report(name, false, "%v (condition changes: %v)", err, conds)
+	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
+	if err != nil {
+		return s.report(name, false, "after the DaemonSet's deletion: %v", err)
 	}
-	timeline.mu.Lock()
-	falseAfter := timeline.condAt[len(timeline.condAt)-1].Sub(deleted)
-	timeline.mu.Unlock()
+	falseAfter := falseAt.Sub(deleted)
 	_, conds := timeline.snapshot()
 	stillTainted := false
 	if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
-		for _, t := range n.Spec.Taints {
-			stillTainted = stillTainted || t.Key == startupTaint
-		}
+		stillTainted = startupTainted(n)
 	}
 
 	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
 		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
 	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
 		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+}
+
+// startWaitingPod creates a pod that does not tolerate the startup taint,
+// standing for one that needs the driver (the test driver mounts nothing),
+// and returns why the scheduler says it waits.
+func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			// No CNI here: the host's network, as the DaemonSet's pods.
+			HostNetwork:                  true,
+			DNSPolicy:                    corev1.DNSDefault,
+			AutomountServiceAccountToken: new(bool),
+			// No node lifecycle controller runs here to take away the
+			// not-ready taint that the API server puts on a new node
+			// (TaintNodesByCondition); DaemonSet pods tolerate it.
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create pod: %w", err)
+	}
+	var unschedulable string
+	_, err := s.waitPod(ctx, waitingPod, "the pod Unschedulable because of the taint", time.Minute, func(p *corev1.Pod) bool {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = c.Message
+			}
+		}
+		return unschedulable != ""
+	})
+	return unschedulable, err
 }
