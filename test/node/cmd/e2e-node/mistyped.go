@@ -294,11 +294,8 @@ func (m *mistypedRun) problems(s *suite, bound time.Duration) []string {
 	if m.attempts < 2 {
 		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d time(s) before the restart, want it to try again", m.attempts))
 	}
-	switch {
-	case s.kubeletRetries() && m.republished != 0:
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", m.republished, s.kubeletVersion))
-	case !s.kubeletRetries() && m.republished == 0:
-		problems = append(problems, fmt.Sprintf("the registrar never published its socket again; kubelet %s tries again only on a new socket", s.kubeletVersion))
+	if p := s.retryProblem(m.republished, 1); p != "" {
+		problems = append(problems, p)
 	}
 	return problems
 }

@@ -89,21 +89,12 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		st, _ := registrarStatus(port)
 		return s.report(name, false, "%v; the registrar's /status: %v", err, st)
 	}
-	var accepted time.Time
-	for _, r := range watch.between(began, time.Now()) {
-		if r.registered {
-			accepted = r.at
-			break
-		}
-	}
+	first, _ := watch.first(began, isRegistered)
+	accepted := first.at
 	time.Sleep(rejectedSettle)
-	settled := time.Now()
-	deregistrations := 0
-	for _, r := range watch.between(accepted, settled) {
-		if !r.registered {
-			deregistrations++
-			problems = append(problems, fmt.Sprintf("%s left CSINode %s after the acceptance", driver, ms(r.at.Sub(accepted))))
-		}
+	gaps := watch.gaps(accepted, time.Now())
+	for _, g := range gaps {
+		problems = append(problems, fmt.Sprintf("%s left CSINode %s after the acceptance", driver, ms(g.from.Sub(accepted))))
 	}
 	st, err := registrarStatus(port)
 	if err != nil {
@@ -115,12 +106,8 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
 		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
 	}
-	republished := st.Publications["retry"]
-	switch {
-	case s.kubeletRetries() && republished != 0:
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times while kubelet tries again by itself", republished))
-	case !s.kubeletRetries() && republished < uint64(n):
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times; kubelet tries again only on a new socket, so want at least %d", republished, n))
+	if p := s.retryProblem(st.Publications["retry"], uint64(n)); p != "" {
+		problems = append(problems, p)
 	}
 	pods, err := s.podsOf(ctx, rejectedDaemonSet)
 	if err != nil {
@@ -148,5 +135,19 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	}
 	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
-		deregistrations, eventsSeen, len(problems), problems)
+		len(gaps), eventsSeen, len(problems), problems)
+}
+
+// retryProblem says what is wrong with the registrar's publications of its
+// socket again after rejections, for kubelet's version: there must be none
+// where kubelet tries again by itself, at least atLeast where it tries again
+// only on a new socket.
+func (s *suite) retryProblem(republished, atLeast uint64) string {
+	switch {
+	case s.kubeletRetries() && republished != 0:
+		return fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
+	case !s.kubeletRetries() && republished < atLeast:
+		return fmt.Sprintf("the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
+	}
+	return ""
 }
