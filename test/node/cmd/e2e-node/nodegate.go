@@ -120,40 +120,29 @@ func (n *nodeTimeline) snapshot() (time.Time, []string) {
 
 func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline) {
 	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	for ctx.Err() == nil {
-		w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	}, func(e watch.Event) bool {
+		if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
+			n.record(node)
 		}
-		for e := range w.ResultChan() {
-			if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
-				n.record(node)
-			}
-		}
-		w.Stop()
-	}
+		return true
+	})
 }
 
 // watchScheduled sends the time the waiting pod was bound to the node, as
 // the watch delivers it.
 func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
 	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
-	for ctx.Err() == nil {
-		w, err := client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	}, func(e watch.Event) bool {
+		if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			scheduled <- time.Now()
+			return false
 		}
-		for e := range w.ResultChan() {
-			if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				scheduled <- time.Now()
-				w.Stop()
-				return
-			}
-		}
-		w.Stop()
-	}
+		return true
+	})
 }
 
 // setUpNodeGate creates deploy/node-gate's objects as kustomize would, its

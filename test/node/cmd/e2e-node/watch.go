@@ -67,35 +67,52 @@ func (w *csiNodeWatch) record(node *storagev1.CSINode) {
 // run watches until ctx ends, re-listing whenever the watch closes.
 func (w *csiNodeWatch) run(ctx context.Context, client kubernetes.Interface) {
 	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	for ctx.Err() == nil {
+	listed := false
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
 		list, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
-			continue
+			return nil, err
 		}
+		if listed {
+			w.mu.Lock()
+			w.relists++
+			w.mu.Unlock()
+		}
+		listed = true
 		if len(list.Items) == 0 {
 			w.record(nil)
 		} else {
 			w.record(&list.Items[0])
 		}
-		watcher, err := client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{
-			FieldSelector: selector, ResourceVersion: list.ResourceVersion,
-		})
+		return client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
+	}, func(event watch.Event) bool {
+		switch event.Type {
+		case watch.Added, watch.Modified:
+			w.record(event.Object.(*storagev1.CSINode))
+		case watch.Deleted:
+			w.record(nil)
+		}
+		return true
+	})
+}
+
+// watchEach hands each event of the watch that start opens to handle, and
+// opens one again whenever it closes, until ctx ends or handle returns
+// false.
+func watchEach(ctx context.Context, start func(context.Context) (watch.Interface, error), handle func(watch.Event) bool) {
+	for ctx.Err() == nil {
+		w, err := start(ctx)
 		if err != nil {
+			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		for event := range watcher.ResultChan() {
-			switch event.Type {
-			case watch.Added, watch.Modified:
-				w.record(event.Object.(*storagev1.CSINode))
-			case watch.Deleted:
-				w.record(nil)
+		for event := range w.ResultChan() {
+			if !handle(event) {
+				w.Stop()
+				return
 			}
 		}
-		watcher.Stop()
-		w.mu.Lock()
-		w.relists++
-		w.mu.Unlock()
+		w.Stop()
 	}
 }
 
