@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -281,15 +282,24 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 	return counts, scanner.Err()
 }
 
+// waitProbes waits up to 2m for kubelet's probe counts of a pod's container
+// to satisfy cond, and returns them.
+func waitProbes(ctx context.Context, what, container, pod string, cond func(map[string]float64) bool) (map[string]float64, error) {
+	var counts map[string]float64
+	err := waitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+		all, err := probeCounts(container)
+		counts = all[pod]
+		return err == nil && cond(counts), err
+	})
+	return counts, err
+}
+
 // checkProbes waits until kubelet has run each of the registrar's probes
 // and checks that none failed, except readiness before registration.
 func (s *suite) checkProbes(ctx context.Context) bool {
 	const name = "2b. kubelet's probes pass (exec startup, liveness /healthz, readiness /readyz)"
-	var counts map[string]float64
-	err := waitFor(ctx, "kubelet ran the liveness probe", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
-		all, err := probeCounts(registrarName)
-		counts = all[s.podName]
-		return err == nil && counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1, err
+	counts, err := waitProbes(ctx, "kubelet ran the liveness probe", registrarName, s.podName, func(counts map[string]float64) bool {
+		return counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1
 	})
 	if err != nil {
 		return s.report(name, false, "%v; counts %v", err, counts)
@@ -670,7 +680,7 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	}
 	if err := waitFor(ctx, "DaemonSet gone, pod orphaned", time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		_, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
-		return err != nil && strings.Contains(err.Error(), "not found"), nil
+		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -694,20 +704,21 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "deregistered +%s, but %v", ms(tDeregistered), err)
 	}
-	left, _ := os.ReadDir(s.path("kubelet", "plugins_registry"))
-	var names []string
-	for _, e := range left {
-		names = append(names, e.Name())
-	}
-	driverDir, _ := os.ReadDir(s.path("kubelet", "plugins", driverName))
-	var driverFiles []string
-	for _, e := range driverDir {
-		driverFiles = append(driverFiles, e.Name())
-	}
+	names, driverFiles := dirNames(s.path("kubelet", "plugins_registry")), dirNames(s.path("kubelet", "plugins", driverName))
 	final, _ := s.watch.now()
 	ok = len(names) == 0 && !final.registered
 	return s.report(name, ok, "pod deleted → CSINode without the driver +%s → pod object gone +%s; plugins_registry holds %d entries %v; driver socket directory holds %v",
 		ms(tDeregistered), ms(tGone), len(names), names, driverFiles)
+}
+
+// dirNames lists the names in a directory.
+func dirNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // metricLine returns the line of a Prometheus text page that starts with

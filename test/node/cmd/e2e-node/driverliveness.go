@@ -104,11 +104,8 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 
 	// kubelet's liveness probe of the driver passes through the registrar.
-	var counts map[string]float64
-	err = waitFor(ctx, "kubelet's liveness probe of the driver passed", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
-		all, err := probeCounts(driverContainer)
-		counts = all[s.podName]
-		return err == nil && counts["Liveness/successful"] >= 1, err
+	counts, err := waitProbes(ctx, "kubelet's liveness probe of the driver passed", driverContainer, s.podName, func(counts map[string]float64) bool {
+		return counts["Liveness/successful"] >= 1
 	})
 	if err != nil {
 		return s.report(name, false, "%v; counts %v", err, counts)
