@@ -100,25 +100,15 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
 	}
-	if st.State != "registered" {
-		problems = append(problems, fmt.Sprintf("the registrar's state is %q, want registered", st.State))
-	}
-	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
-		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
-	}
-	if p := s.retryProblem(st.Publications["retry"], uint64(n)); p != "" {
-		problems = append(problems, p)
-	}
+	problems = append(problems, s.acceptedProblems(st, n)...)
 	pods, err := s.podsOf(ctx, rejectedDaemonSet)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	eventsSeen := "not recorded (--events only with 3 rejections)"
 	for _, pod := range pods {
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.RestartCount > 0 {
-				problems = append(problems, fmt.Sprintf("container %s of %s restarted %d times", c.Name, pod.Name, c.RestartCount))
-			}
+		if restarts, _ := s.restarted(ctx, &pod); len(restarts) > 0 {
+			problems = append(problems, fmt.Sprintf("containers of %s restarted: %v", pod.Name, restarts))
 		}
 		if events {
 			var p []string
@@ -136,6 +126,22 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
 		len(gaps), eventsSeen, len(problems), problems)
+}
+
+// acceptedProblems checks the registrar's /status once kubelet accepted
+// the driver it rejected n times.
+func (s *suite) acceptedProblems(st *registrarState, n int) []string {
+	var problems []string
+	if st.State != "registered" {
+		problems = append(problems, fmt.Sprintf("the registrar's state is %q, want registered", st.State))
+	}
+	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
+		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
+	}
+	if p := s.retryProblem(st.Publications["retry"], uint64(n)); p != "" {
+		problems = append(problems, p)
+	}
+	return problems
 }
 
 // retryProblem says what is wrong with the registrar's publications of its
