@@ -479,7 +479,10 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 			problems = append(problems, err.Error())
 		}
 	} else {
-		replacement += s.staleOwner(ctx, watch, tl, pod, began, before.Publications["csinode-lost"], oldUID, newUID, &problems)
+		replacement += s.staleOwner(ctx, watch, tl, pod, began, before.Publications["csinode-lost"], oldUID, &problems)
+		if ctx.Err() == nil {
+			replacement += s.healedByRestart(ctx, watch, tl, newUID, &problems)
+		}
 	}
 	after, errStatus := registrarStatus(revConfirm.port())
 	c.stopPoll()
@@ -507,9 +510,8 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 
 // staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
-// restart; then a kubelet restart heals. It returns what it saw and adds
-// what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID, newUID types.UID, problems *[]string) string {
+// restart. It returns what it saw and adds what is wrong to problems.
+func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID types.UID, problems *[]string) string {
 	// The registrar finds the stale owner: /status names it, or, as the
 	// garbage collector deletes the stale CSINode within milliseconds,
 	// often between two polls, the registrar's log does.
@@ -598,13 +600,18 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 			states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
 		}
 	}
-	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
+	return fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
 		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), finalSaid, publications, maxBackoffPublications, registered, states)
+}
 
+// healedByRestart restarts kubelet, which then creates CSINode under the
+// new Node, and waits for the driver there and /status registered. It
+// returns what it saw and adds what is wrong to problems.
+func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, problems *[]string) string {
 	restartAt := time.Now()
 	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
 		*problems = append(*problems, "restarting kubelet: "+err.Error())
-		return seen
+		return ""
 	}
 	h, err := waitHealed(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", watch, tl, restartAt, newUID, maxRestartHeal, true)
 	if err != nil {
@@ -612,7 +619,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	}
 	s.timingSince("13b. kubelet restarted → "+hostpathDriver+" in CSINode under the new Node", restartAt, h.csiNodeAt)
 	s.timingSince("13b. kubelet restarted → /status registered", restartAt, h.statusAt)
-	return seen + fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
+	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
 // firstLogLine returns the time of the first line of a container's log
