@@ -124,8 +124,9 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 	var tRestarted time.Duration
 	var lastBody string
+	driverHealthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)
 	_, err = s.waitPod(ctx, s.podName, "kubelet restarted the not-ready driver", 3*time.Minute, func(p *corev1.Pod) bool {
-		if _, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)); body != "" {
+		if _, body := get(driverHealthz); body != "" {
 			lastBody = body
 		}
 		st := containerStatus(p, driverContainer)
@@ -141,10 +142,10 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 	// The restarted driver is probed again, and passes.
 	var driverAfter *corev1.ContainerStatus
-	_, err = s.waitPod(ctx, s.podName, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
+	final, err := s.waitPod(ctx, s.podName, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
 		driverAfter = containerStatus(p, driverContainer)
 		all, _ := probeCounts(driverContainer)
-		code, _ := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort))
+		code, _ := get(driverHealthz)
 		return driverAfter != nil && driverAfter.State.Running != nil && code == http.StatusOK &&
 			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"]
 	})
@@ -153,21 +154,14 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	end := time.Now()
-
-	final, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
 	registrarAfter := containerStatus(final, registrarName)
 	registrarCounts, err := probeCounts(registrarName)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	var deregistrations []string
-	for _, reg := range s.watch.between(r.began, end) {
-		if !reg.registered {
-			deregistrations = append(deregistrations, "+"+ms(reg.at.Sub(r.began)))
-		}
+	for _, g := range s.watch.gaps(r.began, end) {
+		deregistrations = append(deregistrations, "+"+ms(g.from.Sub(r.began)))
 	}
 	registered, _ := s.watch.now()
 	driverFailed := failedCounts[s.podName]["Liveness/failed"]
