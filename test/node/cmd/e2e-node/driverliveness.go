@@ -179,30 +179,21 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 // stop, which returns the answers that were not 200, with their times.
 func pollNotReady(ctx context.Context, port int32) (stop func() []string) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan []string, 1)
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 	began := time.Now()
-	go func() {
-		var notReady []string
-		for ctx.Err() == nil {
-			code, body := get(readyz)
-			if code == 0 && ctx.Err() == nil {
-				// No answer within the client's timeout, seen once at load
-				// 8 while kubelet's probes passed: asked again at once, so
-				// that only a registrar that does not answer twice in a
-				// row, or answers not ready, fails the check.
-				code, body = get(readyz)
-			}
-			if code != http.StatusOK {
-				notReady = append(notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+	done := sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
+		code, body := get(readyz)
+		if code == 0 && ctx.Err() == nil {
+			// No answer within the client's timeout, seen once at load 8
+			// while kubelet's probes passed: asked again at once, so that
+			// only a registrar that does not answer twice in a row, or
+			// answers not ready, fails the check.
+			code, body = get(readyz)
 		}
-		done <- notReady
-	}()
+		if code != http.StatusOK {
+			*notReady = append(*notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
+		}
+	})
 	var once sync.Once
 	var notReady []string
 	return func() []string {
