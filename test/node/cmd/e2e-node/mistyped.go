@@ -89,6 +89,7 @@ func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
 	return h, nil
 }
 
+// healthyPods reads the containers of every pod but the check's own.
 func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerStatus, error) {
 	list, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
