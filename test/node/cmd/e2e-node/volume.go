@@ -308,11 +308,6 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	return calls
 }
 
-// hostpathPods lists the hostpath DaemonSet's pods.
-func (s *suite) hostpathPods(ctx context.Context) ([]corev1.Pod, error) {
-	return s.podsOf(ctx, hostpathDaemonSet)
-}
-
 func (s *suite) timing(what string, took time.Duration) {
 	s.timings = append(s.timings, timing{what, took})
 }
