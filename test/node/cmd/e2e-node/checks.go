@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,14 @@ func (s *suite) report(name string, ok bool, format string, args ...any) bool {
 	return ok
 }
 
+// failAll reports each of names failed, with one detail.
+func (s *suite) failAll(names []string, format string, args ...any) bool {
+	for _, name := range names {
+		s.report(name, false, format, args...)
+	}
+	return false
+}
+
 // skip reports a check that could not run, and why.
 func (s *suite) skip(name, reason string) bool {
 	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
@@ -94,6 +103,21 @@ func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
 		return nil, err
 	}
 	return list.Items, nil
+}
+
+// waitPod waits until the pod name satisfies cond, and returns it as last
+// read.
+func (s *suite) waitPod(ctx context.Context, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := waitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		return cond(p), nil
+	})
+	return pod, err
 }
 
 func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
@@ -258,15 +282,24 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 	return counts, scanner.Err()
 }
 
+// waitProbes waits up to 2m for kubelet's probe counts of a pod's container
+// to satisfy cond, and returns them.
+func waitProbes(ctx context.Context, what, container, pod string, cond func(map[string]float64) bool) (map[string]float64, error) {
+	var counts map[string]float64
+	err := waitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+		all, err := probeCounts(container)
+		counts = all[pod]
+		return err == nil && cond(counts), err
+	})
+	return counts, err
+}
+
 // checkProbes waits until kubelet has run each of the registrar's probes
 // and checks that none failed, except readiness before registration.
 func (s *suite) checkProbes(ctx context.Context) bool {
 	const name = "2b. kubelet's probes pass (exec startup, liveness /healthz, readiness /readyz)"
-	var counts map[string]float64
-	err := waitFor(ctx, "kubelet ran the liveness probe", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
-		all, err := probeCounts(registrarName)
-		counts = all[s.podName]
-		return err == nil && counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1, err
+	counts, err := waitProbes(ctx, "kubelet ran the liveness probe", registrarName, s.podName, func(counts map[string]float64) bool {
+		return counts["Liveness/successful"] >= 1 && counts["Readiness/successful"] >= 1
 	})
 	if err != nil {
 		return s.report(name, false, "%v; counts %v", err, counts)
@@ -337,6 +370,7 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 type rollout struct {
 	began, end                        time.Time
 	oldPod, newPod                    string
+	from                              revision // the old pod's
 	tNewReady, tOldDeleting, tOldGone time.Duration
 	writes                            int   // CSINode changes recorded
 	gaps                              []gap // times CSINode did not list the driver
@@ -355,34 +389,54 @@ type gap struct {
 // is gone, in case kubelet reacts late to what the old pod left.
 const rolloutSettle = 5 * time.Second
 
-// rollUpdate changes the DaemonSet's template to next's and follows the
-// maxSurge update until the new pod is Ready, the old one gone and the
-// DaemonSet's status says so. It records the CSINode watch's changes and
-// the restart counts of every container of the DaemonSet's pods meanwhile.
+// rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
+// next's template (roll), and makes the new pod the current one.
 func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+	want, err := s.daemonSet(s.repo, next)
+	if err != nil {
+		return nil, err
+	}
+	if !s.watch.stateAt(time.Now()).registered {
+		return nil, fmt.Errorf("the driver was not registered before the update")
+	}
+	r, err := s.roll(ctx, want, s.watch, nil)
+	if err == nil {
+		s.podName = r.newPod
+	}
+	return r, err
+}
+
+// roll changes the template of the DaemonSet want names to want's, and
+// follows the maxSurge update until the new pod is Ready, the old one gone
+// and the DaemonSet's status says so, then for rolloutSettle. It records
+// watch's changes and the restart counts of every container of the
+// DaemonSet's pods meanwhile; poll, if set, runs at each poll of the pods.
+func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
 		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
 	}
-	tmpl, err := s.daemonSet(s.repo, next)
-	if err != nil {
-		return nil, err
+	app := ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
+	pods, err := s.podsOf(ctx, app)
+	if err != nil || len(pods) != 1 {
+		return nil, fmt.Errorf("want one pod of %s before the update, have %d (%v)", want.Name, len(pods), err)
 	}
-	r := &rollout{oldPod: s.podName, restarts: map[string]int32{}}
-	r.began = time.Now()
-	if !s.watch.stateAt(r.began).registered {
-		return nil, fmt.Errorf("the driver was not registered before the update")
-	}
-	watchRestarts := s.watch.restarts()
-	updated, err := s.setTemplate(ctx, "csi-node", tmpl.Spec.Template)
+	next := want.Spec.Template.Annotations[revisionKey]
+	r := &rollout{oldPod: pods[0].Name, restarts: map[string]int32{}, began: time.Now()}
+	fmt.Sscan(pods[0].Annotations[revisionKey], &r.from)
+	watchRestarts := watch.restarts()
+	updated, err := s.setTemplate(ctx, want.Name, want.Spec.Template)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
 	}
 	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
+		if poll != nil {
+			poll()
+		}
+		pods, err := s.podsOf(ctx, app)
 		if err != nil {
 			return false, err
 		}
@@ -395,7 +449,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 				if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
 					r.tOldDeleting = time.Since(r.began)
 				}
-			} else if pod.Annotations[revisionKey] == fmt.Sprint(int(next)) {
+			} else if pod.Annotations[revisionKey] == next {
 				r.newPod = pod.Name
 				if r.tNewReady == 0 && podReady(pod) {
 					r.tNewReady = time.Since(r.began)
@@ -405,7 +459,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 		if !oldSeen && r.tOldGone == 0 {
 			r.tOldGone = time.Since(r.began)
 		}
-		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
+		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
 		if err != nil {
 			return false, err
 		}
@@ -417,28 +471,15 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
 	}
 	// The old pod's object is deleted only after its containers stopped, so
-	// the old registrar has exited.
+	// the old registrar has exited; kubelet may still react late to what it left.
 	time.Sleep(rolloutSettle)
 	r.end = time.Now()
-	s.podName = r.newPod
 	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
 		r.recordRestarts(pod)
 	}
-	var down time.Time
-	for _, reg := range s.watch.between(r.began, r.end) {
-		r.writes++
-		if !reg.registered && down.IsZero() {
-			down = reg.at
-		}
-		if reg.registered && !down.IsZero() {
-			r.gaps = append(r.gaps, gap{from: down, to: reg.at})
-			down = time.Time{}
-		}
-	}
-	if !down.IsZero() {
-		r.gaps = append(r.gaps, gap{from: down, to: r.end, open: true})
-	}
-	r.watchRestarted = s.watch.restarts() != watchRestarts
+	r.writes = len(watch.between(r.began, r.end))
+	r.gaps = watch.gaps(r.began, r.end)
+	r.watchRestarted = watch.restarts() != watchRestarts
 	return r, nil
 }
 
@@ -545,40 +586,18 @@ func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
 	return s.checkUpstreamRollout(ctx, name, revOursAgain)
 }
 
-// redeploy brings the DaemonSet to rev: creates it from rev unless one
-// exists (check 3 failed before deleting it), or changes its template to
-// rev's, and waits until its one pod, of rev, is Ready and the driver is in
-// CSINode.
+// redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
+// the current one.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	want, err := s.daemonSet(s.repo, rev)
 	if err != nil {
 		return err
 	}
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create DaemonSet: %w", err)
-		}
-	case err != nil:
-		return err
-	case ds.Spec.Template.Annotations[revisionKey] != fmt.Sprint(int(rev)):
-		if _, err := s.setTemplate(ctx, "csi-node", want.Spec.Template); err != nil {
-			return fmt.Errorf("update DaemonSet: %w", err)
-		}
+	pod, _, err := s.deploy(ctx, want, s.watch)
+	if err == nil {
+		s.podName = pod.Name
 	}
-	return waitFor(ctx, "one pod, of revision "+fmt.Sprint(int(rev))+", Ready, driver in CSINode", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := s.watch.now()
-		if len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(rev)) || !podReady(&pods[0]) || !reg.registered {
-			return false, nil
-		}
-		s.podName = pods[0].Name
-		return true, nil
-	})
+	return err
 }
 
 // checkUpstreamRollout rolls the DaemonSet to next, from this registrar to
@@ -661,7 +680,7 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	}
 	if err := waitFor(ctx, "DaemonSet gone, pod orphaned", time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		_, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, "csi-node", getOpts)
-		return err != nil && strings.Contains(err.Error(), "not found"), nil
+		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -685,20 +704,21 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "deregistered +%s, but %v", ms(tDeregistered), err)
 	}
-	left, _ := os.ReadDir(s.path("kubelet", "plugins_registry"))
-	var names []string
-	for _, e := range left {
-		names = append(names, e.Name())
-	}
-	driverDir, _ := os.ReadDir(s.path("kubelet", "plugins", driverName))
-	var driverFiles []string
-	for _, e := range driverDir {
-		driverFiles = append(driverFiles, e.Name())
-	}
+	names, driverFiles := dirNames(s.path("kubelet", "plugins_registry")), dirNames(s.path("kubelet", "plugins", driverName))
 	final, _ := s.watch.now()
 	ok = len(names) == 0 && !final.registered
 	return s.report(name, ok, "pod deleted → CSINode without the driver +%s → pod object gone +%s; plugins_registry holds %d entries %v; driver socket directory holds %v",
 		ms(tDeregistered), ms(tGone), len(names), names, driverFiles)
+}
+
+// dirNames lists the names in a directory.
+func dirNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // metricLine returns the line of a Prometheus text page that starts with

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -51,6 +52,7 @@ type cluster struct {
 	logs    string
 	procs   []*process
 	client  *kubernetes.Clientset
+	dynamic *dynamic.DynamicClient // for deploy/'s manifests as they are
 	timings []timing
 	// kubeletVersion is what kubelet reports in its Node's status.
 	kubeletVersion *version.Version
@@ -214,11 +216,14 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if err := writeKubeconfig(admin, adminToken); err != nil {
 		return err
 	}
-	c.client, err = kubernetes.NewForConfig(&rest.Config{
+	config := &rest.Config{
 		Host: apiServer, BearerToken: adminToken,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 50, Burst: 100,
-	})
-	if err != nil {
+	}
+	if c.client, err = kubernetes.NewForConfig(config); err != nil {
+		return err
+	}
+	if c.dynamic, err = dynamic.NewForConfig(config); err != nil {
 		return err
 	}
 

@@ -33,12 +33,12 @@ package main
 // garbage collector runs here).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -48,7 +48,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -105,56 +104,13 @@ func (c *cluster) kubeletKeepsNodeUID() bool {
 
 // confirmDaemonSetFor is check 8's hostpath DaemonSet under check 13's
 // name for rev, without a startup probe; this registrar's revision gets
-// deploy/csinode's flag, NODE_NAME and service account with its token,
-// upstream's only the flags upstream knows.
+// deploy/csinode's flag and service account.
 func (s *suite) confirmDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.hostpathDaemonSetNamed(confirmDaemonSet, rev)
-	if err != nil {
-		return nil, err
+	o := own{name: confirmDaemonSet, hostpath: true, keepProbes: true}
+	if !rev.upstream() {
+		o.account, o.args = true, []string{"--confirm-csinode"}
 	}
-	pod := &ds.Spec.Template.Spec
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		if ctr.Name != registrarName {
-			continue
-		}
-		ctr.StartupProbe = nil
-		if !rev.upstream() {
-			withAccount(pod, ctr)
-			ctr.Args = append(ctr.Args, "--confirm-csinode")
-		}
-	}
-	return ds, nil
-}
-
-// setUpCSINodeAccount creates deploy/csinode's ClusterRole and binding and
-// deploy/csinode/service-account's ServiceAccount, as kustomize would put
-// them in the namespace, the root CA the token volume reads, and check 8's
-// CSIDriver object if check 8 did not leave it.
-func (s *suite) setUpCSINodeAccount(ctx context.Context) error {
-	for _, file := range []string{"csinode/rbac.yaml", "csinode/service-account/service-account.yaml"} {
-		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", file))
-		if err != nil {
-			return err
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			var meta metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				return fmt.Errorf("deploy/%s: %w", file, err)
-			}
-			if err := s.createAccountObject(ctx, "deploy/"+file, meta.Kind, doc); err != nil {
-				return err
-			}
-		}
-	}
-	if err := s.publishRootCA(ctx); err != nil {
-		return err
-	}
-	_, err := s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create CSIDriver: %w", err)
-	}
-	return nil
+	return s.ownDaemonSet(rev, o)
 }
 
 func (s *suite) nodeUID(ctx context.Context) (types.UID, error) {
@@ -174,22 +130,12 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 		return nil, 0, err
 	}
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return nil, 0, fmt.Errorf("create DaemonSet: %w", err)
+	pod, _, err := s.deploy(ctx, ds, watch)
+	if err == nil {
+		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == uid }); !ok {
+			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, uid)
+		}
 	}
-	var pod *corev1.Pod
-	err = waitFor(ctx, fmt.Sprintf("the %s pod Ready, %s in CSINode owned by Node %s", confirmDaemonSet, hostpathDriver, uid), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.podsOf(ctx, confirmDaemonSet)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := watch.now()
-		if len(pods) != 1 || !podReady(&pods[0]) || !reg.registered || reg.owner != uid {
-			return false, nil
-		}
-		pod = &pods[0]
-		return true, nil
-	})
 	if err != nil {
 		st, _ := registrarStatus(rev.port())
 		return nil, 0, fmt.Errorf("%v; the registrar's /status: %v", err, st)
@@ -198,9 +144,10 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 }
 
 // confirmed is a part of check 13 under way with this registrar: its pod,
-// Ready and registered, and the registrar's /status before the loss and
-// since, as polled until stopPoll.
+// Ready and registered under the Node uid, and the registrar's /status
+// before the loss and since, as polled until stopPoll.
 type confirmed struct {
+	uid      types.UID
 	pod      *corev1.Pod
 	tReady   time.Duration // from the DaemonSet's creation
 	before   *registrarState
@@ -209,21 +156,27 @@ type confirmed struct {
 }
 
 // startConfirmed deploys revConfirm, checks that /status says registered,
-// and starts polling /status.
-func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, uid types.UID) (*confirmed, error) {
-	pod, tReady, err := s.deployConfirm(ctx, watch, revConfirm, uid)
-	if err != nil {
-		return nil, err
-	}
-	before, err := registrarStatus(revConfirm.port())
-	if err != nil || before.State != "registered" {
-		return nil, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", before, err)
-	}
-	c := &confirmed{pod: pod, tReady: tReady, before: before}
+// and starts polling /status. The check's end must call end, also after
+// an error.
+func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, id string) (c *confirmed, end func(), err error) {
 	pollCtx, stop := context.WithCancel(ctx)
-	c.stopPoll = stop
+	c = &confirmed{stopPoll: stop}
+	end = func() {
+		stop()
+		s.removeConfirm(ctx, id)
+	}
+	if c.uid, err = s.nodeUID(ctx); err != nil {
+		return nil, end, err
+	}
+	if c.pod, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm, c.uid); err != nil {
+		return nil, end, err
+	}
+	c.before, err = registrarStatus(revConfirm.port())
+	if err != nil || c.before.State != "registered" {
+		return nil, end, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
+	}
 	go c.tl.poll(pollCtx, revConfirm.port())
-	return c, nil
+	return c, end, nil
 }
 
 // removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
@@ -285,33 +238,6 @@ type healing struct {
 	lostAt, csiNodeAt, statusAt time.Time
 }
 
-// healed returns what watch and tl recorded since began: the driver out
-// of CSINode, then in it again owned by uid; /status other than
-// registered, then registered again.
-func healed(watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID) healing {
-	var h healing
-	for _, r := range watch.between(began, time.Now()) {
-		switch {
-		case !r.registered && h.lostAt.IsZero():
-			h.lostAt = r.at
-		case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
-			h.csiNodeAt = r.at
-		}
-	}
-	var left bool
-	for _, e := range tl.since(began) {
-		switch {
-		case e.state != "registered":
-			left = true
-		case left && h.statusAt.IsZero():
-			h.statusAt = e.at
-		}
-	}
-	return h
-}
-
-func (h healing) done() bool { return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero() }
-
 // timingSince records t's offset from began as a timing, if t is set.
 func (s *suite) timingSince(what string, began, t time.Time) {
 	if !t.IsZero() {
@@ -327,12 +253,35 @@ func since(began, t time.Time) string {
 	return "+" + ms(t.Sub(began))
 }
 
-// waitHealed waits up to bound for healed to be done.
-func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration) (healing, error) {
+// waitHealed waits up to bound for watch and tl to record, from began, the
+// driver out of CSINode, then in it again owned by uid, and /status other
+// than registered, then registered again. After a kubelet restart (lost),
+// both count as out from began.
+func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
 	err := waitFor(ctx, what, bound, statusPoll, nil, func(context.Context) (bool, error) {
-		h = healed(watch, tl, began, uid)
-		return h.done(), nil
+		h = healing{}
+		if lost {
+			h.lostAt = began
+		}
+		for _, r := range watch.between(began, time.Now()) {
+			switch {
+			case !r.registered && h.lostAt.IsZero():
+				h.lostAt = r.at
+			case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
+				h.csiNodeAt = r.at
+			}
+		}
+		left := lost
+		for _, e := range tl.since(began) {
+			switch {
+			case e.state != "registered":
+				left = true
+			case left && h.statusAt.IsZero():
+				h.statusAt = e.at
+			}
+		}
+		return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero(), nil
 	})
 	return h, err
 }
@@ -390,22 +339,32 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 }
 
 // restarted lists the containers of pod that restarted, or changed since
-// before.
-func restarted(before, pod *corev1.Pod) []string {
+// pod was read.
+func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, st := range pod.Status.ContainerStatuses {
-		was := containerStatus(before, st.Name)
+	for _, st := range now.Status.ContainerStatuses {
+		was := containerStatus(pod, st.Name)
 		if st.RestartCount > 0 || was == nil || was.ContainerID != st.ContainerID {
 			out = append(out, fmt.Sprintf("%s: restartCount %d", st.Name, st.RestartCount))
 		}
 	}
-	return out
+	return out, nil
 }
 
-// registrarLog is the registrar container's log of pod, as kubelet keeps it.
-func (s *suite) registrarLog(pod *corev1.Pod) string {
-	dir := s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), registrarName)
+// containerLog is a container's log of pod, as kubelet keeps it.
+func (s *suite) containerLog(pod *corev1.Pod, container string) string {
+	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
+}
+
+// readLogs reads the log files of a container's directory in kubelet's
+// pod logs, in order.
+func readLogs(dir string) string {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	sort.Strings(files)
 	var b strings.Builder
 	for _, f := range files {
 		data, _ := os.ReadFile(f)
@@ -434,21 +393,20 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 	}
 	// Check 8's DaemonSet registers the same driver.
 	if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
-		for _, name := range names {
-			s.report(name, false, "removing check 8's DaemonSet: %v", err)
-		}
-		return false
+		return s.failAll(names, "removing check 8's DaemonSet: %v", err)
 	}
-	if err := s.setUpCSINodeAccount(ctx); err != nil {
-		for _, name := range names {
-			s.report(name, false, "%v", err)
+	// deploy/csinode's account, and check 8's CSIDriver if check 8 did not leave it.
+	err := s.applyManifests(ctx, nil, s.deployFile("csinode/rbac.yaml"), s.deployFile("csinode/service-account/service-account.yaml"))
+	if err == nil {
+		if _, err = s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			err = nil
 		}
-		return false
 	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	if err != nil {
+		return s.failAll(names, "%v", err)
+	}
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
 
 	ok := s.checkCSINodeDeleted(ctx, names[0], watch)
 	ok = s.checkNodeReplaced(ctx, names[1], watch) && ok
@@ -460,23 +418,18 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 
 // checkCSINodeDeleted is check 13a.
 func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	uid, err := s.nodeUID(ctx)
+	c, end, err := s.startConfirmed(ctx, watch, "13a")
+	defer end()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	defer s.removeConfirm(ctx, "13a")
-	c, err := s.startConfirmed(ctx, watch, uid)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	defer c.stopPoll()
-	pod, tReady, before, tl := c.pod, c.tReady, c.before, &c.tl
+	uid, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
 
 	began := time.Now()
 	if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
 		return s.report(name, false, "delete CSINode: %v", err)
 	}
-	h, errHeal := waitHealed(ctx, "the driver in CSINode again and /status registered", watch, tl, began, uid, maxHeal)
+	h, errHeal := waitHealed(ctx, "the driver in CSINode again and /status registered", watch, tl, began, uid, maxHeal, false)
 	after, errStatus := registrarStatus(revConfirm.port())
 	c.stopPoll()
 	s.timingSince("13a. CSINode deleted → "+hostpathDriver+" in CSINode again, owned by the current Node", began, h.csiNodeAt)
@@ -491,11 +444,10 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 	}
 	republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]
 	volume, volumeOK := s.runsVolumePod(ctx, "csinode-13a")
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	restarts, err := s.restarted(ctx, pod)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	restarts := restarted(pod, now)
 	ok := republished >= 1 && volumeOK && len(restarts) == 0
 	return s.report(name, ok, "DaemonSet created → pod Ready, driver in CSINode +%s; CSINode deleted → driver out of CSINode %s → in CSINode again under Node %s %s, /status registered %s; csinode-lost publications: %d (want at least 1); /status since the deletion: %v; %s; container restarts: %v",
 		ms(tReady), since(began, h.lostAt), uid, since(began, h.csiNodeAt), since(began, h.statusAt), republished, states, volume, restarts)
@@ -503,17 +455,12 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 
 // checkNodeReplaced is check 13b.
 func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	oldUID, err := s.nodeUID(ctx)
+	c, end, err := s.startConfirmed(ctx, watch, "13b")
+	defer end()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	defer s.removeConfirm(ctx, "13b")
-	c, err := s.startConfirmed(ctx, watch, oldUID)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	defer c.stopPoll()
-	pod, tReady, before, tl := c.pod, c.tReady, c.before, &c.tl
+	oldUID, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
 
 	began := time.Now()
 	node, err := s.replaceNode(ctx)
@@ -524,7 +471,7 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	replacement := fmt.Sprintf("DaemonSet created → pod Ready, driver in CSINode +%s; Node %s deleted, created again as %s +%s", ms(tReady), oldUID, newUID, ms(time.Since(began)))
 	var problems []string
 	if !s.kubeletKeepsNodeUID() {
-		h, err := waitHealed(ctx, "the driver in CSINode again under the new Node and /status registered", watch, tl, began, newUID, maxHeal)
+		h, err := waitHealed(ctx, "the driver in CSINode again under the new Node and /status registered", watch, tl, began, newUID, maxHeal, false)
 		s.timingSince("13b. Node replaced → "+hostpathDriver+" in CSINode again, owned by the new Node", began, h.csiNodeAt)
 		s.timingSince("13b. Node replaced → /status registered again", began, h.statusAt)
 		replacement += fmt.Sprintf(" → driver out of CSINode (the garbage collector) %s → in CSINode again under the new Node %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
@@ -532,7 +479,10 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 			problems = append(problems, err.Error())
 		}
 	} else {
-		replacement += s.staleOwner(ctx, watch, tl, pod, began, before.Publications["csinode-lost"], oldUID, newUID, &problems)
+		replacement += s.staleOwner(ctx, watch, tl, pod, began, before.Publications["csinode-lost"], oldUID, &problems)
+		if ctx.Err() == nil {
+			replacement += s.healedByRestart(ctx, watch, tl, newUID, &problems)
+		}
 	}
 	after, errStatus := registrarStatus(revConfirm.port())
 	c.stopPoll()
@@ -541,11 +491,11 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 	} else if republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]; republished < 1 {
 		problems = append(problems, "no csinode-lost publication")
 	}
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	restarts, err := s.restarted(ctx, pod)
 	if err != nil {
 		return s.report(name, false, "%s; %v", replacement, err)
 	}
-	if restarts := restarted(pod, now); len(restarts) > 0 {
+	if len(restarts) > 0 {
 		problems = append(problems, fmt.Sprintf("containers restarted: %v", restarts))
 	}
 	if err := s.waitNodeStatus(ctx); err != nil {
@@ -560,9 +510,8 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 
 // staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
-// restart; then a kubelet restart heals. It returns what it saw and adds
-// what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID, newUID types.UID, problems *[]string) string {
+// restart. It returns what it saw and adds what is wrong to problems.
+func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID types.UID, problems *[]string) string {
 	// The registrar finds the stale owner: /status names it, or, as the
 	// garbage collector deletes the stale CSINode within milliseconds,
 	// often between two polls, the registrar's log does.
@@ -571,7 +520,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	}
 	var logAt time.Time
 	err := waitFor(ctx, "the registrar naming the old Node's UID "+string(oldUID)+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		logAt = firstLogLine(s.registrarLog(pod), string(oldUID))
+		logAt = firstLogLine(s.containerLog(pod, registrarName), string(oldUID))
 		return !logAt.IsZero() || slices.ContainsFunc(tl.since(began), namesOld), nil
 	})
 	if err != nil {
@@ -651,21 +600,26 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 			states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
 		}
 	}
-	seen := fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
+	return fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
 		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), finalSaid, publications, maxBackoffPublications, registered, states)
+}
 
+// healedByRestart restarts kubelet, which then creates CSINode under the
+// new Node, and waits for the driver there and /status registered. It
+// returns what it saw and adds what is wrong to problems.
+func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, problems *[]string) string {
 	restartAt := time.Now()
 	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
 		*problems = append(*problems, "restarting kubelet: "+err.Error())
-		return seen
+		return ""
 	}
-	h, err := waitReturned(ctx, watch, tl, restartAt, newUID)
+	h, err := waitHealed(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", watch, tl, restartAt, newUID, maxRestartHeal, true)
 	if err != nil {
 		*problems = append(*problems, err.Error())
 	}
 	s.timingSince("13b. kubelet restarted → "+hostpathDriver+" in CSINode under the new Node", restartAt, h.csiNodeAt)
 	s.timingSince("13b. kubelet restarted → /status registered", restartAt, h.statusAt)
-	return seen + fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
+	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
 // firstLogLine returns the time of the first line of a container's log
@@ -681,28 +635,6 @@ func firstLogLine(log, substr string) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// waitReturned waits, after a kubelet restart at began (CSINode then
-// without the driver, or under a deleted Node; /status unconfirmed), for
-// the driver in CSINode under the Node uid and /status registered.
-func waitReturned(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID) (healing, error) {
-	var h healing
-	err := waitFor(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", maxRestartHeal, statusPoll, nil, func(context.Context) (bool, error) {
-		h = healing{}
-		for _, r := range watch.between(began, time.Now()) {
-			if r.registered && r.owner == uid && h.csiNodeAt.IsZero() {
-				h.csiNodeAt = r.at
-			}
-		}
-		for _, e := range tl.since(began) {
-			if e.state == "registered" && h.statusAt.IsZero() {
-				h.statusAt = e.at
-			}
-		}
-		return h.done(), nil
-	})
-	return h, err
 }
 
 // staysLost waits up to maxHeal for the driver to leave CSINode after
@@ -760,10 +692,8 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 		}
 		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", revConfirmUpstream.port()))
 		line := fmt.Sprintf("%s: DaemonSet created → pod Ready, driver in CSINode +%s; then %s; upstream's /healthz then %d %q", part, ms(tReady), lost, code, body)
-		if now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts); err == nil {
-			if restarts := restarted(pod, now); len(restarts) > 0 {
-				problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
-			}
+		if restarts, err := s.restarted(ctx, pod); err == nil && len(restarts) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
 		}
 		if part == "Node replaced" && s.kubeletKeepsNodeUID() {
 			// Otherwise kubelet would create every CSINode under the
@@ -772,7 +702,7 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 			if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
 				problems = append(problems, "restarting kubelet: "+err.Error())
 			} else {
-				back, ok := watch.waitUntil(ctx, maxRestartHeal, func(r registration) bool { return r.registered })
+				back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
 				again := fmt.Sprintf("not within %s", maxRestartHeal)
 				if ok {
 					again = "+" + ms(back.at.Sub(restartAt))

@@ -118,99 +118,77 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	ds.Namespace = namespace
-	tmpl := &ds.Spec.Template
-	if tmpl.Annotations == nil {
-		tmpl.Annotations = map[string]string{}
-	}
-	tmpl.Annotations[revisionKey] = fmt.Sprint(int(rev))
-	pod := &tmpl.Spec
+	metav1.SetMetaDataAnnotation(&ds.Spec.Template.ObjectMeta, revisionKey, fmt.Sprint(int(rev)))
+	pod := &ds.Spec.Template.Spec
 	pod.HostNetwork = true
 	pod.DNSPolicy = corev1.DNSDefault
 	pod.AutomountServiceAccountToken = new(bool)
-
 	kubeletDir := c.path("kubelet")
 	driverDir := filepath.Join(kubeletDir, "plugins", driverName)
 	for i := range pod.Volumes {
-		hp := pod.Volumes[i].HostPath
-		if hp == nil {
+		if hp := pod.Volumes[i].HostPath; hp == nil {
 			continue
-		}
-		if pod.Volumes[i].Name == "socket-dir" {
+		} else if pod.Volumes[i].Name == "socket-dir" {
 			hp.Path = driverDir
 		} else if rest, ok := strings.CutPrefix(hp.Path, "/var/lib/kubelet"); ok {
 			hp.Path = kubeletDir + rest
 		}
 	}
-
-	var found int
+	reg, drv := container(pod, registrarName), container(pod, driverContainer)
+	if reg == nil || drv == nil {
+		return nil, fmt.Errorf("%s: want containers %q and %q", file, registrarName, driverContainer)
+	}
 	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		ctr.ImagePullPolicy = corev1.PullNever
-		switch ctr.Name {
-		case registrarName:
-			found++
-			ctr.Image = registrarImage
-			if err := replaceArg(ctr.Args, "--csi-address=/csi/csi.sock", "--csi-address=/csi/"+rev.socket()); err != nil {
-				return nil, err
-			}
-			if err := replaceArg(ctr.Args, "--http-endpoint=:9809", fmt.Sprintf("--http-endpoint=:%d", rev.port())); err != nil {
-				return nil, err
-			}
-			for j := range ctr.Env {
-				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
-					ctr.Env[j].Value = filepath.Join(driverDir, rev.socket())
-				}
-			}
-			if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "healthz" {
-				return nil, fmt.Errorf("%s: the registrar container should have one port, healthz", file)
-			}
-			ctr.Ports[0].ContainerPort, ctr.Ports[0].HostPort = rev.port(), rev.port()
-			if ctr.LivenessProbe == nil || ctr.ReadinessProbe == nil {
-				return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
-			}
-			if rev.sharesPort() {
-				if err := dropHostPort(ctr, rev.port()); err != nil {
-					return nil, fmt.Errorf("%s: %w", file, err)
-				}
-			}
-			if rev == revNodeGate {
-				adaptForNodeGate(pod, ctr)
-			}
-			if rev.upstream() {
-				ctr.Image = upstreamImage
-				if ctr.Args, err = upstreamArgs(ctr.Args); err != nil {
-					return nil, err
-				}
-				// Upstream serves /healthz only: 200 once a socket at the path
-				// answers GetInfo for the driver. As readiness it holds the old
-				// pod until upstream has bound its socket.
-				if ctr.ReadinessProbe.HTTPGet == nil {
-					return nil, fmt.Errorf("%s: the registrar's readiness probe is no longer httpGet; adapt test/node", file)
-				}
-				ctr.ReadinessProbe.HTTPGet.Path = "/healthz"
-			}
-			// Old manifests' liveness probe, here as a startup probe so the
-			// HTTP liveness probe stays: kubelet runs it with a runtime exec.
-			// Without --kubelet-registration-path it exits 1, in both
-			// registrars; upstream's manifests pass it.
-			ctr.StartupProbe = &corev1.Probe{
-				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-					Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe", "--kubelet-registration-path=" + filepath.Join(driverDir, rev.socket())},
-				}},
-				PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
-			}
-		case driverContainer:
-			found++
-			ctr.Image = driverImage
-			ctr.Args = []string{
-				"--endpoint=/csi/" + rev.socket(),
-				"--name=" + driverName,
-				"--node-id=csi-$(KUBE_NODE_NAME)",
-			}
+		pod.Containers[i].ImagePullPolicy = corev1.PullNever
+	}
+	drv.Image = driverImage
+	drv.Args = []string{"--endpoint=/csi/" + rev.socket(), "--name=" + driverName, "--node-id=csi-$(KUBE_NODE_NAME)"}
+	reg.Image = registrarImage
+	if err := replaceArg(reg.Args, "--csi-address=/csi/csi.sock", "--csi-address=/csi/"+rev.socket()); err != nil {
+		return nil, err
+	}
+	if err := replaceArg(reg.Args, "--http-endpoint=:9809", fmt.Sprintf("--http-endpoint=:%d", rev.port())); err != nil {
+		return nil, err
+	}
+	setEnv(reg, "DRIVER_REG_SOCK_PATH", filepath.Join(driverDir, rev.socket()))
+	if len(reg.Ports) != 1 || reg.Ports[0].Name != "healthz" {
+		return nil, fmt.Errorf("%s: the registrar container should have one port, healthz", file)
+	}
+	reg.Ports[0].ContainerPort, reg.Ports[0].HostPort = rev.port(), rev.port()
+	if reg.LivenessProbe == nil || reg.ReadinessProbe == nil {
+		return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
+	}
+	if rev.sharesPort() {
+		if err := dropHostPort(reg, rev.port()); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
 		}
 	}
-	if found != 2 {
-		return nil, fmt.Errorf("%s: want containers %q and %q", file, registrarName, driverContainer)
+	if rev == revNodeGate {
+		withAccount(pod, reg)
+		reg.Args = append(reg.Args, "--remove-node-taint="+startupTaint, "--node-condition")
+	}
+	if rev.upstream() {
+		reg.Image = upstreamImage
+		if reg.Args, err = upstreamArgs(reg.Args); err != nil {
+			return nil, err
+		}
+		// Upstream serves /healthz only: 200 once a socket at the path
+		// answers GetInfo for the driver. As readiness it holds the old
+		// pod until upstream has bound its socket.
+		if reg.ReadinessProbe.HTTPGet == nil {
+			return nil, fmt.Errorf("%s: the registrar's readiness probe is no longer httpGet; adapt test/node", file)
+		}
+		reg.ReadinessProbe.HTTPGet.Path = "/healthz"
+	}
+	// Old manifests' liveness probe, here as a startup probe so the HTTP
+	// liveness probe stays: kubelet runs it with a runtime exec. Without
+	// --kubelet-registration-path it exits 1, in both registrars;
+	// upstream's manifests pass it.
+	reg.StartupProbe = &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+			Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe", "--kubelet-registration-path=" + filepath.Join(driverDir, rev.socket())},
+		}},
+		PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
 	}
 	if rev == revDriverLiveness {
 		if err := withDriverLiveness(repo, ds); err != nil {
@@ -218,6 +196,25 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 		}
 	}
 	return ds, nil
+}
+
+// container returns the pod's container name, or nil.
+func container(pod *corev1.PodSpec, name string) *corev1.Container {
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == name {
+			return &pod.Containers[i]
+		}
+	}
+	return nil
+}
+
+// setEnv sets the container's variable name, which it must have.
+func setEnv(ctr *corev1.Container, name, value string) {
+	for i := range ctr.Env {
+		if ctr.Env[i].Name == name {
+			ctr.Env[i].Value = value
+		}
+	}
 }
 
 func replaceArg(args []string, old, replacement string) error {
@@ -245,6 +242,38 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 	return nil
 }
 
+// deploy creates ds, or gives the one that exists ds's template, and waits
+// until its one pod, of ds's revision, is Ready and watch sees the driver
+// in CSINode. It returns the pod and how long that took.
+func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNodeWatch) (*corev1.Pod, time.Duration, error) {
+	began := time.Now()
+	rev := ds.Spec.Template.Annotations[revisionKey]
+	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, ds.Name, getOpts)
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+			return nil, 0, fmt.Errorf("create DaemonSet %s: %w", ds.Name, err)
+		}
+	case err != nil:
+		return nil, 0, err
+	case current.Spec.Template.Annotations[revisionKey] != rev:
+		if _, err := s.setTemplate(ctx, ds.Name, ds.Spec.Template); err != nil {
+			return nil, 0, fmt.Errorf("update DaemonSet %s: %w", ds.Name, err)
+		}
+	}
+	var pod *corev1.Pod
+	err = waitFor(ctx, fmt.Sprintf("one %s pod, of revision %s, Ready, %s in CSINode", ds.Name, rev, watch.driver), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.podsOf(ctx, ds.Name)
+		reg, _ := watch.now()
+		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != rev || !podReady(&pods[0]) || !reg.registered {
+			return false, err
+		}
+		pod = &pods[0]
+		return true, nil
+	})
+	return pod, time.Since(began), err
+}
+
 // setTemplate gives the DaemonSet name the pod template tmpl. The
 // DaemonSet controller writes its status meanwhile, so an update that
 // conflicts with it reads the DaemonSet again and tries again. It returns
@@ -263,43 +292,68 @@ func (s *suite) setTemplate(ctx context.Context, name string, tmpl corev1.PodTem
 	return updated, err
 }
 
-// ownDriverDaemonSet is deploy/daemonset.yaml adapted as for the test
-// driver, as the DaemonSet dsName of a driver of its own, named driver,
-// with its socket directory under kubelet's plugins directory. It keeps
-// deploy/'s probes as they are: no startup probe.
-func (s *suite) ownDriverDaemonSet(dsName, driver string, rev revision) (*appsv1.DaemonSet, error) {
+// own is how a check's DaemonSet differs from deploy/'s csi-node.
+type own struct {
+	name     string // the DaemonSet's, and its pods' app label
+	driver   string // the test driver's name and socket directory
+	hostpath bool   // hostpathplugin in the test driver's place (its name and directory)
+	// regSocket is the registration path's file name, if not the driver's socket.
+	regSocket string
+	// keepProbes leaves deploy/'s probes as they are: no startup probe.
+	keepProbes bool
+	args       []string // the registrar's flags beyond deploy/'s
+	driverArgs []string // the test driver's flags beyond the usual
+	account    bool     // deploy/csinode's service account with its token
+	events     bool     // deploy/events' flag and variables, with account
+}
+
+// ownDaemonSet is deploy/daemonset.yaml adapted as for the test driver
+// (daemonSet), then as o says.
+func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
 	ds, err := s.daemonSet(s.repo, rev)
 	if err != nil {
 		return nil, err
 	}
-	labels := map[string]string{"app.kubernetes.io/name": dsName}
-	ds.Name, ds.Labels = dsName, labels
+	labels := map[string]string{"app.kubernetes.io/name": o.name}
+	ds.Name, ds.Labels, ds.Spec.Template.Labels = o.name, labels, labels
 	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
-	ds.Spec.Template.Labels = labels
 	pod := &ds.Spec.Template.Spec
-	socketDir := s.path("kubelet", "plugins", driver)
+	reg, drv := container(pod, registrarName), container(pod, driverContainer)
+	socket := rev.socket()
+	if o.hostpath {
+		o.driver, socket = hostpathDriver, hostpathSocket(rev)
+		if err := s.withHostpath(pod, reg, drv, rev); err != nil {
+			return nil, err
+		}
+	}
+	socketDir := s.path("kubelet", "plugins", o.driver)
 	for i := range pod.Volumes {
 		if pod.Volumes[i].Name == "socket-dir" {
 			pod.Volumes[i].HostPath.Path = socketDir
 		}
 	}
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		switch ctr.Name {
-		case registrarName:
-			ctr.StartupProbe = nil
-			for j := range ctr.Env {
-				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
-					ctr.Env[j].Value = filepath.Join(socketDir, rev.socket())
-				}
-			}
-		case driverContainer:
-			for j, arg := range ctr.Args {
-				if strings.HasPrefix(arg, "--name=") {
-					ctr.Args[j] = "--name=" + driver
-				}
-			}
+	if o.regSocket == "" {
+		o.regSocket = socket
+	}
+	setEnv(reg, "DRIVER_REG_SOCK_PATH", filepath.Join(socketDir, o.regSocket))
+	for i, arg := range drv.Args {
+		if strings.HasPrefix(arg, "--name=") {
+			drv.Args[i] = "--name=" + o.driver
 		}
+	}
+	if o.keepProbes {
+		reg.StartupProbe = nil
+	}
+	reg.Args = append(reg.Args, o.args...)
+	drv.Args = append(drv.Args, o.driverArgs...)
+	if o.account || o.events {
+		withAccount(pod, reg)
+	}
+	if o.events {
+		for name, field := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
+			reg.Env = append(reg.Env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}})
+		}
+		reg.Args = append(reg.Args, "--events")
 	}
 	return ds, nil
 }
@@ -312,7 +366,7 @@ func (s *suite) removeDaemonSet(ctx context.Context, dsName, driver string) erro
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete DaemonSet %s: %w", dsName, err)
 	}
-	return waitFor(ctx, dsName+"'s pods gone and "+driver+" out of CSINode", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	return waitFor(ctx, dsName+"'s pods gone and "+driver+" out of CSINode", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		pods, err := s.podsOf(ctx, dsName)
 		if err != nil || len(pods) > 0 {
 			return false, err

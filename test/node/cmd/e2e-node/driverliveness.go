@@ -104,11 +104,8 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 
 	// kubelet's liveness probe of the driver passes through the registrar.
-	var counts map[string]float64
-	err = waitFor(ctx, "kubelet's liveness probe of the driver passed", 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
-		all, err := probeCounts(driverContainer)
-		counts = all[s.podName]
-		return err == nil && counts["Liveness/successful"] >= 1, err
+	counts, err := waitProbes(ctx, "kubelet's liveness probe of the driver passed", driverContainer, s.podName, func(counts map[string]float64) bool {
+		return counts["Liveness/successful"] >= 1
 	})
 	if err != nil {
 		return s.report(name, false, "%v; counts %v", err, counts)
@@ -118,56 +115,23 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 
 	// The registrar's readiness is polled throughout: the driver's
 	// failing probe and its restart must not touch the registration.
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	var polls sync.WaitGroup
-	var notReady []string
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", revDriverLiveness.port())
 	began := time.Now()
-	polls.Add(1)
-	go func() {
-		defer polls.Done()
-		for pollCtx.Err() == nil {
-			code, body := get(readyz)
-			if code == 0 && pollCtx.Err() == nil {
-				// No answer within the client's timeout, seen once at load
-				// 8 while kubelet's probes passed: asked again at once, so
-				// that only a registrar that does not answer twice in a
-				// row, or answers not ready, fails the check.
-				code, body = get(readyz)
-			}
-			if code != http.StatusOK {
-				notReady = append(notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
-			}
-			select {
-			case <-pollCtx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() {
-		stopPolling()
-		polls.Wait()
-	}()
+	stopPolling := pollNotReady(ctx, revDriverLiveness.port())
+	defer stopPolling()
 
 	if err := setAnswer("not-ready"); err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	var tRestarted time.Duration
 	var lastBody string
-	err = waitFor(ctx, "kubelet restarted the not-ready driver", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		if _, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)); body != "" {
+	driverHealthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)
+	_, err = s.waitPod(ctx, s.podName, "kubelet restarted the not-ready driver", 3*time.Minute, func(p *corev1.Pod) bool {
+		if _, body := get(driverHealthz); body != "" {
 			lastBody = body
 		}
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-		if err != nil {
-			return false, err
-		}
 		st := containerStatus(p, driverContainer)
-		if st != nil && st.RestartCount > driverBefore.RestartCount {
-			tRestarted = time.Since(began)
-			return true, nil
-		}
-		return false, nil
+		tRestarted = time.Since(began)
+		return st != nil && st.RestartCount > driverBefore.RestartCount
 	})
 	if err != nil {
 		return s.report(name, false, "%v; the driver health endpoint last answered %q", err, lastBody)
@@ -178,41 +142,26 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	}
 	// The restarted driver is probed again, and passes.
 	var driverAfter *corev1.ContainerStatus
-	err = waitFor(ctx, "the restarted driver's liveness probe passes", 3*time.Minute, time.Second, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-		if err != nil {
-			return false, err
-		}
+	final, err := s.waitPod(ctx, s.podName, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
 		driverAfter = containerStatus(p, driverContainer)
-		all, err := probeCounts(driverContainer)
-		if err != nil {
-			return false, err
-		}
-		code, _ := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort))
+		all, _ := probeCounts(driverContainer)
+		code, _ := get(driverHealthz)
 		return driverAfter != nil && driverAfter.State.Running != nil && code == http.StatusOK &&
-			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"], nil
+			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"]
 	})
-	stopPolling()
-	polls.Wait()
+	notReady := stopPolling()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	end := time.Now()
-
-	final, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
 	registrarAfter := containerStatus(final, registrarName)
 	registrarCounts, err := probeCounts(registrarName)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	var deregistrations []string
-	for _, reg := range s.watch.between(r.began, end) {
-		if !reg.registered {
-			deregistrations = append(deregistrations, "+"+ms(reg.at.Sub(r.began)))
-		}
+	for _, g := range s.watch.gaps(r.began, end) {
+		deregistrations = append(deregistrations, "+"+ms(g.from.Sub(r.began)))
 	}
 	registered, _ := s.watch.now()
 	driverFailed := failedCounts[s.podName]["Liveness/failed"]
@@ -224,4 +173,34 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		r, s.podName, images, counts["Liveness/successful"], probesOK, lastBody, driverFailed, ms(tRestarted),
 		driverBefore.RestartCount, driverAfter.RestartCount, ms(end.Sub(began)), sameRegistrar, registrarAfter.RestartCount,
 		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.registered)
+}
+
+// pollNotReady polls the registrar's /readyz on port every 100ms until
+// stop, which returns the answers that were not 200, with their times.
+func pollNotReady(ctx context.Context, port int32) (stop func() []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
+	began := time.Now()
+	done := sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
+		code, body := get(readyz)
+		if code == 0 && ctx.Err() == nil {
+			// No answer within the client's timeout, seen once at load 8
+			// while kubelet's probes passed: asked again at once, so that
+			// only a registrar that does not answer twice in a row, or
+			// answers not ready, fails the check.
+			code, body = get(readyz)
+		}
+		if code != http.StatusOK {
+			*notReady = append(*notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
+		}
+	})
+	var once sync.Once
+	var notReady []string
+	return func() []string {
+		once.Do(func() {
+			cancel()
+			notReady = <-done
+		})
+		return notReady
+	}
 }

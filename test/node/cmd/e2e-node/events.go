@@ -6,80 +6,15 @@ package main
 // kubelet accepted the driver, as kubectl describe pod selects them.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"sigs.k8s.io/yaml"
 )
-
-// setUpEvents creates deploy/csinode/service-account's ServiceAccount and
-// deploy/events' Role and binding in the namespace, as kustomize would.
-func (s *suite) setUpEvents(ctx context.Context) error {
-	for _, file := range []string{"csinode/service-account/service-account.yaml", "events/rbac.yaml"} {
-		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", file))
-		if err != nil {
-			return err
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			var meta metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				return fmt.Errorf("deploy/%s: %w", file, err)
-			}
-			if err := s.createNamespacedRBAC(ctx, "deploy/"+file, meta.Kind, doc); err != nil {
-				return err
-			}
-		}
-	}
-	return s.publishRootCA(ctx)
-}
-
-// createNamespacedRBAC creates a Role or RoleBinding in the namespace, and
-// anything else as createAccountObject does.
-func (s *suite) createNamespacedRBAC(ctx context.Context, from, kind string, doc []byte) error {
-	var err error
-	switch kind {
-	case "Role":
-		var role rbacv1.Role
-		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		_, err = s.client.RbacV1().Roles(namespace).Create(ctx, &role, metav1.CreateOptions{})
-	case "RoleBinding":
-		var binding rbacv1.RoleBinding
-		if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		for i := range binding.Subjects {
-			binding.Subjects[i].Namespace = namespace
-		}
-		_, err = s.client.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
-	default:
-		return s.createAccountObject(ctx, from, kind, doc)
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%s: create %s: %w", from, kind, err)
-	}
-	return nil
-}
-
-// withEvents gives the registrar what deploy/events gives it.
-func withEvents(pod *corev1.PodSpec, ctr *corev1.Container) {
-	withAccount(pod, ctr)
-	for name, field := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"} {
-		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}})
-	}
-	ctr.Args = append(ctr.Args, "--events")
-}
 
 // checkEvents waits for the Pod's Events after kubelet accepted the driver
 // that it rejected n times, and returns the problems, and the Events as

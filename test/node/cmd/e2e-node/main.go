@@ -135,6 +135,13 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 		}
 	}
 
+	return s.summary(ctx, began)
+}
+
+// summary prints the report and returns the process's exit code: 1 if a
+// check failed, was skipped in CI, or (in a full run) did not run.
+func (s *suite) summary(ctx context.Context, began time.Time) int {
+	c, opts := s.cluster, s.options
 	fmt.Println()
 	fmt.Printf("e2e-node report (kubelet %s)\n", c.kubeletVersion)
 	for _, t := range c.timings {

@@ -43,40 +43,59 @@ const (
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, for a driver named mistypedDriver, with --unhealthy-after set to
+// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes, for
+// a driver of its own, with --unhealthy-after set to
 // mistypedUnhealthyAfter, and for revMistyped the typo in the registration
-// path. It keeps deploy/'s probes as they are: no startup probe.
+// path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.ownDriverDaemonSet(mistypedDaemonSet, mistypedDriver, rev)
+	o := own{name: mistypedDaemonSet, driver: mistypedDriver, keepProbes: true, args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}
+	if rev == revMistyped {
+		o.regSocket = mistypedSocket
+	}
+	return s.ownDaemonSet(rev, o)
+}
+
+// healthy is what check 10 compares before and after: every container of
+// the pods on the node but the check's own, and the registration of each
+// driver that CSINode lists, as a watch records it.
+type healthy struct {
+	pods    map[string]corev1.ContainerStatus // namespace/pod/container
+	watches map[string]*csiNodeWatch
+}
+
+// watchHealthy reads the healthy drivers' pods and watches their
+// registrations until ctx ends.
+func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
+	pods, err := s.healthyPods(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ds.Spec.Template.Spec.Containers {
-		ctr := &ds.Spec.Template.Spec.Containers[i]
-		if ctr.Name != registrarName {
-			continue
-		}
-		ctr.Args = append(ctr.Args, "--unhealthy-after="+mistypedUnhealthyAfter.String())
-		for j := range ctr.Env {
-			if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" && rev == revMistyped {
-				ctr.Env[j].Value = filepath.Join(filepath.Dir(ctr.Env[j].Value), mistypedSocket)
-			}
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("no healthy driver's pod on the node to compare with (did the earlier checks leave none?)")
+	}
+	csiNode, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		return nil, err
+	}
+	h := &healthy{pods: pods, watches: map[string]*csiNodeWatch{}}
+	for _, d := range csiNode.Spec.Drivers {
+		w := newCSINodeWatch(d.Name)
+		go w.run(ctx, s.client)
+		h.watches[d.Name] = w
+		if _, ok := w.waitUntil(ctx, 30*time.Second, isRegistered); !ok {
+			return nil, fmt.Errorf("the watch of CSINode does not see %s registered", d.Name)
 		}
 	}
-	return ds, nil
+	return h, nil
 }
 
-// healthyPods is what the check compares before and after: every
-// container of the pods on the node, but the check's own.
-type healthyPods map[string]corev1.ContainerStatus // namespace/pod/container
-
-func (s *suite) healthyPods(ctx context.Context) (healthyPods, error) {
+// healthyPods reads the containers of every pod but the check's own.
+func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerStatus, error) {
 	list, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	out := healthyPods{}
+	out := map[string]corev1.ContainerStatus{}
 	for _, pod := range list.Items {
 		if pod.Labels["app.kubernetes.io/name"] == mistypedDaemonSet {
 			continue
@@ -88,21 +107,37 @@ func (s *suite) healthyPods(ctx context.Context) (healthyPods, error) {
 	return out, nil
 }
 
-// changedSince lists the containers of before that restarted, were
-// replaced or are gone.
-func (before healthyPods) changedSince(after healthyPods) []string {
-	var out []string
-	for key, was := range before {
+// since returns how many containers are unchanged, the drivers watched, and
+// what changed since began: containers restarted, replaced or gone, drivers
+// out of CSINode.
+func (h *healthy) since(ctx context.Context, s *suite, began time.Time) (int, []string, []string, error) {
+	after, err := s.healthyPods(ctx)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	var changed, drivers []string
+	for key, was := range h.pods {
 		now, ok := after[key]
 		switch {
 		case !ok:
-			out = append(out, key+": gone")
+			changed = append(changed, key+": gone")
 		case now.RestartCount != was.RestartCount || now.ContainerID != was.ContainerID:
-			out = append(out, fmt.Sprintf("%s: restartCount %d -> %d", key, was.RestartCount, now.RestartCount))
+			changed = append(changed, fmt.Sprintf("%s: restartCount %d -> %d", key, was.RestartCount, now.RestartCount))
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(changed)
+	var problems []string
+	if len(changed) > 0 {
+		problems = append(problems, "healthy pods changed: "+strings.Join(changed, ", "))
+	}
+	for driver, w := range h.watches {
+		for _, g := range w.gaps(began, time.Now()) {
+			problems = append(problems, fmt.Sprintf("%s left CSINode at +%s", driver, ms(g.from.Sub(began))))
+		}
+		drivers = append(drivers, driver)
+	}
+	slices.Sort(drivers)
+	return len(h.pods) - len(changed), drivers, problems, nil
 }
 
 // checkMistypedPath runs check 10.
@@ -113,41 +148,17 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	var liveness *corev1.Probe
-	for _, ctr := range ds.Spec.Template.Spec.Containers {
-		if ctr.Name == registrarName {
-			liveness = ctr.LivenessProbe
-		}
-	}
+	liveness := container(&ds.Spec.Template.Spec, registrarName).LivenessProbe
 	if liveness == nil || liveness.HTTPGet == nil || liveness.HTTPGet.Path != "/healthz" {
 		return s.report(name, false, "deploy/daemonset.yaml: the registrar's liveness probe is no longer httpGet /healthz; adapt test/node")
 	}
 	probeWindow := time.Duration(liveness.PeriodSeconds*liveness.FailureThreshold) * time.Second
 	bound := mistypedUnhealthyAfter + probeWindow + mistypedSlack
-
-	// The healthy drivers: their pods, and their registrations as a watch
-	// of CSINode records them from now on.
-	before, err := s.healthyPods(ctx)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	if len(before) == 0 {
-		return s.report(name, false, "no healthy driver's pod on the node to compare with (did the earlier checks leave none?)")
-	}
-	csiNode, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	healthyWatches := map[string]*csiNodeWatch{}
-	for _, d := range csiNode.Spec.Drivers {
-		w := newCSINodeWatch(d.Name)
-		go w.run(watchCtx, s.client)
-		healthyWatches[d.Name] = w
-		if _, ok := w.waitUntil(ctx, 30*time.Second, func(r registration) bool { return r.registered }); !ok {
-			return s.report(name, false, "the watch of CSINode does not see %s registered", d.Name)
-		}
+	healthy, err := s.watchHealthy(watchCtx)
+	if err != nil {
+		return s.report(name, false, "%v", err)
 	}
 	typoWatch := newCSINodeWatch(mistypedDriver)
 	go typoWatch.run(watchCtx, s.client)
@@ -159,7 +170,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	cleaned := false
 	cleanUp := func() error {
 		cleaned = true
-		s.saveMistypedLogs()
+		s.savePodLogs("10", mistypedDaemonSet)
 		return s.removeDaemonSet(ctx, mistypedDaemonSet, mistypedDriver)
 	}
 	defer func() {
@@ -169,16 +180,60 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 			}
 		}
 	}()
+	m, err := s.waitMistypedRestart(ctx, 2*bound+time.Minute)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	s.savePodLogs("10", mistypedDaemonSet) // the pod is deleted by the rolling update, and its logs with it
+	problems := m.problems(s, bound)
+	for _, r := range typoWatch.between(began, time.Now()) {
+		if r.registered {
+			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
+		}
+	}
+	st := containerStatus(m.pod, registrarName)
+	term := st.LastTerminationState.Terminated
+	toRestart := term.FinishedAt.Sub(m.failingSince)
+	failed := fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
+		s.kubeletVersion, ms(m.failingSince.Sub(began)), ms(m.healthz503At.Sub(m.failingSince)), m.healthz503, m.attempts, m.republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
+		m.pod.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, s.lastEvent(ctx, m.pod.Name, "Unhealthy", "Liveness"))
+	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
 
-	// Until kubelet restarts the registrar: the first container's /status
-	// (when the registration started to fail, kubelet's reason) and its
-	// first /healthz 503.
-	var failingSince, healthz503At time.Time
-	var healthz503, lastState string
-	var attempts, republished uint64
-	var restarted *corev1.Pod
+	// The fix: a rolling update to the right path.
+	fixed, fixProblems, err := s.fixMistyped(ctx, typoWatch)
+	if err != nil {
+		return s.report(name, false, "%s; the fix: %v", failed, err)
+	}
+	problems = append(problems, fixProblems...)
+	unchanged, drivers, healthyProblems, err := healthy.since(ctx, s, began)
+	if err != nil {
+		return s.report(name, false, "%v", err)
+	}
+	problems = append(problems, healthyProblems...)
+	if err := cleanUp(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	return s.report(name, len(problems) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; problems: %d %v (logs: _logs/pod-logs-10/)",
+		failed, fixed, unchanged, len(healthy.pods), drivers, len(problems), problems)
+}
+
+// mistypedRun is what check 10 saw of its first registrar until kubelet
+// restarted it: from its /status, when the registration started to fail,
+// kubelet's rejections and the socket's publications again; its first
+// /healthz 503; the pod once restarted.
+type mistypedRun struct {
+	failingSince, healthz503At time.Time
+	healthz503, lastState      string
+	attempts, republished      uint64
+	pod                        *corev1.Pod
+}
+
+// waitMistypedRestart follows the check's pod until kubelet restarts its
+// registrar.
+func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) (*mistypedRun, error) {
+	m := &mistypedRun{}
 	port := revMistyped.port()
-	err = waitFor(ctx, "kubelet restarted the registrar", 2*bound+time.Minute, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err := waitFor(ctx, "kubelet restarted the registrar", timeout, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		pods, err := s.podsOf(ctx, mistypedDaemonSet)
 		if err != nil || len(pods) != 1 {
 			return false, err
@@ -188,44 +243,46 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 			return false, nil
 		}
 		if st.RestartCount >= 1 && st.LastTerminationState.Terminated != nil {
-			restarted = &pods[0]
+			m.pod = &pods[0]
 			return true, nil
 		}
 		if st.RestartCount > 0 || st.State.Running == nil {
 			return false, nil
 		}
 		if status, err := registrarStatus(port); err == nil {
-			lastState = status.String()
-			attempts = max(attempts, status.Attempts)
-			republished = max(republished, status.Publications["retry"])
-			if failingSince.IsZero() && status.FailingSince != nil {
-				failingSince = *status.FailingSince
+			m.lastState = status.String()
+			m.attempts = max(m.attempts, status.Attempts)
+			m.republished = max(m.republished, status.Publications["retry"])
+			if m.failingSince.IsZero() && status.FailingSince != nil {
+				m.failingSince = *status.FailingSince
 			}
 		}
-		if code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)); code == http.StatusServiceUnavailable && healthz503At.IsZero() {
-			healthz503At, healthz503 = time.Now(), body
+		if code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)); code == http.StatusServiceUnavailable && m.healthz503At.IsZero() {
+			m.healthz503At, m.healthz503 = time.Now(), body
 		}
 		return false, nil
 	})
 	if err != nil {
-		return s.report(name, false, "%v; the registrar's last /status: %s (%d rejections)", err, lastState, attempts)
+		return nil, fmt.Errorf("%v; the registrar's last /status: %s (%d rejections)", err, m.lastState, m.attempts)
 	}
-	st := containerStatus(restarted, registrarName)
-	term := st.LastTerminationState.Terminated
-	unhealthy := s.lastEvent(ctx, restarted.Name, "Unhealthy", "Liveness")
-	s.saveMistypedLogs() // the pod is deleted by the rolling update, and its logs with it
+	return m, nil
+}
+
+// problems checks the restart against bound and what kubelet's version
+// does meanwhile.
+func (m *mistypedRun) problems(s *suite, bound time.Duration) []string {
 	var problems []string
-	if failingSince.IsZero() {
+	term := containerStatus(m.pod, registrarName).LastTerminationState.Terminated
+	if m.failingSince.IsZero() {
 		problems = append(problems, "never saw failingSince in the first registrar's /status")
 	}
-	toRestart := term.FinishedAt.Sub(failingSince)
-	if toRestart > bound {
+	if toRestart := term.FinishedAt.Sub(m.failingSince); toRestart > bound {
 		problems = append(problems, fmt.Sprintf("restarted %s after the first rejection, beyond the bound %s", ms(toRestart), bound))
 	}
-	if healthz503At.IsZero() {
+	if m.healthz503At.IsZero() {
 		problems = append(problems, "never saw /healthz 503 before the restart")
-	} else if healthz503At.Sub(failingSince) < mistypedUnhealthyAfter {
-		problems = append(problems, fmt.Sprintf("/healthz failed %s after the first rejection, before --unhealthy-after", ms(healthz503At.Sub(failingSince))))
+	} else if m.healthz503At.Sub(m.failingSince) < mistypedUnhealthyAfter {
+		problems = append(problems, fmt.Sprintf("/healthz failed %s after the first rejection, before --unhealthy-after", ms(m.healthz503At.Sub(m.failingSince))))
 	}
 	if term.ExitCode != 1 {
 		problems = append(problems, fmt.Sprintf("exit code %d, want 1", term.ExitCode))
@@ -233,125 +290,56 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	if !strings.Contains(term.Message, "kubelet rejected the plugin") || !strings.Contains(term.Message, mistypedSocket) {
 		problems = append(problems, "the termination message lacks kubelet's rejection of "+mistypedSocket)
 	}
-	for _, r := range typoWatch.between(began, time.Now()) {
-		if r.registered {
-			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
-		}
-	}
 	// Until the restart kubelet tries again: by itself on the same socket
 	// (1.36 and later), or on the socket the registrar publishes again.
-	if attempts < 2 {
-		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d time(s) before the restart, want it to try again", attempts))
+	if m.attempts < 2 {
+		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d time(s) before the restart, want it to try again", m.attempts))
 	}
-	switch {
-	case s.kubeletRetries() && republished != 0:
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion))
-	case !s.kubeletRetries() && republished == 0:
-		problems = append(problems, fmt.Sprintf("the registrar never published its socket again; kubelet %s tries again only on a new socket", s.kubeletVersion))
+	if p := s.retryProblem(m.republished, 1); p != "" {
+		problems = append(problems, p)
 	}
-	failed := fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
-		s.kubeletVersion, ms(failingSince.Sub(began)), ms(healthz503At.Sub(failingSince)), healthz503, attempts, republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
-		restarted.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, unhealthy)
-	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
-
-	// The fix: a rolling update to the right path.
-	fixed, fixProblems, err := s.fixMistyped(ctx, typoWatch)
-	if err != nil {
-		return s.report(name, false, "%s; the fix: %v", failed, err)
-	}
-	problems = append(problems, fixProblems...)
-
-	after, err := s.healthyPods(ctx)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	changed := before.changedSince(after)
-	if len(changed) > 0 {
-		problems = append(problems, "healthy pods changed: "+strings.Join(changed, ", "))
-	}
-	end := time.Now()
-	var healthy []string
-	for driver, w := range healthyWatches {
-		for _, r := range w.between(began, end) {
-			if !r.registered {
-				problems = append(problems, fmt.Sprintf("%s left CSINode at +%s", driver, ms(r.at.Sub(began))))
-			}
-		}
-		healthy = append(healthy, driver)
-	}
-	slices.Sort(healthy)
-	if err := cleanUp(); err != nil {
-		problems = append(problems, err.Error())
-	}
-	return s.report(name, len(problems) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; problems: %d %v (logs: _logs/pod-logs-10/)",
-		failed, fixed, len(before)-len(changed), len(before), healthy, len(problems), problems)
+	return problems
 }
 
-// fixMistyped rolls the DaemonSet to the right path and waits until
-// CSINode lists the driver, the new pod is Ready with its registrar's
-// /status registered, and the old pod is gone.
+// fixMistyped rolls the DaemonSet to the right path and checks that
+// CSINode lists the driver, the new pod's registrar's /status says
+// registered, and its containers did not restart.
 func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (string, []string, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, mistypedDaemonSet, getOpts)
-	if err != nil {
-		return "", nil, err
-	}
 	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
 	if err != nil {
 		return "", nil, err
-	}
-	began := time.Now()
-	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
-		return "", nil, fmt.Errorf("update DaemonSet: %w", err)
 	}
 	// kubelet retries a socket path that failed after a backoff that
 	// doubles up to 2m2s (its operation executor's), also for the new
 	// socket at that path: the new registrar may wait for kubelet that
 	// long. Its states are recorded meanwhile.
-	var newPod string
-	var status *registrarState
 	var states []string
-	err = waitFor(ctx, "driver in CSINode, new pod Ready and registered, old pod gone", 3*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	began := time.Now()
+	r, err := s.roll(ctx, want, typoWatch, func() {
 		if st, err := registrarStatus(revMistypedFixed.port()); err == nil {
-			status = st
 			if n := len(states); n == 0 || !strings.HasPrefix(states[n-1], st.State+" ") {
 				states = append(states, fmt.Sprintf("%s +%s", st.State, ms(time.Since(began))))
 			}
 		}
-		pods, err := s.podsOf(ctx, mistypedDaemonSet)
-		if err != nil || len(pods) != 1 || pods[0].Annotations[revisionKey] != fmt.Sprint(int(revMistypedFixed)) || !podReady(&pods[0]) {
-			return false, err
-		}
-		newPod = pods[0].Name
-		reg, _ := typoWatch.now()
-		return reg.registered && status != nil && status.State == "registered", nil
 	})
-	tDone := time.Since(began)
 	if err != nil {
 		return "", nil, fmt.Errorf("%v (the new registrar's states: %v)", err, states)
 	}
-	var reg registration
-	for _, r := range typoWatch.between(began, time.Now()) {
-		if r.registered {
-			reg = r
-			break
-		}
-	}
+	reg, _ := typoWatch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
-	// Settle as the rollouts do: the old pod's exit must not take the
-	// registration away.
-	time.Sleep(rolloutSettle)
-	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, newPod, getOpts)
+	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
 	if err != nil {
 		return "", nil, err
 	}
-	var problems []string
-	var deregistered []string
-	for _, r := range typoWatch.between(reg.at, time.Now()) {
-		if !r.registered {
-			deregistered = append(deregistered, "+"+ms(r.at.Sub(began)))
-		}
+	var problems, deregistered []string
+	status, err := registrarStatus(revMistypedFixed.port())
+	if err != nil || status.State != "registered" {
+		problems = append(problems, fmt.Sprintf("the new registrar's /status: %v (%v)", status, err))
 	}
-	if len(deregistered) > 0 {
+	for _, g := range typoWatch.gaps(reg.at, time.Now()) {
+		deregistered = append(deregistered, "+"+ms(g.from.Sub(began)))
+	}
+	if reg.at.IsZero() || len(deregistered) > 0 {
 		problems = append(problems, fmt.Sprintf("%s left CSINode after the fix at %v", mistypedDriver, deregistered))
 	}
 	final, _ := typoWatch.now()
@@ -368,8 +356,8 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
 	}
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
-	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
-		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), newPod, status, ms(tDone), states, rolloutSettle, len(deregistered)), problems, nil
+	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
+		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), status, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
 }
 
 // lastEvent returns the message of the pod's latest event with reason and
@@ -388,10 +376,6 @@ func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) strin
 	}
 	return found
 }
-
-// saveMistypedLogs copies the check's pods' container logs (the restarted
-// registrar's included) to the run's logs before the pods are deleted.
-func (s *suite) saveMistypedLogs() { s.savePodLogs("10", mistypedDaemonSet) }
 
 // savePodLogs copies the container logs of the pods of the DaemonSet
 // dsName to the run's logs, in pod-logs-<check>/, before the pods are

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,15 +11,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // Check 9 (issues 18, 28): the node starts with a startup taint (kubelet's
@@ -51,13 +47,6 @@ const (
 
 var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
 
-// adaptForNodeGate gives revNodeGate's pods what deploy/node-gate gives:
-// the service account with its token, NODE_NAME, the two flags.
-func adaptForNodeGate(pod *corev1.PodSpec, ctr *corev1.Container) {
-	withAccount(pod, ctr)
-	ctr.Args = append(ctr.Args, "--remove-node-taint="+startupTaint, "--node-condition")
-}
-
 // withAccount gives the pods deploy/node-gate's and deploy/csinode's
 // service account with its token, the registrar NODE_NAME, and the API
 // server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
@@ -84,11 +73,7 @@ type nodeTimeline struct {
 func (n *nodeTimeline) record(node *corev1.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	tainted := false
-	for _, t := range node.Spec.Taints {
-		tainted = tainted || t.Key == startupTaint
-	}
-	if !tainted && n.untainted.IsZero() {
+	if !startupTainted(node) && n.untainted.IsZero() {
 		n.untainted = time.Now()
 	}
 	for _, c := range node.Status.Conditions {
@@ -103,6 +88,30 @@ func (n *nodeTimeline) record(node *corev1.Node) {
 	}
 }
 
+func startupTainted(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
+}
+
+// waitCondition waits until the node's condition is last status:reason
+// (want), and returns when it became so.
+func (n *nodeTimeline) waitCondition(ctx context.Context, want string, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	err := waitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if last := len(n.conditions) - 1; last >= 0 && n.conditions[last] == want {
+			at = n.condAt[last]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		_, conds := n.snapshot()
+		return at, fmt.Errorf("%v (condition changes: %v)", err, conds)
+	}
+	return at, nil
+}
+
 func (n *nodeTimeline) snapshot() (time.Time, []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -111,151 +120,57 @@ func (n *nodeTimeline) snapshot() (time.Time, []string) {
 
 func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline) {
 	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	for ctx.Err() == nil {
-		w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	}, func(e watch.Event) bool {
+		if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
+			n.record(node)
 		}
-		for e := range w.ResultChan() {
-			if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
-				n.record(node)
-			}
-		}
-		w.Stop()
-	}
+		return true
+	})
 }
 
 // watchScheduled sends the time the waiting pod was bound to the node, as
 // the watch delivers it.
 func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
 	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
-	for ctx.Err() == nil {
-		w, err := client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	}, func(e watch.Event) bool {
+		if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			scheduled <- time.Now()
+			return false
 		}
-		for e := range w.ResultChan() {
-			if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				scheduled <- time.Now()
-				w.Stop()
-				return
-			}
-		}
-		w.Stop()
-	}
+		return true
+	})
 }
 
-// setUpNodeGate creates, in the namespace, deploy/node-gate's objects as
-// kustomize would (the binding's subject in this namespace), its policy
-// with this check's taint key, and the kube-root-ca.crt ConfigMap that
-// kubelet's projected token volume reads (no controller-manager publishes
-// it here). It returns once the API server enforces the policy, with what
-// the policy said to a token of the service account bound to no pod.
+// setUpNodeGate creates deploy/node-gate's objects as kustomize would, its
+// policy with this check's taint key. It returns once the API server
+// enforces the policy, with what the policy said to a token of the service
+// account bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
-	var docs [][]byte
-	for _, file := range []string{"rbac.yaml", "policy.yaml"} {
-		data, err := os.ReadFile(filepath.Join(s.repo, "deploy", "node-gate", file))
-		if err != nil {
-			return "", err
+	// The driver is deploy/'s placeholder, as the policy's; the taint is
+	// this check's.
+	withTaint := func(obj *unstructured.Unstructured) bool {
+		variables, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
+		for _, v := range variables {
+			if m, ok := v.(map[string]any); ok && m["name"] == "taintKeys" {
+				m["expression"] = "['" + startupTaint + "']"
+			}
 		}
-		docs = append(docs, bytes.Split(data, []byte("\n---\n"))...)
+		if variables != nil {
+			return unstructured.SetNestedSlice(obj.Object, variables, "spec", "variables") == nil
+		}
+		return true
 	}
-	for _, doc := range docs {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return "", fmt.Errorf("deploy/node-gate: %w", err)
-		}
-		var err error
-		switch meta.Kind {
-		case "ValidatingAdmissionPolicy":
-			var policy admissionregistrationv1.ValidatingAdmissionPolicy
-			if err := yaml.UnmarshalStrict(doc, &policy); err != nil {
-				return "", err
-			}
-			// The driver is deploy/'s placeholder, as the policy's; the
-			// taint is this check's.
-			for i, v := range policy.Spec.Variables {
-				if v.Name == "taintKeys" {
-					policy.Spec.Variables[i].Expression = "['" + startupTaint + "']"
-				}
-			}
-			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
-		case "ValidatingAdmissionPolicyBinding":
-			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-				return "", err
-			}
-			_, err = s.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
-		default:
-			if err := s.createAccountObject(ctx, "deploy/node-gate", meta.Kind, doc); err != nil {
-				return "", err
-			}
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("deploy/node-gate: create %s: %w", meta.Kind, err)
-		}
-	}
-	if err := s.publishRootCA(ctx); err != nil {
+	if err := s.applyManifests(ctx, withTaint, s.deployFile("node-gate/rbac.yaml"), s.deployFile("node-gate/policy.yaml")); err != nil {
 		return "", err
 	}
 	if err := s.typeCheckGatePolicy(ctx); err != nil {
 		return "", err
 	}
 	return s.waitForGatePolicy(ctx)
-}
-
-// createAccountObject creates a ServiceAccount, ClusterRole or
-// ClusterRoleBinding of a deploy/ component (named by from) as kustomize
-// would put it in the namespace (a binding's subjects there too); one that
-// exists is kept, as checks 9 and 13 share the service account.
-func (s *suite) createAccountObject(ctx context.Context, from, kind string, doc []byte) error {
-	var err error
-	switch kind {
-	case "ServiceAccount":
-		var sa corev1.ServiceAccount
-		if err := yaml.UnmarshalStrict(doc, &sa); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		_, err = s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &sa, metav1.CreateOptions{})
-	case "ClusterRole":
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict(doc, &role); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
-	case "ClusterRoleBinding":
-		var binding rbacv1.ClusterRoleBinding
-		if err := yaml.UnmarshalStrict(doc, &binding); err != nil {
-			return fmt.Errorf("%s: %w", from, err)
-		}
-		for i := range binding.Subjects {
-			binding.Subjects[i].Namespace = namespace
-		}
-		_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
-	default:
-		return fmt.Errorf("%s: unexpected kind %q; adapt test/node", from, kind)
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%s: create %s: %w", from, kind, err)
-	}
-	return nil
-}
-
-// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
-// that kubelet's projected service account token volume reads: no
-// controller-manager publishes it here.
-func (s *suite) publishRootCA(ctx context.Context) error {
-	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
-	if err != nil {
-		return fmt.Errorf("the API server's self-signed certificate: %w", err)
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
-	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
 }
 
 // typeCheckGatePolicy waits for kube-controller-manager's type check of the
@@ -315,11 +230,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	tainted := false
-	for _, t := range node.Spec.Taints {
-		tainted = tainted || t.Key == startupTaint
-	}
-	if !tainted {
+	if !startupTainted(node) {
 		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
 	}
 	refusal, err := s.setUpNodeGate(ctx)
@@ -334,43 +245,11 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	scheduled := make(chan time.Time, 1)
 	go watchScheduled(watchCtx, s.client, scheduled)
 
-	// A pod that does not tolerate the taint: it stands for one that
-	// needs the driver (the test driver mounts nothing).
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
-		Spec: corev1.PodSpec{
-			// No CNI here: the host's network, as the DaemonSet's pods.
-			HostNetwork:                  true,
-			DNSPolicy:                    corev1.DNSDefault,
-			AutomountServiceAccountToken: new(bool),
-			// No node lifecycle controller runs here to take away the
-			// not-ready taint that the API server puts on a new node
-			// (TaintNodesByCondition); DaemonSet pods tolerate it.
-			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
-		},
-	}
-	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create pod: %v", err)
-	}
 	defer func() {
 		_ = s.client.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
 	}()
-	// The scheduler says why it waits.
-	var unschedulable string
-	if err := waitFor(ctx, "the pod Unschedulable because of the taint", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
-		if err != nil {
-			return false, err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				unschedulable = c.Message
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	unschedulable, err := s.startWaitingPod(ctx)
+	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 
@@ -378,7 +257,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.redeploy(ctx, revNodeGate); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	reg, _ := s.watch.waitUntil(ctx, time.Second, func(r registration) bool { return r.registered })
+	reg, _ := s.watch.waitUntil(ctx, time.Second, isRegistered)
 	var scheduledAt time.Time
 	select {
 	case scheduledAt = <-scheduled:
@@ -389,19 +268,10 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		}
 		return s.report(name, false, "the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
 	}
-	if err := waitFor(ctx, "the pod Running", 2*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, waitingPod, getOpts)
-		if err != nil {
-			return false, err
-		}
-		return p.Status.Phase == corev1.PodRunning, nil
-	}); err != nil {
+	if _, err := s.waitPod(ctx, waitingPod, "the pod Running", 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if err := waitFor(ctx, "the condition True", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
-		_, conds := timeline.snapshot()
-		return len(conds) > 0 && conds[len(conds)-1] == "True:Registered", nil
-	}); err != nil {
+	if _, err := timeline.waitCondition(ctx, "True:Registered", 30*time.Second); err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	untainted, _ := timeline.snapshot()
@@ -417,26 +287,52 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if err := waitFor(ctx, "the condition False after the DaemonSet's deletion", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
-		_, conds := timeline.snapshot()
-		return len(conds) > 0 && conds[len(conds)-1] == "False:Unregistered", nil
-	}); err != nil {
-		_, conds := timeline.snapshot()
-		return s.report(name, false, "%v (condition changes: %v)", err, conds)
+	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
+	if err != nil {
+		return s.report(name, false, "after the DaemonSet's deletion: %v", err)
 	}
-	timeline.mu.Lock()
-	falseAfter := timeline.condAt[len(timeline.condAt)-1].Sub(deleted)
-	timeline.mu.Unlock()
+	falseAfter := falseAt.Sub(deleted)
 	_, conds := timeline.snapshot()
 	stillTainted := false
 	if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
-		for _, t := range n.Spec.Taints {
-			stillTainted = stillTainted || t.Key == startupTaint
-		}
+		stillTainted = startupTainted(n)
 	}
 
 	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
 		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
 	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
 		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+}
+
+// startWaitingPod creates a pod that does not tolerate the startup taint,
+// standing for one that needs the driver (the test driver mounts nothing),
+// and returns why the scheduler says it waits.
+func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			// No CNI here: the host's network, as the DaemonSet's pods.
+			HostNetwork:                  true,
+			DNSPolicy:                    corev1.DNSDefault,
+			AutomountServiceAccountToken: new(bool),
+			// No node lifecycle controller runs here to take away the
+			// not-ready taint that the API server puts on a new node
+			// (TaintNodesByCondition); DaemonSet pods tolerate it.
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create pod: %w", err)
+	}
+	var unschedulable string
+	_, err := s.waitPod(ctx, waitingPod, "the pod Unschedulable because of the taint", time.Minute, func(p *corev1.Pod) bool {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = c.Message
+			}
+		}
+		return unschedulable != ""
+	})
+	return unschedulable, err
 }

@@ -48,32 +48,20 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if n == 3 {
 		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
 	}
-	ds, err := s.ownDriverDaemonSet(rejectedDaemonSet, driver, revRejected)
+	// Three rejections also show as one Event with a count (--events).
+	events := n == 3
+	ds, err := s.ownDaemonSet(revRejected, own{name: rejectedDaemonSet, driver: driver, keepProbes: true, events: events,
+		driverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}})
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	// Three rejections also show as one Event with a count (--events).
-	events := n == 3
 	if events {
-		if err := s.setUpEvents(ctx); err != nil {
+		if err := s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml")); err != nil {
 			return s.report(name, false, "%v", err)
 		}
 	}
-	pod := &ds.Spec.Template.Spec
-	for i := range pod.Containers {
-		switch ctr := &pod.Containers[i]; ctr.Name {
-		case driverContainer:
-			ctr.Args = append(ctr.Args, fmt.Sprintf("--fail-node-get-info-calls=%d", n))
-		case registrarName:
-			if events {
-				withEvents(pod, ctr)
-			}
-		}
-	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, driver)
 	defer stopWatch()
-	watch := newCSINodeWatch(driver)
-	go watch.run(watchCtx, s.client)
 
 	began := time.Now()
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
@@ -101,49 +89,26 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		st, _ := registrarStatus(port)
 		return s.report(name, false, "%v; the registrar's /status: %v", err, st)
 	}
-	var accepted time.Time
-	for _, r := range watch.between(began, time.Now()) {
-		if r.registered {
-			accepted = r.at
-			break
-		}
-	}
+	first, _ := watch.first(began, isRegistered)
+	accepted := first.at
 	time.Sleep(rejectedSettle)
-	settled := time.Now()
-	deregistrations := 0
-	for _, r := range watch.between(accepted, settled) {
-		if !r.registered {
-			deregistrations++
-			problems = append(problems, fmt.Sprintf("%s left CSINode %s after the acceptance", driver, ms(r.at.Sub(accepted))))
-		}
+	gaps := watch.gaps(accepted, time.Now())
+	for _, g := range gaps {
+		problems = append(problems, fmt.Sprintf("%s left CSINode %s after the acceptance", driver, ms(g.from.Sub(accepted))))
 	}
 	st, err := registrarStatus(port)
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
 	}
-	if st.State != "registered" {
-		problems = append(problems, fmt.Sprintf("the registrar's state is %q, want registered", st.State))
-	}
-	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
-		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
-	}
-	republished := st.Publications["retry"]
-	switch {
-	case s.kubeletRetries() && republished != 0:
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times while kubelet tries again by itself", republished))
-	case !s.kubeletRetries() && republished < uint64(n):
-		problems = append(problems, fmt.Sprintf("the registrar published its socket again %d times; kubelet tries again only on a new socket, so want at least %d", republished, n))
-	}
+	problems = append(problems, s.acceptedProblems(st, n)...)
 	pods, err := s.podsOf(ctx, rejectedDaemonSet)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	eventsSeen := "not recorded (--events only with 3 rejections)"
 	for _, pod := range pods {
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.RestartCount > 0 {
-				problems = append(problems, fmt.Sprintf("container %s of %s restarted %d times", c.Name, pod.Name, c.RestartCount))
-			}
+		if restarts, _ := s.restarted(ctx, &pod); len(restarts) > 0 {
+			problems = append(problems, fmt.Sprintf("containers of %s restarted: %v", pod.Name, restarts))
 		}
 		if events {
 			var p []string
@@ -160,5 +125,35 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	}
 	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
-		deregistrations, eventsSeen, len(problems), problems)
+		len(gaps), eventsSeen, len(problems), problems)
+}
+
+// acceptedProblems checks the registrar's /status once kubelet accepted
+// the driver it rejected n times.
+func (s *suite) acceptedProblems(st *registrarState, n int) []string {
+	var problems []string
+	if st.State != "registered" {
+		problems = append(problems, fmt.Sprintf("the registrar's state is %q, want registered", st.State))
+	}
+	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
+		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
+	}
+	if p := s.retryProblem(st.Publications["retry"], uint64(n)); p != "" {
+		problems = append(problems, p)
+	}
+	return problems
+}
+
+// retryProblem says what is wrong with the registrar's publications of its
+// socket again after rejections, for kubelet's version: there must be none
+// where kubelet tries again by itself, at least atLeast where it tries again
+// only on a new socket.
+func (s *suite) retryProblem(republished, atLeast uint64) string {
+	switch {
+	case s.kubeletRetries() && republished != 0:
+		return fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
+	case !s.kubeletRetries() && republished < atLeast:
+		return fmt.Sprintf("the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
+	}
+	return ""
 }

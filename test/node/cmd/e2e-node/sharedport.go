@@ -88,34 +88,35 @@ type podSamples struct {
 // logs every interval until ctx ends, then delivers the last seen of each
 // pod.
 func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan podSamples {
-	out := make(chan podSamples, 1)
+	seen := podSamples{probes: map[string]map[string]float64{}, logs: map[string]string{}}
+	return sample(ctx, interval, seen, func(seen *podSamples) {
+		if counts, err := probeCounts(registrarName); err == nil {
+			for pod, c := range counts {
+				seen.probes[pod] = c
+			}
+		}
+		// kubelet's pod log directories: <namespace>_<pod>_<uid>.
+		dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
+		for _, dir := range dirs {
+			log := readLogs(filepath.Join(dir, registrarName))
+			if pod := strings.Split(filepath.Base(dir), "_")[1]; len(log) > len(seen.logs[pod]) {
+				seen.logs[pod] = log
+			}
+		}
+	})
+}
+
+// sample runs step on v every interval until ctx ends, then delivers v.
+func sample[T any](ctx context.Context, interval time.Duration, v T, step func(*T)) <-chan T {
+	out := make(chan T, 1)
 	go func() {
-		seen := podSamples{probes: map[string]map[string]float64{}, logs: map[string]string{}}
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
-			if counts, err := probeCounts(registrarName); err == nil {
-				for pod, c := range counts {
-					seen.probes[pod] = c
-				}
-			}
-			// kubelet's pod log directories: <namespace>_<pod>_<uid>.
-			dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
-			for _, dir := range dirs {
-				files, _ := filepath.Glob(filepath.Join(dir, registrarName, "*.log"))
-				sort.Strings(files)
-				var log strings.Builder
-				for _, f := range files {
-					data, _ := os.ReadFile(f)
-					log.Write(data)
-				}
-				if pod := strings.Split(filepath.Base(dir), "_")[1]; log.Len() > len(seen.logs[pod]) {
-					seen.logs[pod] = log.String()
-				}
-			}
+			step(&v)
 			select {
 			case <-ctx.Done():
-				out <- seen
+				out <- v
 				return
 			case <-tick.C:
 			}
@@ -207,42 +208,29 @@ type portPolls struct {
 // pollPort polls /healthz and /readyz on the node's address at port every
 // interval until ctx ends.
 func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan portPolls {
-	out := make(chan portPolls, 1)
-	go func() {
-		p := portPolls{answers: map[string]int{}}
-		failingSince := map[string]time.Time{}
-		client := &http.Client{Timeout: time.Second}
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			for _, path := range []string{"/healthz", "/readyz"} {
-				at := time.Now()
-				outcome := "error"
-				if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", nodeIP, port, path)); err == nil {
-					resp.Body.Close()
-					outcome = fmt.Sprint(resp.StatusCode)
-				}
-				p.answers[path+" "+outcome]++
-				if outcome != "200" {
-					if failingSince[path].IsZero() {
-						failingSince[path] = at
-					}
-					if d := time.Since(failingSince[path]); d > p.longestFailure {
-						p.longestFailure, p.longestAt = d, failingSince[path]
-					}
-				} else {
-					failingSince[path] = time.Time{}
-				}
+	failingSince := map[string]time.Time{}
+	client := &http.Client{Timeout: time.Second}
+	return sample(ctx, interval, portPolls{answers: map[string]int{}}, func(p *portPolls) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			at := time.Now()
+			outcome := "error"
+			if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", nodeIP, port, path)); err == nil {
+				resp.Body.Close()
+				outcome = fmt.Sprint(resp.StatusCode)
 			}
-			select {
-			case <-ctx.Done():
-				out <- p
-				return
-			case <-tick.C:
+			p.answers[path+" "+outcome]++
+			if outcome != "200" {
+				if failingSince[path].IsZero() {
+					failingSince[path] = at
+				}
+				if d := time.Since(failingSince[path]); d > p.longestFailure {
+					p.longestFailure, p.longestAt = d, failingSince[path]
+				}
+			} else {
+				failingSince[path] = time.Time{}
 			}
 		}
-	}()
-	return out
+	})
 }
 
 // describe tells the answers, with times from the update.

@@ -9,7 +9,6 @@ package main
 // provisioner reads.
 
 import (
-	"bytes"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -24,11 +23,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // The hostpath DaemonSet's revisions in make e2e-storage (HTTP ports 9832
@@ -164,7 +162,7 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 			fmt.Println("e2e-storage:", r)
 			results = append(results, r)
 		}
-		if err := s.removeHostpath(ctx); err != nil {
+		if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
 			problems = append(problems, fmt.Sprintf("FAIL removing hostpathplugin with %s: %v", image.what, err))
 		}
 		if ctx.Err() != nil {
@@ -292,14 +290,9 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 		}
 		addControllerSidecars(&ds.Spec.Template.Spec)
 	}
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create DaemonSet %s: %w", hostpathDaemonSet, err)
-	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
-	if _, err := s.hostpathReady(ctx, watch, rev, false); err != nil {
+	if _, _, err := s.deploy(ctx, ds, watch); err != nil {
 		return err
 	}
 	s.timing(fmt.Sprintf("hostpath DaemonSet (revision %d) created → Ready, driver in CSINode", rev), time.Since(began))
@@ -361,95 +354,20 @@ func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 	if len(files) == 0 {
 		return errors.New("no RBAC file of csi-provisioner and csi-attacher given (-storage-rbac)")
 	}
-	create := func(err error) error {
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}
-	if err := create(func() error {
-		_, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarAccount}}, metav1.CreateOptions{})
-		return err
-	}()); err != nil {
+	_, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarAccount}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ServiceAccount %s: %w", sidecarAccount, err)
 	}
-	toAccount := func(subjects []rbacv1.Subject) {
-		for i := range subjects {
-			if subjects[i].Kind == rbacv1.ServiceAccountKind {
-				subjects[i].Name, subjects[i].Namespace = sidecarAccount, namespace
+	toAccount := func(obj *unstructured.Unstructured) bool {
+		subjects, _ := obj.Object["subjects"].([]any)
+		for _, subject := range subjects {
+			if m, ok := subject.(map[string]any); ok && m["kind"] == "ServiceAccount" {
+				m["name"] = sidecarAccount
 			}
 		}
+		return obj.GetKind() != "ServiceAccount" // sidecarAccount replaces the files' accounts
 	}
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			var meta metav1.TypeMeta
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			switch meta.Kind {
-			case "", "ServiceAccount": // comments only; sidecarAccount replaces the file's accounts
-			case "ClusterRole":
-				var role rbacv1.ClusterRole
-				if err = yaml.UnmarshalStrict(doc, &role); err == nil {
-					_, err = s.client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
-				}
-			case "ClusterRoleBinding":
-				var binding rbacv1.ClusterRoleBinding
-				if err = yaml.UnmarshalStrict(doc, &binding); err == nil {
-					toAccount(binding.Subjects)
-					_, err = s.client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{})
-				}
-			case "Role":
-				var role rbacv1.Role
-				if err = yaml.UnmarshalStrict(doc, &role); err == nil {
-					role.Namespace = namespace
-					_, err = s.client.RbacV1().Roles(namespace).Create(ctx, &role, metav1.CreateOptions{})
-				}
-			case "RoleBinding":
-				var binding rbacv1.RoleBinding
-				if err = yaml.UnmarshalStrict(doc, &binding); err == nil {
-					binding.Namespace = namespace
-					toAccount(binding.Subjects)
-					_, err = s.client.RbacV1().RoleBindings(namespace).Create(ctx, &binding, metav1.CreateOptions{})
-				}
-			default:
-				return fmt.Errorf("%s: a %s, which test/node does not create: adapt createSidecarRBAC", file, meta.Kind)
-			}
-			if err := create(err); err != nil {
-				return fmt.Errorf("%s: %s: %w", file, meta.Kind, err)
-			}
-		}
-	}
-	return nil
-}
-
-// removeHostpath deletes the hostpath DaemonSet and waits until its pods
-// are gone and kubelet has unregistered the driver.
-func (s *suite) removeHostpath(ctx context.Context) error {
-	foreground := metav1.DeletePropagationForeground
-	if err := s.client.AppsV1().DaemonSets(namespace).Delete(ctx, hostpathDaemonSet, metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
-		return fmt.Errorf("delete DaemonSet %s: %w", hostpathDaemonSet, err)
-	}
-	return waitFor(ctx, "hostpath pods gone, "+hostpathDriver+" no longer in CSINode", 3*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		if err != nil || len(pods) > 0 {
-			return false, err
-		}
-		node, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
-		if err != nil {
-			return false, err
-		}
-		for _, d := range node.Spec.Drivers {
-			if d.Name == hostpathDriver {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	return s.applyManifests(ctx, toAccount, files...)
 }
 
 // runSuite runs e2e.test on one tier and reads its JUnit file.

@@ -12,11 +12,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -57,69 +54,39 @@ func hostpathSocket(rev revision) string {
 }
 
 // hostpathDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, then given hostpathplugin in the driver's place: its own name,
-// labels and socket directory, kubelet's pods and plugins directories
-// mounted at their host paths (kubelet gives the driver host paths), and
-// its state directory on the host, where the test reads the volumes.
+// driver, then given hostpathplugin in the driver's place (withHostpath).
 func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	return s.hostpathDaemonSetNamed(hostpathDaemonSet, rev)
+	return s.ownDaemonSet(rev, own{name: hostpathDaemonSet, hostpath: true})
 }
 
-// hostpathDaemonSetNamed is hostpathDaemonSetFor's DaemonSet under another
-// name (check 13's own).
-func (s *suite) hostpathDaemonSetNamed(dsName string, rev revision) (*appsv1.DaemonSet, error) {
-	ds, err := s.daemonSet(s.repo, rev)
-	if err != nil {
-		return nil, err
-	}
-	labels := map[string]string{"app.kubernetes.io/name": dsName}
-	ds.Name, ds.Labels = dsName, labels
-	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
-	ds.Spec.Template.Labels = labels
-	pod := &ds.Spec.Template.Spec
-	kubeletDir := s.path("kubelet")
-	socketDir := filepath.Join(kubeletDir, "plugins", hostpathDriver)
+// withHostpath puts hostpathplugin in the test driver's place: kubelet's
+// pods and plugins directories mounted at their host paths (kubelet gives
+// the driver host paths), and its state directory on the host, where the
+// test reads the volumes.
+func (s *suite) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, rev revision) error {
 	socket := hostpathSocket(rev)
-	for i := range pod.Volumes {
-		if pod.Volumes[i].Name == "socket-dir" {
-			pod.Volumes[i].HostPath.Path = socketDir
-		}
-	}
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: s.path(hostpathStateDir), Type: &dirOrCreate},
 	}})
-	for i := range pod.Containers {
-		ctr := &pod.Containers[i]
-		switch ctr.Name {
-		case registrarName:
-			if err := replaceArg(ctr.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
-				return nil, err
-			}
-			for j := range ctr.Env {
-				if ctr.Env[j].Name == "DRIVER_REG_SOCK_PATH" {
-					ctr.Env[j].Value = filepath.Join(socketDir, socket)
-				}
-			}
-		case driverContainer:
-			ctr.Name = hostpathContainer
-			ctr.Image = hostpathImage
-			ctr.Args = []string{
-				"--drivername=" + hostpathDriver,
-				"--endpoint=unix:///csi/" + socket,
-				"--nodeid=$(KUBE_NODE_NAME)",
-				"--statedir=/csi-data-dir",
-				"--v=4", // logs each gRPC call
-			}
-			for j := range ctr.VolumeMounts {
-				if rest, ok := strings.CutPrefix(ctr.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
-					ctr.VolumeMounts[j].MountPath = kubeletDir + rest
-				}
-			}
-			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
+	if err := replaceArg(reg.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
+		return err
+	}
+	drv.Name, drv.Image = hostpathContainer, hostpathImage
+	drv.Args = []string{
+		"--drivername=" + hostpathDriver,
+		"--endpoint=unix:///csi/" + socket,
+		"--nodeid=$(KUBE_NODE_NAME)",
+		"--statedir=/csi-data-dir",
+		"--v=4", // logs each gRPC call
+	}
+	for j := range drv.VolumeMounts {
+		if rest, ok := strings.CutPrefix(drv.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
+			drv.VolumeMounts[j].MountPath = s.path("kubelet") + rest
 		}
 	}
-	return ds, nil
+	drv.VolumeMounts = append(drv.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
+	return nil
 }
 
 // hostpathVolume is what the driver's state file says about a volume.
@@ -330,51 +297,15 @@ func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished,
 }
 
 // driverCalls counts the gRPC calls of each method in the log of the
-// current hostpath pod's driver container (the driver logs each at --v=3).
+// hostpath pod's driver container (the driver logs each at --v=3).
 func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	calls := map[string]int{}
-	dir := s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), hostpathContainer)
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, file := range logs {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
-				calls[strings.TrimSpace(method)]++
-			}
+	for line := range strings.SplitSeq(s.containerLog(pod, hostpathContainer), "\n") {
+		if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
+			calls[strings.TrimSpace(method)]++
 		}
 	}
 	return calls
-}
-
-// hostpathPods lists the hostpath DaemonSet's pods.
-func (s *suite) hostpathPods(ctx context.Context) ([]corev1.Pod, error) {
-	return s.podsOf(ctx, hostpathDaemonSet)
-}
-
-// hostpathReady waits for the one pod of rev Ready and the driver in
-// CSINode, and returns the pod.
-func (s *suite) hostpathReady(ctx context.Context, watch *csiNodeWatch, rev revision, others bool) (*corev1.Pod, error) {
-	var ready *corev1.Pod
-	err := waitFor(ctx, fmt.Sprintf("hostpath pod of revision %d Ready, %s in CSINode", rev, hostpathDriver), 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		if err != nil {
-			return false, err
-		}
-		reg, _ := watch.now()
-		if !reg.registered || (!others && len(pods) != 1) {
-			return false, nil
-		}
-		for i := range pods {
-			if pods[i].Annotations[revisionKey] == fmt.Sprint(int(rev)) && podReady(&pods[i]) {
-				ready = &pods[i]
-			}
-		}
-		return ready != nil && (others || len(pods) == 1), nil
-	})
-	return ready, err
 }
 
 func (s *suite) timing(what string, took time.Duration) {
@@ -394,10 +325,8 @@ func (s *suite) checkVolume(ctx context.Context) bool {
 		}
 		return false
 	}
-	watch := newCSINodeWatch(hostpathDriver)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
-	go watch.run(watchCtx, s.client)
 	if !s.checkVolumePublished(ctx, names[0], watch) {
 		s.report(names[1], false, "not run: check 8a failed")
 		return s.report(names[2], false, "not run: check 8a failed")
@@ -438,21 +367,11 @@ func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *cs
 		return s.report(name, false, "%v", err)
 	}
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create DaemonSet: %v", err)
-	}
-	driverPod, err := s.hostpathReady(ctx, watch, revHostpath, false)
+	driverPod, tReady, err := s.deploy(ctx, ds, watch)
 	if err != nil {
 		return s.report(name, false, "%v (see the registrar's and the driver's logs in logs/pod-logs)", err)
 	}
-	tReady := time.Since(began)
-	var reg registration
-	for _, r := range watch.between(began, time.Now()) {
-		if r.registered {
-			reg = r
-			break
-		}
-	}
+	reg, _ := watch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
 	s.timing("8a. hostpath DaemonSet created → "+hostpathDriver+" in CSINode (registration)", tRegistered)
 	serving, servingOK := s.servingRegistrar(revHostpath)
@@ -494,58 +413,29 @@ func (s *suite) beat(v *volumePod) string {
 // and must call the new one. It returns the new volume pod, still running
 // if keep, or nil if it did not start.
 func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
-	pods, err := s.hostpathPods(ctx)
-	if err != nil || len(pods) != 1 {
-		return nil, s.report(name, false, "want one hostpath pod before the update, have %d (%v)", len(pods), err)
-	}
-	oldDriverPod := pods[0].Name
-	previous, _ := strconv.Atoi(pods[0].Annotations[revisionKey])
-	handover := hostpathSocket(revision(previous)) == hostpathSocket(next)
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, hostpathDaemonSet, getOpts)
-	if err != nil {
-		return nil, s.report(name, false, "%v", err)
-	}
 	want, err := s.hostpathDaemonSetFor(next)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	began := time.Now()
-	if _, err := s.setTemplate(ctx, ds.Name, want.Spec.Template); err != nil {
-		return nil, s.report(name, false, "update DaemonSet: %v", err)
-	}
-	newDriverPod, err := s.hostpathReady(ctx, watch, next, true)
+	r, err := s.roll(ctx, want, watch, nil)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	tNewReady := time.Since(began)
-	err = waitFor(ctx, "old hostpath pod gone", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.hostpathPods(ctx)
-		return err == nil && len(pods) == 1 && pods[0].Name == newDriverPod.Name, err
-	})
-	tOldGone := time.Since(began)
+	newDriverPod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
 	if err != nil {
-		return nil, s.report(name, false, "new pod %s Ready +%s; %v", newDriverPod.Name, ms(tNewReady), err)
+		return nil, s.report(name, false, "%v", err)
 	}
-	// Settle as check 4a does: kubelet may react late to what the old pod left.
-	time.Sleep(rolloutSettle)
-	end := time.Now()
+	handover := hostpathSocket(r.from) == hostpathSocket(next)
+	tNewReady, tOldGone := r.tNewReady, r.tOldGone
 	var gaps []string
-	var longest time.Duration
-	var down time.Time
-	for _, r := range watch.between(began, end) {
-		switch {
-		case !r.registered && down.IsZero():
-			down = r.at
-		case r.registered && !down.IsZero():
-			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(down.Sub(began)), ms(r.at.Sub(down))))
-			longest = max(longest, r.at.Sub(down))
-			down = time.Time{}
+	for _, g := range r.gaps {
+		if g.open {
+			gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(g.from.Sub(r.began))))
+		} else {
+			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(g.from.Sub(r.began)), ms(g.to.Sub(g.from))))
 		}
 	}
-	if !down.IsZero() {
-		gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(down.Sub(began))))
-		longest = time.Duration(math.MaxInt64)
-	}
+	longest := r.longestGap()
 	final, _ := watch.now()
 	step := name[:3]
 	s.timing(step+" hostpath rolling update → new pod Ready", tNewReady)
@@ -596,7 +486,7 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
 	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
 		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
-		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), oldDriverPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), r.oldPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
 		rolloutSettle, final.registered, final.nodeID, serving,
 		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh, deleted,
 		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)

@@ -33,7 +33,7 @@ type csiNodeWatch struct {
 	mu       sync.Mutex
 	timeline []registration
 	changed  chan struct{} // closed and replaced on each new entry
-	gaps     int           // times the watch had to be restarted
+	relists  int           // times the watch had to be restarted
 }
 
 func newCSINodeWatch(driver string) *csiNodeWatch {
@@ -67,36 +67,61 @@ func (w *csiNodeWatch) record(node *storagev1.CSINode) {
 // run watches until ctx ends, re-listing whenever the watch closes.
 func (w *csiNodeWatch) run(ctx context.Context, client kubernetes.Interface) {
 	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	for ctx.Err() == nil {
+	listed := false
+	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
 		list, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
-			continue
+			return nil, err
 		}
+		if listed {
+			w.mu.Lock()
+			w.relists++
+			w.mu.Unlock()
+		}
+		listed = true
 		if len(list.Items) == 0 {
 			w.record(nil)
 		} else {
 			w.record(&list.Items[0])
 		}
-		watcher, err := client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{
-			FieldSelector: selector, ResourceVersion: list.ResourceVersion,
-		})
+		return client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
+	}, func(event watch.Event) bool {
+		switch event.Type {
+		case watch.Added, watch.Modified:
+			w.record(event.Object.(*storagev1.CSINode))
+		case watch.Deleted:
+			w.record(nil)
+		}
+		return true
+	})
+}
+
+// watchEach hands each event of the watch that start opens to handle, and
+// opens one again whenever it closes, until ctx ends or handle returns
+// false.
+func watchEach(ctx context.Context, start func(context.Context) (watch.Interface, error), handle func(watch.Event) bool) {
+	for ctx.Err() == nil {
+		w, err := start(ctx)
 		if err != nil {
+			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		for event := range watcher.ResultChan() {
-			switch event.Type {
-			case watch.Added, watch.Modified:
-				w.record(event.Object.(*storagev1.CSINode))
-			case watch.Deleted:
-				w.record(nil)
+		for event := range w.ResultChan() {
+			if !handle(event) {
+				w.Stop()
+				return
 			}
 		}
-		watcher.Stop()
-		w.mu.Lock()
-		w.gaps++
-		w.mu.Unlock()
+		w.Stop()
 	}
+}
+
+// startWatch starts a watch of the driver in CSINode, until stop.
+func (s *suite) startWatch(ctx context.Context, driver string) (w *csiNodeWatch, stop context.CancelFunc) {
+	w = newCSINodeWatch(driver)
+	ctx, stop = context.WithCancel(ctx)
+	go w.run(ctx, s.client)
+	return w, stop
 }
 
 // now returns the latest state and a channel closed at the next change.
@@ -140,6 +165,38 @@ func (w *csiNodeWatch) between(from, to time.Time) []registration {
 	return out
 }
 
+// first returns the first entry from from on that satisfies cond.
+func (w *csiNodeWatch) first(from time.Time, cond func(registration) bool) (registration, bool) {
+	for _, r := range w.between(from, time.Now()) {
+		if cond(r) {
+			return r, true
+		}
+	}
+	return registration{}, false
+}
+
+func isRegistered(r registration) bool { return r.registered }
+
+// gaps returns the times in [from, to] that CSINode did not list the
+// driver; one still open at to ends there, open.
+func (w *csiNodeWatch) gaps(from, to time.Time) []gap {
+	var gaps []gap
+	var down time.Time
+	for _, r := range w.between(from, to) {
+		switch {
+		case !r.registered && down.IsZero():
+			down = r.at
+		case r.registered && !down.IsZero():
+			gaps = append(gaps, gap{from: down, to: r.at})
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		gaps = append(gaps, gap{from: down, to: to, open: true})
+	}
+	return gaps
+}
+
 // stateAt returns the state in force at t.
 func (w *csiNodeWatch) stateAt(t time.Time) registration {
 	w.mu.Lock()
@@ -157,5 +214,5 @@ func (w *csiNodeWatch) stateAt(t time.Time) registration {
 func (w *csiNodeWatch) restarts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.gaps
+	return w.relists
 }

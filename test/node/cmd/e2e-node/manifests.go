@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// manifestKinds are the kinds of the manifests that the checks create
+// (deploy/'s components, the storage sidecars' RBAC): their resource, and
+// whether they live in a namespace.
+var manifestKinds = map[string]struct {
+	resource   string
+	namespaced bool
+}{
+	"ServiceAccount":                   {"serviceaccounts", true},
+	"Role":                             {"roles", true},
+	"RoleBinding":                      {"rolebindings", true},
+	"ClusterRole":                      {"clusterroles", false},
+	"ClusterRoleBinding":               {"clusterrolebindings", false},
+	"ValidatingAdmissionPolicy":        {"validatingadmissionpolicies", false},
+	"ValidatingAdmissionPolicyBinding": {"validatingadmissionpolicybindings", false},
+}
+
+// deployFile is a file of deploy/.
+func (s *suite) deployFile(name string) string { return filepath.Join(s.repo, "deploy", name) }
+
+// applyManifests creates the objects of manifest files as kustomize would
+// with this namespace: namespaced objects, and the service accounts that
+// bindings name, in it. edit, if set, may change an object, or drop it by
+// returning false. The API server rejects unknown fields; an object that
+// exists is kept, as checks share accounts and roles. Last, it publishes
+// the root CA that the accounts' token volumes read.
+func (s *suite) applyManifests(ctx context.Context, edit func(*unstructured.Unstructured) bool, files ...string) error {
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if len(obj.Object) == 0 {
+				continue // comments only
+			}
+			kind, ok := manifestKinds[obj.GetKind()]
+			if !ok {
+				return fmt.Errorf("%s: a %s, which test/node does not create; adapt manifestKinds", file, obj.GetKind())
+			}
+			if edit != nil && !edit(obj) {
+				continue
+			}
+			subjects, _ := obj.Object["subjects"].([]any)
+			for _, subject := range subjects {
+				if m, ok := subject.(map[string]any); ok && m["kind"] == "ServiceAccount" {
+					m["namespace"] = namespace
+				}
+			}
+			resource := s.dynamic.Resource(obj.GroupVersionKind().GroupVersion().WithResource(kind.resource))
+			var client dynamic.ResourceInterface = resource
+			if kind.namespaced {
+				obj.SetNamespace(namespace)
+				client = resource.Namespace(namespace)
+			}
+			_, err := client.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("%s: create %s %s: %w", file, obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+	return s.publishRootCA(ctx)
+}
+
+// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
+// that kubelet's projected service account token volume reads: unless the
+// node runs them for the storage suite, no controller publishes it here.
+func (s *suite) publishRootCA(ctx context.Context) error {
+	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
+	if err != nil {
+		return fmt.Errorf("the API server's self-signed certificate: %w", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
+	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
