@@ -109,17 +109,6 @@ func (r *recorder) window(from, to time.Time) []event {
 	return out
 }
 
-// count is how many answered requests of who are among events.
-func count(events []event, who role) int {
-	n := 0
-	for _, e := range events {
-		if e.who == who && e.answered {
-			n++
-		}
-	}
-	return n
-}
-
 // peakRate is the highest rate of who's answered requests over any span of
 // width in [from, to), stepped by a second.
 func (r *recorder) peakRate(who role, from, to time.Time, width time.Duration) float64 {

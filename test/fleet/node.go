@@ -327,21 +327,6 @@ func (r *registrar) steady() bool {
 	return confirmed && !st.Pending && st.TaintsChecked != nil && st.Condition != nil && st.Condition.Status == "True"
 }
 
-// requests is what the registrar's features counted themselves.
-func (r *registrar) requests() (n uint64) {
-	for _, codes := range r.gate.Status().Requests {
-		for _, c := range codes {
-			n += c
-		}
-	}
-	for _, codes := range r.watcher.Status().Requests {
-		for _, c := range codes {
-			n += c
-		}
-	}
-	return n
-}
-
 var errNotSteady = errors.New("not steady")
 
 // checkNode is the Node as the gate should have left it.
