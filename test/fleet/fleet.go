@@ -234,6 +234,10 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 		steady, err := body()
 		to := take(f.server)
 		p := phase{name: name, d: between(from, to), steady: steady}
+		p.apiSeconds = p.d.seconds
+		if p.d.apiserverRestart && !rep.outageStart.IsZero() {
+			p.apiSeconds = to.at.Sub(rep.outageStart).Seconds()
+		}
 		p.events = f.rec.window(from.at, to.at)
 		rep.phases = append(rep.phases, p)
 		if err != nil {

@@ -141,11 +141,14 @@ type snapshot struct {
 	requests map[key]float64
 	buckets  map[key][]bucket
 	// watches open, by resource (apiserver_longrunning_requests).
-	watches          map[string]float64
-	apiPID, etcdPID  int
-	apiCPU, etcdCPU  float64 // seconds
-	apiRSS, etcdRSS  float64 // bytes
-	apiHeap          float64 // go_memstats_heap_inuse_bytes
+	watches         map[string]float64
+	apiPID, etcdPID int
+	apiCPU, etcdCPU float64 // seconds
+	apiRSS, etcdRSS float64 // bytes
+	apiHeap         float64 // go_memstats_heap_inuse_bytes
+	// selfCPU: this program's, the simulated nodes', which share the
+	// machine's cores with the servers.
+	selfCPU          float64
 	apiGoroutines    float64
 	scrapeErr        error
 	apiserverStopped bool
@@ -155,6 +158,7 @@ func take(s *apiserver.Server) snapshot {
 	snap := snapshot{at: time.Now(), load: loadAverage(), requests: map[key]float64{}, buckets: map[key][]bucket{}, watches: map[string]float64{}}
 	snap.etcdPID, snap.apiPID = s.PIDs()
 	snap.etcdCPU, snap.etcdRSS = procStat(snap.etcdPID)
+	snap.selfCPU, _ = procStat(os.Getpid())
 	if snap.apiPID == 0 {
 		snap.apiserverStopped = true
 		return snap
@@ -255,6 +259,7 @@ type delta struct {
 	requests         map[key]float64
 	buckets          map[key][]bucket
 	apiCPU, etcdCPU  float64
+	selfCPU          float64
 	apiserverRestart bool
 }
 
@@ -283,6 +288,7 @@ func between(from, to snapshot) delta {
 	}
 	d.apiCPU = to.apiCPU - base.apiCPU
 	d.etcdCPU = to.etcdCPU - from.etcdCPU
+	d.selfCPU = to.selfCPU - from.selfCPU
 	return d
 }
 
