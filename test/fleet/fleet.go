@@ -190,6 +190,19 @@ func (f *fleet) waitWatches(ctx context.Context) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("the API server holds %v CSINode watches after %v, want %d (%v): %w", last.watches["csinodes"], f.o.settle, len(f.nodes), last.scrapeErr, errDeadline)
 }
 
+// watchStats sums the current registrars' CSINode watch restarts and
+// watches that ended with 410 Gone, as their watchers count them.
+func (f *fleet) watchStats() (restarts, expired uint64) {
+	for _, n := range f.nodes {
+		if n.registrar != nil {
+			st := n.registrar.watcher.Status()
+			restarts += st.WatchRestarts
+			expired += st.WatchesExpired
+		}
+	}
+	return restarts, expired
+}
+
 // checkNodes reads every Node as the admin: none has the startup taint,
 // all have the driver's condition True.
 func (f *fleet) checkNodes(ctx context.Context) error {
@@ -298,6 +311,11 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	rep.rolling = &rep.phases[len(rep.phases)-1]
 
 	if err := measure(fmt.Sprintf("(c) kube-apiserver down for %v", f.o.outage), func() (time.Duration, error) {
+		restarts, expired := f.watchStats()
+		defer func() {
+			r, e := f.watchStats()
+			rep.outageRestarts, rep.outageExpired = r-restarts, e-expired
+		}()
 		if err := f.server.StopAPIServer(); err != nil {
 			return 0, err
 		}

@@ -37,6 +37,7 @@ type event struct {
 	took time.Duration
 	// answered: the API server answered (any status); not a refused dial.
 	answered bool
+	code     int
 }
 
 // recorder keeps every request of the simulated nodes, so that a phase's
@@ -54,6 +55,9 @@ func (r *recorder) wrap(who role, next http.RoundTripper) http.RoundTripper {
 		began := time.Now()
 		resp, err := next.RoundTrip(req)
 		e := event{at: began.Sub(r.start), who: who, op: operation(req), took: time.Since(began), answered: err == nil}
+		if resp != nil {
+			e.code = resp.StatusCode
+		}
 		r.mu.Lock()
 		r.events = append(r.events, e)
 		r.mu.Unlock()
