@@ -116,14 +116,14 @@ func (r *report) evaluate(o options) {
 	if r.rest != nil && base != nil {
 		perNode := (r.rest.d.to.apiRSS - base.d.to.apiRSS) / float64(r.n)
 		r.goals = append(r.goals, goal{
-			name:     fmt.Sprintf("at rest, extrapolated to %d nodes: kube-apiserver's memory for the registrars", extrapolateTo),
+			id: "memory", name: fmt.Sprintf("at rest, extrapolated to %d nodes: kube-apiserver's memory for the registrars", extrapolateTo),
 			measured: fmt.Sprintf("%s (%.1f kB a node: RSS at the rest's end less the baseline's, over N)", mb(perNode*extrapolateTo), perNode/1e3),
 			limit:    "≤ 100 MB", met: perNode*extrapolateTo <= 100e6,
 			note: "a difference of two RSS readings: at small N the heap's growth and collection are of the same size as the signal",
 		})
 		perNodeCPU := (r.rest.d.apiCPU/r.rest.apiSeconds - base.d.apiCPU/base.apiSeconds) / float64(r.n)
 		r.goals = append(r.goals, goal{
-			name:     fmt.Sprintf("at rest, extrapolated to %d nodes: kube-apiserver's CPU for the registrars", extrapolateTo),
+			id: "cpu", name: fmt.Sprintf("at rest, extrapolated to %d nodes: kube-apiserver's CPU for the registrars", extrapolateTo),
 			measured: fmt.Sprintf("%.3f cores (%.2f millicores a node: the rest's CPU rate less the baseline's, over N)", perNodeCPU*extrapolateTo, perNodeCPU*1000),
 			limit:    "≤ 0.05 cores", met: perNodeCPU*extrapolateTo <= 0.05,
 			note: "a difference of two CPU rates on a shared machine",
@@ -162,7 +162,7 @@ func (r *report) print(w io.Writer, o options) {
 	r.evaluate(o)
 	r.soften(o.soft)
 	fmt.Fprintf(w, "\n## make fleet: N = %d\n\n", r.n)
-	fmt.Fprintln(w, "| phase | load (1, 5, 15 min) at its end | s | registrars' requests | Lease renewals | kube-apiserver CPU | etcd CPU | the simulated nodes' CPU | kube-apiserver RSS, heap | etcd RSS | CSINode watches | steady after |")
+	fmt.Fprintln(w, "| phase | load (1, 5, 15 min) at its end | s | registrars' requests | Lease renewals | kube-apiserver CPU | etcd CPU | the simulated nodes' CPU | kube-apiserver RSS, heap, goroutines | etcd RSS | CSINode watches | steady after |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, p := range r.phases {
 		d := p.d
@@ -174,9 +174,9 @@ func (r *report) print(w io.Writer, o options) {
 		if d.apiserverRestart {
 			restart = " (since its restart)"
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %d | %d | %.3f cores%s | %.3f cores | %.3f cores | %s, %s | %s | %.0f | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %.0f | %d | %d | %.3f cores%s | %.3f cores | %.3f cores | %s, %s, %.0f | %s | %.0f | %s |\n",
 			p.name, d.to.load, d.seconds, p.clientCount(registrarRole, ""), p.clientCount(kubeletRole, "leases"),
-			d.apiCPU/p.apiSeconds, restart, d.etcdCPU/d.seconds, d.selfCPU/d.seconds, mb(d.to.apiRSS), mb(d.to.apiHeap), mb(d.to.etcdRSS), d.to.watches["csinodes"], steady)
+			d.apiCPU/p.apiSeconds, restart, d.etcdCPU/d.seconds, d.selfCPU/d.seconds, mb(d.to.apiRSS), mb(d.to.apiHeap), d.to.apiGoroutines, mb(d.to.etcdRSS), d.to.watches["csinodes"], steady)
 	}
 
 	fmt.Fprintln(w, "\nThe registrars' requests a node, as their clients counted them (answered ones):")
