@@ -307,8 +307,8 @@ test: vet unit fuzz e2e-newest docs-test
 
 # Everything make test runs, and what needs more Kubernetes builds: the
 # tests against a real kube-apiserver, the other kubelet minors, the
-# manifests against the API server, the benchmarks once each. .ci/run runs
-# it.
+# manifests against the API server, make fleet at N = 100, the benchmarks
+# once each. .ci/run runs it.
 test-all: test apiserver-test e2e-older deploy-test fleet-smoke bench-smoke
 	@if [ -s $(SKIPPED) ]; then echo "make test-all: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
 		else echo "make test-all: no test skipped"; fi
