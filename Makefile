@@ -278,6 +278,7 @@ FLEET_REST ?= 12m
 FLEET_FLAGS ?=
 fleet: $(KUBE_APISERVER_BIN)
 	$(GO) vet -C test/fleet ./...
+	cd test/fleet && $(GO_TEST) -count=1 ./...
 	$(GO) run -C test/fleet . -n $(FLEET_N) -baseline $(FLEET_BASELINE) -rest $(FLEET_REST) $(FLEET_FLAGS)
 
 # make fleet in CI: N = 100 and short rests (no watch renewal falls in

@@ -351,7 +351,7 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	rep.outageLeasePeak = f.rec.peakRate(kubeletRole, rep.outageStart, rep.outageEnd, leaseRenew)
 
 	replaced := max(1, len(f.nodes)/100)
-	if err := measure(fmt.Sprintf("(d) %d Nodes deleted and created again", replaced), func() (time.Duration, error) {
+	if err := measure(fmt.Sprintf("(d) 1 %% of the Nodes (%d) deleted and created again", replaced), func() (time.Duration, error) {
 		began := time.Now()
 		var nodes []*simNode
 		for i := range replaced {
