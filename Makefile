@@ -72,7 +72,7 @@ KUBELET_MINORS ?= $(KUBELET_SUPPORTED)
 # Every Go module of the repository with Go code: lint covers them all.
 # test/node/kubernetes/v1.NN pin a Kubernetes release for make e2e-node
 # and hold no code of their own.
-MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/node test/selinuxvm deploy/monitoring/dashboard
+MODULES := . test/e2e $(addprefix test/kubelet/,. $(KUBELET_SUPPORTED)) test/deploy test/docs test/fleet test/node test/selinuxvm deploy/monitoring/dashboard
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(CURDIR)/bin/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # The SBOM generator of make build-all, CycloneDX's cyclonedx-gomod. It is
@@ -97,7 +97,7 @@ endif
 
 .PHONY: all build test test-all unit apiserver-test fuzz e2e e2e-newest e2e-older demo vet clean version release-notes release
 .PHONY: kube-bump deps-check
-.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test dashboard dashboard-check
+.PHONY: handover-compat arch-test selinux-test build-all vet-windows windows-test deploy-test fleet fleet-smoke docs-test lint image image-windows image-check require-buildx e2e-node e2e-storage bench bench-smoke mockdriver metrics-check monitoring-test dashboard dashboard-check
 
 all: build
 
@@ -266,6 +266,29 @@ deploy-test: $(KUBE_APISERVER_BIN)
 	cd test/deploy && $(GO) vet ./...
 	cd test/deploy && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
+# What the API features cost a kube-apiserver with FLEET_N Nodes, each with a
+# simulated kubelet and the registrar's node gate and CSINode confirmation
+# (test/fleet): a rest, a rolling update, a 60 s outage of the API server,
+# 1 % of the Nodes replaced; prints the figures and issue 45's goals, and
+# fails when a hard goal is missed (docs/performance.md, "At fleet scale").
+# By hand with the defaults below; N of 500 and more on an idle machine.
+FLEET_N ?= 100
+FLEET_BASELINE ?= 2m
+FLEET_REST ?= 12m
+FLEET_FLAGS ?=
+fleet: $(KUBE_APISERVER_BIN)
+	$(GO) vet -C test/fleet ./...
+	cd test/fleet && $(GO_TEST) -count=1 ./...
+	$(GO) run -C test/fleet . -n $(FLEET_N) -baseline $(FLEET_BASELINE) -rest $(FLEET_REST) $(FLEET_FLAGS)
+
+# make fleet in CI: N = 100 and short rests (no watch renewal falls in
+# them), a few minutes, most of them the outage and the recovery. The two
+# goals after the outage are missed by pkg/features/csinode's retry backoff
+# (docs/performance.md, "What the goals say"): reported, not failing, until
+# it changes; the recovery itself must still finish within -settle.
+fleet-smoke:
+	$(MAKE) fleet FLEET_N=100 FLEET_BASELINE=15s FLEET_REST=30s FLEET_FLAGS=-soft=outage-watches,outage-peak
+
 # The Markdown documents as GitHub renders them: every relative link and
 # #anchor resolves, every repository path a YAML comment names exists,
 # the README's flags table is the binary's flags, and
@@ -276,18 +299,21 @@ docs-test:
 	cd test/docs && CGO_ENABLED=1 $(GO_TEST) -race -count=1 ./...
 
 # A contributor's loop: what needs no Kubernetes build but one kubelet
-# minor's plugin manager. The last lines list the tests that skipped, and
-# say that everything passed; make stops at the first failure.
-test: vet unit fuzz e2e-newest docs-test
+# minor's plugin manager. The fuzz targets' seed corpora run with the unit
+# tests; fuzzing itself, which builds an instrumented binary per target, is
+# make test-all's. The last lines list the tests that skipped, and say that
+# everything passed; make stops at the first failure.
+test: vet unit e2e-newest docs-test
 	@if [ -s $(SKIPPED) ]; then echo "make test: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
 		else echo "make test: no test skipped"; fi
 	@echo "make test: all checks passed ($^)"
 
 # Everything make test runs, and what needs more Kubernetes builds: the
 # tests against a real kube-apiserver, the other kubelet minors, the
-# manifests against the API server, the benchmarks once each, and the
-# monitoring component on a real Prometheus. .ci/run runs it.
-test-all: test apiserver-test e2e-older deploy-test bench-smoke monitoring-test
+# manifests against the API server, the fuzz targets on FUZZTIME inputs,
+# make fleet at N = 100, the benchmarks once each, and the monitoring
+# component on a real Prometheus. .ci/run runs it.
+test-all: test fuzz apiserver-test e2e-older deploy-test fleet-smoke bench-smoke monitoring-test
 	@if [ -s $(SKIPPED) ]; then echo "make test-all: skipped tests (package, test, reason):"; sed 's/^/  /' $(SKIPPED); \
 		else echo "make test-all: no test skipped"; fi
 	@echo "make test-all: all checks passed ($^)"

@@ -82,7 +82,11 @@ type Server struct {
 	CAFile string
 	dir    string
 	admin  *http.Client
-	procs  []*process
+	// procs are etcd, then kube-apiserver while it runs.
+	procs []*process
+	// kubeAPIServer and its arguments, for StartAPIServer.
+	kubeAPIServer string
+	apiArgs       []string
 }
 
 // process is a started etcd or kube-apiserver, its output in a log file.
@@ -95,7 +99,8 @@ type process struct {
 
 func startProcess(dir, name string, args ...string) (*process, error) {
 	p := &process{log: filepath.Join(dir, filepath.Base(name)+".log"), exited: make(chan struct{})}
-	logFile, err := os.Create(p.log)
+	// Appended to: a restarted kube-apiserver's log follows its last one.
+	logFile, err := os.OpenFile(p.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -189,24 +194,58 @@ func Start(ctx context.Context, dir, etcd, kubeAPIServer string, users ...User) 
 	if err := writeRSAKey(saKey); err != nil {
 		return s, err
 	}
-	p, err = startProcess(dir, kubeAPIServer,
-		"--etcd-servers="+etcdURL,
+	s.kubeAPIServer = kubeAPIServer
+	s.apiArgs = []string{"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", securePort),
-		"--cert-dir="+certDir, "--token-auth-file="+tokenFile,
+		"--cert-dir=" + certDir, "--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
 		// as in clusters that run CSI node plugins: deploy/ asks for it
 		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
-		"--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none", "--v=1")
+		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
+		"--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none", "--v=1"}
+	return s, s.StartAPIServer(ctx)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same port, certificates and etcd, and returns once it is ready.
+func (s *Server) StartAPIServer(ctx context.Context) error {
+	if len(s.procs) != 1 {
+		return errors.New("StartAPIServer: kube-apiserver runs already, or etcd does not")
+	}
+	p, err := startProcess(s.dir, s.kubeAPIServer, s.apiArgs...)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.procs = append(s.procs, p)
-	return s, p.waitUntil(ctx, "kube-apiserver ready", 3*time.Minute, func() bool {
+	return p.waitUntil(ctx, "kube-apiserver ready", 3*time.Minute, func() bool {
 		code, _ := s.Call(http.MethodGet, "/readyz", "", nil)
 		return code == http.StatusOK
 	})
+}
+
+// StopAPIServer kills kube-apiserver and leaves etcd running: an outage of
+// the API server alone.
+func (s *Server) StopAPIServer() error {
+	if len(s.procs) != 2 {
+		return errors.New("StopAPIServer: kube-apiserver is not running")
+	}
+	p := s.procs[1]
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	s.procs = s.procs[:1]
+	return nil
+}
+
+// PIDs are etcd's process ID and kube-apiserver's, 0 while it is stopped.
+func (s *Server) PIDs() (etcd, kubeAPIServer int) {
+	if len(s.procs) > 0 {
+		etcd = s.procs[0].cmd.Process.Pid
+	}
+	if len(s.procs) > 1 {
+		kubeAPIServer = s.procs[1].cmd.Process.Pid
+	}
+	return etcd, kubeAPIServer
 }
 
 // Stop kills the API server, then etcd.
@@ -286,7 +325,7 @@ func (s *Server) Do(method, path, contentType string, body []byte) ([]byte, erro
 // ApplyRBAC creates the objects of deploy/node-gate/rbac.yaml, read from
 // file as they are, in the namespace default.
 func (s *Server) ApplyRBAC(file string) error {
-	return s.apply(file, "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	return s.Apply(file, "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 }
 
 // ApplyNamespacedRBAC creates the Role and its RoleBinding of
@@ -301,12 +340,12 @@ func (s *Server) ApplyNamespacedRBAC(file string) error {
 // enforces a policy a moment after its creation, once its informer has
 // seen it.
 func (s *Server) ApplyPolicy(file string) error {
-	return s.apply(file, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+	return s.Apply(file, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 }
 
-// apply creates the documents of a YAML file, which must be of these
+// Apply creates the documents of a YAML file, which must be of these
 // kinds, in this order; namespaced ones in the namespace default.
-func (s *Server) apply(file string, kinds ...string) error {
+func (s *Server) Apply(file string, kinds ...string) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
