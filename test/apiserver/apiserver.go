@@ -332,7 +332,7 @@ func (s *Server) ApplyRBAC(file string) error {
 // deploy/events/rbac.yaml, read from file as they are, in the namespace
 // default.
 func (s *Server) ApplyNamespacedRBAC(file string) error {
-	return s.apply(file, "Role", "RoleBinding")
+	return s.Apply(file, "Role", "RoleBinding")
 }
 
 // ApplyPolicy creates the ValidatingAdmissionPolicy and its binding of
