@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
@@ -60,11 +61,16 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 }
 
 func apiClient(o *options) (*kubeapi.Client, error) {
-	cfg, err := kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
+	cfg, err := apiConfig(o)
 	if err != nil {
 		return nil, err
 	}
 	return kubeapi.NewClient(cfg)
+}
+
+// apiConfig is the API server's configuration every feature uses.
+func apiConfig(o *options) (*rest.Config, error) {
+	return kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
 }
 
 // startCSINode runs --confirm-csinode's watcher; its findings go to the
@@ -116,7 +122,7 @@ func startEvents(ctx context.Context, o *options, srv *registration.Server, limi
 	if err != nil {
 		return withFlag("--events", err)
 	}
-	cfg, err := kubeapi.Config(o.kubeconfig, "csi-node-driver-registrar/"+version)
+	cfg, err := apiConfig(o)
 	if err != nil {
 		return withFlag("--events", err)
 	}
