@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
@@ -105,7 +106,7 @@ func startDriverHealth(ctx context.Context, o *options, address driver.Address, 
 	if o.driverHealthEndpoint == "" {
 		return nil
 	}
-	prober := driverhealth.New(address.Path, o.probeTimeout)
+	prober := driverhealth.New(address.Path, o.probeTimeout, clock.RealClock{})
 	*reports = append(*reports, prober)
 	g.Go(func() error {
 		return withFlag("--driver-health-endpoint", prober.Serve(withFlagLogged(ctx, "--driver-health-endpoint"), o.driverHealthEndpoint, httpShutdownTimeout))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
@@ -20,7 +21,7 @@ func BenchmarkProbe(b *testing.B) {
 	newTestDriver(b, ready(true)).serve(b, path)
 	ctx := context.Background()
 	b.Run("kept connection", func(b *testing.B) {
-		p := driverhealth.New(path, probeTimeout)
+		p := driverhealth.New(path, probeTimeout, clock.RealClock{})
 		defer p.Close()
 		b.ReportAllocs()
 		for b.Loop() {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
@@ -34,6 +35,7 @@ var ErrNotReady = errors.New("driver responded but is not ready")
 type Prober struct {
 	path    string
 	timeout time.Duration
+	clock   clock.WithDelayedExecution
 
 	mu         sync.Mutex
 	conn       *grpc.ClientConn // nil until the first probe or after a redial
@@ -46,12 +48,13 @@ type Prober struct {
 }
 
 // New probes the driver on the Unix socket at path within timeout, which
-// must be positive (--probe-timeout is checked so).
-func New(path string, timeout time.Duration) *Prober {
+// must be positive (--probe-timeout is checked so); clk times the probes
+// and the waits.
+func New(path string, timeout time.Duration, clk clock.WithDelayedExecution) *Prober {
 	// No process_start_time_seconds: client_golang's has another help
 	// text, and the two would fail the gathering.
 	manager := metrics.NewCSIMetricsManagerWithOptions("", metrics.WithProcessStartTime(false))
-	return &Prober{path: path, timeout: timeout, metrics: manager}
+	return &Prober{path: path, timeout: timeout, clock: clk, metrics: manager}
 }
 
 // DriverChanged makes the next probe dial afresh, so that a kept connection
@@ -68,7 +71,7 @@ func (p *Prober) DriverChanged(e driver.Event) {
 	p.mu.Unlock()
 	if old != nil {
 		// Probes still using it end within the timeout.
-		time.AfterFunc(p.timeout, func() { _ = old.Close() })
+		p.clock.AfterFunc(p.timeout, func() { _ = old.Close() })
 	}
 }
 
@@ -118,9 +121,9 @@ func (p *Prober) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
+	start := p.clock.Now()
 	ready, err := rpc.Probe(ctx, conn)
-	p.observe(name, err, time.Since(start))
+	p.observe(name, err, p.clock.Since(start))
 	if err == nil && !ready {
 		return ErrNotReady
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
@@ -135,7 +136,7 @@ func probed(t *testing.T, a answer) (path string, d *testDriver, p *driverhealth
 	path = socketPath(t)
 	d = newTestDriver(t, a)
 	d.serve(t, path)
-	p = driverhealth.New(path, probeTimeout)
+	p = driverhealth.New(path, probeTimeout, clock.RealClock{})
 	url = probeServer(t, p).URL
 	if code, body := get(t, url); code != http.StatusOK {
 		t.Fatalf("driver there: %d %q, want 200", code, body)
@@ -183,7 +184,7 @@ func TestAnswersAsLivenessprobe(t *testing.T) {
 			path := socketPath(t)
 			d := newTestDriver(t, tc.answer)
 			d.serve(t, path)
-			p := driverhealth.New(path, probeTimeout)
+			p := driverhealth.New(path, probeTimeout, clock.RealClock{})
 			p.DriverChanged(driver.Event{Name: "mock.csi.example.com", Reachable: true})
 			srv := probeServer(t, p)
 			code, body := get(t, srv.URL)
@@ -222,7 +223,7 @@ func TestAnswersWithinTheTimeoutWhenTheDriverHangs(t *testing.T) {
 		return &csi.ProbeResponse{}, nil
 	})
 	d.serve(t, path)
-	p := driverhealth.New(path, probeTimeout)
+	p := driverhealth.New(path, probeTimeout, clock.RealClock{})
 	srv := probeServer(t, p)
 
 	code, body := get(t, srv.URL)
@@ -292,7 +293,7 @@ func TestConcurrentProbesShareOneConnection(t *testing.T) {
 	d.serve(t, path)
 	// What is shared is the point here, not how fast: under -race on a
 	// loaded machine 16 callers at once can take longer than probeTimeout.
-	p := driverhealth.New(path, testTimeout)
+	p := driverhealth.New(path, testTimeout, clock.RealClock{})
 	srv := probeServer(t, p)
 
 	const clients, each = 16, 20
@@ -339,7 +340,7 @@ func TestProbeHonoursTheCallersContext(t *testing.T) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	})
 	d.serve(t, path)
-	p := driverhealth.New(path, time.Hour)
+	p := driverhealth.New(path, time.Hour, clock.RealClock{})
 	t.Cleanup(func() { _ = p.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -365,7 +366,7 @@ func TestProbeHonoursTheCallersContext(t *testing.T) {
 }
 
 func TestNoMetricsBeforeTheFirstProbe(t *testing.T) {
-	p := driverhealth.New("/nonexistent/csi.sock", probeTimeout)
+	p := driverhealth.New("/nonexistent/csi.sock", probeTimeout, clock.RealClock{})
 	if text := metricsText(t, p); text != "" {
 		t.Errorf("metrics before any probe:\n%s", text)
 	}

@@ -60,7 +60,7 @@ func (p *Prober) logOutcome(ctx context.Context, err error) {
 func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time.Duration) error {
 	defer p.Close()
 	logger := klog.FromContext(ctx)
-	l, err := listen(ctx, address)
+	l, err := p.listen(ctx, address)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (p *Prober) Serve(ctx context.Context, address string, shutdownTimeout time
 }
 
 // listen returns nil, nil when ctx is done first.
-func listen(ctx context.Context, address string) (net.Listener, error) {
+func (p *Prober) listen(ctx context.Context, address string) (net.Listener, error) {
 	// No TCP keep-alive: probes are short requests (see cmd/registrar).
 	lc := net.ListenConfig{KeepAlive: -1}
 	logged := false
@@ -104,7 +104,7 @@ func listen(ctx context.Context, address string) (net.Listener, error) {
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(listenRetry):
+		case <-p.clock.After(listenRetry):
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
+	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 	"github.com/csi-registrar/node-driver-registrar/pkg/features/driverhealth"
@@ -38,7 +39,7 @@ func metricsText(t *testing.T, p *driverhealth.Prober) string {
 func TestMetricsBesideTheProcessCollector(t *testing.T) {
 	path := socketPath(t)
 	newTestDriver(t, ready(true)).serve(t, path)
-	p := driverhealth.New(path, probeTimeout)
+	p := driverhealth.New(path, probeTimeout, clock.RealClock{})
 	t.Cleanup(func() { _ = p.Close() })
 	var probes sync.WaitGroup
 	for range 4 {
