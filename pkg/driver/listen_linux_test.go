@@ -81,13 +81,14 @@ func (l *listenOnRefusal) observe(_ time.Duration, err error) {
 }
 
 // arm binds a socket at path, to listen at the next refusal, and returns
-// the driver that will serve on it.
+// the driver that will serve on it. It binds holding the lock: the
+// socket's creation may bring an attempt at once, whose refusal must find
+// the socket armed.
 func (l *listenOnRefusal) arm(path string) *fakeDriver {
-	bound := bindSocket(l.t, path)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.driver = newFakeDriver(l.t, answerName(testDriverName))
-	l.bound, l.listened = bound, time.Time{}
+	l.bound, l.listened = bindSocket(l.t, path), time.Time{}
 	return l.driver
 }
 
