@@ -725,9 +725,6 @@ type attempt struct {
 // answered is an attempt that a timed driver answered with code.
 func answered(code codes.Code) attempt { return attempt{code, answerTime} }
 
-// noSocket is an attempt with no socket to connect to: no time passes.
-var noSocket = attempt{codes.Unavailable, 0}
-
 // attemptLog records what OnAttempt is given.
 type attemptLog struct {
 	mu       sync.Mutex
@@ -780,7 +777,7 @@ func TestOnAttempt(t *testing.T) {
 		if r := awaitResult(t, done); r.err != nil {
 			t.Fatal(r.err)
 		}
-		attempts.check(t, noSocket, answered(codes.OK))
+		attempts.check(t, attempt{codes.Unavailable, 0}, answered(codes.OK))
 	})
 	t.Run("start, invalid name", func(t *testing.T) {
 		ctx, _ := logContext(t)

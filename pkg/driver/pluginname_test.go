@@ -200,28 +200,17 @@ func stepBackoff(t testing.TB, cfg driver.Config, attempts <-chan codes.Code, fa
 // until the test ends: for waits that the test cannot tell from the
 // outside, as after a refusal between a driver's bind and its listen.
 func runClock(t testing.TB, cfg driver.Config, step time.Duration) {
-	clock := fakeClock(cfg)
-	stop, done := make(chan struct{}), make(chan struct{})
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
+	ctx, clock := t.Context(), fakeClock(cfg)
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for !stopped() {
-			if poll.Wait(testTimeout, func() bool { return stopped() || clock.HasWaiters() }) && !stopped() {
+		for ctx.Err() == nil {
+			if poll.Wait(testTimeout, func() bool { return ctx.Err() != nil || clock.HasWaiters() }) {
 				clock.Step(step)
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
+	t.Cleanup(func() { <-done })
 }
 
 type result struct {
