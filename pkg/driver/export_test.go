@@ -15,3 +15,10 @@ func WithWatches(cfg Config, onWatch func(dir string)) Config {
 	cfg.hooks.watching = onWatch
 	return cfg
 }
+
+// Follow's fixed waits, for tests that step its clock through them.
+const (
+	InitialBackoff = initialBackoff
+	SettleTime     = settleTime
+	ListenPoll     = listenPoll
+)

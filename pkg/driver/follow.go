@@ -21,10 +21,14 @@ type Event struct {
 	Reachable bool
 }
 
+const DefaultTimeout = time.Second
+
+// The start-up backoff doubles from initialBackoff up to maxBackoff, and
+// starts over when the socket is created; maxBackoff also paces the looks
+// at a socket that cannot be watched.
 const (
-	DefaultTimeout        = time.Second
-	DefaultInitialBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff     = 5 * time.Second
+	initialBackoff = 100 * time.Millisecond
+	maxBackoff     = 5 * time.Second
 )
 
 // Config says how to reach the CSI driver; a zero duration is the default.
@@ -32,11 +36,6 @@ type Config struct {
 	Address Address // from ParseAddress, which refuses an empty path
 	// Timeout bounds each GetPluginInfo attempt and each connection to hold.
 	Timeout time.Duration
-	// InitialBackoff doubles up to MaxBackoff, and starts over when the
-	// socket is created.
-	InitialBackoff time.Duration
-	// MaxBackoff also paces the looks at a socket that cannot be watched.
-	MaxBackoff time.Duration
 	// OnAttempt gets each GetPluginInfo attempt's gRPC error. Follow waits
 	// for it: keep it as cheap as updating a metric.
 	OnAttempt func(duration time.Duration, err error)
@@ -48,8 +47,6 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.InitialBackoff = cmp.Or(c.InitialBackoff, DefaultInitialBackoff)
-	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, DefaultMaxBackoff), c.InitialBackoff)
 	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.RealClock{})
 	return c
 }
@@ -197,19 +194,19 @@ func (f *follower) hold(ctx context.Context, conn *grpc.ClientConn, connected *a
 }
 
 // idleDeadline is when a wait for the socket's events looks anyway: never
-// while the directory is watched, after MaxBackoff otherwise.
+// while the directory is watched, after maxBackoff otherwise.
 func (f *follower) idleDeadline() time.Time {
 	if f.watcher.watching() {
 		return time.Time{}
 	}
-	return f.cfg.Clock.Now().Add(f.cfg.MaxBackoff)
+	return f.cfg.Clock.Now().Add(maxBackoff)
 }
 
 // waitForSocket waits, without attempts, until a socket is created. Its
-// look every MaxBackoff also puts back a watch lost without an event.
+// look every maxBackoff also puts back a watch lost without an event.
 func (f *follower) waitForSocket(ctx context.Context) error {
 	for {
-		change, err := f.watcher.next(ctx, f.cfg.Clock.Now().Add(f.cfg.MaxBackoff), socketFile{})
+		change, err := f.watcher.next(ctx, f.cfg.Clock.Now().Add(maxBackoff), socketFile{})
 		if err != nil || change == socketCreated {
 			return err
 		}

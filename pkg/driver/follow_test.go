@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,17 +32,6 @@ var gone = driver.Event{}
 
 func reachable(name string) driver.Event {
 	return driver.Event{Name: name, Reachable: true}
-}
-
-// eventDrivenConfig never retries or looks on a timer within a test's time:
-// only file system events can bring an attempt or a report.
-func eventDrivenConfig(path string) driver.Config {
-	return driver.Config{
-		Address:        driver.Address{Path: path},
-		Timeout:        time.Second,
-		InitialBackoff: time.Hour,
-		MaxBackoff:     time.Hour,
-	}
 }
 
 // stop stops the driver and removes its socket, as a driver does when it
@@ -149,7 +139,7 @@ func TestFollowFindsDriver(t *testing.T) {
 		fake := newFakeDriver(t, answerName(testDriverName))
 		fake.serve(t, path)
 
-		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f := followAsync(t, ctx, testConfig(path))
 		f.expect(t, reachable(testDriverName))
 		if left := f.stop(t); len(left) > 0 {
 			t.Errorf("more events: %+v", left)
@@ -161,7 +151,7 @@ func TestFollowFindsDriver(t *testing.T) {
 	t.Run("driver appears later", func(t *testing.T) {
 		ctx, logs := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
-		cfg := eventDrivenConfig(path)
+		cfg := testConfig(path)
 		attempts := attemptChannel(&cfg)
 		f := followAsync(t, ctx, cfg)
 		awaitAttempt(t, attempts, codes.Unavailable)
@@ -225,7 +215,7 @@ func TestFollowRestart(t *testing.T) {
 			path := filepath.Join(socketDir(t), "csi.sock")
 			old := newFakeDriver(t, answerName(testDriverName))
 			old.serveByRename(t, path)
-			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f := followAsync(t, ctx, testConfig(path))
 			f.expect(t, reachable(testDriverName))
 
 			if test.remove {
@@ -250,18 +240,20 @@ func TestFollowRestart(t *testing.T) {
 }
 
 // TestFollowRestartNotReady restarts the driver with one that needs a few
-// attempts, retried with the start-up backoff.
+// attempts, retried with the start-up backoff as the test steps the clock.
 func TestFollowRestartNotReady(t *testing.T) {
 	const failures = 3
 	tests := []struct {
 		name       string
 		timeout    time.Duration
 		answer     answerFunc
+		failed     codes.Code // each failed attempt's
 		wantLogged []string
 	}{
 		{
 			name:    "unavailable",
 			timeout: time.Second,
+			failed:  codes.Unavailable,
 			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					return nil, status.Error(codes.Unavailable, "not ready yet")
@@ -276,6 +268,7 @@ func TestFollowRestartNotReady(t *testing.T) {
 		{
 			name:    "slower than the timeout",
 			timeout: 250 * time.Millisecond,
+			failed:  codes.DeadlineExceeded,
 			answer: func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					<-ctx.Done()
@@ -291,6 +284,7 @@ func TestFollowRestartNotReady(t *testing.T) {
 		{
 			name:    "other error, logged once",
 			timeout: time.Second,
+			failed:  codes.Internal,
 			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					return nil, status.Error(codes.Internal, "disk on fire")
@@ -310,15 +304,18 @@ func TestFollowRestartNotReady(t *testing.T) {
 			path := filepath.Join(socketDir(t), "csi.sock")
 			old := newFakeDriver(t, answerName(testDriverName))
 			old.serve(t, path)
-			cfg := fastConfig(path)
+			cfg := testConfig(path)
 			cfg.Timeout = test.timeout
+			attempts := attemptChannel(&cfg)
 			f := followAsync(t, ctx, cfg)
 			f.expect(t, reachable(testDriverName))
+			awaitAttempt(t, attempts, codes.OK)
 
 			old.stop(t, path)
 			f.expect(t, gone)
 			restarted := newFakeDriver(t, test.answer)
 			restarted.serveByRename(t, path)
+			stepBackoff(t, cfg, attempts, test.failed, failures)
 			f.expect(t, reachable(otherDriverName))
 
 			if left := f.stop(t); len(left) > 0 {
@@ -351,11 +348,11 @@ func TestFollowRemovedWhileSearching(t *testing.T) {
 		t.Run(test.name, func(t *testing.T) {
 			ctx, _ := logContext(t)
 			path := filepath.Join(socketDir(t), "csi.sock")
-			old := newFakeDriver(t, answerName(testDriverName))
-			old.serveByRename(t, path)
 			var attempts attemptLog
-			cfg := eventDrivenConfig(path)
+			cfg := testConfig(path)
 			cfg.OnAttempt = attempts.observe
+			old := newFakeDriver(t, timed(cfg, answerName(testDriverName)))
+			old.serveByRename(t, path)
 			f := followAsync(t, ctx, cfg)
 			f.expect(t, reachable(testDriverName))
 			if !test.replace {
@@ -363,23 +360,23 @@ func TestFollowRemovedWhileSearching(t *testing.T) {
 				f.expect(t, gone)
 			}
 
-			notReady := newFakeDriver(t, func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
+			notReady := newFakeDriver(t, timed(cfg, func(context.Context, int64) (*csi.GetPluginInfoResponse, error) {
 				return nil, status.Error(codes.Unavailable, "not ready yet")
-			})
+			}))
 			notReady.serveByRename(t, path)
 			attempts.waitFor(t, 2) // the first one, then one on the driver not ready
 			notReady.stop(t, path)
 			if test.replace {
 				f.expect(t, gone)
 			}
-			newFakeDriver(t, answerName(otherDriverName)).serveByRename(t, path)
+			newFakeDriver(t, timed(cfg, answerName(otherDriverName))).serveByRename(t, path)
 			f.expect(t, reachable(otherDriverName))
 
 			if left := f.stop(t); len(left) > 0 {
 				t.Errorf("more events: %+v", left)
 			}
 			// No attempt while the socket was missing.
-			attempts.check(t, []codes.Code{codes.OK, codes.Unavailable, codes.OK})
+			attempts.check(t, answered(codes.OK), answered(codes.Unavailable), answered(codes.OK))
 		})
 	}
 }
@@ -389,15 +386,22 @@ func TestFollowRemovedWhileSearching(t *testing.T) {
 func TestFollowQuickRestart(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  func(path string) driver.Config
 		// serve starts a driver: by rename, so that it answers from the
-		// first moment, with timers that never fire; or listening on the
+		// first moment, with a clock that never moves; or listening on the
 		// path itself, so that an attempt may come between bind and listen
-		// and be retried.
-		serve func(d *fakeDriver, t testing.TB, path string)
+		// and be retried, with a clock that runs while Follow waits.
+		serve     func(d *fakeDriver, t testing.TB, path string)
+		clockRuns bool
 	}{
-		{name: "by rename", cfg: eventDrivenConfig, serve: (*fakeDriver).serveByRename},
-		{name: "listening on the path", cfg: fastConfig, serve: (*fakeDriver).serve},
+		{name: "by rename", serve: (*fakeDriver).serveByRename},
+		{name: "listening on the path", serve: (*fakeDriver).serve, clockRuns: true},
+	}
+	config := func(t *testing.T, path string, clockRuns bool) driver.Config {
+		cfg := testConfig(path)
+		if clockRuns {
+			runClock(t, cfg, driver.ListenPoll)
+		}
+		return cfg
 	}
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
@@ -406,7 +410,7 @@ func TestFollowQuickRestart(t *testing.T) {
 				path := filepath.Join(socketDir(t), "csi.sock")
 				old := newFakeDriver(t, answerName(testDriverName))
 				test.serve(old, t, path)
-				f := followAsync(t, ctx, test.cfg(path))
+				f := followAsync(t, ctx, config(t, path, test.clockRuns))
 				f.expect(t, reachable(testDriverName))
 
 				old.stop(t, path)
@@ -428,7 +432,7 @@ func TestFollowQuickRestart(t *testing.T) {
 				// Follow's reports and the file system events it handled,
 				// in its order; large enough that it never waits.
 				trace := make(chan traced, 1000)
-				cfg := driver.WithFileEvents(test.cfg(path), func(e fsnotify.Event) { trace <- traced{file: e} })
+				cfg := driver.WithFileEvents(config(t, path, test.clockRuns), func(e fsnotify.Event) { trace <- traced{file: e} })
 				f := startFollow(t, ctx, cfg, func(e driver.Event) { trace <- traced{event: e} })
 				if got := nextReport(t, trace); got != reachable(testDriverName) {
 					t.Fatalf("event %+v, want %+v", got, reachable(testDriverName))
@@ -525,7 +529,7 @@ func TestFollowSocketDirectory(t *testing.T) {
 			path := filepath.Join(dir, "csi", "csi.sock")
 			old := newFakeDriver(t, answerName(testDriverName))
 			old.serveByRename(t, path)
-			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f := followAsync(t, ctx, testConfig(path))
 			f.expect(t, reachable(testDriverName))
 
 			test.takeAway(t, old, dir, path, f)
@@ -575,7 +579,7 @@ func TestFollowFatalAfterRestart(t *testing.T) {
 			path := filepath.Join(socketDir(t), "csi.sock")
 			old := newFakeDriver(t, answerName(testDriverName))
 			old.serve(t, path)
-			f := followAsync(t, ctx, eventDrivenConfig(path))
+			f := followAsync(t, ctx, testConfig(path))
 			f.expect(t, reachable(testDriverName))
 
 			old.stop(t, path)
@@ -603,7 +607,7 @@ func TestFollowCancel(t *testing.T) {
 	t.Run("before the driver is found", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "missing", "csi.sock")
-		cfg := eventDrivenConfig(path)
+		cfg := testConfig(path)
 		attempts := attemptChannel(&cfg)
 		f := followAsync(t, ctx, cfg)
 		awaitAttempt(t, attempts, codes.Unavailable)
@@ -615,7 +619,7 @@ func TestFollowCancel(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
 		newFakeDriver(t, answerName(testDriverName)).serve(t, path)
-		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f := followAsync(t, ctx, testConfig(path))
 		f.expect(t, reachable(testDriverName))
 		f.stop(t)
 	})
@@ -624,7 +628,7 @@ func TestFollowCancel(t *testing.T) {
 		path := filepath.Join(socketDir(t), "csi.sock")
 		old := newFakeDriver(t, answerName(testDriverName))
 		old.serve(t, path)
-		f := followAsync(t, ctx, eventDrivenConfig(path))
+		f := followAsync(t, ctx, testConfig(path))
 		f.expect(t, reachable(testDriverName))
 		old.stop(t, path)
 		f.expect(t, gone)
@@ -635,7 +639,7 @@ func TestFollowCancel(t *testing.T) {
 		path := filepath.Join(socketDir(t), "csi.sock")
 		old := newFakeDriver(t, answerName(testDriverName))
 		old.serve(t, path)
-		cfg := eventDrivenConfig(path)
+		cfg := testConfig(path)
 		cfg.Timeout = time.Hour
 		f := followAsync(t, ctx, cfg)
 		f.expect(t, reachable(testDriverName))
@@ -700,18 +704,37 @@ func TestFollowBackoff(t *testing.T) {
 	}
 }
 
+// answerTime is how long a timed driver takes to answer, on the clock.
+const answerTime = 3 * time.Millisecond
+
+// timed is answer taking answerTime on cfg's fake clock, which no timer of
+// Follow's waits on during an attempt.
+func timed(cfg driver.Config, answer answerFunc) answerFunc {
+	return func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+		fakeClock(cfg).Step(answerTime)
+		return answer(ctx, call)
+	}
+}
+
+// attempt is what OnAttempt is given, its error as a code.
+type attempt struct {
+	code codes.Code
+	took time.Duration
+}
+
+// answered is an attempt that a timed driver answered with code.
+func answered(code codes.Code) attempt { return attempt{code, answerTime} }
+
 // attemptLog records what OnAttempt is given.
 type attemptLog struct {
-	mu        sync.Mutex
-	codes     []codes.Code
-	durations []time.Duration
+	mu       sync.Mutex
+	attempts []attempt
 }
 
 func (a *attemptLog) observe(duration time.Duration, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.codes = append(a.codes, status.Code(err))
-	a.durations = append(a.durations, duration)
+	a.attempts = append(a.attempts, attempt{status.Code(err), duration})
 }
 
 // waitFor polls, up to testTimeout, until OnAttempt was called n times.
@@ -720,24 +743,21 @@ func (a *attemptLog) waitFor(t *testing.T, n int) {
 	calls := func() int {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return len(a.codes)
+		return len(a.attempts)
 	}
 	if !poll.Wait(testTimeout, func() bool { return calls() >= n }) {
 		t.Fatalf("OnAttempt called %d times after %v, want %d", calls(), testTimeout, n)
 	}
 }
 
-func (a *attemptLog) check(t *testing.T, want []codes.Code) {
+// check compares the attempts with want: the codes, and the durations on
+// the clock.
+func (a *attemptLog) check(t *testing.T, want ...attempt) {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if fmt.Sprint(a.codes) != fmt.Sprint(want) {
-		t.Errorf("OnAttempt got codes %v, want %v", a.codes, want)
-	}
-	for i, d := range a.durations {
-		if d <= 0 {
-			t.Errorf("OnAttempt call %d got duration %v", i+1, d)
-		}
+	if !slices.Equal(a.attempts, want) {
+		t.Errorf("OnAttempt got %+v, want %+v", a.attempts, want)
 	}
 }
 
@@ -746,61 +766,67 @@ func TestOnAttempt(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
 		var attempts attemptLog
-		cfg := eventDrivenConfig(path)
+		cfg := testConfig(path)
 		cfg.OnAttempt = attempts.observe
 		done := pluginNameAsync(ctx, cfg)
 		// One attempt without a socket: Follow watches before it, so the
 		// socket's creation brings the next.
 		attempts.waitFor(t, 1)
-		fake := newFakeDriver(t, answerName(testDriverName))
+		fake := newFakeDriver(t, timed(cfg, answerName(testDriverName)))
 		fake.serveByRename(t, path)
 		if r := awaitResult(t, done); r.err != nil {
 			t.Fatal(r.err)
 		}
-		attempts.check(t, []codes.Code{codes.Unavailable, codes.OK})
+		attempts.check(t, attempt{codes.Unavailable, 0}, answered(codes.OK))
 	})
 	t.Run("start, invalid name", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
-		newFakeDriver(t, answerName("a/b")).serve(t, path)
 		var attempts attemptLog
-		cfg := fastConfig(path)
+		cfg := testConfig(path)
 		cfg.OnAttempt = attempts.observe
+		newFakeDriver(t, timed(cfg, answerName("a/b"))).serve(t, path)
 		if _, err := pluginName(ctx, cfg); err == nil {
 			t.Fatal("Follow accepted an invalid name")
 		}
 		// The RPC succeeded; the name is what is wrong.
-		attempts.check(t, []codes.Code{codes.OK})
+		attempts.check(t, answered(codes.OK))
 	})
 	t.Run("Follow", func(t *testing.T) {
 		ctx, _ := logContext(t)
 		path := filepath.Join(socketDir(t), "csi.sock")
-		old := newFakeDriver(t, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+		var attempts attemptLog
+		cfg := testConfig(path)
+		cfg.OnAttempt = attempts.observe
+		clock := fakeClock(cfg)
+		old := newFakeDriver(t, timed(cfg, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 			if call <= 2 {
 				return nil, status.Error(codes.Unavailable, "not ready yet")
 			}
 			return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
-		})
+		}))
 		old.serve(t, path)
-		var attempts attemptLog
-		cfg := fastConfig(path)
-		cfg.OnAttempt = attempts.observe
 		f := followAsync(t, ctx, cfg)
+		poll.StepThrough(t, clock, driver.InitialBackoff)
+		poll.StepThrough(t, clock, 2*driver.InitialBackoff)
 		f.expect(t, reachable(testDriverName))
-		attempts.check(t, []codes.Code{codes.Unavailable, codes.Unavailable, codes.OK})
+		attempts.check(t, answered(codes.Unavailable), answered(codes.Unavailable), answered(codes.OK))
 
 		// No attempt while the socket is gone.
 		old.stop(t, path)
 		f.expect(t, gone)
-		newFakeDriver(t, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
+		newFakeDriver(t, timed(cfg, func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 			if call == 1 {
 				return nil, status.Error(codes.Internal, "disk on fire")
 			}
 			return &csi.GetPluginInfoResponse{Name: testDriverName}, nil
-		}).serveByRename(t, path)
+		})).serveByRename(t, path)
+		attempts.waitFor(t, 4)
+		poll.StepThrough(t, clock, driver.InitialBackoff)
 		f.expect(t, reachable(testDriverName))
 		f.stop(t)
-		attempts.check(t, []codes.Code{codes.Unavailable, codes.Unavailable, codes.OK, codes.Internal, codes.OK})
+		attempts.check(t, answered(codes.Unavailable), answered(codes.Unavailable), answered(codes.OK),
+			answered(codes.Internal), answered(codes.OK))
 	})
 }
 
@@ -811,7 +837,7 @@ func BenchmarkFollowRestart(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
 	current := newFakeDriver(b, answerName(testDriverName))
 	current.serveByRename(b, path)
-	f := followAsync(b, ctx, eventDrivenConfig(path))
+	f := followAsync(b, ctx, testConfig(path))
 	f.expect(b, reachable(testDriverName))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // boundSocket is a Unix socket bound to its path but not yet listening, as
@@ -80,13 +81,14 @@ func (l *listenOnRefusal) observe(_ time.Duration, err error) {
 }
 
 // arm binds a socket at path, to listen at the next refusal, and returns
-// the driver that will serve on it.
+// the driver that will serve on it. It binds holding the lock: the
+// socket's creation may bring an attempt at once, whose refusal must find
+// the socket armed.
 func (l *listenOnRefusal) arm(path string) *fakeDriver {
-	bound := bindSocket(l.t, path)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.driver = newFakeDriver(l.t, answerName(testDriverName))
-	l.bound, l.listened = bound, time.Time{}
+	l.bound, l.listened = bindSocket(l.t, path), time.Time{}
 	return l.driver
 }
 
@@ -98,15 +100,18 @@ func (l *listenOnRefusal) listenedAt() time.Time {
 
 // A connection refused by a socket file that is there is, at first, a
 // driver about to listen: Follow asks again soon, not after a backoff step.
-// The backoff here is an hour: only that brings the second attempt.
+// The test steps the clock through the poll's wait only, far shorter than
+// the backoff's first: only that brings the second attempt.
 func TestFollowFindsADriverThatListensAfterARefusal(t *testing.T) {
 	path := filepath.Join(socketDir(t), "csi.sock")
 	ctx, _ := logContext(t)
 	l := &listenOnRefusal{t: t}
 	l.arm(path)
-	cfg := eventDrivenConfig(path)
+	cfg := testConfig(path)
+	clock := fakeClock(cfg)
 	cfg.OnAttempt = l.observe
 	f := followAsync(t, ctx, cfg)
+	poll.StepThrough(t, clock, driver.ListenPoll)
 	f.expect(t, reachable(testDriverName))
 	f.stop(t)
 	if want := []codes.Code{codes.Unavailable, codes.OK}; !slices.Equal(l.codes, want) {
@@ -123,6 +128,8 @@ func TestFollowFindsADriverThatListensAfterARefusal(t *testing.T) {
 	}
 	f.expect(t, gone)
 	l.arm(path)
+	poll.Until(t, "the refused driver listens", func() bool { return !l.listenedAt().IsZero() })
+	poll.StepThrough(t, clock, driver.ListenPoll)
 	f.expect(t, reachable(testDriverName))
 	f.stop(t)
 }
@@ -194,7 +201,7 @@ func benchmarkFind(b *testing.B, onAttempt func(time.Duration, error), start fun
 		f.expect(b, reachable(testDriverName))
 		took = append(took, time.Since(listened()))
 		mu.Lock()
-		if longestPause >= driver.DefaultInitialBackoff {
+		if longestPause >= driver.InitialBackoff {
 			backedOff++
 		}
 		mu.Unlock()

@@ -43,14 +43,14 @@ type answer struct {
 	conn   *grpc.ClientConn
 }
 
-func (c Config) backoff() wait.Backoff {
-	return wait.Backoff{Duration: c.InitialBackoff, Factor: 2, Cap: c.MaxBackoff, Steps: math.MaxInt32}
+func startBackoff() wait.Backoff {
+	return wait.Backoff{Duration: initialBackoff, Factor: 2, Cap: maxBackoff, Steps: math.MaxInt32}
 }
 
 // search asks the driver for its name until it answers.
 func (f *follower) search(ctx context.Context) (answer, error) {
 	path := f.cfg.Address.Path
-	backoff := f.cfg.backoff()
+	backoff := startBackoff()
 	var waitingSince, lastReminder time.Time
 	reported := map[string]bool{}
 	var refusing socketFile     // the socket that refused the last attempt
@@ -120,7 +120,7 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 			return answer{}, errSocketRemoved
 		case change == socketCreated:
 			f.logger.V(4).Info("CSI driver socket created", "path", path)
-			backoff = f.cfg.backoff()
+			backoff = startBackoff()
 		case wait == delay:
 			backoff.Step()
 		}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
@@ -170,14 +171,46 @@ func waitForWatch(t testing.TB, dirs <-chan string, dir string) {
 	}
 }
 
-// fastConfig retries quickly, so that retry tests take milliseconds.
-func fastConfig(path string) driver.Config {
+// testConfig follows the driver at path on a fake clock that only the test
+// steps: until it does, only file system events bring an attempt or a
+// report.
+func testConfig(path string) driver.Config {
 	return driver.Config{
-		Address:        driver.Address{Path: path},
-		Timeout:        time.Second,
-		InitialBackoff: time.Millisecond,
-		MaxBackoff:     10 * time.Millisecond,
+		Address: driver.Address{Path: path},
+		Timeout: time.Second,
+		Clock:   clocktesting.NewFakeClock(time.Now()),
 	}
+}
+
+func fakeClock(cfg driver.Config) *clocktesting.FakeClock {
+	return cfg.Clock.(*clocktesting.FakeClock)
+}
+
+// stepBackoff waits for n failed attempts and, after each, steps the clock
+// through the backoff's wait that follows it once Follow waits on it.
+func stepBackoff(t testing.TB, cfg driver.Config, attempts <-chan codes.Code, failed codes.Code, n int) {
+	t.Helper()
+	for i := range n {
+		awaitAttempt(t, attempts, failed)
+		poll.StepThrough(t, fakeClock(cfg), driver.InitialBackoff<<i)
+	}
+}
+
+// runClock steps cfg's fake clock by step each time something waits on it,
+// until the test ends: for waits that the test cannot tell from the
+// outside, as after a refusal between a driver's bind and its listen.
+func runClock(t testing.TB, cfg driver.Config, step time.Duration) {
+	ctx, clock := t.Context(), fakeClock(cfg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if poll.Wait(testTimeout, func() bool { return ctx.Err() != nil || clock.HasWaiters() }) {
+				clock.Step(step)
+			}
+		}
+	}()
+	t.Cleanup(func() { <-done })
 }
 
 type result struct {
@@ -233,7 +266,7 @@ func TestSearchDriverUp(t *testing.T) {
 	fake := newFakeDriver(t, answerName(testDriverName))
 	fake.serve(t, path)
 
-	name, err := pluginName(ctx, fastConfig(path))
+	name, err := pluginName(ctx, testConfig(path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,11 +282,14 @@ func TestSearchDriverUp(t *testing.T) {
 }
 
 // TestSearchDriverAppearsLater starts the driver the usual way, listening
-// directly on its path, once the search is waiting.
+// directly on its path, once the search is waiting. The clock runs while
+// Follow waits: an attempt between the driver's bind and its listen is
+// refused, and retried after a poll.
 func TestSearchDriverAppearsLater(t *testing.T) {
 	ctx, logs := logContext(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
-	cfg := fastConfig(path)
+	cfg := testConfig(path)
+	runClock(t, cfg, driver.ListenPoll)
 	attempts := attemptChannel(&cfg)
 	done := pluginNameAsync(ctx, cfg)
 	awaitAttempt(t, attempts, codes.Unavailable)
@@ -270,8 +306,8 @@ func TestSearchDriverAppearsLater(t *testing.T) {
 	}
 }
 
-// TestSearchWakesOnSocketCreate uses a backoff far longer than the test's
-// deadline, so only the file system watch can bring the next attempt.
+// TestSearchWakesOnSocketCreate never steps the clock, so only the file
+// system watch can bring the next attempt.
 func TestSearchWakesOnSocketCreate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -310,11 +346,7 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 				}
 			}
 			path := filepath.Join(dir, test.socket)
-			cfg := driver.Config{
-				Address:        driver.Address{Path: path},
-				InitialBackoff: time.Hour,
-				MaxBackoff:     time.Hour,
-			}
+			cfg := testConfig(path)
 			attempts := attemptChannel(&cfg)
 			cfg, watches := watching(cfg)
 			done := pluginNameAsync(ctx, cfg)
@@ -346,18 +378,22 @@ func TestSearchWakesOnSocketCreate(t *testing.T) {
 	}
 }
 
+// TestSearchRetries steps the clock through the backoff after each failed
+// attempt; the driver answers the fourth.
 func TestSearchRetries(t *testing.T) {
 	const failures = 3
 	tests := []struct {
 		name    string
 		timeout time.Duration
 		answer  answerFunc
+		failed  codes.Code // each failed attempt's
 		// wantLogged are the level 0 messages, in order.
 		wantLogged []string
 	}{
 		{
 			name:    "slower than the timeout",
 			timeout: 50 * time.Millisecond,
+			failed:  codes.DeadlineExceeded,
 			answer: func(ctx context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					// Answer only once the client has given up.
@@ -371,6 +407,7 @@ func TestSearchRetries(t *testing.T) {
 		{
 			name:    "unavailable",
 			timeout: time.Second,
+			failed:  codes.Unavailable,
 			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					return nil, status.Error(codes.Unavailable, "not ready yet")
@@ -382,6 +419,7 @@ func TestSearchRetries(t *testing.T) {
 		{
 			name:    "other error, logged once",
 			timeout: time.Second,
+			failed:  codes.Internal,
 			answer: func(_ context.Context, call int64) (*csi.GetPluginInfoResponse, error) {
 				if call <= failures {
 					return nil, status.Error(codes.Internal, "disk on fire")
@@ -401,15 +439,18 @@ func TestSearchRetries(t *testing.T) {
 			path := filepath.Join(socketDir(t), "csi.sock")
 			fake := newFakeDriver(t, test.answer)
 			fake.serve(t, path)
-			cfg := fastConfig(path)
+			cfg := testConfig(path)
 			cfg.Timeout = test.timeout
+			attempts := attemptChannel(&cfg)
+			done := pluginNameAsync(ctx, cfg)
+			stepBackoff(t, cfg, attempts, test.failed, failures)
 
-			name, err := pluginName(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
+			r := awaitResult(t, done)
+			if r.err != nil {
+				t.Fatal(r.err)
 			}
-			if name != testDriverName {
-				t.Errorf("pluginName = %q, want %q", name, testDriverName)
+			if r.name != testDriverName {
+				t.Errorf("pluginName = %q, want %q", r.name, testDriverName)
 			}
 			if got := fake.calls.Load(); got != failures+1 {
 				t.Errorf("GetPluginInfo called %d times, want %d", got, failures+1)
@@ -429,7 +470,7 @@ func TestSearchInvalidName(t *testing.T) {
 			fake := newFakeDriver(t, answerName(name))
 			fake.serve(t, path)
 
-			got, err := pluginName(ctx, fastConfig(path))
+			got, err := pluginName(ctx, testConfig(path))
 			if err == nil {
 				t.Fatalf("pluginName = %q, want an error", got)
 			}
@@ -479,7 +520,7 @@ func TestSearchUnimplemented(t *testing.T) {
 
 func checkNotIdentity(t *testing.T, ctx context.Context, path string) {
 	t.Helper()
-	name, err := pluginName(ctx, fastConfig(path))
+	name, err := pluginName(ctx, testConfig(path))
 	if err == nil {
 		t.Fatalf("pluginName = %q, want an error", name)
 	}
@@ -497,8 +538,7 @@ func TestSearchCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		path := filepath.Join(socketDir(t), "missing", "csi.sock")
-		cfg := fastConfig(path)
-		cfg.InitialBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+		cfg := testConfig(path)
 		attempts := attemptChannel(&cfg)
 		done := pluginNameAsync(ctx, cfg)
 		awaitAttempt(t, attempts, codes.Unavailable)
@@ -520,7 +560,7 @@ func TestSearchCancel(t *testing.T) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		})
 		fake.serve(t, path)
-		cfg := fastConfig(path)
+		cfg := testConfig(path)
 		cfg.Timeout = time.Hour
 		done := pluginNameAsync(ctx, cfg)
 		select {
@@ -583,7 +623,7 @@ func BenchmarkFindDriver(b *testing.B) {
 	fake := newFakeDriver(b, answerName(testDriverName))
 	fake.serve(b, path)
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	cfg := fastConfig(path)
+	cfg := testConfig(path)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := pluginName(ctx, cfg); err != nil {

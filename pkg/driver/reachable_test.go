@@ -12,17 +12,23 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/csi-registrar/node-driver-registrar/pkg/driver"
 )
 
 // A driver that dies leaves its socket file behind: the connection Follow
 // holds to it tells, and the driver is reported unreachable. Its next start
-// puts a new socket in place, and it is reachable again.
+// puts a new socket in place, and it is reachable again. The clock runs
+// while Follow waits: the connection's end waits a while for the file
+// system to report the socket's removal, which never comes.
 func TestFollowNoticesADriverThatDies(t *testing.T) {
 	path := filepath.Join(socketDir(t), "csi.sock")
 	ctx, _ := logContext(t)
 	d := newFakeDriver(t, answerName(testDriverName))
 	d.serve(t, path)
-	f := followAsync(t, ctx, eventDrivenConfig(path))
+	cfg := testConfig(path)
+	runClock(t, cfg, driver.SettleTime)
+	f := followAsync(t, ctx, cfg)
 	f.expect(t, reachable(testDriverName))
 
 	// Killed: its connections close, its socket file stays.
@@ -51,7 +57,8 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 // A driver that closes idle connections is still there: the connection
-// held to it is made again, and nothing is reported.
+// held to it is made again, once the clock has run through the wait for
+// the file system's word, and nothing is reported.
 func TestFollowReconnectsToADriverThatClosesIdleConnections(t *testing.T) {
 	afunix.Require(t)
 	path := filepath.Join(socketDir(t), "csi.sock")
@@ -64,7 +71,9 @@ func TestFollowReconnectsToADriverThatClosesIdleConnections(t *testing.T) {
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	counting := &countingListener{Listener: l}
 	d.start(t, counting)
-	f := followAsync(t, ctx, eventDrivenConfig(path))
+	cfg := testConfig(path)
+	runClock(t, cfg, driver.SettleTime)
+	f := followAsync(t, ctx, cfg)
 	f.expect(t, reachable(testDriverName))
 
 	// The GetPluginInfo call's connection, the held one, and two made again.

@@ -22,8 +22,6 @@ type Config struct {
 	KubeletRegistrationPath string // the driver's socket path on the host
 	RegistrationDir         string
 	Timeout                 time.Duration // bounds each RPC but NodeGetInfo
-	// NodeGetInfoTimeout bounds NodeGetInfo; zero: KubeletNodeGetInfoTimeout.
-	NodeGetInfoTimeout time.Duration
 	// Output, when set, gets each check's line as soon as the check is
 	// done, and a [WAIT] line from a check still waiting after SlowCheck,
 	// so that the operator never waits in silence; PrintSummary ends it.

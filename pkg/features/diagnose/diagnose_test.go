@@ -401,19 +401,6 @@ func TestRun(t *testing.T) {
 			details: map[int][]string{checkNodeInfo: {`node ID "2m0s"`}},
 		},
 		{
-			name: "driver hangs in NodeGetInfo",
-			setUp: func(t *testing.T) *env {
-				e := nodeInfoEnv(func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
-					<-ctx.Done()
-					return nil, status.FromContextError(ctx.Err()).Err()
-				})(t)
-				e.cfg.NodeGetInfoTimeout = 50 * time.Millisecond
-				return e
-			},
-			want:    map[int]Outcome{checkNodeInfo: Fail},
-			details: map[int][]string{checkNodeInfo: {"no answer within 50ms, as long as kubelet waits for it", "kubelet's registration of the driver would wait 50ms, then fail", "likely cause of a registration that kubelet never completes", "driver's node service"}},
-		},
-		{
 			name: "driver fails NodeGetInfo",
 			setUp: nodeInfoEnv(func(context.Context) (*csi.NodeGetInfoResponse, error) {
 				return nil, status.Error(codes.Unavailable, "metadata server unreachable")
@@ -593,44 +580,49 @@ func TestRun(t *testing.T) {
 			}
 			e := setUp(t)
 			before := listDir(t, e.cfg.RegistrationDir)
-
-			checks := Run(context.Background(), e.cfg)
-
-			var out strings.Builder
-			passed := printAll(&out, checks)
-			t.Logf("%+v\n%s", e.cfg, out.String())
-			if len(checks) != numChecks {
-				t.Fatalf("Run returned %d checks, want %d", len(checks), numChecks)
-			}
-			wantPass := true
-			for i, c := range checks {
-				want, listed := test.want[i] // OK when not listed
-				if !listed && i == checkKubeletVerdict {
-					// The stand-in registrar does not report its state.
-					want = Skip
-				}
-				if want == Fail {
-					wantPass = false
-				}
-				if c.Outcome != want {
-					t.Errorf("check %d (%s) = %v: %s; want %v", i+1, c.Name, c.Outcome, c.Detail, want)
-				}
-				if c.Outcome == Skip && !strings.HasPrefix(c.Detail, "skipped: ") {
-					t.Errorf("check %d (%s) is skipped, but its detail %q does not say so", i+1, c.Name, c.Detail)
-				}
-				for _, s := range test.details[i] {
-					if !strings.Contains(c.Detail, s) {
-						t.Errorf("check %d (%s) detail %q does not contain %q", i+1, c.Name, c.Detail, s)
-					}
-				}
-			}
-			if passed != wantPass {
-				t.Errorf("Print returned %v, want %v", passed, wantPass)
-			}
-			if after := listDir(t, e.cfg.RegistrationDir); !slices.Equal(before, after) {
-				t.Errorf("the registry directory changed: %v, then %v", before, after)
-			}
+			checkRun(t, e, before, Run(context.Background(), e.cfg), test.want, test.details)
 		})
+	}
+}
+
+// checkRun checks the outcomes of Run in e (OK when not listed), the
+// details against the strings they must contain, and that the registry
+// directory is as it was before.
+func checkRun(t *testing.T, e *env, before []string, checks []Check, outcomes map[int]Outcome, details map[int][]string) {
+	t.Helper()
+	var out strings.Builder
+	passed := printAll(&out, checks)
+	t.Logf("%+v\n%s", e.cfg, out.String())
+	if len(checks) != numChecks {
+		t.Fatalf("Run returned %d checks, want %d", len(checks), numChecks)
+	}
+	wantPass := true
+	for i, c := range checks {
+		want, listed := outcomes[i]
+		if !listed && i == checkKubeletVerdict {
+			// The stand-in registrar does not report its state.
+			want = Skip
+		}
+		if want == Fail {
+			wantPass = false
+		}
+		if c.Outcome != want {
+			t.Errorf("check %d (%s) = %v: %s; want %v", i+1, c.Name, c.Outcome, c.Detail, want)
+		}
+		if c.Outcome == Skip && !strings.HasPrefix(c.Detail, "skipped: ") {
+			t.Errorf("check %d (%s) is skipped, but its detail %q does not say so", i+1, c.Name, c.Detail)
+		}
+		for _, s := range details[i] {
+			if !strings.Contains(c.Detail, s) {
+				t.Errorf("check %d (%s) detail %q does not contain %q", i+1, c.Name, c.Detail, s)
+			}
+		}
+	}
+	if passed != wantPass {
+		t.Errorf("Print returned %v, want %v", passed, wantPass)
+	}
+	if after := listDir(t, e.cfg.RegistrationDir); !slices.Equal(before, after) {
+		t.Errorf("the registry directory changed: %v, then %v", before, after)
 	}
 }
 

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
 // lines is an Output that hands each line written to the test as it comes.
@@ -95,6 +98,39 @@ func TestSlowNodeGetInfoSaysWhatItWaitsFor(t *testing.T) {
 			t.Errorf("detail %q does not say %q", c.Detail, want)
 		}
 	}
+}
+
+// A driver that hangs in NodeGetInfo fails the check once kubelet's wait
+// is over on the clock, and not before; the result says what kubelet's
+// registration of the driver then does.
+func TestHangingNodeGetInfoFailsAfterKubeletsWait(t *testing.T) {
+	called := make(chan struct{})
+	e := nodeInfoEnv(func(ctx context.Context) (*csi.NodeGetInfoResponse, error) {
+		close(called)
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})(t)
+	clock := testingclock.NewFakeClock(time.Now())
+	e.cfg.Clock = clock
+	before := listDir(t, e.cfg.RegistrationDir)
+	result := make(chan []Check, 1)
+	go func() { result <- Run(context.Background(), e.cfg) }()
+	select {
+	case <-called:
+	case <-time.After(testTimeout):
+		t.Fatal("the diagnosis did not call NodeGetInfo")
+	}
+
+	poll.StepThrough(t, clock, KubeletNodeGetInfoTimeout)
+	var checks []Check
+	select {
+	case checks = <-result:
+	case <-time.After(testTimeout):
+		t.Fatal("the diagnosis still waits for NodeGetInfo after kubelet's wait")
+	}
+	checkRun(t, e, before, checks, map[int]Outcome{checkNodeInfo: Fail}, map[int][]string{checkNodeInfo: {
+		"no answer within 2m0s, as long as kubelet waits for it", "kubelet's registration of the driver would wait 2m0s, then fail",
+		"likely cause of a registration that kubelet never completes", "driver's node service"}})
 }
 
 // A fast check says nothing but its result, and nothing is written once

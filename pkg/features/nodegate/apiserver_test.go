@@ -140,8 +140,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 
 	t.Run("taint and condition with deploy/node-gate's rules", func(t *testing.T) {
 		f.createNode(t, "n1", "node.kubernetes.io/not-ready:NoSchedule", startup+":NoSchedule", "other:NoExecute", startup+":NoExecute")
-		g := New(Config{NodeName: "n1", TaintKeys: []string{startup}, Condition: true, Client: f.client(t, gateToken),
-			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		g := New(Config{NodeName: "n1", TaintKeys: []string{startup}, Condition: true, Client: f.client(t, gateToken)})
 		stop := runGate(g)
 		defer stop()
 
@@ -217,7 +216,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 
 	t.Run("a missing rule is named", func(t *testing.T) {
 		f.createNode(t, "n3")
-		g := New(Config{NodeName: "n3", Condition: true, Client: f.client(t, narrowToken), RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		g := New(Config{NodeName: "n3", Condition: true, Client: f.client(t, narrowToken)})
 		stop := runGate(g)
 		defer stop()
 		g.Registered(driver)
@@ -232,8 +231,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	t.Run("a condition type of its own", func(t *testing.T) {
 		f.createNode(t, "n4")
 		const custom = "node.gke.io/PDCSIReady"
-		g := New(Config{NodeName: "n4", Condition: true, ConditionType: custom, Client: f.client(t, gateToken),
-			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		g := New(Config{NodeName: "n4", Condition: true, ConditionType: custom, Client: f.client(t, gateToken)})
 		stop := runGate(g)
 		defer stop()
 		g.Registered(driver)
@@ -334,8 +332,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 	own := f.setUpPolicy(t)
 
 	t.Run("the own node's taint and condition pass", func(t *testing.T) {
-		g := New(Config{NodeName: "own", TaintKeys: []string{policyStartup}, Condition: true, Client: own,
-			RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		g := New(Config{NodeName: "own", TaintKeys: []string{policyStartup}, Condition: true, Client: own})
 		stop := runGate(g)
 		defer stop()
 		typ := policyDriver + ConditionSuffix
@@ -448,8 +445,7 @@ func testPolicy(t *testing.T, f *apiserverFixture) {
 
 	t.Run("the gate's status and log name the policy", func(t *testing.T) {
 		// The gate of node own, with the token of a pod on node other.
-		g := New(Config{NodeName: "own", Condition: true, Client: f.tokenClient(t, "registrar-other"),
-			RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		g := New(Config{NodeName: "own", Condition: true, Client: f.tokenClient(t, "registrar-other")})
 		stop := runGate(g)
 		defer stop()
 		g.Registered(policyDriver)
@@ -514,8 +510,7 @@ func testPolicyConditionType(t *testing.T, f *apiserverFixture, own *kubeapi.Cli
 		return errors.As(setDefault(dryRun), &apiErr) && apiErr.Policy == policyName
 	})
 
-	g := New(Config{NodeName: "own", Condition: true, ConditionType: custom, Client: own,
-		RetryInitial: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	g := New(Config{NodeName: "own", Condition: true, ConditionType: custom, Client: own})
 	stop := runGate(g)
 	defer stop()
 	g.Registered(policyDriver)

@@ -34,10 +34,13 @@ const (
 	ReasonNotInCSINode = "NotInCSINode"
 )
 
+// The retries double from retryInitial up to retryMax. finalTimeout
+// bounds the update made after Run's context is done: the False condition
+// of a registrar that stopped.
 const (
-	DefaultRetryInitial = 200 * time.Millisecond
-	DefaultRetryMax     = time.Minute
-	DefaultFinalTimeout = 2 * time.Second
+	retryInitial = 200 * time.Millisecond
+	retryMax     = time.Minute
+	finalTimeout = 2 * time.Second
 )
 
 // Request names, in Status.Requests and the metrics.
@@ -47,20 +50,16 @@ const (
 	RequestSetCondition = "set-condition"
 )
 
-// Config says what to change on which node; a zero duration is the default.
+// Config says what to change on which node.
 type Config struct {
 	NodeName  string
 	TaintKeys []string
 	// Condition sets the condition of type ConditionType, or the driver's
 	// name + ConditionSuffix when ConditionType is empty.
-	Condition              bool
-	ConditionType          string
-	Client                 *kubeapi.Client
-	RetryInitial, RetryMax time.Duration
-	// FinalTimeout bounds the update made after Run's context is done: the
-	// False condition of a registrar that stopped.
-	FinalTimeout time.Duration
-	Clock        clock.Clock
+	Condition     bool
+	ConditionType string
+	Client        *kubeapi.Client
+	Clock         clock.Clock
 }
 
 // Status is a snapshot of the gate, for /status and /metrics.
@@ -102,9 +101,6 @@ type Gate struct {
 
 // New returns a gate; Run applies the events.
 func New(cfg Config) *Gate {
-	cfg.RetryInitial = cmp.Or(cfg.RetryInitial, DefaultRetryInitial)
-	cfg.RetryMax = max(cmp.Or(cfg.RetryMax, DefaultRetryMax), cfg.RetryInitial)
-	cfg.FinalTimeout = cmp.Or(cfg.FinalTimeout, DefaultFinalTimeout)
 	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
 	return &Gate{
 		cfg:  cfg,
@@ -175,7 +171,7 @@ type applied struct {
 }
 
 // Run applies events until ctx is done, then makes one last attempt within
-// FinalTimeout. No API error ends it.
+// finalTimeout. No API error ends it.
 func (g *Gate) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("nodegate")
 	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
@@ -188,7 +184,7 @@ func (g *Gate) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			// With nothing pending, sync sends nothing.
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.FinalTimeout)
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 			defer cancel()
 			if err := g.sync(final, logger, &done); err != nil {
 				logger.Error(err, "Cannot update the node before exiting", g.errorKeys(err)...)
@@ -215,7 +211,7 @@ func (g *Gate) Run(ctx context.Context) {
 
 // backoff's jitter spreads out the nodes of a cluster.
 func (g *Gate) backoff() wait.Backoff {
-	return wait.Backoff{Duration: g.cfg.RetryInitial, Factor: 2, Jitter: 0.2, Cap: g.cfg.RetryMax, Steps: math.MaxInt32}
+	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: 0.2, Cap: retryMax, Steps: math.MaxInt32}
 }
 
 // pending tells whether done falls short of w.

@@ -14,12 +14,13 @@ import (
 
 var zeroTime time.Time
 
-// startGate runs a gate on f's node until the test ends.
+// startGate runs a gate on f's node until the test ends, on a fake clock
+// unless cfg has one: it retries only when the test steps the clock.
 func startGate(t *testing.T, f *fakeAPI, cfg Config) (*Gate, context.CancelFunc, <-chan struct{}) {
 	t.Helper()
 	cfg.NodeName, cfg.Client = f.node, f.client()
-	if cfg.RetryInitial == 0 {
-		cfg.RetryInitial, cfg.RetryMax = time.Millisecond, 4*time.Millisecond
+	if cfg.Clock == nil {
+		cfg.Clock = testclock.NewFakeClock(time.Now())
 	}
 	g := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,17 +68,29 @@ func TestRemovesTheTaintOnRegistrationOnly(t *testing.T) {
 	}
 }
 
+// retryNow waits until the gate waits to retry, then moves its clock to
+// the retry's due time, as its status says it.
+func retryNow(t *testing.T, g *Gate, clk *testclock.FakeClock) {
+	t.Helper()
+	poll.Until(t, "the gate waits to retry", clk.HasWaiters)
+	clk.SetTime(*g.Status().NextRetry)
+}
+
 // The API server down, overloaded, then refusing: the gate tries again
 // with its backoff until the update goes through, and says why meanwhile.
 func TestRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	f := newFakeAPI(t, "n1", taint{"example.com/agent-not-ready", "NoSchedule"})
 	f.fail(http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusInternalServerError)
 	f.forbidden["patch nodes"] = true
-	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}})
+	clk := testclock.NewFakeClock(time.Now())
+	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk})
 	g.Registered("example.com")
-	for _, want := range []string{"GET /api/v1/nodes/n1 503", "GET /api/v1/nodes/n1 429", "GET /api/v1/nodes/n1 500", "GET /api/v1/nodes/n1 200", "PATCH /api/v1/nodes/n1 403"} {
+	for i, want := range []string{"GET /api/v1/nodes/n1 503", "GET /api/v1/nodes/n1 429", "GET /api/v1/nodes/n1 500", "GET /api/v1/nodes/n1 200", "PATCH /api/v1/nodes/n1 403"} {
 		if got := f.next(); got != want {
 			t.Fatalf("request %q, want %q", got, want)
+		}
+		if i < 3 { // the failed reads
+			retryNow(t, g, clk)
 		}
 	}
 	waitStatus(t, g, func(st Status) bool { return strings.HasPrefix(st.LastError, "forbidden: ") })
@@ -88,6 +101,7 @@ func TestRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	f.mu.Lock()
 	delete(f.forbidden, "patch nodes")
 	f.mu.Unlock()
+	retryNow(t, g, clk)
 	waitStatus(t, g, func(st Status) bool { return !st.Pending })
 	st = g.Status()
 	if st.LastError != "" || len(f.currentTaints()) != 0 {
@@ -98,16 +112,15 @@ func TestRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	}
 }
 
-// The retries wait on the gate's clock, doubling from RetryInitial with up
+// The retries wait on the gate's clock, doubling from retryInitial with up
 // to 20% more, and the status says when the next one is due.
 func TestRetriesBackOffOnTheClock(t *testing.T) {
 	f := newFakeAPI(t, "n1", taint{"example.com/agent-not-ready", "NoSchedule"})
 	f.fail(http.StatusInternalServerError, http.StatusInternalServerError)
 	clk := testclock.NewFakeClock(time.Now())
-	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk,
-		RetryInitial: DefaultRetryInitial, RetryMax: DefaultRetryMax})
+	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk})
 	g.Registered("example.com")
-	for _, wait := range []time.Duration{DefaultRetryInitial, 2 * DefaultRetryInitial} {
+	for _, wait := range []time.Duration{retryInitial, 2 * retryInitial} {
 		if got := f.next(); got != "GET /api/v1/nodes/n1 500" {
 			t.Fatalf("request %q", got)
 		}
@@ -134,11 +147,15 @@ func TestRetriesBackOffOnTheClock(t *testing.T) {
 func TestReadsAgainWhenTheTaintsChanged(t *testing.T) {
 	f := newFakeAPI(t, "n1", taint{"a", "NoSchedule"}, taint{"example.com/agent-not-ready", "NoSchedule"})
 	f.beforePatch = func() { f.taints = append([]taint{{"added-meanwhile", "NoSchedule"}}, f.taints...) }
-	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}})
+	clk := testclock.NewFakeClock(time.Now())
+	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk})
 	g.Registered("example.com")
 	for _, want := range []string{"GET /api/v1/nodes/n1 200", "PATCH /api/v1/nodes/n1 422", "GET /api/v1/nodes/n1 200", "PATCH /api/v1/nodes/n1 200"} {
 		if got := f.next(); got != want {
 			t.Fatalf("request %q, want %q", got, want)
+		}
+		if want == "PATCH /api/v1/nodes/n1 422" {
+			retryNow(t, g, clk)
 		}
 	}
 	waitStatus(t, g, func(st Status) bool { return !st.Pending && st.TaintsChecked != nil })
@@ -215,7 +232,7 @@ func TestEventsNeverBlock(t *testing.T) {
 	f.hold = make(chan struct{})
 	hold := f.hold
 	f.mu.Unlock()
-	g, cancel, done := startGate(t, f, Config{Condition: true, TaintKeys: []string{"example.com/agent-not-ready"}, FinalTimeout: time.Millisecond})
+	g, cancel, done := startGate(t, f, Config{Condition: true, TaintKeys: []string{"example.com/agent-not-ready"}})
 	for range 100 {
 		g.Registered("example.com")
 		g.Rejected("example.com", "r")
