@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // Event is a change of the CSI driver: Reachable with its valid Name, or not,
@@ -206,7 +207,7 @@ func (f *follower) idleDeadline() time.Time {
 // look every maxBackoff also puts back a watch lost without an event.
 func (f *follower) waitForSocket(ctx context.Context) error {
 	for {
-		change, err := f.watcher.next(ctx, f.cfg.Clock.Now().Add(maxBackoff), socketFile{})
+		change, err := f.watcher.next(ctx, f.cfg.Clock.Now().Add(maxBackoff), sockfile.ID{})
 		if err != nil || change == socketCreated {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-registrar/node-driver-registrar/internal/unixgrpc"
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
 
 // stillWaitingInterval spaces the level 0 reminders while the driver is away.
@@ -39,7 +40,7 @@ var errSocketRemoved = errors.New("the CSI driver socket was removed")
 // and the connection the answer came on, which Follow then holds.
 type answer struct {
 	name   string
-	socket socketFile
+	socket sockfile.ID
 	conn   *grpc.ClientConn
 }
 
@@ -53,7 +54,7 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 	backoff := startBackoff()
 	var waitingSince, lastReminder time.Time
 	reported := map[string]bool{}
-	var refusing socketFile     // the socket that refused the last attempt
+	var refusing sockfile.ID    // the socket that refused the last attempt
 	var refusingSince time.Time // its first refusal
 	for attempt := 1; ; attempt++ {
 		// Before the attempt: a socket replaced during the attempt must not
@@ -104,7 +105,7 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 
 		delay := backoff.Duration // the next step's, not taken yet
 		wait := delay
-		if connectFailed && !socket.none() {
+		if connectFailed && socket != (sockfile.ID{}) {
 			if refusing != socket {
 				refusing, refusingSince = socket, now
 			}

@@ -122,7 +122,7 @@ func deepestDir(path string) (string, os.FileInfo) {
 
 // next waits for the socket to be created or removed, or noChange at deadline
 // (zero for none). Where events cannot tell, a look compared with known does.
-func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known socketFile) (socketChange, error) {
+func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known sockfile.ID) (socketChange, error) {
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
 		timer := w.clock.NewTimer(deadline.Sub(w.clock.Now()))
@@ -172,33 +172,25 @@ func (w *socketWatcher) next(ctx context.Context, deadline time.Time, known sock
 }
 
 // look tells from the file system what happened to the socket known.
-func (w *socketWatcher) look(known socketFile) socketChange {
+func (w *socketWatcher) look(known sockfile.ID) socketChange {
 	switch now := lstatSocket(w.path); {
 	case now == known:
 		return noChange
-	case now.none():
+	case now == sockfile.ID{}:
 		return socketRemoved
 	}
 	return socketCreated
 }
 
-// socketFile is a socket file's identity: sockfile's, and the modification
-// time, which tells a new socket that reused a removed one's inode.
-type socketFile struct {
-	id       sockfile.ID
-	modified int64 // in nanoseconds since the Unix epoch
-}
-
-// none tells that there was no file at the path.
-func (s socketFile) none() bool { return s == socketFile{} }
-
 // lstatSocket: a file whose device and inode cannot be read (gone meanwhile,
 // or on Windows) is told by its modification time alone.
-func lstatSocket(path string) socketFile {
+func lstatSocket(path string) sockfile.ID {
+	if id, _, err := sockfile.Lstat(path); err == nil {
+		return id
+	}
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return socketFile{}
+		return sockfile.ID{}
 	}
-	id, _, _ := sockfile.Lstat(path)
-	return socketFile{id: id, modified: fi.ModTime().UnixNano()}
+	return sockfile.ID{Modified: fi.ModTime().UnixNano()}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 	"github.com/csi-registrar/node-driver-registrar/test/poll"
 )
 
@@ -56,12 +57,12 @@ func TestWatchFollowsMountsOverTheDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		change, err := w.next(ctx, time.Time{}, socketFile{})
+		change, err := w.next(ctx, time.Time{}, sockfile.ID{})
 		if err != nil || change != socketCreated {
 			t.Fatalf("a socket created %s: next = %v, %v; want socketCreated", when, change, err)
 		}
 		_ = l.Close() // removes the socket
-		if change, err := w.next(ctx, time.Time{}, socketFile{}); err != nil || change != socketRemoved {
+		if change, err := w.next(ctx, time.Time{}, sockfile.ID{}); err != nil || change != socketRemoved {
 			t.Fatalf("the socket removed %s: next = %v, %v; want socketRemoved", when, change, err)
 		}
 	}
@@ -96,7 +97,7 @@ func nextAtDeadline(t *testing.T, ctx context.Context, w *socketWatcher, clk *cl
 	}
 	done := make(chan result, 1)
 	go func() {
-		change, err := w.next(ctx, clk.Now().Add(time.Second), socketFile{})
+		change, err := w.next(ctx, clk.Now().Add(time.Second), sockfile.ID{})
 		done <- result{change, err}
 	}()
 	poll.StepThrough(t, clk, time.Second)

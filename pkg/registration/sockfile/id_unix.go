@@ -19,5 +19,5 @@ func Lstat(path string) (ID, fs.FileMode, error) {
 		return ID{}, 0, &fs.PathError{Op: "lstat", Path: path, Err: syscall.EINVAL}
 	}
 	// The field types differ between platforms.
-	return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, fi.Mode(), nil
+	return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino), Modified: fi.ModTime().UnixNano()}, fi.Mode(), nil
 }

@@ -27,5 +27,5 @@ func Lstat(path string) (ID, fs.FileMode, error) {
 	if err := syscall.GetFileInformationByHandle(h, &d); err != nil {
 		return ID{}, 0, &fs.PathError{Op: "GetFileInformationByHandle", Path: path, Err: err}
 	}
-	return ID{Dev: uint64(d.VolumeSerialNumber), Ino: uint64(d.FileIndexHigh)<<32 | uint64(d.FileIndexLow)}, fi.Mode(), nil
+	return ID{Dev: uint64(d.VolumeSerialNumber), Ino: uint64(d.FileIndexHigh)<<32 | uint64(d.FileIndexLow), Modified: fi.ModTime().UnixNano()}, fi.Mode(), nil
 }

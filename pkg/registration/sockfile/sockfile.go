@@ -104,9 +104,13 @@ func listenAt(path string, replace ID) (*Socket, error) {
 	return &Socket{UnixListener: ul, Path: path, File: file}, nil
 }
 
-// ID identifies a file as os.SameFile does, as a comparable value; zero is
+// ID identifies a file as os.SameFile does, and by its modification time,
+// which tells a new file from a removed one whose inode it reuses; zero is
 // no file.
-type ID struct{ Dev, Ino uint64 }
+type ID struct {
+	Dev, Ino uint64
+	Modified int64 // in nanoseconds since the Unix epoch
+}
 
 // Place hard-links the socket to path. The hidden name stays, since
 // kubelet's watcher stats every created file (dot or not) and logs an error
