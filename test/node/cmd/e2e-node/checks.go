@@ -10,11 +10,12 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,6 +72,14 @@ func (s *suite) failAll(names []string, format string, args ...any) bool {
 	return false
 }
 
+// skipAll reports each of names skipped, for one reason.
+func (s *suite) skipAll(names []string, reason string) bool {
+	for _, name := range names {
+		s.skip(name, reason)
+	}
+	return false
+}
+
 // skip reports a check that could not run, and why.
 func (s *suite) skip(name, reason string) bool {
 	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
@@ -93,8 +102,6 @@ func get(url string) (int, string) {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 	return resp.StatusCode, line
 }
-
-func (s *suite) pods(ctx context.Context) ([]corev1.Pod, error) { return s.podsOf(ctx, "csi-node") }
 
 // podsOf lists the pods labelled app.kubernetes.io/name=app.
 func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
@@ -153,90 +160,83 @@ func (s *suite) checkFirstRegistration(ctx context.Context) bool {
 	if _, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		return s.report(name1, false, "create service account: %v", err)
 	}
-	ds, err := s.daemonSet(s.repo, 1)
+	ds, err := s.daemonSet(1)
 	if err != nil {
 		return s.report(name1, false, "%v", err)
 	}
-	began := time.Now()
+	f := &firstPod{began: time.Now(), readyz503: "never seen: registration came before the first /readyz poll"}
 	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		return s.report(name1, false, "create DaemonSet: %v", err)
 	}
-
-	var tCreated, tScheduled, tRunning, tRegistered, tReady, tReadyz503 time.Duration
-	var readyz503 string
-	var violations []string
-	deadline := time.Now().Add(4 * time.Minute)
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(1).port())
-	for {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return s.report(name1, false, "no registered and ready pod after 4m: created %s, scheduled %s, running %s, registered %s, ready %s (see logs/kubelet.log)",
-				ms(tCreated), ms(tScheduled), ms(tRunning), ms(tRegistered), ms(tReady))
-		}
-		// Read the pod and /readyz before CSINode: if either says ready
-		// while CSINode, read afterwards, does not list the driver,
-		// readiness came before registration.
-		pods, err := s.pods(ctx)
-		code, body := get(readyz)
-		reg, _ := s.watch.now()
-		since := time.Since(began)
-		if err == nil && len(pods) > 0 {
-			pod := &pods[0]
-			s.podName = pod.Name
-			if tCreated == 0 {
-				tCreated = since
-			}
-			if tScheduled == 0 && pod.Spec.NodeName != "" {
-				tScheduled = since
-			}
-			if st := containerStatus(pod, registrarName); tRunning == 0 && st != nil && st.State.Running != nil {
-				tRunning = since
-			}
-			if podReady(pod) {
-				if !reg.registered {
-					violations = append(violations, fmt.Sprintf("pod Ready at %s before CSINode listed the driver", ms(since)))
-				}
-				if tReady == 0 {
-					tReady = since
-				}
-			}
-		}
-		if code == http.StatusOK && !reg.registered {
-			violations = append(violations, fmt.Sprintf("/readyz 200 at %s before CSINode listed the driver", ms(since)))
-		}
-		if code == http.StatusServiceUnavailable && tReadyz503 == 0 {
-			tReadyz503, readyz503 = since, body
-		}
-		if reg.registered && tRegistered == 0 {
-			tRegistered = since
-		}
-		if tRegistered != 0 && tReady != 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	reg, _ := s.watch.now()
-	ok := reg.nodeID == expectedNodeID
-	detail := fmt.Sprintf("CSINode lists %s with node ID %q", driverName, reg.nodeID)
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	err = waitFor(ctx, "a registered and ready pod", 4*time.Minute, 50*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		return s.observeFirstPod(ctx, f), nil
+	})
+	times := fmt.Sprintf("DaemonSet created, then pod created +%s, scheduled +%s, registrar running +%s, registered +%s (%s after the container started), pod Ready +%s",
+		ms(f.tCreated), ms(f.tScheduled), ms(f.tRunning), ms(f.tRegistered), ms(f.tRegistered-f.tRunning), ms(f.tReady))
 	if err != nil {
-		ok, detail = false, detail+"; get Node: "+err.Error()
-	} else {
-		ids := map[string]string{}
-		annotation := node.Annotations["csi.volume.kubernetes.io/nodeid"]
-		if err := json.Unmarshal([]byte(annotation), &ids); err != nil || ids[driverName] != expectedNodeID {
-			ok = false
-		}
-		detail += fmt.Sprintf("; Node annotation csi.volume.kubernetes.io/nodeid=%s", annotation)
+		return s.report(name1, false, "%v: %s (see logs/kubelet.log)", err, times)
 	}
-	s.report(name1, ok, "%s; DaemonSet created, then pod created +%s, scheduled +%s, registrar running +%s, registered +%s (%s after the container started), pod Ready +%s",
-		detail, ms(tCreated), ms(tScheduled), ms(tRunning), ms(tRegistered), ms(tRegistered-tRunning), ms(tReady))
-	if tReadyz503 == 0 {
-		readyz503 = "never seen: registration came before the first /readyz poll"
+	reg, _ := s.watch.now()
+	var annotation string
+	ids := map[string]string{}
+	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err == nil {
+		annotation = node.Annotations["csi.volume.kubernetes.io/nodeid"]
+		err = json.Unmarshal([]byte(annotation), &ids)
 	}
-	s.report(name2, len(violations) == 0, "violations: %d %v; /readyz before registration: 503 %q at +%s; registered +%s; kubelet marked the pod Ready +%s",
-		len(violations), violations, readyz503, ms(tReadyz503), ms(tRegistered), ms(tReady))
+	ok := reg.nodeID == expectedNodeID && err == nil && ids[driverName] == expectedNodeID
+	s.report(name1, ok, "CSINode lists %s with node ID %q; Node annotation csi.volume.kubernetes.io/nodeid=%s (%v); %s",
+		driverName, reg.nodeID, annotation, err, times)
+	s.report(name2, len(f.violations) == 0, "violations: %d %v; /readyz before registration: 503 %q at +%s; registered +%s; kubelet marked the pod Ready +%s",
+		len(f.violations), f.violations, f.readyz503, ms(f.tReadyz503), ms(f.tRegistered), ms(f.tReady))
 	return ok
+}
+
+// firstPod is what check 1 saw of the first pod, from the DaemonSet's
+// creation: when it was created, scheduled, running, registered and
+// Ready, its first /readyz 503, and any readiness before registration.
+type firstPod struct {
+	began                                               time.Time
+	tCreated, tScheduled, tRunning, tRegistered, tReady time.Duration
+	tReadyz503                                          time.Duration
+	readyz503                                           string
+	violations                                          []string
+}
+
+// observeFirstPod reads the pod and /readyz before CSINode: if either says
+// ready while CSINode, read afterwards, does not list the driver, readiness
+// came before registration. It reports whether the pod is registered and
+// Ready.
+func (s *suite) observeFirstPod(ctx context.Context, f *firstPod) bool {
+	pods, err := s.podsOf(ctx, "csi-node")
+	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(1).port()))
+	reg, _ := s.watch.now()
+	since := time.Since(f.began)
+	setOnce := func(t *time.Duration, happened bool) {
+		if *t == 0 && happened {
+			*t = since
+		}
+	}
+	if err == nil && len(pods) > 0 {
+		pod := &pods[0]
+		s.podName = pod.Name
+		setOnce(&f.tCreated, true)
+		setOnce(&f.tScheduled, pod.Spec.NodeName != "")
+		st := containerStatus(pod, registrarName)
+		setOnce(&f.tRunning, st != nil && st.State.Running != nil)
+		if podReady(pod) && !reg.registered {
+			f.violations = append(f.violations, fmt.Sprintf("pod Ready at %s before CSINode listed the driver", ms(since)))
+		}
+		setOnce(&f.tReady, podReady(pod))
+	}
+	if code == http.StatusOK && !reg.registered {
+		f.violations = append(f.violations, fmt.Sprintf("/readyz 200 at %s before CSINode listed the driver", ms(since)))
+	}
+	if code == http.StatusServiceUnavailable && f.tReadyz503 == 0 {
+		f.tReadyz503, f.readyz503 = since, body
+	}
+	setOnce(&f.tRegistered, reg.registered)
+	return f.tRegistered != 0 && f.tReady != 0
 }
 
 // probeCounts reads kubelet's prober_probe_total for a container of each
@@ -254,32 +254,27 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("kubelet /metrics: %s", resp.Status)
 	}
-	label := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet /metrics/probes: %w", err)
+	}
 	counts := map[string]map[string]float64{}
-	scanner := bufio.NewScanner(resp.Body)
-	scanner.Buffer(make([]byte, 1<<20), 1<<20)
-	for scanner.Scan() {
-		line := scanner.Text()
-		if !strings.HasPrefix(line, "prober_probe_total{") {
-			continue
-		}
+	for _, m := range families["prober_probe_total"].GetMetric() {
 		labels := map[string]string{}
-		for _, m := range label.FindAllStringSubmatch(line, -1) {
-			labels[m[1]] = m[2]
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
 		if labels["namespace"] != namespace || labels["container"] != container {
 			continue
 		}
-		var value float64
-		fields := strings.Fields(line)
-		fmt.Sscan(fields[len(fields)-1], &value)
 		pod := labels["pod"]
 		if counts[pod] == nil {
 			counts[pod] = map[string]float64{}
 		}
-		counts[pod][labels["probe_type"]+"/"+labels["result"]] += value
+		counts[pod][labels["probe_type"]+"/"+labels["result"]] += m.GetCounter().GetValue()
 	}
-	return counts, scanner.Err()
+	return counts, nil
 }
 
 // waitProbes waits up to 2m for kubelet's probe counts of a pod's container
@@ -309,12 +304,21 @@ func (s *suite) checkProbes(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	st := containerStatus(pod, registrarName)
+	if st == nil {
+		return s.report(name, false, "pod %s has no status of container %s", s.podName, registrarName)
+	}
 	ok := counts["Startup/successful"] >= 1 && counts["Startup/failed"] == 0 &&
 		counts["Liveness/failed"] == 0 && counts["Readiness/successful"] >= 1 &&
-		st != nil && st.RestartCount == 0 && st.Started != nil && *st.Started
-	return s.report(name, ok, "kubelet prober_probe_total for %s/%s: startup exec (--mode=kubelet-registration-probe) %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed; restartCount %d",
-		s.podName, registrarName, counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
-		counts["Readiness/successful"], counts["Readiness/failed"], st.RestartCount)
+		st.RestartCount == 0 && st.Started != nil && *st.Started
+	return s.report(name, ok, "kubelet prober_probe_total for %s/%s: %s (startup: exec --mode=kubelet-registration-probe); restartCount %d",
+		s.podName, registrarName, describeProbes(counts), st.RestartCount)
+}
+
+// describeProbes tells kubelet's probe counts of a container.
+func describeProbes(counts map[string]float64) string {
+	return fmt.Sprintf("startup %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed",
+		counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
+		counts["Readiness/successful"], counts["Readiness/failed"])
 }
 
 // checkSocketDeleted removes the registration socket on the host and waits
@@ -325,7 +329,6 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	stBefore := containerStatus(before, registrarName)
 	if _, err := os.Lstat(s.regSocket()); err != nil {
 		return s.report(name, false, "no registration socket before the test: %v", err)
 	}
@@ -347,22 +350,20 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	after, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
+	restarts, err := s.restarted(ctx, before)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	stAfter := containerStatus(after, registrarName)
-	var changes []string
-	for _, r := range s.watch.between(began, time.Now()) {
-		changes = append(changes, fmt.Sprintf("+%s registered=%v", ms(r.at.Sub(began)), r.registered))
-	}
-	if len(changes) == 0 {
-		changes = []string{"none (kubelet re-registered without an intermediate CSINode write)"}
+	changes := []string{"none (kubelet re-registered without an intermediate CSINode write)"}
+	if seen := s.watch.between(began, time.Now()); len(seen) > 0 {
+		changes = nil
+		for _, r := range seen {
+			changes = append(changes, fmt.Sprintf("+%s registered=%v", ms(r.at.Sub(began)), r.registered))
+		}
 	}
 	published := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revision(1).port()), `csi_node_driver_registrar_socket_publications_total{reason="deleted"}`)
-	ok := stAfter.RestartCount == 0 && stAfter.ContainerID == stBefore.ContainerID
-	return s.report(name, ok, "socket re-created +%s, /readyz 200 and CSINode listing the driver +%s; CSINode changes seen: %s; restartCount %d, same container %v; registrar metric %s",
-		ms(tSocket), ms(took), strings.Join(changes, ", "), stAfter.RestartCount, stAfter.ContainerID == stBefore.ContainerID, published)
+	return s.report(name, len(restarts) == 0, "socket re-created +%s, /readyz 200 and CSINode listing the driver +%s; CSINode changes seen: %s; containers restarted or replaced: %v; registrar metric %s",
+		ms(tSocket), ms(took), strings.Join(changes, ", "), restarts, published)
 }
 
 // rollout is what a rolling update of the DaemonSet did, followed from the
@@ -392,7 +393,7 @@ const rolloutSettle = 5 * time.Second
 // rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
 // next's template (roll), and makes the new pod the current one.
 func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
-	want, err := s.daemonSet(s.repo, next)
+	want, err := s.daemonSet(next)
 	if err != nil {
 		return nil, err
 	}
@@ -406,11 +407,9 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 	return r, err
 }
 
-// roll changes the template of the DaemonSet want names to want's, and
-// follows the maxSurge update until the new pod is Ready, the old one gone
-// and the DaemonSet's status says so, then for rolloutSettle. It records
-// watch's changes and the restart counts of every container of the
-// DaemonSet's pods meanwhile; poll, if set, runs at each poll of the pods.
+// roll gives the DaemonSet want names want's template and follows the
+// maxSurge update until it is done, then for rolloutSettle, recording
+// watch's changes and the pods' restarts; poll runs at each poll, if set.
 func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
 	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
@@ -436,36 +435,7 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 		if poll != nil {
 			poll()
 		}
-		pods, err := s.podsOf(ctx, app)
-		if err != nil {
-			return false, err
-		}
-		oldSeen := false
-		for i := range pods {
-			pod := &pods[i]
-			r.recordRestarts(pod)
-			if pod.Name == r.oldPod {
-				oldSeen = true
-				if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
-					r.tOldDeleting = time.Since(r.began)
-				}
-			} else if pod.Annotations[revisionKey] == next {
-				r.newPod = pod.Name
-				if r.tNewReady == 0 && podReady(pod) {
-					r.tNewReady = time.Since(r.began)
-				}
-			}
-		}
-		if !oldSeen && r.tOldGone == 0 {
-			r.tOldGone = time.Since(r.began)
-		}
-		current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
-		if err != nil {
-			return false, err
-		}
-		st := current.Status
-		done := st.ObservedGeneration >= updated.Generation && st.UpdatedNumberScheduled == 1 && st.NumberAvailable == 1 && st.NumberUnavailable == 0
-		return done && r.tNewReady != 0 && r.tOldGone != 0, nil
+		return s.observeRollout(ctx, r, app, next, updated)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
@@ -483,6 +453,43 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 	return r, nil
 }
 
+// observeRollout reads the pods of the DaemonSet updated, labelled app,
+// and records when the new pod of revision next was Ready and the old one
+// deleted and gone; it reports whether the DaemonSet's status says the
+// rollout is done.
+func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string, updated *appsv1.DaemonSet) (bool, error) {
+	pods, err := s.podsOf(ctx, app)
+	if err != nil {
+		return false, err
+	}
+	oldSeen := false
+	for i := range pods {
+		pod := &pods[i]
+		r.recordRestarts(pod)
+		if pod.Name == r.oldPod {
+			oldSeen = true
+			if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
+				r.tOldDeleting = time.Since(r.began)
+			}
+		} else if pod.Annotations[revisionKey] == next {
+			r.newPod = pod.Name
+			if r.tNewReady == 0 && podReady(pod) {
+				r.tNewReady = time.Since(r.began)
+			}
+		}
+	}
+	if !oldSeen && r.tOldGone == 0 {
+		r.tOldGone = time.Since(r.began)
+	}
+	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, updated.Name, getOpts)
+	if err != nil {
+		return false, err
+	}
+	st := current.Status
+	done := st.ObservedGeneration >= updated.Generation && st.UpdatedNumberScheduled == 1 && st.NumberAvailable == 1 && st.NumberUnavailable == 0
+	return done && r.tNewReady != 0 && r.tOldGone != 0, nil
+}
+
 func (r *rollout) recordRestarts(pod *corev1.Pod) {
 	for _, st := range pod.Status.ContainerStatuses {
 		key := pod.Name + "/" + st.Name
@@ -490,11 +497,13 @@ func (r *rollout) recordRestarts(pod *corev1.Pod) {
 	}
 }
 
-// restarted lists the containers that restarted, with their counts.
-func (r *rollout) restarted() []string {
+// restarted lists the containers that restarted, with their counts: of
+// the pods named, or all.
+func (r *rollout) restarted(pods ...string) []string {
 	var out []string
 	for container, n := range r.restarts {
-		if n > 0 {
+		pod, _, _ := strings.Cut(container, "/")
+		if n > 0 && (len(pods) == 0 || slices.Contains(pods, pod)) {
 			out = append(out, fmt.Sprintf("%s: %d", container, n))
 		}
 	}
@@ -507,13 +516,26 @@ func (r *rollout) restarted() []string {
 // pod's socket replacing the old one: kubelet v1.37 then unregisters the
 // plugin and registers it again one reconcile period (1 s) later.
 func (r *rollout) describeGaps() []string {
-	var out []string
-	for _, g := range r.gaps {
+	out := describeGaps(r.gaps, r.began)
+	for i, g := range r.gaps {
 		cause := "after the old pod's deletion began"
 		if r.tOldDeleting == 0 || g.from.Sub(r.began) < r.tOldDeleting {
 			cause = "before the old pod's deletion: kubelet re-registering the replaced socket"
 		}
-		out = append(out, fmt.Sprintf("+%s for %s (%s)", ms(g.from.Sub(r.began)), ms(g.to.Sub(g.from)), cause))
+		out[i] += " (" + cause + ")"
+	}
+	return out
+}
+
+// describeGaps gives each gap's start from began and its length.
+func describeGaps(gaps []gap, began time.Time) []string {
+	var out []string
+	for _, g := range gaps {
+		if g.open {
+			out = append(out, fmt.Sprintf("+%s, still at the end", ms(g.from.Sub(began))))
+		} else {
+			out = append(out, fmt.Sprintf("+%s for %s", ms(g.from.Sub(began)), ms(g.to.Sub(g.from))))
+		}
 	}
 	return out
 }
@@ -546,18 +568,26 @@ func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	final, _ := s.watch.now()
+	after, settled := s.settled(r)
 	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(2).port()))
-	ok := r.longestGap() <= s.maxRolloutGap && final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && code == http.StatusOK && dialable(s.regSocket())
-	return s.report(name, ok, "%v: times without the driver: %d %v (allowed: none longer than %s); %s after: registered=%v, new pod /readyz %d %q, socket dialable %v",
-		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, rolloutSettle, final.registered, code, body, dialable(s.regSocket()))
+	ok := r.longestGap() <= s.maxRolloutGap && settled && code == http.StatusOK
+	return s.report(name, ok, "%v: times without the driver: %d %v (allowed: none longer than %s); %s, new pod /readyz %d %q",
+		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, after, code, body)
 }
 
-// The bounds of checks 4b and 4c. A rollout between upstream's registrar
-// and this one cannot hand the socket over: kubelet unregisters the driver
-// once, when the socket at the path is replaced (rollback) or removed by
-// upstream's exit (upgrade), and registers it again on its next reconcile
-// pass, a second later.
+// settled says how the node was rolloutSettle after the rollout r of
+// csi-node, and whether as it should: the driver in CSINode with the
+// expected node ID, the watch never restarted, the socket dialable.
+func (s *suite) settled(r *rollout) (string, bool) {
+	final, _ := s.watch.now()
+	socket := dialable(s.regSocket())
+	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.registered, final.nodeID, socket),
+		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && socket
+}
+
+// The bounds of checks 4b and 4c: between upstream's registrar and this
+// one the socket cannot be handed over, and kubelet registers the driver
+// again a reconcile pass after it unregistered it.
 const (
 	maxUpstreamDeregistrations = 1
 	maxUpstreamGap             = 2 * time.Second
@@ -589,7 +619,7 @@ func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
 // redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
 // the current one.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
-	want, err := s.daemonSet(s.repo, rev)
+	want, err := s.daemonSet(rev)
 	if err != nil {
 		return err
 	}
@@ -608,14 +638,12 @@ func (s *suite) checkUpstreamRollout(ctx context.Context, name string, next revi
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	final, _ := s.watch.now()
+	after, settled := s.settled(r)
 	serving, servingOK := s.servingRegistrar(next)
 	restarted := r.restarted()
-	ok := len(r.gaps) <= maxUpstreamDeregistrations && r.longestGap() <= maxUpstreamGap && len(restarted) == 0 &&
-		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && servingOK && dialable(s.regSocket())
-	return s.report(name, ok, "%v: deregistrations: %d %v (allowed: %d, of at most %s); container restarts in %d containers: %d %v; %s after: registered=%v with node ID %q, %s, socket dialable %v",
-		r, len(r.gaps), r.describeGaps(), maxUpstreamDeregistrations, maxUpstreamGap, len(r.restarts), len(restarted), restarted,
-		rolloutSettle, final.registered, final.nodeID, serving, dialable(s.regSocket()))
+	ok := len(r.gaps) <= maxUpstreamDeregistrations && r.longestGap() <= maxUpstreamGap && len(restarted) == 0 && settled && servingOK
+	return s.report(name, ok, "%v: deregistrations: %d %v (allowed: %d, of at most %s); container restarts in %d containers: %d %v; %s, %s",
+		r, len(r.gaps), r.describeGaps(), maxUpstreamDeregistrations, maxUpstreamGap, len(r.restarts), len(restarted), restarted, after, serving)
 }
 
 // servingRegistrar asks the registrar of rev whether it serves the
@@ -627,11 +655,8 @@ func (s *suite) servingRegistrar(rev revision) (string, bool) {
 		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", rev.port()))
 		return fmt.Sprintf("upstream's /healthz %d %q", code, body), code == http.StatusOK
 	}
-	status, err := registrarStatus(rev.port())
-	if err != nil {
-		return "/status: " + err.Error(), false
-	}
-	return status.String(), status.State == "registered"
+	status, said := statusOf(rev.port())
+	return said, status != nil && status.State == "registered"
 }
 
 // registrarState is the part of this registrar's /status the checks read.
@@ -660,6 +685,16 @@ func registrarStatus(port int32) (*registrarState, error) {
 		return nil, err
 	}
 	return status, nil
+}
+
+// statusOf reads this registrar's /status on port: nil and why if it
+// cannot, and what it says.
+func statusOf(port int32) (*registrarState, string) {
+	status, err := registrarStatus(port)
+	if err != nil {
+		return nil, "/status: " + err.Error()
+	}
+	return status, status.String()
 }
 
 func (st *registrarState) String() string {
@@ -697,7 +732,7 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	}
 	tDeregistered := reg.at.Sub(began)
 	err := waitFor(ctx, "pod object gone", 2*time.Minute, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.pods(ctx)
+		pods, err := s.podsOf(ctx, "csi-node")
 		return err == nil && len(pods) == 0, err
 	})
 	tGone := time.Since(began)
