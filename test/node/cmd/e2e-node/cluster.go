@@ -18,9 +18,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // The node's fixed identity inside its own network namespace.
@@ -128,34 +131,31 @@ func command(argv ...string) error {
 }
 
 // waitFor polls cond every interval until it holds, ctx ends or timeout
-// passes. A process that exits while we wait for it is an error at once.
+// passes. A process that exits while we wait for it is an error at the
+// next poll.
 func waitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(parent, timeout)
-	defer cancel()
 	var last error
-	for {
+	err := wait.PollUntilContextTimeout(parent, interval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
 		if err != nil {
 			last = err
 		}
-		var exited <-chan struct{}
-		if p != nil {
-			exited = p.done
-		}
-		select {
-		case <-ctx.Done():
-			if parent.Err() != nil {
-				return fmt.Errorf("%s: interrupted", what)
+		if p != nil && !ok {
+			select {
+			case <-p.done:
+				return false, fmt.Errorf("%s: %s exited: %v (see logs/%s.log)", what, p.name, p.err, p.name)
+			default:
 			}
-			return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
-		case <-exited:
-			return fmt.Errorf("%s: %s exited: %v (see logs/%s.log)", what, p.name, p.err, p.name)
-		case <-time.After(interval):
 		}
+		return ok, nil
+	})
+	switch {
+	case err == nil || !wait.Interrupted(err):
+		return err
+	case parent.Err() != nil:
+		return fmt.Errorf("%s: interrupted", what)
 	}
+	return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
 }
 
 // up starts etcd, containerd, kube-apiserver, kube-controller-manager,
@@ -464,25 +464,12 @@ func (c *cluster) restartKubelet(ctx context.Context, name string) error {
 }
 
 func writeKubeconfig(file, token string) error {
-	config := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: %s
-    insecure-skip-tls-verify: true
-users:
-- name: user
-  user:
-    token: %s
-contexts:
-- name: local
-  context:
-    cluster: local
-    user: user
-current-context: local
-`, apiServer, token)
-	return os.WriteFile(file, []byte(config), 0o600)
+	config := clientcmdapi.NewConfig()
+	config.Clusters["local"] = &clientcmdapi.Cluster{Server: apiServer, InsecureSkipTLSVerify: true}
+	config.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	config.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
+	config.CurrentContext = "local"
+	return clientcmd.WriteToFile(*config, file)
 }
 
 // kubeletRetries reports whether kubelet tries a rejected registration

@@ -142,11 +142,22 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	})
 }
 
-// setUpNodeGate creates deploy/node-gate's objects as kustomize would, its
-// policy with this check's taint key. It returns once the API server
-// enforces the policy, with what the policy said to a token of the service
-// account bound to no pod.
+// setUpNodeGate removes the earlier checks' DaemonSet, checks that the
+// node has the startup taint, and creates deploy/node-gate's objects as
+// kustomize would, its policy with this check's taint key. It returns once
+// the API server enforces the policy, with what the policy said to a token
+// of the service account bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
+	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
+	}
+	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		return "", err
+	}
+	if !startupTainted(node) {
+		return "", fmt.Errorf("the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
+	}
 	// The driver is deploy/'s placeholder, as the policy's; the taint is
 	// this check's.
 	withTaint := func(obj *unstructured.Unstructured) bool {
@@ -220,16 +231,6 @@ func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
 
 func (s *suite) checkNodeGate(ctx context.Context) bool {
 	const name = "9. startup taint removed and node condition set on registration (--remove-node-taint, --node-condition)"
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
-		return s.report(name, false, "removing the earlier checks' DaemonSet: %v", err)
-	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	if !startupTainted(node) {
-		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
-	}
 	refusal, err := s.setUpNodeGate(ctx)
 	if err != nil {
 		return s.report(name, false, "%v", err)

@@ -265,19 +265,10 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 	sidecars := opts.sidecarsMissing == "" && slices.Contains(opts.tiers, 2)
 	// As csi-driver-host-path deploys it: persistent and inline volumes,
 	// attached through csi-attacher where it runs.
-	podInfo, fsGroup := true, storagev1.FileFSGroupPolicy
-	attach := sidecars
-	driver := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
-		Spec: storagev1.CSIDriverSpec{
-			AttachRequired: &attach,
-			PodInfoOnMount: &podInfo,
-			FSGroupPolicy:  &fsGroup,
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
-				storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral,
-			},
-		},
-	}
+	driver, fsGroup := hostpathCSIDriver(), storagev1.FileFSGroupPolicy
+	driver.Spec.AttachRequired = &sidecars
+	driver.Spec.FSGroupPolicy = &fsGroup
+	driver.Spec.VolumeLifecycleModes = append(driver.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent)
 	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create CSIDriver %s: %w", hostpathDriver, err)
 	}
