@@ -96,35 +96,13 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 
 // confirmed is a part of check 13 under way with this registrar: its pod,
 // Ready and registered under the Node uid, and the registrar's /status
-// before the loss and since, as polled until stopPoll.
+// before the loss and since.
 type confirmed struct {
-	uid      types.UID
-	pod      *corev1.Pod
-	tReady   time.Duration // from the DaemonSet's creation
-	before   *registrarState
-	tl       statusTimeline
-	stopPoll context.CancelFunc
-}
-
-// startConfirmed deploys revConfirm, checks that /status says registered,
-// and starts polling /status. The check's end must call end, also after
-// an error.
-func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, id string) (c *confirmed, end func(), err error) {
-	pollCtx, stop := context.WithCancel(ctx)
-	c = &confirmed{stopPoll: stop}
-	end = func() {
-		stop()
-		s.removeConfirm(ctx, id)
-	}
-	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
-		return nil, end, err
-	}
-	c.before, err = registrarStatus(revConfirm.port())
-	if err != nil || c.before.State != "registered" {
-		return nil, end, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
-	}
-	go c.tl.poll(pollCtx, revConfirm.port())
-	return c, end, nil
+	uid    types.UID
+	pod    *corev1.Pod
+	tReady time.Duration // from the DaemonSet's creation
+	before *registrarState
+	tl     statusTimeline
 }
 
 // removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
@@ -422,14 +400,21 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 // registrar must have published its socket again, no container restarted,
 // and an inline-volume pod must run.
 func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, []string)) bool {
-	c, end, err := s.startConfirmed(ctx, watch, id)
-	defer end()
-	if err != nil {
+	defer s.removeConfirm(ctx, id)
+	c := &confirmed{}
+	var err error
+	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
 		return s.report(name, false, "%v", err)
 	}
+	if c.before, err = registrarStatus(revConfirm.port()); err != nil || c.before.State != "registered" {
+		return s.report(name, false, "the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go c.tl.poll(pollCtx, revConfirm.port())
 	saw, problems := lose(c, time.Now())
 	after, errStatus := registrarStatus(revConfirm.port())
-	c.stopPoll()
+	stopPoll()
 	republished := uint64(0)
 	if errStatus != nil {
 		problems = append(problems, "/status: "+errStatus.Error())
