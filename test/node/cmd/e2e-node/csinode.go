@@ -13,10 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -179,21 +176,6 @@ func (h healing) describe(began time.Time) string {
 	return fmt.Sprintf("driver out of CSINode %s → in CSINode again %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
 }
 
-// timingSince records t's offset from began as a timing, if t is set.
-func (s *suite) timingSince(what string, began, t time.Time) {
-	if !t.IsZero() {
-		s.timing(what, t.Sub(began))
-	}
-}
-
-// since is t's offset from began, or "never".
-func since(began, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return "+" + ms(t.Sub(began))
-}
-
 // waitHealed waits up to bound for watch and tl to record, from began, the
 // driver out of CSINode, then in it again owned by uid, and /status other
 // than registered, then registered again, and records both times under
@@ -279,41 +261,6 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 		return fmt.Sprintf("%v; then %v", v, err), false
 	}
 	return fmt.Sprintf("%v; deleted → unpublished +%s", v, ms(u.tUnpublished)), true
-}
-
-// restarted lists the containers of pod that restarted, or changed since
-// pod was read.
-func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, st := range now.Status.ContainerStatuses {
-		was := containerStatus(pod, st.Name)
-		if st.RestartCount > 0 || was == nil || was.ContainerID != st.ContainerID {
-			out = append(out, fmt.Sprintf("%s: restartCount %d", st.Name, st.RestartCount))
-		}
-	}
-	return out, nil
-}
-
-// containerLog is a container's log of pod, as kubelet keeps it.
-func (s *suite) containerLog(pod *corev1.Pod, container string) string {
-	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
-}
-
-// readLogs reads the log files of a container's directory in kubelet's
-// pod logs, in order.
-func readLogs(dir string) string {
-	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	sort.Strings(files)
-	var b strings.Builder
-	for _, f := range files {
-		data, _ := os.ReadFile(f)
-		b.Write(data)
-	}
-	return b.String()
 }
 
 // checkCSINode runs check 13.

@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -332,42 +330,4 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
 	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
 		driverSocket, mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
-}
-
-// lastEvent returns the message of the pod's latest event with reason and
-// a message starting with prefix, such as kubelet's failed liveness probe,
-// with its count.
-func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
-	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
-	if err != nil {
-		return err.Error()
-	}
-	found := "none"
-	for _, e := range events.Items {
-		if strings.HasPrefix(e.Message, prefix) {
-			found = fmt.Sprintf("%s (%d times)", e.Message, e.Count)
-		}
-	}
-	return found
-}
-
-// savePodLogs copies the container logs of the pods of the DaemonSet
-// dsName to the run's logs, in pod-logs-<check>/, before the pods are
-// deleted and kubelet removes them.
-func (s *suite) savePodLogs(check, dsName string) {
-	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
-	for _, dir := range dirs {
-		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
-		for _, file := range files {
-			rel, _ := filepath.Rel(s.path("pod-logs"), file)
-			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
-			data, err := os.ReadFile(file)
-			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
-				err = os.WriteFile(dest, data, 0o644)
-			}
-			if err != nil {
-				fmt.Printf("e2e-node: check %s: cannot keep %s: %v\n", check, file, err)
-			}
-		}
-	}
 }

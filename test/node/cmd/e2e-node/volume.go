@@ -307,10 +307,6 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	return calls
 }
 
-func (s *suite) timing(what string, took time.Duration) {
-	s.timings = append(s.timings, timing{what, took})
-}
-
 // checkVolume runs checks 8a, 8b and 8c.
 func (s *suite) checkVolume(ctx context.Context) bool {
 	names := []string{
