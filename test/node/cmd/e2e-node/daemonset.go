@@ -101,11 +101,8 @@ func upstreamArgs(args []string) ([]string, error) {
 	return kept, nil
 }
 
-// daemonSet reads deploy/daemonset.yaml and adapts it to this node: local
-// images never pulled, host network, kubelet's root directory under the
-// scratch directory, the test driver's arguments, an exec startup probe with
-// the legacy probe mode; then as rev wants (withRevision). The registrar's
-// probes, security context and resources are kept as they are.
+// daemonSet is deploy/daemonset.yaml adapted to this node and to rev; the
+// registrar's probes, security context and resources are kept as they are.
 func (s *suite) daemonSet(rev revision) (*appsv1.DaemonSet, error) {
 	const file = "deploy/daemonset.yaml"
 	data, err := os.ReadFile(filepath.Join(s.repo, file))
@@ -248,9 +245,8 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 	return nil
 }
 
-// deploy creates ds, or gives the one that exists ds's template, and waits
-// until its one pod, of ds's revision, is Ready and watch sees the driver
-// in CSINode. It returns the pod and how long that took.
+// deploy creates ds or updates its template, and waits until its one pod,
+// of ds's revision, is Ready and watch sees the driver in CSINode.
 func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNodeWatch) (*corev1.Pod, time.Duration, error) {
 	began := time.Now()
 	rev := ds.Spec.Template.Annotations[revisionKey]
@@ -280,10 +276,8 @@ func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNode
 	return pod, time.Since(began), err
 }
 
-// setTemplate gives the DaemonSet name the pod template tmpl. The
-// DaemonSet controller writes its status meanwhile, so an update that
-// conflicts with it reads the DaemonSet again and tries again. It returns
-// the DaemonSet as updated.
+// setTemplate gives the DaemonSet name the pod template tmpl, again on a
+// conflict with the DaemonSet controller's status writes.
 func (s *suite) setTemplate(ctx context.Context, name string, tmpl corev1.PodTemplateSpec) (*appsv1.DaemonSet, error) {
 	var updated *appsv1.DaemonSet
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -37,10 +37,8 @@ const (
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes, for
-// a driver of its own, with --unhealthy-after set to
-// mistypedUnhealthyAfter, and for revMistyped the typo in the registration
-// path.
+// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes and
+// for revMistyped the typo in the registration path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 	o := own{name: mistypedDaemonSet, driver: mistypedDriver, keepProbes: true, args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}
 	if rev == revMistyped {
@@ -202,9 +200,7 @@ func (m *mistypedRun) describe(ctx context.Context, s *suite, began time.Time, p
 }
 
 // mistypedRun is what check 10 saw of its first registrar until kubelet
-// restarted it: from its /status, when the registration started to fail,
-// kubelet's rejections and the socket's publications again; its first
-// /healthz 503; the pod once restarted.
+// restarted it.
 type mistypedRun struct {
 	failingSince, healthz503At time.Time
 	healthz503, lastState      string

@@ -142,11 +142,9 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	})
 }
 
-// setUpNodeGate removes the earlier checks' DaemonSet, checks that the
-// node has the startup taint, and creates deploy/node-gate's objects as
-// kustomize would, its policy with this check's taint key. It returns once
-// the API server enforces the policy, with what the policy said to a token
-// of the service account bound to no pod.
+// setUpNodeGate creates deploy/node-gate's objects, the policy with this
+// check's taint key, on the tainted node without the earlier DaemonSet. It
+// returns what the enforced policy said to a token bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
 		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
@@ -298,10 +296,8 @@ func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) 
 	return scheduledAt, err
 }
 
-// removeGatedDriver deletes the DaemonSet: the registrar removes its
-// socket, kubelet unregisters the driver, and the condition must go False.
-// It returns how long that took, and whether the node has the startup
-// taint again.
+// removeGatedDriver deletes the DaemonSet and waits for the condition to
+// go False; it returns how long that took and whether the node is tainted.
 func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (time.Duration, bool, error) {
 	deleted := time.Now()
 	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
