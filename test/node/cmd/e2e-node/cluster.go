@@ -18,9 +18,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // The node's fixed identity inside its own network namespace.
@@ -128,34 +131,31 @@ func command(argv ...string) error {
 }
 
 // waitFor polls cond every interval until it holds, ctx ends or timeout
-// passes. A process that exits while we wait for it is an error at once.
+// passes. A process that exits while we wait for it is an error at the
+// next poll.
 func waitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(parent, timeout)
-	defer cancel()
 	var last error
-	for {
+	err := wait.PollUntilContextTimeout(parent, interval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
 		if err != nil {
 			last = err
 		}
-		var exited <-chan struct{}
-		if p != nil {
-			exited = p.done
-		}
-		select {
-		case <-ctx.Done():
-			if parent.Err() != nil {
-				return fmt.Errorf("%s: interrupted", what)
+		if p != nil && !ok {
+			select {
+			case <-p.done:
+				return false, fmt.Errorf("%s: %s exited: %v (see logs/%s.log)", what, p.name, p.err, p.name)
+			default:
 			}
-			return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
-		case <-exited:
-			return fmt.Errorf("%s: %s exited: %v (see logs/%s.log)", what, p.name, p.err, p.name)
-		case <-time.After(interval):
 		}
+		return ok, nil
+	})
+	switch {
+	case err == nil || !wait.Interrupted(err):
+		return err
+	case parent.Err() != nil:
+		return fmt.Errorf("%s: interrupted", what)
 	}
+	return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
 }
 
 // up starts etcd, containerd, kube-apiserver, kube-controller-manager,
@@ -169,7 +169,6 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if err := command("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
 		return err
 	}
-
 	etcd, err := c.start("etcd", "etcd", "--data-dir", c.path("etcd"),
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
@@ -180,7 +179,6 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if err := waitFor(ctx, "etcd healthy", time.Minute, 200*time.Millisecond, etcd, httpOK("http://127.0.0.1:2379/health", "")); err != nil {
 		return err
 	}
-
 	if c.storage {
 		if err := c.writePodNetwork(); err != nil {
 			return err
@@ -189,6 +187,17 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 			return err
 		}
 	}
+	for _, step := range []func(context.Context, []string) error{c.upContainerd, c.upAPIServer, c.upControllers, c.upKubelet} {
+		if err := step(ctx, images); err != nil {
+			return err
+		}
+	}
+	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
+	return nil
+}
+
+// upContainerd starts containerd and imports the images.
+func (c *cluster) upContainerd(ctx context.Context, images []string) error {
 	containerd, err := c.startContainerd()
 	if err != nil {
 		return err
@@ -204,7 +213,11 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// upAPIServer starts kube-apiserver and makes the clients of it.
+func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
 	apiserver, err := c.startAPIServer()
 	if err != nil {
 		return err
@@ -212,8 +225,7 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if err := waitFor(ctx, "kube-apiserver ready", 3*time.Minute, 500*time.Millisecond, apiserver, httpOK(apiServer+"/readyz", adminToken)); err != nil {
 		return err
 	}
-	admin := c.path("admin.kubeconfig")
-	if err := writeKubeconfig(admin, adminToken); err != nil {
+	if err := writeKubeconfig(c.path("admin.kubeconfig"), adminToken); err != nil {
 		return err
 	}
 	config := &rest.Config{
@@ -223,10 +235,14 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if c.client, err = kubernetes.NewForConfig(config); err != nil {
 		return err
 	}
-	if c.dynamic, err = dynamic.NewForConfig(config); err != nil {
-		return err
-	}
+	c.dynamic, err = dynamic.NewForConfig(config)
+	return err
+}
 
+// upControllers starts kube-controller-manager, with the controllers the
+// checks need (more for the storage suite), and kube-scheduler.
+func (c *cluster) upControllers(context.Context, []string) error {
+	admin := c.path("admin.kubeconfig")
 	controllers := []string{"daemonset", "garbagecollector", "validatingadmissionpolicy-status-controller"}
 	var rootCA []string
 	if c.storage {
@@ -240,11 +256,14 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 		"--secure-port=0", "--v=2"}, rootCA...)...); err != nil {
 		return err
 	}
-	if _, err := c.start("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"),
-		"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=2"); err != nil {
-		return err
-	}
+	_, err := c.start("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"),
+		"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=2")
+	return err
+}
 
+// upKubelet starts kubelet and waits for its Node with its version, which
+// the checks that depend on kubelet's behaviour read.
+func (c *cluster) upKubelet(ctx context.Context, _ []string) error {
 	kubelet, err := c.startKubelet("kubelet")
 	if err != nil {
 		return err
@@ -262,7 +281,6 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 	if c.kubeletVersion.Major() == 0 {
 		return fmt.Errorf("kubelet reports version %s: it was built without its release's version (go build -ldflags '-X k8s.io/component-base/version.gitVersion=v1.NN.P', as hack/e2e-node.sh does), and the checks that depend on kubelet's version need it", c.kubeletVersion)
 	}
-	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
 	return nil
 }
 
@@ -424,10 +442,9 @@ serializeImagePulls: false
 		"--v=2")
 }
 
-// restartKubelet stops the running kubelet (SIGTERM, then SIGKILL after
-// 15 s) and starts it again with the same configuration, logging to
-// logs/NAME.log, and returns once the new one answers on its healthz port.
-// The pods' containers keep running meanwhile (containerd runs them).
+// restartKubelet stops kubelet and starts it again, logging to
+// logs/NAME.log, until it answers on its healthz port; containerd keeps
+// the pods' containers running meanwhile.
 func (c *cluster) restartKubelet(ctx context.Context, name string) error {
 	var old *process
 	for _, p := range c.procs {
@@ -447,25 +464,12 @@ func (c *cluster) restartKubelet(ctx context.Context, name string) error {
 }
 
 func writeKubeconfig(file, token string) error {
-	config := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: %s
-    insecure-skip-tls-verify: true
-users:
-- name: user
-  user:
-    token: %s
-contexts:
-- name: local
-  context:
-    cluster: local
-    user: user
-current-context: local
-`, apiServer, token)
-	return os.WriteFile(file, []byte(config), 0o600)
+	config := clientcmdapi.NewConfig()
+	config.Clusters["local"] = &clientcmdapi.Cluster{Server: apiServer, InsecureSkipTLSVerify: true}
+	config.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	config.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
+	config.CurrentContext = "local"
+	return clientcmd.WriteToFile(*config, file)
 }
 
 // kubeletRetries reports whether kubelet tries a rejected registration

@@ -1,49 +1,23 @@
 package main
 
-// Check 13 (issue 37): with --confirm-csinode, the registrar reports the
-// driver registered only once this node's CSINode lists it under the
-// current Node, and publishes its socket again when CSINode loses it, so
-// that kubelet registers the driver again and writes CSINode. On the real
-// node, while the driver is registered:
-//
-//   - 13a deletes the CSINode object;
-//   - 13b replaces the Node object (deleted, then created again under the
-//     same name with its labels, annotations, taints and spec, as node
-//     repair does: kubelet does not create a deleted Node again,
-//     kubernetes/kubernetes#115761), so that the garbage collector deletes
-//     the CSINode that the old Node's UID owned. kubelet 1.34 and earlier
-//     read the Node when they create a CSINode, and 1.38 and later read its
-//     UID again: the registration made again heals it. kubelet 1.35 to 1.37
-//     create it under the Node UID they read at their start
-//     (kubernetes/kubernetes#131098), which the garbage collector deletes
-//     again: the registrar must say so (unconfirmed, the stale owner named
-//     in /status until kubelet restarts) and back off, and only a kubelet
-//     restart heals;
-//   - 13c does both against upstream's image, which has no such flag: the
-//     driver stays out of CSINode.
-//
-// Each part has a DaemonSet of its own, check 8's hostpathplugin with the
-// registrar under test (a pod with the driver's CSI inline volume shows the
-// node usable again), with deploy/csinode's service account and ClusterRole
-// (check 9 binds the node gate's to the same account only later: these
-// rules alone must do), and deletes it at the end. Check 8's DaemonSet of the same driver goes
-// first. Replacing the Node keeps its startup taint, which check 9, after
-// this one, needs; the pods bound to the node keep running (the DaemonSet
-// controller deletes only unscheduled pods of a missing node, and no pod
-// garbage collector runs here).
+// Check 13 (issue 37): --confirm-csinode on a real node. While the driver
+// is registered, 13a deletes the CSINode object and 13b replaces the Node
+// (kubelet does not create a deleted Node again,
+// kubernetes/kubernetes#115761), so that the garbage collector deletes the
+// CSINode the old UID owned; 13c does both against upstream's image, which
+// does not heal. kubelet 1.35 to 1.37 create the CSINode again under the
+// UID they read at their start (kubernetes/kubernetes#131098): there the
+// registrar must name the stale owner and back off until kubelet restarts.
+// Replacing the Node keeps its startup taint, which check 9 needs.
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,132 +30,80 @@ const (
 	// 9868), revConfirmUpstream upstream's with its own flags only (9869).
 	revConfirm         revision = 60
 	revConfirmUpstream revision = 61
-	// maxHeal is the longest check 13 accepts from the loss (the
-	// deletion of CSINode or of the Node) to the driver in CSINode again
-	// under the current Node, and to /status registered. The registrar
-	// waits 1 s, kubelet's reconciler passes every second: a few seconds
-	// are expected.
+	// maxHeal bounds a loss to the driver in CSINode again and /status
+	// registered: the registrar waits 1 s, kubelet reconciles every second.
 	maxHeal = 30 * time.Second
-	// maxStale is the longest from the Node's replacement to the
-	// registrar naming the stale owner (in /status or its log), with
-	// kubelet 1.35 to 1.37.
+	// maxStale bounds the Node's replacement to the registrar naming the
+	// stale owner, with kubelet 1.35 to 1.37.
 	maxStale = 30 * time.Second
-	// backoffWindow and maxBackoffPublications: with kubelet 1.35 to 1.37
-	// the loss comes back after every registration; the registrar's
-	// wait before each publication doubles from 1 s, so that it publishes
-	// at most about five times in the 30 s after the replacement (1, 2,
-	// 4, 8, 16 s), where a registrar that did not back off would publish
-	// at each loss, every 2-3 s.
-	backoffWindow = 30 * time.Second
-	// staleStatusWait is how long after backoffWindow /status may take to
-	// name the stale owner: one publication's cycle (kubelet registers the
-	// driver again, creates the stale CSINode, the garbage collector
-	// deletes it) on a loaded node.
-	staleStatusWait        = 15 * time.Second
+	// With kubelet 1.35 to 1.37 the loss comes back after each
+	// registration; a registrar whose wait doubles from 1 s publishes about
+	// five times in backoffWindow, one without backoff every 2-3 s.
+	backoffWindow          = 30 * time.Second
 	maxBackoffPublications = 6
-	// maxRestartHeal is the longest from a kubelet restart to the driver
-	// in CSINode under the current Node and /status registered.
-	maxRestartHeal = 2 * time.Minute
-	// upstreamLostFor is how long 13c watches the driver stay out of
-	// CSINode with upstream's image: many times what the registrar under
-	// test takes to heal.
+	// staleStatusWait is one publication's cycle on a loaded node: how long
+	// after backoffWindow /status may take to name the stale owner.
+	staleStatusWait = 15 * time.Second
+	maxRestartHeal  = 2 * time.Minute
+	// upstreamLostFor is many times what this registrar takes to heal.
 	upstreamLostFor = 20 * time.Second
-	// statusPoll is how often the registrar's /status is read.
-	statusPoll = 20 * time.Millisecond
+	statusPoll      = 20 * time.Millisecond
 )
 
 // kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
-// Node UID it read at its start (1.35 to 1.37: nodeInfoManager's
-// CreateCSINode in v1.35.0, v1.36.0 and v1.37.1), rather than the current
-// Node's, which it reads when it creates one (v1.34.0, v1.33.13, v1.32.13,
-// v1.30.14) and, before it creates or deletes one, again from 1.38
-// (v1.38.0-beta.0). By minor number, so that a prerelease of 1.38 counts
-// as 1.38.
+// Node UID it read at its start (1.35 to 1.37, nodeInfoManager's
+// CreateCSINode) rather than the current Node's. By minor number, so that
+// a prerelease of 1.38 counts as 1.38.
 func (c *cluster) kubeletKeepsNodeUID() bool {
 	v := c.kubeletVersion
 	return v.Major() == 1 && v.Minor() >= 35 && v.Minor() <= 37
 }
 
-// confirmDaemonSetFor is check 8's hostpath DaemonSet under check 13's
-// name for rev, without a startup probe; this registrar's revision gets
-// deploy/csinode's flag and service account.
-func (s *suite) confirmDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
+// deployConfirm creates check 13's DaemonSet of rev, check 8's hostpath
+// DaemonSet without a startup probe (this registrar's with deploy/csinode's
+// flag and service account), and waits until its one pod is Ready and
+// CSINode lists the driver under the current Node. It returns the pod, the
+// Node's UID and how long that took.
+func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
 	o := own{name: confirmDaemonSet, hostpath: true, keepProbes: true}
 	if !rev.upstream() {
 		o.account, o.args = true, []string{"--confirm-csinode"}
 	}
-	return s.ownDaemonSet(rev, o)
-}
-
-func (s *suite) nodeUID(ctx context.Context) (types.UID, error) {
+	ds, err := s.ownDaemonSet(rev, o)
+	if err != nil {
+		return nil, "", 0, err
+	}
 	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
 	if err != nil {
-		return "", err
-	}
-	return node.UID, nil
-}
-
-// deployConfirm creates check 13's DaemonSet of rev and waits until its one
-// pod is Ready and CSINode lists the driver under the Node uid. It returns
-// the pod and how long that took.
-func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revision, uid types.UID) (*corev1.Pod, time.Duration, error) {
-	ds, err := s.confirmDaemonSetFor(rev)
-	if err != nil {
-		return nil, 0, err
+		return nil, "", 0, err
 	}
 	began := time.Now()
 	pod, _, err := s.deploy(ctx, ds, watch)
 	if err == nil {
-		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == uid }); !ok {
-			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, uid)
+		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == node.UID }); !ok {
+			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, node.UID)
 		}
 	}
 	if err != nil {
-		st, _ := registrarStatus(rev.port())
-		return nil, 0, fmt.Errorf("%v; the registrar's /status: %v", err, st)
+		_, said := statusOf(rev.port())
+		return nil, "", 0, fmt.Errorf("%v; the registrar's %s", err, said)
 	}
-	return pod, time.Since(began), nil
+	return pod, node.UID, time.Since(began), nil
 }
 
 // confirmed is a part of check 13 under way with this registrar: its pod,
 // Ready and registered under the Node uid, and the registrar's /status
-// before the loss and since, as polled until stopPoll.
+// before the loss and since.
 type confirmed struct {
-	uid      types.UID
-	pod      *corev1.Pod
-	tReady   time.Duration // from the DaemonSet's creation
-	before   *registrarState
-	tl       statusTimeline
-	stopPoll context.CancelFunc
-}
-
-// startConfirmed deploys revConfirm, checks that /status says registered,
-// and starts polling /status. The check's end must call end, also after
-// an error.
-func (s *suite) startConfirmed(ctx context.Context, watch *csiNodeWatch, id string) (c *confirmed, end func(), err error) {
-	pollCtx, stop := context.WithCancel(ctx)
-	c = &confirmed{stopPoll: stop}
-	end = func() {
-		stop()
-		s.removeConfirm(ctx, id)
-	}
-	if c.uid, err = s.nodeUID(ctx); err != nil {
-		return nil, end, err
-	}
-	if c.pod, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm, c.uid); err != nil {
-		return nil, end, err
-	}
-	c.before, err = registrarStatus(revConfirm.port())
-	if err != nil || c.before.State != "registered" {
-		return nil, end, fmt.Errorf("the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
-	}
-	go c.tl.poll(pollCtx, revConfirm.port())
-	return c, end, nil
+	uid    types.UID
+	pod    *corev1.Pod
+	tReady time.Duration // from the DaemonSet's creation
+	before *registrarState
+	tl     statusTimeline
 }
 
 // removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
-// deletes its DaemonSet and waits until its pod is gone and CSINode does
-// not list the driver.
+// deletes its DaemonSet and waits until the driver has left CSINode.
 func (s *suite) removeConfirm(ctx context.Context, id string) {
 	s.savePodLogs("13", confirmDaemonSet)
 	if err := s.removeDaemonSet(ctx, confirmDaemonSet, hostpathDriver); err != nil {
@@ -232,34 +154,35 @@ func (tl *statusTimeline) since(t time.Time) []statusEntry {
 	return out
 }
 
+// describe lists the changes from began on, the first most of them (0: all).
+func (tl *statusTimeline) describe(began time.Time, most int) []string {
+	var states []string
+	for _, e := range tl.since(began) {
+		if most > 0 && len(states) == most {
+			break
+		}
+		states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
+	}
+	return states
+}
+
 // healing is when, from a loss at began, CSINode listed the driver again
 // under the expected Node and /status said registered again; zero if not.
 type healing struct {
 	lostAt, csiNodeAt, statusAt time.Time
 }
 
-// timingSince records t's offset from began as a timing, if t is set.
-func (s *suite) timingSince(what string, began, t time.Time) {
-	if !t.IsZero() {
-		s.timing(what, t.Sub(began))
-	}
-}
-
-// since is t's offset from began, or "never".
-func since(began, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return "+" + ms(t.Sub(began))
+func (h healing) describe(began time.Time) string {
+	return fmt.Sprintf("driver out of CSINode %s → in CSINode again %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
 }
 
 // waitHealed waits up to bound for watch and tl to record, from began, the
 // driver out of CSINode, then in it again owned by uid, and /status other
-// than registered, then registered again. After a kubelet restart (lost),
-// both count as out from began.
-func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
+// than registered, then registered again, and records both times under
+// label. After a kubelet restart (lost), both count as out from began.
+func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
-	err := waitFor(ctx, what, bound, statusPoll, nil, func(context.Context) (bool, error) {
+	err := waitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
 		h = healing{}
 		if lost {
 			h.lostAt = began
@@ -283,6 +206,8 @@ func waitHealed(ctx context.Context, what string, watch *csiNodeWatch, tl *statu
 		}
 		return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero(), nil
 	})
+	s.timingSince(label+" → "+hostpathDriver+" in CSINode, owned by the current Node", began, h.csiNodeAt)
+	s.timingSince(label+" → /status registered", began, h.statusAt)
 	return h, err
 }
 
@@ -338,41 +263,6 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 	return fmt.Sprintf("%v; deleted → unpublished +%s", v, ms(u.tUnpublished)), true
 }
 
-// restarted lists the containers of pod that restarted, or changed since
-// pod was read.
-func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, st := range now.Status.ContainerStatuses {
-		was := containerStatus(pod, st.Name)
-		if st.RestartCount > 0 || was == nil || was.ContainerID != st.ContainerID {
-			out = append(out, fmt.Sprintf("%s: restartCount %d", st.Name, st.RestartCount))
-		}
-	}
-	return out, nil
-}
-
-// containerLog is a container's log of pod, as kubelet keeps it.
-func (s *suite) containerLog(pod *corev1.Pod, container string) string {
-	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
-}
-
-// readLogs reads the log files of a container's directory in kubelet's
-// pod logs, in order.
-func readLogs(dir string) string {
-	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	sort.Strings(files)
-	var b strings.Builder
-	for _, f := range files {
-		data, _ := os.ReadFile(f)
-		b.Write(data)
-	}
-	return b.String()
-}
-
 // checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
 	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
@@ -386,10 +276,7 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 		fmt.Sprintf("13c. upstream's image, CSINode deleted, then Node replaced: the driver stays out of CSINode for %s after each loss (no healing: the comparison)", upstreamLostFor),
 	}
 	if *hostpathMissing != "" {
-		for _, name := range names {
-			s.skip(name, *hostpathMissing)
-		}
-		return false
+		return s.skipAll(names, *hostpathMissing)
 	}
 	// Check 8's DaemonSet registers the same driver.
 	if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
@@ -418,110 +305,96 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 
 // checkCSINodeDeleted is check 13a.
 func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	c, end, err := s.startConfirmed(ctx, watch, "13a")
-	defer end()
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	uid, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
-
-	began := time.Now()
-	if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
-		return s.report(name, false, "delete CSINode: %v", err)
-	}
-	h, errHeal := waitHealed(ctx, "the driver in CSINode again and /status registered", watch, tl, began, uid, maxHeal, false)
-	after, errStatus := registrarStatus(revConfirm.port())
-	c.stopPoll()
-	s.timingSince("13a. CSINode deleted → "+hostpathDriver+" in CSINode again, owned by the current Node", began, h.csiNodeAt)
-	s.timingSince("13a. CSINode deleted → /status registered again", began, h.statusAt)
-	var states []string
-	for _, e := range tl.since(began) {
-		states = append(states, fmt.Sprintf("%s %s (%s)", since(began, e.at), e.state, e.reason))
-	}
-	if errHeal != nil || errStatus != nil {
-		return s.report(name, false, "%v; driver out of CSINode %s, back %s, /status registered %s; /status since the deletion: %v; now: %v (%v)",
-			errHeal, since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt), states, after, errStatus)
-	}
-	republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]
-	volume, volumeOK := s.runsVolumePod(ctx, "csinode-13a")
-	restarts, err := s.restarted(ctx, pod)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	ok := republished >= 1 && volumeOK && len(restarts) == 0
-	return s.report(name, ok, "DaemonSet created → pod Ready, driver in CSINode +%s; CSINode deleted → driver out of CSINode %s → in CSINode again under Node %s %s, /status registered %s; csinode-lost publications: %d (want at least 1); /status since the deletion: %v; %s; container restarts: %v",
-		ms(tReady), since(began, h.lostAt), uid, since(began, h.csiNodeAt), since(began, h.statusAt), republished, states, volume, restarts)
+	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, []string) {
+		if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+			return "", []string{"delete CSINode: " + err.Error()}
+		}
+		h, err := s.waitHealed(ctx, "13a. CSINode deleted", watch, &c.tl, began, c.uid, maxHeal, false)
+		saw := fmt.Sprintf("CSINode deleted → %s under Node %s; /status since the deletion: %v", h.describe(began), c.uid, c.tl.describe(began, 0))
+		if err != nil {
+			return saw, []string{err.Error()}
+		}
+		return saw, nil
+	})
 }
 
 // checkNodeReplaced is check 13b.
 func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	c, end, err := s.startConfirmed(ctx, watch, "13b")
-	defer end()
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	oldUID, pod, tReady, before, tl := c.uid, c.pod, c.tReady, c.before, &c.tl
-
-	began := time.Now()
-	node, err := s.replaceNode(ctx)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	newUID := node.UID
-	replacement := fmt.Sprintf("DaemonSet created → pod Ready, driver in CSINode +%s; Node %s deleted, created again as %s +%s", ms(tReady), oldUID, newUID, ms(time.Since(began)))
-	var problems []string
-	if !s.kubeletKeepsNodeUID() {
-		h, err := waitHealed(ctx, "the driver in CSINode again under the new Node and /status registered", watch, tl, began, newUID, maxHeal, false)
-		s.timingSince("13b. Node replaced → "+hostpathDriver+" in CSINode again, owned by the new Node", began, h.csiNodeAt)
-		s.timingSince("13b. Node replaced → /status registered again", began, h.statusAt)
-		replacement += fmt.Sprintf(" → driver out of CSINode (the garbage collector) %s → in CSINode again under the new Node %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
+	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, []string) {
+		node, err := s.replaceNode(ctx)
 		if err != nil {
-			problems = append(problems, err.Error())
+			return "", []string{err.Error()}
 		}
-	} else {
-		replacement += s.staleOwner(ctx, watch, tl, pod, began, before.Publications["csinode-lost"], oldUID, &problems)
+		saw := fmt.Sprintf("Node %s deleted, created again as %s +%s", c.uid, node.UID, ms(time.Since(began)))
+		var problems []string
+		if !s.kubeletKeepsNodeUID() {
+			h, err := s.waitHealed(ctx, "13b. Node replaced", watch, &c.tl, began, node.UID, maxHeal, false)
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
+			return saw + " → (the garbage collector) " + h.describe(began) + " under the new Node", problems
+		}
+		saw += s.staleOwner(ctx, watch, c, began, &problems)
 		if ctx.Err() == nil {
-			replacement += s.healedByRestart(ctx, watch, tl, newUID, &problems)
+			saw += s.healedByRestart(ctx, watch, &c.tl, node.UID, &problems)
 		}
+		return saw, problems
+	})
+}
+
+// checkConfirmedLoss runs a part of check 13 with this registrar: lose
+// takes the driver's registration away and says what followed; then the
+// registrar must have published its socket again, no container restarted,
+// and an inline-volume pod must run.
+func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, []string)) bool {
+	defer s.removeConfirm(ctx, id)
+	c := &confirmed{}
+	var err error
+	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
+		return s.report(name, false, "%v", err)
 	}
+	if c.before, err = registrarStatus(revConfirm.port()); err != nil || c.before.State != "registered" {
+		return s.report(name, false, "the pod Ready and the driver in CSINode, but the registrar's /status: %v (%v)", c.before, err)
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go c.tl.poll(pollCtx, revConfirm.port())
+	saw, problems := lose(c, time.Now())
 	after, errStatus := registrarStatus(revConfirm.port())
-	c.stopPoll()
+	stopPoll()
+	republished := uint64(0)
 	if errStatus != nil {
 		problems = append(problems, "/status: "+errStatus.Error())
-	} else if republished := after.Publications["csinode-lost"] - before.Publications["csinode-lost"]; republished < 1 {
+	} else if republished = after.Publications["csinode-lost"] - c.before.Publications["csinode-lost"]; republished < 1 {
 		problems = append(problems, "no csinode-lost publication")
 	}
-	restarts, err := s.restarted(ctx, pod)
-	if err != nil {
-		return s.report(name, false, "%s; %v", replacement, err)
-	}
-	if len(restarts) > 0 {
-		problems = append(problems, fmt.Sprintf("containers restarted: %v", restarts))
+	restarts, err := s.restarted(ctx, c.pod)
+	if err != nil || len(restarts) > 0 {
+		problems = append(problems, fmt.Sprintf("containers restarted: %v (%v)", restarts, err))
 	}
 	if err := s.waitNodeStatus(ctx); err != nil {
 		problems = append(problems, err.Error())
 	}
-	volume, volumeOK := s.runsVolumePod(ctx, "csinode-13b")
+	volume, volumeOK := s.runsVolumePod(ctx, "csinode-"+id)
 	if !volumeOK {
 		problems = append(problems, "the volume pod did not run")
 	}
-	return s.report(name, len(problems) == 0, "%s; %v; %s; problems: %d %v", replacement, after, volume, len(problems), problems)
+	return s.report(name, len(problems) == 0, "DaemonSet created → pod Ready, driver in CSINode +%s; %s; now %v; csinode-lost publications: %d (want at least 1); %s; container restarts: %v; problems: %d %v",
+		ms(c.tReady), saw, after, republished, volume, restarts, len(problems), problems)
 }
 
 // staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
 // restart. It returns what it saw and adds what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, pod *corev1.Pod, began time.Time, lostBefore uint64, oldUID types.UID, problems *[]string) string {
-	// The registrar finds the stale owner: /status names it, or, as the
-	// garbage collector deletes the stale CSINode within milliseconds,
-	// often between two polls, the registrar's log does.
-	namesOld := func(e statusEntry) bool {
-		return e.state == "unconfirmed" && strings.Contains(e.reason, string(oldUID))
-	}
+func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirmed, began time.Time, problems *[]string) string {
+	oldUID := string(c.uid)
+	namesOld := func(state, reason string) bool { return state == "unconfirmed" && strings.Contains(reason, oldUID) }
+	// The garbage collector deletes the stale CSINode within milliseconds,
+	// often between two polls of /status: the registrar's log counts too.
 	var logAt time.Time
-	err := waitFor(ctx, "the registrar naming the old Node's UID "+string(oldUID)+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		logAt = firstLogLine(s.containerLog(pod, registrarName), string(oldUID))
-		return !logAt.IsZero() || slices.ContainsFunc(tl.since(began), namesOld), nil
+	err := waitFor(ctx, "the registrar naming the old Node's UID "+oldUID+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
+		logAt = firstLogLine(s.containerLog(c.pod, registrarName), oldUID)
+		return !logAt.IsZero() || slices.ContainsFunc(c.tl.since(began), func(e statusEntry) bool { return namesOld(e.state, e.reason) }), nil
 	})
 	if err != nil {
 		*problems = append(*problems, err.Error())
@@ -532,43 +405,72 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 	case <-time.After(time.Until(began.Add(backoffWindow))):
 	}
 	windowEnd := time.Now()
-	var statusAt time.Time
-	polls := 0
-	for _, e := range tl.since(began) {
-		if namesOld(e) {
-			polls++
-			if statusAt.IsZero() {
-				statusAt = e.at
-			}
-		}
-	}
+	w := c.tl.window(began, windowEnd, c.before.Publications["csinode-lost"], namesOld)
 	s.timingSince("13b. Node replaced → the registrar logs the stale owner", began, logAt)
-	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, statusAt)
-	// What a user reading /status is told: the replaced Node, as long as
-	// the driver is not usable. Read from the window's end until it says
-	// so, for a publication's cycle at most: right after a publication
-	// it says that it waits for kubelet, for as long as kubelet takes.
-	var final *registrarState
-	errFinal := waitFor(ctx, "/status naming the stale owner "+string(oldUID)+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
+	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, w.namedAt)
+	// What a user reading /status is told once the window is over: right
+	// after a publication it says that it waits for kubelet, so it is read
+	// until it names the replaced Node, for a publication's cycle at most.
+	finalSaid := "nothing"
+	errFinal := waitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
 		st, err := registrarStatus(revConfirm.port())
 		if err != nil {
 			return false, err
 		}
-		final = st
-		return final.State == "unconfirmed" && strings.Contains(final.Reason, string(oldUID)), nil
+		finalSaid = fmt.Sprintf("%s (%s)", st.State, st.Reason)
+		return namesOld(st.State, st.Reason), nil
 	})
-	finalSaid := "nothing"
-	if final != nil {
-		finalSaid = fmt.Sprintf("%s (%s)", final.State, final.Reason)
-	}
 	if errFinal != nil {
 		*problems = append(*problems, fmt.Sprintf("from %s after the replacement, /status said %s for %s: it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart (%v)", ms(windowEnd.Sub(began)), finalSaid, staleStatusWait, oldUID, errFinal))
 	}
-	// kubelet's CSINode under the old Node, and the garbage collector's
-	// deletion of it, as the watch saw them.
+	if w.publications > maxBackoffPublications {
+		*problems = append(*problems, fmt.Sprintf("%d publications again in %s: no backoff", w.publications, backoffWindow))
+	}
+	if w.registered {
+		*problems = append(*problems, "/status said registered while CSINode was owned by a deleted Node")
+	}
+	return fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
+		staleCSINodes(watch, began, windowEnd, c.uid), since(began, logAt), since(began, w.namedAt), w.named, statusPoll, ms(windowEnd.Sub(began)), finalSaid, w.publications, maxBackoffPublications, w.registered, c.tl.describe(began, 12))
+}
+
+// statusWindow is what /status said in a window after a loss: when it first
+// named the stale owner and in how many polls, the csinode-lost
+// publications, and whether it said registered again after leaving it.
+type statusWindow struct {
+	namedAt      time.Time
+	named        int
+	publications uint64
+	registered   bool
+}
+
+func (tl *statusTimeline) window(from, to time.Time, lostBefore uint64, names func(state, reason string) bool) statusWindow {
+	var w statusWindow
+	lost, out := lostBefore, false
+	for _, e := range tl.since(from) {
+		if e.at.After(to) {
+			break
+		}
+		if names(e.state, e.reason) {
+			w.named++
+			if w.namedAt.IsZero() {
+				w.namedAt = e.at
+			}
+		}
+		lost = e.lost
+		out = out || e.state != "registered"
+		w.registered = w.registered || (out && e.state == "registered")
+	}
+	w.publications = lost - lostBefore
+	return w
+}
+
+// staleCSINodes lists, as the watch saw them from began to end, kubelet's
+// CSINodes under the old Node's UID and how long each lived until the
+// garbage collector deleted it.
+func staleCSINodes(watch *csiNodeWatch, began, end time.Time, oldUID types.UID) []string {
 	var stale []string
 	var staleFrom time.Time
-	for _, r := range watch.between(began, windowEnd) {
+	for _, r := range watch.between(began, end) {
 		switch {
 		case r.registered && r.owner == oldUID && staleFrom.IsZero():
 			staleFrom = r.at
@@ -577,31 +479,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, tl *statusT
 			staleFrom = time.Time{}
 		}
 	}
-	lost := lostBefore
-	var out, registered bool
-	for _, e := range tl.since(began) {
-		if e.at.After(windowEnd) {
-			break
-		}
-		lost = e.lost
-		out = out || e.state != "registered"
-		registered = registered || (out && e.state == "registered")
-	}
-	publications := lost - lostBefore
-	if publications > maxBackoffPublications {
-		*problems = append(*problems, fmt.Sprintf("%d publications again in %s: no backoff", publications, backoffWindow))
-	}
-	if registered {
-		*problems = append(*problems, "/status said registered while CSINode was owned by a deleted Node")
-	}
-	var states []string
-	for _, e := range tl.since(began) {
-		if len(states) < 12 {
-			states = append(states, fmt.Sprintf("%s %s (%s) csinode-lost %d", since(began, e.at), e.state, e.reason, e.lost))
-		}
-	}
-	return fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
-		stale, since(began, logAt), since(began, statusAt), polls, statusPoll, ms(windowEnd.Sub(began)), finalSaid, publications, maxBackoffPublications, registered, states)
+	return stale
 }
 
 // healedByRestart restarts kubelet, which then creates CSINode under the
@@ -613,12 +491,10 @@ func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *st
 		*problems = append(*problems, "restarting kubelet: "+err.Error())
 		return ""
 	}
-	h, err := waitHealed(ctx, "after kubelet's restart, the driver in CSINode under the current Node and /status registered", watch, tl, restartAt, newUID, maxRestartHeal, true)
+	h, err := s.waitHealed(ctx, "13b. kubelet restarted", watch, tl, restartAt, newUID, maxRestartHeal, true)
 	if err != nil {
 		*problems = append(*problems, err.Error())
 	}
-	s.timingSince("13b. kubelet restarted → "+hostpathDriver+" in CSINode under the new Node", restartAt, h.csiNodeAt)
-	s.timingSince("13b. kubelet restarted → /status registered", restartAt, h.statusAt)
 	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
@@ -664,54 +540,57 @@ func staysLost(ctx context.Context, watch *csiNodeWatch, began time.Time) (strin
 
 // checkUpstreamStaysLost is check 13c.
 func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	var parts []string
-	var problems []string
+	var parts, problems []string
 	for _, part := range []string{"CSINode deleted", "Node replaced"} {
-		uid, err := s.nodeUID(ctx)
+		line, partProblems, err := s.upstreamLoss(ctx, watch, part)
 		if err != nil {
-			return s.report(name, false, "%v", err)
-		}
-		pod, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream, uid)
-		if err != nil {
-			s.removeConfirm(ctx, "13c")
 			return s.report(name, false, "%s: %v", part, err)
 		}
-		began := time.Now()
-		if part == "CSINode deleted" {
-			err = s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
-		} else {
-			_, err = s.replaceNode(ctx)
-		}
-		if err != nil {
-			s.removeConfirm(ctx, "13c")
-			return s.report(name, false, "%s: %v", part, err)
-		}
-		lost, ok := staysLost(ctx, watch, began)
-		if !ok {
-			problems = append(problems, part+": "+lost)
-		}
-		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", revConfirmUpstream.port()))
-		line := fmt.Sprintf("%s: DaemonSet created → pod Ready, driver in CSINode +%s; then %s; upstream's /healthz then %d %q", part, ms(tReady), lost, code, body)
-		if restarts, err := s.restarted(ctx, pod); err == nil && len(restarts) > 0 {
-			problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
-		}
-		if part == "Node replaced" && s.kubeletKeepsNodeUID() {
-			// Otherwise kubelet would create every CSINode under the
-			// deleted Node until the run ends.
-			restartAt := time.Now()
-			if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
-				problems = append(problems, "restarting kubelet: "+err.Error())
-			} else {
-				back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
-				again := fmt.Sprintf("not within %s", maxRestartHeal)
-				if ok {
-					again = "+" + ms(back.at.Sub(restartAt))
-				}
-				line += "; kubelet restarted (logs/kubelet-13c.log): kubelet registers the driver again, CSINode lists it " + again
-			}
-		}
-		parts = append(parts, line)
-		s.removeConfirm(ctx, "13c")
+		parts, problems = append(parts, line), append(problems, partProblems...)
 	}
 	return s.report(name, len(problems) == 0, "%s; problems: %d %v", strings.Join(parts, "; "), len(problems), problems)
+}
+
+// upstreamLoss is a part of check 13c: upstream's image loses the driver's
+// registration as part says, and must not heal.
+func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part string) (string, []string, error) {
+	defer s.removeConfirm(ctx, "13c")
+	pod, _, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream)
+	if err != nil {
+		return "", nil, err
+	}
+	began := time.Now()
+	if part == "CSINode deleted" {
+		err = s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+	} else {
+		_, err = s.replaceNode(ctx)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	var problems []string
+	lost, ok := staysLost(ctx, watch, began)
+	if !ok {
+		problems = append(problems, part+": "+lost)
+	}
+	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", revConfirmUpstream.port()))
+	line := fmt.Sprintf("%s: DaemonSet created → pod Ready, driver in CSINode +%s; then %s; upstream's /healthz then %d %q", part, ms(tReady), lost, code, body)
+	if restarts, err := s.restarted(ctx, pod); err == nil && len(restarts) > 0 {
+		problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
+	}
+	if part == "Node replaced" && s.kubeletKeepsNodeUID() {
+		// Otherwise kubelet would create every CSINode under the
+		// deleted Node until the run ends.
+		restartAt := time.Now()
+		if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
+			return line, append(problems, "restarting kubelet: "+err.Error()), nil
+		}
+		back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
+		again := fmt.Sprintf("not within %s", maxRestartHeal)
+		if ok {
+			again = "+" + ms(back.at.Sub(restartAt))
+		}
+		line += "; kubelet restarted (logs/kubelet-13c.log): kubelet registers the driver again, CSINode lists it " + again
+	}
+	return line, problems, nil
 }

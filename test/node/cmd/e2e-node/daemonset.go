@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,15 +30,15 @@ const (
 	registrarName   = "node-driver-registrar"
 	driverContainer = "csi-driver"
 	revisionKey     = "e2e-node/revision"
+	// driverSocket is deploy/'s driver socket, which every revision of the
+	// test driver shares: it replaces the old socket atomically and removes
+	// it on exit only if it is still its own, as deploy/README.md asks.
+	driverSocket = "csi.sock"
 )
 
-// revision is what differs between the DaemonSet's templates.
-// hostNetwork (there is no CNI here) puts both pods of a maxSurge update in
-// one network namespace, so each revision has its own HTTP port, except
-// check 4d's, which share one as a real hostNetwork DaemonSet's revisions
-// do. All revisions share the driver's socket, as a real DaemonSet's do: the
-// test driver replaces the old socket atomically and removes it on exit only
-// if it is still its own, as deploy/README.md asks drivers to.
+// revision is what differs between the DaemonSet's templates. hostNetwork
+// (there is no CNI here) puts both pods of a maxSurge update in one network
+// namespace, so each revision has its own HTTP port, except check 4d's.
 type revision int
 
 // The revisions of check 4d: this registrar on one HTTP port, before and
@@ -57,8 +58,6 @@ func (r revision) port() int32 {
 	}
 	return 9808 + int32(r)
 }
-
-func (r revision) socket() string { return "csi.sock" }
 
 // The revisions of checks 4b and 4c: a new DaemonSet of this registrar
 // (check 3 deleted the first), rolled to upstream's image and back.
@@ -102,14 +101,11 @@ func upstreamArgs(args []string) ([]string, error) {
 	return kept, nil
 }
 
-// daemonSet reads deploy/daemonset.yaml and adapts it to this node: local
-// images never pulled, host network, kubelet's root directory under the
-// scratch directory, the test driver's arguments. The registrar container's
-// probes, security context and resources are kept as they are, and an exec
-// startup probe with the legacy probe mode is added.
-func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error) {
-	file := filepath.Join(repo, "deploy", "daemonset.yaml")
-	data, err := os.ReadFile(file)
+// daemonSet is deploy/daemonset.yaml adapted to this node and to rev; the
+// registrar's probes, security context and resources are kept as they are.
+func (s *suite) daemonSet(rev revision) (*appsv1.DaemonSet, error) {
+	const file = "deploy/daemonset.yaml"
+	data, err := os.ReadFile(filepath.Join(s.repo, file))
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +119,7 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 	pod.HostNetwork = true
 	pod.DNSPolicy = corev1.DNSDefault
 	pod.AutomountServiceAccountToken = new(bool)
-	kubeletDir := c.path("kubelet")
+	kubeletDir := s.path("kubelet")
 	driverDir := filepath.Join(kubeletDir, "plugins", driverName)
 	for i := range pod.Volumes {
 		if hp := pod.Volumes[i].HostPath; hp == nil {
@@ -135,67 +131,74 @@ func (c *cluster) daemonSet(repo string, rev revision) (*appsv1.DaemonSet, error
 		}
 	}
 	reg, drv := container(pod, registrarName), container(pod, driverContainer)
-	if reg == nil || drv == nil {
+	switch {
+	case reg == nil || drv == nil:
 		return nil, fmt.Errorf("%s: want containers %q and %q", file, registrarName, driverContainer)
+	case !slices.Contains(reg.Args, "--csi-address=/csi/"+driverSocket):
+		return nil, fmt.Errorf("%s: the registrar's arguments no longer contain --csi-address=/csi/%s; adapt test/node", file, driverSocket)
+	case len(reg.Ports) != 1 || reg.Ports[0].Name != "healthz":
+		return nil, fmt.Errorf("%s: the registrar container should have one port, healthz", file)
+	case reg.LivenessProbe == nil || reg.ReadinessProbe == nil:
+		return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
 	}
 	for i := range pod.Containers {
 		pod.Containers[i].ImagePullPolicy = corev1.PullNever
 	}
 	drv.Image = driverImage
-	drv.Args = []string{"--endpoint=/csi/" + rev.socket(), "--name=" + driverName, "--node-id=csi-$(KUBE_NODE_NAME)"}
+	drv.Args = []string{"--endpoint=/csi/" + driverSocket, "--name=" + driverName, "--node-id=csi-$(KUBE_NODE_NAME)"}
 	reg.Image = registrarImage
-	if err := replaceArg(reg.Args, "--csi-address=/csi/csi.sock", "--csi-address=/csi/"+rev.socket()); err != nil {
-		return nil, err
-	}
 	if err := replaceArg(reg.Args, "--http-endpoint=:9809", fmt.Sprintf("--http-endpoint=:%d", rev.port())); err != nil {
 		return nil, err
 	}
-	setEnv(reg, "DRIVER_REG_SOCK_PATH", filepath.Join(driverDir, rev.socket()))
-	if len(reg.Ports) != 1 || reg.Ports[0].Name != "healthz" {
-		return nil, fmt.Errorf("%s: the registrar container should have one port, healthz", file)
-	}
+	setEnv(reg, "DRIVER_REG_SOCK_PATH", filepath.Join(driverDir, driverSocket))
 	reg.Ports[0].ContainerPort, reg.Ports[0].HostPort = rev.port(), rev.port()
-	if reg.LivenessProbe == nil || reg.ReadinessProbe == nil {
-		return nil, fmt.Errorf("%s: the registrar container has lost its liveness or readiness probe", file)
-	}
-	if rev.sharesPort() {
-		if err := dropHostPort(reg, rev.port()); err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-	}
-	if rev == revNodeGate {
-		withAccount(pod, reg)
-		reg.Args = append(reg.Args, "--remove-node-taint="+startupTaint, "--node-condition")
-	}
-	if rev.upstream() {
-		reg.Image = upstreamImage
-		if reg.Args, err = upstreamArgs(reg.Args); err != nil {
-			return nil, err
-		}
-		// Upstream serves /healthz only: 200 once a socket at the path
-		// answers GetInfo for the driver. As readiness it holds the old
-		// pod until upstream has bound its socket.
-		if reg.ReadinessProbe.HTTPGet == nil {
-			return nil, fmt.Errorf("%s: the registrar's readiness probe is no longer httpGet; adapt test/node", file)
-		}
-		reg.ReadinessProbe.HTTPGet.Path = "/healthz"
-	}
 	// Old manifests' liveness probe, here as a startup probe so the HTTP
 	// liveness probe stays: kubelet runs it with a runtime exec. Without
 	// --kubelet-registration-path it exits 1, in both registrars;
 	// upstream's manifests pass it.
 	reg.StartupProbe = &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-			Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe", "--kubelet-registration-path=" + filepath.Join(driverDir, rev.socket())},
+			Command: []string{"/csi-node-driver-registrar", "--mode=kubelet-registration-probe", "--kubelet-registration-path=" + filepath.Join(driverDir, driverSocket)},
 		}},
 		PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 30,
 	}
+	if err := s.withRevision(ds, reg, rev); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
 	if rev == revDriverLiveness {
-		if err := withDriverLiveness(repo, ds); err != nil {
-			return nil, err
-		}
+		return ds, withDriverLiveness(s.repo, ds)
 	}
 	return ds, nil
+}
+
+// withRevision adapts the registrar container reg of ds to the checks'
+// revisions that differ from the others: check 4d's shared port, check
+// 9's node gate, upstream's image.
+func (s *suite) withRevision(ds *appsv1.DaemonSet, reg *corev1.Container, rev revision) error {
+	var err error
+	if rev.sharesPort() {
+		if err := dropHostPort(reg, rev.port()); err != nil {
+			return err
+		}
+	}
+	if rev == revNodeGate {
+		withAccount(&ds.Spec.Template.Spec, reg)
+		reg.Args = append(reg.Args, "--remove-node-taint="+startupTaint, "--node-condition")
+	}
+	if rev.upstream() {
+		reg.Image = upstreamImage
+		if reg.Args, err = upstreamArgs(reg.Args); err != nil {
+			return err
+		}
+		// Upstream serves /healthz only: 200 once a socket at the path
+		// answers GetInfo for the driver. As readiness it holds the old
+		// pod until upstream has bound its socket.
+		if reg.ReadinessProbe.HTTPGet == nil {
+			return fmt.Errorf("the registrar's readiness probe is no longer httpGet; adapt test/node")
+		}
+		reg.ReadinessProbe.HTTPGet.Path = "/healthz"
+	}
+	return nil
 }
 
 // container returns the pod's container name, or nil.
@@ -242,9 +245,8 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 	return nil
 }
 
-// deploy creates ds, or gives the one that exists ds's template, and waits
-// until its one pod, of ds's revision, is Ready and watch sees the driver
-// in CSINode. It returns the pod and how long that took.
+// deploy creates ds or updates its template, and waits until its one pod,
+// of ds's revision, is Ready and watch sees the driver in CSINode.
 func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNodeWatch) (*corev1.Pod, time.Duration, error) {
 	began := time.Now()
 	rev := ds.Spec.Template.Annotations[revisionKey]
@@ -274,10 +276,8 @@ func (s *suite) deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *csiNode
 	return pod, time.Since(began), err
 }
 
-// setTemplate gives the DaemonSet name the pod template tmpl. The
-// DaemonSet controller writes its status meanwhile, so an update that
-// conflicts with it reads the DaemonSet again and tries again. It returns
-// the DaemonSet as updated.
+// setTemplate gives the DaemonSet name the pod template tmpl, again on a
+// conflict with the DaemonSet controller's status writes.
 func (s *suite) setTemplate(ctx context.Context, name string, tmpl corev1.PodTemplateSpec) (*appsv1.DaemonSet, error) {
 	var updated *appsv1.DaemonSet
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -310,7 +310,7 @@ type own struct {
 // ownDaemonSet is deploy/daemonset.yaml adapted as for the test driver
 // (daemonSet), then as o says.
 func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
-	ds, err := s.daemonSet(s.repo, rev)
+	ds, err := s.daemonSet(rev)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
 	ds.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	pod := &ds.Spec.Template.Spec
 	reg, drv := container(pod, registrarName), container(pod, driverContainer)
-	socket := rev.socket()
+	socket := driverSocket
 	if o.hostpath {
 		o.driver, socket = hostpathDriver, hostpathSocket(rev)
 		if err := s.withHostpath(pod, reg, drv, rev); err != nil {
@@ -356,6 +356,30 @@ func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
 		reg.Args = append(reg.Args, "--events")
 	}
 	return ds, nil
+}
+
+// createOwn creates a check's own DaemonSet ds, with a watch of its
+// driver in CSINode. end keeps the pods' logs (in _logs/pod-logs-<check>/),
+// deletes the DaemonSet and waits until the driver has left CSINode; it
+// acts once and returns what it returned then.
+func (s *suite) createOwn(ctx context.Context, check string, ds *appsv1.DaemonSet, driver string) (watch *csiNodeWatch, end func() error, err error) {
+	watch, stopWatch := s.startWatch(ctx, driver)
+	var once sync.Once
+	var endErr error
+	end = func() error {
+		once.Do(func() {
+			defer stopWatch()
+			s.savePodLogs(check, ds.Name)
+			if endErr = s.removeDaemonSet(ctx, ds.Name, driver); endErr != nil {
+				fmt.Printf("e2e-node: check %s: %v\n", check, endErr)
+			}
+		})
+		return endErr
+	}
+	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		return watch, end, fmt.Errorf("create DaemonSet %s: %w", ds.Name, err)
+	}
+	return watch, end, nil
 }
 
 // removeDaemonSet deletes a check's DaemonSet and waits until its pods

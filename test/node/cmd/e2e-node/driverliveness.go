@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,11 +34,8 @@ const (
 )
 
 // withDriverLiveness adapts a revision's DaemonSet as the component
-// deploy/driver-liveness/ does: --driver-health-endpoint on the
-// registrar, and on the driver container the component's liveness probe,
-// on the port by number (with hostNetwork a declared port is a host port,
-// which would keep the new pod of a maxSurge update Pending). The test
-// driver reads its Probe answer from probeFile.
+// deploy/driver-liveness/ does, its probe on the port by number (see
+// dropHostPort); the test driver reads its Probe answer from probeFile.
 func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	file := filepath.Join(repo, "deploy", "driver-liveness", "driver-liveness-probe.yaml")
 	data, err := os.ReadFile(file)
@@ -94,16 +93,9 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	for _, c := range pod.Spec.Containers {
 		images = append(images, c.Name+"="+c.Image)
 	}
-	if len(pod.Spec.Containers) != 2 || strings.Contains(strings.Join(images, " "), "livenessprobe") {
+	if len(pod.Spec.Containers) != 2 || strings.Contains(strings.Join(images, " "), "livenessprobe") || containerStatus(pod, driverContainer) == nil {
 		return s.report(name, false, "pod %s runs %v: want the driver and the registrar only", s.podName, images)
 	}
-	registrarBefore := containerStatus(pod, registrarName)
-	driverBefore := containerStatus(pod, driverContainer)
-	if registrarBefore == nil || driverBefore == nil {
-		return s.report(name, false, "pod %s lacks a container status", s.podName)
-	}
-
-	// kubelet's liveness probe of the driver passes through the registrar.
 	counts, err := waitProbes(ctx, "kubelet's liveness probe of the driver passed", driverContainer, s.podName, func(counts map[string]float64) bool {
 		return counts["Liveness/successful"] >= 1
 	})
@@ -115,64 +107,81 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 
 	// The registrar's readiness is polled throughout: the driver's
 	// failing probe and its restart must not touch the registration.
-	began := time.Now()
 	stopPolling := pollNotReady(ctx, revDriverLiveness.port())
 	defer stopPolling()
-
-	if err := setAnswer("not-ready"); err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	var tRestarted time.Duration
-	var lastBody string
-	driverHealthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)
-	_, err = s.waitPod(ctx, s.podName, "kubelet restarted the not-ready driver", 3*time.Minute, func(p *corev1.Pod) bool {
-		if _, body := get(driverHealthz); body != "" {
-			lastBody = body
-		}
-		st := containerStatus(p, driverContainer)
-		tRestarted = time.Since(began)
-		return st != nil && st.RestartCount > driverBefore.RestartCount
-	})
-	if err != nil {
-		return s.report(name, false, "%v; the driver health endpoint last answered %q", err, lastBody)
-	}
-	failedCounts, _ := probeCounts(driverContainer)
-	if err := setAnswer("ready"); err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	// The restarted driver is probed again, and passes.
-	var driverAfter *corev1.ContainerStatus
-	final, err := s.waitPod(ctx, s.podName, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
-		driverAfter = containerStatus(p, driverContainer)
-		all, _ := probeCounts(driverContainer)
-		code, _ := get(driverHealthz)
-		return driverAfter != nil && driverAfter.State.Running != nil && code == http.StatusOK &&
-			all[s.podName]["Liveness/successful"] > failedCounts[s.podName]["Liveness/successful"]
-	})
+	d, err := s.restartNotReadyDriver(ctx, pod, setAnswer)
 	notReady := stopPolling()
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	end := time.Now()
-	registrarAfter := containerStatus(final, registrarName)
-	registrarCounts, err := probeCounts(registrarName)
-	if err != nil {
+	restarts, err := s.restarted(ctx, pod)
+	registrarCounts, errCounts := probeCounts(registrarName)
+	if err = errors.Join(err, errCounts); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	var deregistrations []string
-	for _, g := range s.watch.gaps(r.began, end) {
-		deregistrations = append(deregistrations, "+"+ms(g.from.Sub(r.began)))
-	}
+	sameRegistrar := !slices.ContainsFunc(restarts, func(r string) bool { return strings.HasPrefix(r, registrarName+":") })
+	deregistrations := describeGaps(s.watch.gaps(r.began, d.end), r.began)
 	registered, _ := s.watch.now()
-	driverFailed := failedCounts[s.podName]["Liveness/failed"]
-	sameRegistrar := registrarAfter != nil && registrarAfter.ContainerID == registrarBefore.ContainerID && registrarAfter.RestartCount == registrarBefore.RestartCount
-	ok := driverFailed >= 1 && strings.Contains(lastBody, "driver responded but is not ready") &&
+	ok := d.failed >= 1 && strings.Contains(d.lastBody, "driver responded but is not ready") &&
 		sameRegistrar && len(deregistrations) == 0 && registered.registered && len(notReady) == 0 &&
 		registrarCounts[s.podName]["Liveness/failed"] == 0 && !strings.HasSuffix(probesOK, "missing")
-	return s.report(name, ok, "%v; pod %s: %v; before: kubelet's driver liveness %v ok, registrar metric %s; driver turned not-ready at +0s, its /healthz answered %q, kubelet counted %v failed liveness probes and restarted it at +%s (restartCount %d -> %d), ready again and its liveness probe passing at +%s; registrar: same container %v, restartCount %d, its liveness failures %v, /readyz not 200: %d %v; CSINode deregistrations from the rollout on: %d %v, registered at the end %v",
-		r, s.podName, images, counts["Liveness/successful"], probesOK, lastBody, driverFailed, ms(tRestarted),
-		driverBefore.RestartCount, driverAfter.RestartCount, ms(end.Sub(began)), sameRegistrar, registrarAfter.RestartCount,
+	return s.report(name, ok, "%v; pod %s: %v; before: kubelet's driver liveness %v ok, registrar metric %s; %s; registrar: same container %v (restarted or replaced: %v), its liveness failures %v, /readyz not 200: %d %v; CSINode deregistrations from the rollout on: %d %v, registered at the end %v",
+		r, s.podName, images, counts["Liveness/successful"], probesOK, d, sameRegistrar, restarts,
 		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.registered)
+}
+
+// driverRestart is what check 7 saw from turning the driver not ready until
+// kubelet had restarted it and its liveness probe passed again.
+type driverRestart struct {
+	began, end    time.Time
+	lastBody      string  // the driver health endpoint's last answer while not ready
+	failed        float64 // kubelet's failed liveness probes of the driver
+	tRestarted    time.Duration
+	before, after int32 // the driver's restartCount
+}
+
+func (d *driverRestart) String() string {
+	return fmt.Sprintf("driver turned not-ready at +0s, its /healthz answered %q, kubelet counted %v failed liveness probes and restarted it at +%s (restartCount %d -> %d), ready again and its liveness probe passing at +%s",
+		d.lastBody, d.failed, ms(d.tRestarted), d.before, d.after, ms(d.end.Sub(d.began)))
+}
+
+// restartNotReadyDriver turns the driver of pod not ready, waits for
+// kubelet to restart it, turns it ready and waits for its liveness probe
+// to pass again.
+func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setAnswer func(string) error) (*driverRestart, error) {
+	d := &driverRestart{began: time.Now(), before: containerStatus(pod, driverContainer).RestartCount}
+	if err := setAnswer("not-ready"); err != nil {
+		return nil, err
+	}
+	driverHealthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", driverHealthPort)
+	_, err := s.waitPod(ctx, pod.Name, "kubelet restarted the not-ready driver", 3*time.Minute, func(p *corev1.Pod) bool {
+		if _, body := get(driverHealthz); body != "" {
+			d.lastBody = body
+		}
+		st := containerStatus(p, driverContainer)
+		d.tRestarted = time.Since(d.began)
+		return st != nil && st.RestartCount > d.before
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%v; the driver health endpoint last answered %q", err, d.lastBody)
+	}
+	failedCounts, _ := probeCounts(driverContainer)
+	d.failed = failedCounts[pod.Name]["Liveness/failed"]
+	if err := setAnswer("ready"); err != nil {
+		return nil, err
+	}
+	_, err = s.waitPod(ctx, pod.Name, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
+		st := containerStatus(p, driverContainer)
+		all, _ := probeCounts(driverContainer)
+		code, _ := get(driverHealthz)
+		if st != nil {
+			d.after = st.RestartCount
+		}
+		return st != nil && st.State.Running != nil && code == http.StatusOK &&
+			all[pod.Name]["Liveness/successful"] > failedCounts[pod.Name]["Liveness/successful"]
+	})
+	d.end = time.Now()
+	return d, err
 }
 
 // pollNotReady polls the registrar's /readyz on port every 100ms until

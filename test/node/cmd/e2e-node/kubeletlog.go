@@ -9,12 +9,9 @@ import (
 )
 
 // checkKubeletLog is check 11, after all others: kubelet's plugin watcher
-// logged no error about a file created in its registry directory. It
-// stats every file created there, dot-files too, and logs "Error when
-// handling create event" for one already gone: a registrar that makes a
-// name and removes it at once would put a misleading error in kubelet's
-// log at each publication. Check 13 may restart kubelet: each kubelet's
-// log is read (kubelet.log and kubelet-*.log).
+// logs an error for a file created in its registry directory and gone
+// before it stats it, which a registrar's temporary names would cause.
+// Check 13 may restart kubelet: each kubelet's log is read.
 func (s *suite) checkKubeletLog(context.Context) bool {
 	const name = "11. kubelet's log: no plugin watcher error"
 	files, err := filepath.Glob(filepath.Join(s.cluster.logs, "kubelet*.log"))

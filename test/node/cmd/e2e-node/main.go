@@ -46,8 +46,8 @@ func main() {
 		opts.only = map[string]bool{}
 		for _, id := range strings.Split(*only, ",") {
 			id = strings.TrimSpace(id)
-			if !slices.Contains(stepIDs, id) {
-				fmt.Fprintf(os.Stderr, "e2e-node: -checks %q: no check %q; the checks after 1 are %s\n", *only, id, strings.Join(stepIDs, ", "))
+			if !slices.Contains(stepIDs(), id) {
+				fmt.Fprintf(os.Stderr, "e2e-node: -checks %q: no check %q; the checks after 1 are %s\n", *only, id, strings.Join(stepIDs(), ", "))
 				os.Exit(2)
 			}
 			opts.only[id] = true
@@ -69,9 +69,36 @@ func main() {
 	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts, *storage, storageOpts))
 }
 
-// stepIDs are the checks after check 1, in the order they run: what
-// each one leaves is what the next ones expect.
-var stepIDs = []string{"2", "5", "4a", "3", "4b", "4c", "4d", "7", "8", "10", "12", "13", "9", "11"}
+// steps are the checks after check 1, in the order they run: what each
+// one leaves is what the next ones expect.
+var steps = []struct {
+	id  string
+	run func(*suite, context.Context) bool
+}{
+	{"2", (*suite).checkProbes},
+	{"5", (*suite).checkSocketDeleted},
+	{"4a", (*suite).checkRollingUpdate},
+	{"3", (*suite).checkPodDeleted},
+	{"4b", (*suite).checkRollbackToUpstream},
+	{"4c", (*suite).checkUpgradeFromUpstream},
+	{"4d", (*suite).checkSharedPortRollout},
+	{"7", (*suite).checkDriverLiveness},
+	{"8", (*suite).checkVolume},
+	{"10", (*suite).checkMistypedPath},
+	{"12", (*suite).checkRejectedThenAccepted},
+	{"13", (*suite).checkCSINode}, // replaces the Node: keeps its startup taint for 9
+	{"9", (*suite).checkNodeGate}, // last to change the node: it removes the startup taint
+	{"11", (*suite).checkKubeletLog},
+}
+
+// stepIDs lists the steps' IDs.
+func stepIDs() []string {
+	var ids []string
+	for _, step := range steps {
+		ids = append(ids, step.id)
+	}
+	return ids
+}
 
 func run(work, bin, repo string, images []string, opts options, storage bool, storageOpts storageOptions) int {
 	// As PID 1 of its namespace this process gets no default signal
@@ -109,28 +136,12 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 	// running, registered pod unless it failed badly, so a failure does
 	// not stop the next ones.
 	if s.checkFirstRegistration(ctx) {
-		steps := map[string]func(context.Context) bool{
-			"2":  s.checkProbes,
-			"5":  s.checkSocketDeleted,
-			"4a": s.checkRollingUpdate,
-			"3":  s.checkPodDeleted,
-			"4b": s.checkRollbackToUpstream,
-			"4c": s.checkUpgradeFromUpstream,
-			"4d": s.checkSharedPortRollout,
-			"7":  s.checkDriverLiveness,
-			"8":  s.checkVolume,
-			"10": s.checkMistypedPath,
-			"12": s.checkRejectedThenAccepted,
-			"13": s.checkCSINode,  // replaces the Node: keeps its startup taint for 9
-			"9":  s.checkNodeGate, // last to change the node: it removes the startup taint
-			"11": s.checkKubeletLog,
-		}
-		for _, id := range stepIDs {
+		for _, step := range steps {
 			if ctx.Err() != nil {
 				break
 			}
-			if opts.only == nil || opts.only[id] {
-				steps[id](ctx)
+			if opts.only == nil || opts.only[step.id] {
+				step.run(s, ctx)
 			}
 		}
 	}
@@ -171,7 +182,7 @@ func (s *suite) summary(ctx context.Context, began time.Time) int {
 	if opts.only != nil {
 		// A developer's run of some checks: no full pass.
 		var ran []string
-		for _, id := range stepIDs {
+		for _, id := range stepIDs() {
 			if opts.only[id] {
 				ran = append(ran, id)
 			}

@@ -1,21 +1,15 @@
 package main
 
-// Check 10 (issue 25): the commonest mistake in a driver's manifest, a
-// mistyped --kubelet-registration-path, must show where a user of
-// upstream's image looks: kubelet restarts the registrar (its /healthz
-// fails once the registration has failed for --unhealthy-after, and
-// deploy/'s liveness probe acts on it) and the pod's status carries
-// kubelet's reason. The DaemonSet is deploy/'s with its probes unchanged,
-// for a driver of its own (own name, socket directory and ports), so the
-// node is left as the checks after it expect; the healthy drivers' pods
-// on the node meanwhile must not restart nor lose their registration.
+// Check 10 (issue 25): a mistyped --kubelet-registration-path must show
+// where a user of upstream's image looks: kubelet restarts the registrar
+// (deploy/'s liveness probe on its /healthz) with kubelet's reason in the
+// pod's status. The driver is one of its own, and the healthy drivers' pods
+// must not restart nor lose their registration meanwhile.
 
 import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -29,7 +23,7 @@ const (
 	mistypedDriver    = "mistyped.csi.example.com"
 	mistypedDaemonSet = "csi-mistyped"
 	// mistypedSocket is the manifest's typo; the driver listens on
-	// rev.socket() (csi.sock).
+	// driverSocket.
 	mistypedSocket = "csi-typo.sock"
 	// mistypedUnhealthyAfter is --unhealthy-after for this check only,
 	// shorter than the default (3m) so that the run stays short.
@@ -43,10 +37,8 @@ const (
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes, for
-// a driver of its own, with --unhealthy-after set to
-// mistypedUnhealthyAfter, and for revMistyped the typo in the registration
-// path.
+// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes and
+// for revMistyped the typo in the registration path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 	o := own{name: mistypedDaemonSet, driver: mistypedDriver, keepProbes: true, args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}
 	if rev == revMistyped {
@@ -160,26 +152,12 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	typoWatch := newCSINodeWatch(mistypedDriver)
-	go typoWatch.run(watchCtx, s.client)
-
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create DaemonSet: %v", err)
+	typoWatch, end, err := s.createOwn(ctx, "10", ds, mistypedDriver)
+	defer end()
+	if err != nil {
+		return s.report(name, false, "%v", err)
 	}
-	cleaned := false
-	cleanUp := func() error {
-		cleaned = true
-		s.savePodLogs("10", mistypedDaemonSet)
-		return s.removeDaemonSet(ctx, mistypedDaemonSet, mistypedDriver)
-	}
-	defer func() {
-		if !cleaned {
-			if err := cleanUp(); err != nil {
-				fmt.Println("e2e-node: check 10:", err)
-			}
-		}
-	}()
 	m, err := s.waitMistypedRestart(ctx, 2*bound+time.Minute)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -191,15 +169,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
 		}
 	}
-	st := containerStatus(m.pod, registrarName)
-	term := st.LastTerminationState.Terminated
-	toRestart := term.FinishedAt.Sub(m.failingSince)
-	failed := fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
-		s.kubeletVersion, ms(m.failingSince.Sub(began)), ms(m.healthz503At.Sub(m.failingSince)), m.healthz503, m.attempts, m.republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
-		m.pod.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, s.lastEvent(ctx, m.pod.Name, "Unhealthy", "Liveness"))
-	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
-
-	// The fix: a rolling update to the right path.
+	failed := m.describe(ctx, s, began, probeWindow)
 	fixed, fixProblems, err := s.fixMistyped(ctx, typoWatch)
 	if err != nil {
 		return s.report(name, false, "%s; the fix: %v", failed, err)
@@ -210,17 +180,27 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	problems = append(problems, healthyProblems...)
-	if err := cleanUp(); err != nil {
+	if err := end(); err != nil {
 		problems = append(problems, err.Error())
 	}
 	return s.report(name, len(problems) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; problems: %d %v (logs: _logs/pod-logs-10/)",
 		failed, fixed, unchanged, len(healthy.pods), drivers, len(problems), problems)
 }
 
+// describe says what the first registrar did from the DaemonSet's creation
+// at began until kubelet restarted it, and records the time to the restart.
+func (m *mistypedRun) describe(ctx context.Context, s *suite, began time.Time, probeWindow time.Duration) string {
+	st := containerStatus(m.pod, registrarName)
+	term := st.LastTerminationState.Terminated
+	toRestart := term.FinishedAt.Sub(m.failingSince)
+	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
+	return fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
+		s.kubeletVersion, ms(m.failingSince.Sub(began)), ms(m.healthz503At.Sub(m.failingSince)), m.healthz503, m.attempts, m.republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
+		m.pod.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, s.lastEvent(ctx, m.pod.Name, "Unhealthy", "Liveness"))
+}
+
 // mistypedRun is what check 10 saw of its first registrar until kubelet
-// restarted it: from its /status, when the registration started to fail,
-// kubelet's rejections and the socket's publications again; its first
-// /healthz 503; the pod once restarted.
+// restarted it.
 type mistypedRun struct {
 	failingSince, healthz503At time.Time
 	healthz503, lastState      string
@@ -327,18 +307,12 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 	}
 	reg, _ := typoWatch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
-	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
-	if err != nil {
-		return "", nil, err
+	var problems []string
+	status, said := statusOf(revMistypedFixed.port())
+	if status == nil || status.State != "registered" {
+		problems = append(problems, "the new registrar's "+said)
 	}
-	var problems, deregistered []string
-	status, err := registrarStatus(revMistypedFixed.port())
-	if err != nil || status.State != "registered" {
-		problems = append(problems, fmt.Sprintf("the new registrar's /status: %v (%v)", status, err))
-	}
-	for _, g := range typoWatch.gaps(reg.at, time.Now()) {
-		deregistered = append(deregistered, "+"+ms(g.from.Sub(began)))
-	}
+	deregistered := describeGaps(typoWatch.gaps(reg.at, time.Now()), began)
 	if reg.at.IsZero() || len(deregistered) > 0 {
 		problems = append(problems, fmt.Sprintf("%s left CSINode after the fix at %v", mistypedDriver, deregistered))
 	}
@@ -346,54 +320,10 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 	if !final.registered || final.nodeID != expectedNodeID {
 		problems = append(problems, fmt.Sprintf("at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.registered, final.nodeID))
 	}
-	var restarts []string
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.RestartCount > 0 {
-			restarts = append(restarts, fmt.Sprintf("%s: %d", st.Name, st.RestartCount))
-		}
-	}
-	if len(restarts) > 0 {
+	if restarts := r.restarted(r.newPod); len(restarts) > 0 {
 		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
 	}
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
 	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
-		revMistypedFixed.socket(), mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), status, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
-}
-
-// lastEvent returns the message of the pod's latest event with reason and
-// a message starting with prefix, such as kubelet's failed liveness probe,
-// with its count.
-func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
-	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
-	if err != nil {
-		return err.Error()
-	}
-	found := "none"
-	for _, e := range events.Items {
-		if strings.HasPrefix(e.Message, prefix) {
-			found = fmt.Sprintf("%s (%d times)", e.Message, e.Count)
-		}
-	}
-	return found
-}
-
-// savePodLogs copies the container logs of the pods of the DaemonSet
-// dsName to the run's logs, in pod-logs-<check>/, before the pods are
-// deleted and kubelet removes them.
-func (s *suite) savePodLogs(check, dsName string) {
-	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
-	for _, dir := range dirs {
-		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
-		for _, file := range files {
-			rel, _ := filepath.Rel(s.path("pod-logs"), file)
-			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
-			data, err := os.ReadFile(file)
-			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
-				err = os.WriteFile(dest, data, 0o644)
-			}
-			if err != nil {
-				fmt.Printf("e2e-node: check %s: cannot keep %s: %v\n", check, file, err)
-			}
-		}
-	}
+		driverSocket, mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
 }

@@ -20,13 +20,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Check 9 (issues 18, 28): the node starts with a startup taint (kubelet's
-// registerWithTaints); the registrar, with deploy/node-gate's service
-// account, rules, ValidatingAdmissionPolicy and flags, removes it once
-// kubelet has registered the driver, and sets the node condition <driver>/NodePluginRegistered True,
-// then False when its DaemonSet is deleted. Every DaemonSet tolerates every
-// taint (deploy/daemonset.yaml), so the taint does not concern checks 1-5;
-// only this check's revision removes it, and it runs last.
+// Check 9 (issues 18, 28): the node starts with a startup taint; the
+// registrar, with deploy/node-gate's account, policy and flags, removes it
+// once kubelet has registered the driver and sets the node condition. Every
+// DaemonSet tolerates every taint, so only this check, last, depends on it.
 
 const (
 	// startupTaint is the taint kubelet registers the node with.
@@ -145,11 +142,20 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	})
 }
 
-// setUpNodeGate creates deploy/node-gate's objects as kustomize would, its
-// policy with this check's taint key. It returns once the API server
-// enforces the policy, with what the policy said to a token of the service
-// account bound to no pod.
+// setUpNodeGate creates deploy/node-gate's objects, the policy with this
+// check's taint key, on the tainted node without the earlier DaemonSet. It
+// returns what the enforced policy said to a token bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
+	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
+	}
+	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err != nil {
+		return "", err
+	}
+	if !startupTainted(node) {
+		return "", fmt.Errorf("the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
+	}
 	// The driver is deploy/'s placeholder, as the policy's; the taint is
 	// this check's.
 	withTaint := func(obj *unstructured.Unstructured) bool {
@@ -223,16 +229,6 @@ func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
 
 func (s *suite) checkNodeGate(ctx context.Context) bool {
 	const name = "9. startup taint removed and node condition set on registration (--remove-node-taint, --node-condition)"
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
-		return s.report(name, false, "removing the earlier checks' DaemonSet: %v", err)
-	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
-	if err != nil {
-		return s.report(name, false, "%v", err)
-	}
-	if !startupTainted(node) {
-		return s.report(name, false, "the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
-	}
 	refusal, err := s.setUpNodeGate(ctx)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -258,17 +254,8 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	reg, _ := s.watch.waitUntil(ctx, time.Second, isRegistered)
-	var scheduledAt time.Time
-	select {
-	case scheduledAt = <-scheduled:
-	case <-time.After(time.Minute):
-		var taints []corev1.Taint
-		if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
-			taints = n.Spec.Taints
-		}
-		return s.report(name, false, "the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
-	}
-	if _, err := s.waitPod(ctx, waitingPod, "the pod Running", 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }); err != nil {
+	scheduledAt, err := s.waitingPodRuns(ctx, scheduled)
+	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
 	if _, err := timeline.waitCondition(ctx, "True:Registered", 30*time.Second); err != nil {
@@ -281,27 +268,47 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	untaintDelay := untainted.Sub(reg.at)
 	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "csi_node_driver_registrar_node_update_pending")
 
-	// Deleting the DaemonSet: the registrar removes its socket, kubelet
-	// unregisters the driver, and the condition goes False.
-	deleted := time.Now()
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+	falseAfter, stillTainted, err := s.removeGatedDriver(ctx, &timeline)
+	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
-	if err != nil {
-		return s.report(name, false, "after the DaemonSet's deletion: %v", err)
-	}
-	falseAfter := falseAt.Sub(deleted)
 	_, conds := timeline.snapshot()
-	stillTainted := false
-	if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
-		stillTainted = startupTainted(n)
-	}
-
 	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
 		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
 	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
 		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+}
+
+// waitingPodRuns waits for the waiting pod to be scheduled, which the
+// watch sends, and to run. It returns when it was scheduled.
+func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) (time.Time, error) {
+	var scheduledAt time.Time
+	select {
+	case scheduledAt = <-scheduled:
+	case <-time.After(time.Minute):
+		var taints []corev1.Taint
+		if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
+			taints = n.Spec.Taints
+		}
+		return scheduledAt, fmt.Errorf("the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
+	}
+	_, err := s.waitPod(ctx, waitingPod, "the pod Running", 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	return scheduledAt, err
+}
+
+// removeGatedDriver deletes the DaemonSet and waits for the condition to
+// go False; it returns how long that took and whether the node is tainted.
+func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (time.Duration, bool, error) {
+	deleted := time.Now()
+	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+		return 0, false, err
+	}
+	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
+	if err != nil {
+		return 0, false, fmt.Errorf("after the DaemonSet's deletion: %w", err)
+	}
+	n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	return falseAt.Sub(deleted), err == nil && startupTainted(n), nil
 }
 
 // startWaitingPod creates a pod that does not tolerate the startup taint,

@@ -1,23 +1,20 @@
 package main
 
-// Check 12 (issue 34): kubelet rejects the driver N times (the test
-// driver's NodeGetInfo fails N times), then accepts it. Whatever kubelet's
-// version, the driver must stay in CSINode once kubelet has accepted it:
-// a socket published again while kubelet 1.36+ retries by itself would be
-// a new socket under the accepted one's name, and kubelet would deregister
-// the driver a second later. What the registrar does meanwhile depends on
-// kubelet's version (docs/compatibility.md): kubelet 1.36 and later try
-// again by itself on the same socket, and the registrar leaves it alone;
-// older ones try again only on a socket created again, which the registrar
-// publishes. The check expects the behaviour of the kubelet the node runs,
-// and reports how long the recovery took, N = 1 and N = 3.
+// Check 12 (issues 34, 46): kubelet rejects the driver N times, then
+// accepts it. A socket published again while kubelet 1.36+ retries by
+// itself would be a new socket under the accepted one's name, which kubelet
+// would deregister a second later: the check expects what the registrar
+// does for the kubelet the node runs (docs/compatibility.md).
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 const (
@@ -45,77 +42,46 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	}
 	name := fmt.Sprintf("%s. kubelet %s rejects the driver %d time(s), then accepts it: %s; the driver stays in CSINode for %s after the acceptance",
 		id, s.kubeletVersion, n, expect, rejectedSettle)
-	if n == 3 {
-		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
-	}
 	// Three rejections also show as one Event with a count (--events).
 	events := n == 3
+	if events {
+		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
+	}
 	ds, err := s.ownDaemonSet(revRejected, own{name: rejectedDaemonSet, driver: driver, keepProbes: true, events: events,
 		driverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}})
+	if err == nil && events {
+		err = s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml"))
+	}
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if events {
-		if err := s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml")); err != nil {
-			return s.report(name, false, "%v", err)
-		}
-	}
-	watch, stopWatch := s.startWatch(ctx, driver)
-	defer stopWatch()
-
 	began := time.Now()
-	if _, err := s.client.AppsV1().DaemonSets(namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		return s.report(name, false, "create DaemonSet: %v", err)
-	}
-	var problems []string
-	defer func() {
-		if err := s.removeDaemonSet(ctx, rejectedDaemonSet, driver); err != nil {
-			fmt.Printf("e2e-node: check %s: %v\n", id, err)
-		}
-	}()
-
-	// The registrar's /status until CSINode lists the driver: when the
-	// first rejection came (failingSince; reset once kubelet accepts).
-	var failingSince time.Time
-	port := revRejected.port()
-	err = waitFor(ctx, driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		if st, err := registrarStatus(port); err == nil && failingSince.IsZero() && st.FailingSince != nil {
-			failingSince = *st.FailingSince
-		}
-		reg, _ := watch.now()
-		return reg.registered, nil
-	})
+	watch, end, err := s.createOwn(ctx, id, ds, driver)
+	defer end()
 	if err != nil {
-		st, _ := registrarStatus(port)
-		return s.report(name, false, "%v; the registrar's /status: %v", err, st)
+		return s.report(name, false, "%v", err)
+	}
+	failingSince, err := waitAccepted(ctx, watch, revRejected.port())
+	if err != nil {
+		return s.report(name, false, "%v", err)
 	}
 	first, _ := watch.first(began, isRegistered)
 	accepted := first.at
 	time.Sleep(rejectedSettle)
 	gaps := watch.gaps(accepted, time.Now())
-	for _, g := range gaps {
-		problems = append(problems, fmt.Sprintf("%s left CSINode %s after the acceptance", driver, ms(g.from.Sub(accepted))))
-	}
-	st, err := registrarStatus(port)
+	st, err := registrarStatus(revRejected.port())
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
 	}
-	problems = append(problems, s.acceptedProblems(st, n)...)
-	pods, err := s.podsOf(ctx, rejectedDaemonSet)
+	problems := s.acceptedProblems(st, n)
+	for _, g := range describeGaps(gaps, accepted) {
+		problems = append(problems, driver+" left CSINode after the acceptance at "+g)
+	}
+	eventsSeen, podProblems, err := s.rejectedPods(ctx, n, events)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	eventsSeen := "not recorded (--events only with 3 rejections)"
-	for _, pod := range pods {
-		if restarts, _ := s.restarted(ctx, &pod); len(restarts) > 0 {
-			problems = append(problems, fmt.Sprintf("containers of %s restarted: %v", pod.Name, restarts))
-		}
-		if events {
-			var p []string
-			p, eventsSeen = s.checkEvents(ctx, pod, n)
-			problems = append(problems, p...)
-		}
-	}
+	problems = append(problems, podProblems...)
 	recovery := "unknown (never saw failingSince in the registrar's /status)"
 	if failingSince.IsZero() {
 		problems = append(problems, "never saw failingSince in the registrar's /status before the acceptance")
@@ -126,6 +92,47 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
 		len(gaps), eventsSeen, len(problems), problems)
+}
+
+// waitAccepted reads the registrar's /status on port until CSINode lists
+// the driver, and returns when the first rejection came (failingSince,
+// which the registrar resets once kubelet accepts).
+func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Time, error) {
+	var failingSince time.Time
+	err := waitFor(ctx, watch.driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if st, err := registrarStatus(port); err == nil && failingSince.IsZero() && st.FailingSince != nil {
+			failingSince = *st.FailingSince
+		}
+		reg, _ := watch.now()
+		return reg.registered, nil
+	})
+	if err != nil {
+		_, said := statusOf(port)
+		return failingSince, fmt.Errorf("%v; the registrar's %s", err, said)
+	}
+	return failingSince, nil
+}
+
+// rejectedPods checks that the check's pod did not restart and, with
+// events, the Events on it. It returns the Events seen and the problems.
+func (s *suite) rejectedPods(ctx context.Context, n int, events bool) (string, []string, error) {
+	pods, err := s.podsOf(ctx, rejectedDaemonSet)
+	if err != nil {
+		return "", nil, err
+	}
+	var problems []string
+	seen := "not recorded (--events only with 3 rejections)"
+	for _, pod := range pods {
+		if restarts, _ := s.restarted(ctx, &pod); len(restarts) > 0 {
+			problems = append(problems, fmt.Sprintf("containers of %s restarted: %v", pod.Name, restarts))
+		}
+		if events {
+			var p []string
+			p, seen = s.checkEvents(ctx, pod, n)
+			problems = append(problems, p...)
+		}
+	}
+	return seen, problems, nil
 }
 
 // acceptedProblems checks the registrar's /status once kubelet accepted
@@ -156,4 +163,35 @@ func (s *suite) retryProblem(republished, atLeast uint64) string {
 		return fmt.Sprintf("the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
 	}
 	return ""
+}
+
+// checkEvents waits for the Pod's Events after kubelet accepted the driver
+// that it rejected n times, and returns the problems, and the Events as
+// kubectl describe pod would list them.
+func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int) (problems []string, seen string) {
+	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
+	var rejected, registered *corev1.Event
+	err := waitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		list, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		var lines []string
+		rejected, registered = nil, nil
+		for i, e := range list.Items {
+			lines = append(lines, fmt.Sprintf("%s %s (x%d) from %s: %s", e.Type, e.Reason, e.Count, e.Source.Component, e.Message))
+			switch {
+			case e.Type == corev1.EventTypeWarning && e.Reason == "RegistrationRejected":
+				rejected = &list.Items[i]
+			case e.Type == corev1.EventTypeNormal && e.Reason == "Registered":
+				registered = &list.Items[i]
+			}
+		}
+		seen = strings.Join(lines, "; ")
+		return rejected != nil && rejected.Count == int32(n) && registered != nil, nil
+	})
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("want one Warning RegistrationRejected with count %d and a Normal Registered on the registrar's Pod: %v; Events: %s", n, err, seen))
+	}
+	return problems, seen
 }

@@ -1,12 +1,9 @@
 package main
 
-// make e2e-storage: Kubernetes' own storage e2e suite, e2e.test built
-// unmodified from k8s.io/kubernetes at this module's version, against
-// csi-driver-host-path's plugin with this registrar as its node sidecar,
-// then the same run with upstream's registrar. The suite reaches the driver
-// only through what the registrar registered: kubelet's NodePublish calls on
-// the announced endpoint, and CSINode's node ID and topology keys, which the
-// provisioner reads.
+// make e2e-storage: Kubernetes' storage e2e suite (e2e.test, unmodified)
+// against csi-driver-host-path's plugin with this registrar as its node
+// sidecar, then with upstream's. The suite reaches the driver only through
+// what the registrar registered.
 
 import (
 	"context"
@@ -79,11 +76,9 @@ var storageTiers = []storageTier{
 		driverTests + `\[Testpattern: (Generic Ephemeral-volume \(default fs\) \((immediate|late)-binding\)|Dynamic PV \(default fs\))\] (volumes|volumeIO|subPath|provisioning|ephemeral) `},
 }
 
-// storageSkip leaves out what upstream's CI leaves out of its runs:
-// disruptive tests (they restart kubelet or the node) and tests of
-// features behind a feature gate. What the deployment lacks (block
-// volumes, snapshots, expansion) the test-driver YAML's capabilities leave
-// out, and the suite reports those as skipped.
+// storageSkip leaves out what upstream's CI leaves out: disruptive tests
+// and features behind a gate. What the deployment lacks, the test driver's
+// capabilities leave out.
 const storageSkip = `\[Disruptive\]|\[Feature:`
 
 // storageImage is one registrar image under test.
@@ -170,6 +165,12 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 		}
 	}
 
+	return s.storageReport(ctx, results, problems)
+}
+
+// storageReport prints the report and returns the process's exit code: 1
+// if a tier failed, a part could not be deployed, or was skipped in CI.
+func (s *suite) storageReport(ctx context.Context, results []storageResult, problems []string) int {
 	fmt.Println()
 	fmt.Println("e2e-storage report")
 	for _, t := range s.timings {
@@ -264,19 +265,10 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 	sidecars := opts.sidecarsMissing == "" && slices.Contains(opts.tiers, 2)
 	// As csi-driver-host-path deploys it: persistent and inline volumes,
 	// attached through csi-attacher where it runs.
-	podInfo, fsGroup := true, storagev1.FileFSGroupPolicy
-	attach := sidecars
-	driver := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
-		Spec: storagev1.CSIDriverSpec{
-			AttachRequired: &attach,
-			PodInfoOnMount: &podInfo,
-			FSGroupPolicy:  &fsGroup,
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
-				storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral,
-			},
-		},
-	}
+	driver, fsGroup := hostpathCSIDriver(), storagev1.FileFSGroupPolicy
+	driver.Spec.AttachRequired = &sidecars
+	driver.Spec.FSGroupPolicy = &fsGroup
+	driver.Spec.VolumeLifecycleModes = append(driver.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent)
 	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create CSIDriver %s: %w", hostpathDriver, err)
 	}
@@ -300,10 +292,8 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 }
 
 // addControllerSidecars puts csi-provisioner and csi-attacher beside the
-// driver, as csi-driver-host-path's single-node deployment does. They reach
-// the API server as a cluster's pods do: with sidecarAccount's token, at
-// the kubernetes Service's address (routeKubernetesService). Only they
-// mount the token; the driver and the registrar need none.
+// driver, as csi-driver-host-path's single-node deployment does, with
+// sidecarAccount's token; the driver and the registrar need none.
 func addControllerSidecars(pod *corev1.PodSpec) {
 	pod.ServiceAccountName = sidecarAccount
 	expiry := int64(3600)
@@ -471,10 +461,7 @@ func readJUnit(file string) ([]junitCase, error) {
 }
 
 // storageControllers are the controllers the suite relies on beyond make
-// e2e-node's: namespaces and their service accounts and root CA (every test
-// pod mounts both), the node's not-ready taint lifted once kubelet reports
-// it ready, and the volume controllers (binding, protection, attach/detach,
-// generic ephemeral volumes).
+// e2e-node's: namespaces, service accounts, node lifecycle, volumes.
 var storageControllers = []string{
 	"serviceaccount", "root-ca-cert-publisher", "namespace", "nodelifecycle",
 	"persistentvolume-binder", "pv-protection", "pvc-protection", "attachdetach", "ephemeral-volume",
@@ -488,11 +475,8 @@ var storageControllers = []string{
 const kubernetesService = "10.96.0.1"
 
 // routeKubernetesService does for the kubernetes Service what kube-proxy
-// would: its address leads to the API server, from the pods' network
-// (PREROUTING) and from the node's (OUTPUT, the host-network sidecars). So
-// csi-provisioner, csi-attacher and the suite's volume populator use their
-// in-cluster configuration unchanged. The address is also put on lo, so
-// that the node's own connections have a route to it.
+// would, from the pods' network and the node's, so that the sidecars use
+// their in-cluster configuration unchanged.
 func routeKubernetesService() error {
 	if err := command("ip", "addr", "add", kubernetesService+"/32", "dev", "lo"); err != nil {
 		return err
@@ -507,10 +491,7 @@ func routeKubernetesService() error {
 }
 
 // podNetwork is the CNI configuration of make e2e-storage's test pods:
-// point-to-point veth pairs from the node's network namespace, addresses
-// from host-local (Debian's containernetworking-plugins), and a default
-// route through the node, which leads to the kubernetes Service's address
-// (routeKubernetesService).
+// veth pairs to the node, which routes to the kubernetes Service.
 const podNetwork = `{
   "cniVersion": "1.0.0",
   "name": "e2e-storage",

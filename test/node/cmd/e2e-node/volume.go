@@ -6,12 +6,12 @@ package main
 // registrar's GetInfo announced.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/mount-utils"
 )
 
 const (
@@ -33,11 +34,8 @@ const (
 	volumePodLabel    = "e2e-node/volume-pod"
 )
 
-// The hostpath DaemonSet's revisions (HTTP ports 9828, 9829, 9830): check
-// 8a's, check 8b's rolling update to a revision with the same driver socket
-// (the registrars hand the registration socket over), and check 8c's to a
-// revision with another driver socket (the new registrar announces another
-// endpoint).
+// The hostpath DaemonSet's revisions (HTTP ports 9828-9830): check 8a's,
+// 8b's with the same driver socket, 8c's with another.
 const (
 	revHostpath         revision = 20
 	revHostpathNext     revision = 21
@@ -69,7 +67,7 @@ func (s *suite) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, re
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: s.path(hostpathStateDir), Type: &dirOrCreate},
 	}})
-	if err := replaceArg(reg.Args, "--csi-address=/csi/"+rev.socket(), "--csi-address=/csi/"+socket); err != nil {
+	if err := replaceArg(reg.Args, "--csi-address=/csi/"+driverSocket, "--csi-address=/csi/"+socket); err != nil {
 		return err
 	}
 	drv.Name, drv.Image = hostpathContainer, hostpathImage
@@ -114,26 +112,17 @@ func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
 	return state.Volumes, nil
 }
 
-// mountPoint reports whether path is a mount point in this mount namespace,
-// which is kubelet's.
+// mountPoint reports whether path is a mount point in this mount
+// namespace, which is kubelet's; a missing path is none.
 func mountPoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
+	mounted, err := mount.New("").IsMountPoint(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
 	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		if fields := strings.Fields(scanner.Text()); len(fields) > 4 && fields[4] == path {
-			return true, nil
-		}
-	}
-	return false, scanner.Err()
+	return mounted, err
 }
 
-// volumePod is a pod with a CSI inline volume of hostpathplugin at /data.
-// It writes its name to /data/hello, then a counter to /data/beat five
-// times a second.
+// volumePod is a pod of volumePodSpec as the test follows it.
 type volumePod struct {
 	name, uid string
 	target    string // where kubelet asks the driver to publish the volume
@@ -149,13 +138,13 @@ func (v *volumePod) String() string {
 		v.name, ms(v.tPublished), hostpathStateDir, v.volID, ms(v.tReadBack), ms(v.tRunning))
 }
 
-// startVolumePod creates a volume pod and waits until the driver has
-// published its volume, the pod's file is in the driver's state directory,
-// and the pod runs.
-func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, error) {
+// volumePodSpec is a pod with a CSI inline volume of hostpathplugin at
+// /data. It writes its name to /data/hello, then a counter to /data/beat
+// five times a second.
+func volumePodSpec(name string) *corev1.Pod {
 	script := `trap 'exit 0' TERM; echo "$POD_NAME" >/data/hello; i=0; while :; do i=$((i+1)); echo $i >/data/beat; sleep 0.2; done`
 	grace := int64(2)
-	pod := &corev1.Pod{
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{volumePodLabel: "true"}},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken:  new(bool),
@@ -179,8 +168,14 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 			}}},
 		},
 	}
+}
+
+// startVolumePod creates a volume pod and waits until the driver has
+// published its volume, the pod's file is in the driver's state directory,
+// and the pod runs.
+func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, error) {
 	began := time.Now()
-	created, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := s.client.CoreV1().Pods(namespace).Create(ctx, volumePodSpec(name), metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s: %w", name, err)
 	}
@@ -205,33 +200,37 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 			v.tReadBack = time.Since(began)
 		}
 		current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
-		if err != nil {
+		if err != nil || current.Status.Phase != corev1.PodRunning {
 			return false, err
-		}
-		if current.Status.Phase != corev1.PodRunning {
-			return false, nil
 		}
 		v.tRunning = time.Since(began)
 		return true, nil
 	})
 	if err != nil {
-		state := "pod: " + fmt.Sprint(err)
-		if current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts); err == nil {
-			state = fmt.Sprintf("phase %q", current.Status.Phase)
-			for _, c := range current.Status.Conditions {
-				if c.Status != corev1.ConditionTrue {
-					state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
-				}
-			}
-		}
-		// kubelet's reason, such as the driver's socket it could not dial.
-		events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
-		if err == nil && len(events.Items) > 0 {
-			state += "; last FailedMount event: " + events.Items[len(events.Items)-1].Message
-		}
-		return v, fmt.Errorf("%v (published +%s, read back +%s, %s; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), state)
+		return v, fmt.Errorf("%v (published +%s, read back +%s, %s; see logs/kubelet.log and the driver's log)", err, ms(v.tPublished), ms(v.tReadBack), s.whyNotRunning(ctx, name))
 	}
 	return v, nil
+}
+
+// whyNotRunning tells the pod's phase, its conditions that are not true,
+// and kubelet's last FailedMount event, such as the driver's socket that
+// it could not dial.
+func (s *suite) whyNotRunning(ctx context.Context, name string) string {
+	current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+	if err != nil {
+		return "pod: " + err.Error()
+	}
+	state := fmt.Sprintf("phase %q", current.Status.Phase)
+	for _, c := range current.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
+		}
+	}
+	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
+	if err == nil && len(events.Items) > 0 {
+		state += "; last FailedMount event: " + events.Items[len(events.Items)-1].Message
+	}
+	return state
 }
 
 // publishedAt returns the volume that the driver's state says is published
@@ -308,10 +307,6 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	return calls
 }
 
-func (s *suite) timing(what string, took time.Duration) {
-	s.timings = append(s.timings, timing{what, took})
-}
-
 // checkVolume runs checks 8a, 8b and 8c.
 func (s *suite) checkVolume(ctx context.Context) bool {
 	names := []string{
@@ -320,16 +315,12 @@ func (s *suite) checkVolume(ctx context.Context) bool {
 		"8c. rolling update of the hostpath DaemonSet to another driver socket (maxSurge 1) with a volume pod running: kubelet follows the new endpoint; the volume still served, a new volume pod mounts, the old one unmounts cleanly",
 	}
 	if *hostpathMissing != "" {
-		for _, name := range names {
-			s.skip(name, *hostpathMissing)
-		}
-		return false
+		return s.skipAll(names, *hostpathMissing)
 	}
 	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
 	defer stopWatch()
 	if !s.checkVolumePublished(ctx, names[0], watch) {
-		s.report(names[1], false, "not run: check 8a failed")
-		return s.report(names[2], false, "not run: check 8a failed")
+		return s.failAll(names[1:], "not run: check 8a failed")
 	}
 	running, err := s.startVolumePod(ctx, "volume-2")
 	if err != nil {
@@ -403,14 +394,9 @@ func (s *suite) beat(v *volumePod) string {
 }
 
 // checkVolumeRollout rolls the hostpath DaemonSet to next while the volume
-// pod running runs, and checks that its volume is still mounted and written
-// through, that a new volume pod is published by the new pod's driver, and
-// that deleting running unpublishes its volume through that driver. With
-// handover, next has the same driver socket: the new registrar must take
-// the registration socket over and kubelet keep the driver registered as
-// in check 4a; without, next announces another socket: kubelet registers
-// the driver again (at most once, for at most 2s, as in checks 4b and 4c)
-// and must call the new one. It returns the new volume pod, still running
+// pod running runs: its volume must still be served, a new volume pod be
+// published by the new pod's driver, and deleting running unpublish its
+// volume through that driver. It returns the new volume pod, still running
 // if keep, or nil if it did not start.
 func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
 	want, err := s.hostpathDaemonSetFor(next)
@@ -425,25 +411,38 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	handover := hostpathSocket(r.from) == hostpathSocket(next)
-	tNewReady, tOldGone := r.tNewReady, r.tOldGone
-	var gaps []string
-	for _, g := range r.gaps {
-		if g.open {
-			gaps = append(gaps, fmt.Sprintf("+%s, still at the end", ms(g.from.Sub(r.began))))
-		} else {
-			gaps = append(gaps, fmt.Sprintf("+%s for %s", ms(g.from.Sub(r.began)), ms(g.to.Sub(g.from))))
-		}
-	}
-	longest := r.longestGap()
 	final, _ := watch.now()
 	step := name[:3]
-	s.timing(step+" hostpath rolling update → new pod Ready", tNewReady)
-	s.timing(step+" hostpath rolling update → old pod gone", tOldGone)
+	s.timing(step+" hostpath rolling update → new pod Ready", r.tNewReady)
+	s.timing(step+" hostpath rolling update → old pod gone", r.tOldGone)
+	servedHow, served := s.stillServed(ctx, running)
+	fresh, err := s.startVolumePod(ctx, fmt.Sprintf("volume-%d", int(next-revHostpath)+2))
+	if err != nil {
+		return nil, s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; %s; new volume pod: %v", ms(r.tNewReady), ms(r.tOldGone), servedHow, err)
+	}
+	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
+	deleted, errDeleted := s.deleteVolumePods(ctx, step, running)
+	wantUnpublish := 1
+	if !keep {
+		more, err := s.deleteVolumePods(ctx, step, fresh)
+		deleted, errDeleted, wantUnpublish = deleted+"; "+more, errors.Join(errDeleted, err), 2
+	}
+	calls := s.driverCalls(newDriverPod)
+	status, serving := statusOf(next.port())
+	registration, registered := s.volumeRegistration(r, next, status)
+	ok := registered && served && errDeleted == nil && final.registered && final.nodeID == nodeName && status != nil && status.State == "registered" &&
+		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
+	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
+		"%s; new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(r.tNewReady), r.oldPod, ms(r.tOldGone), registration, hostpathDriver, len(r.gaps), r.describeGaps(),
+		rolloutSettle, final.registered, final.nodeID, serving, servedHow, fresh, deleted,
+		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
+}
 
-	// The running pod's volume: still mounted, still in the new driver's
-	// state (read from the file it loaded), and the pod's writes still
-	// reach the driver's directory.
+// stillServed checks, after a rollout, that the running pod's volume is
+// still mounted, in the new driver's state (read from the file it loaded),
+// and that the pod's writes still reach the driver's directory.
+func (s *suite) stillServed(ctx context.Context, running *volumePod) (string, bool) {
 	stillMounted, _ := mountPoint(running.target)
 	vol, _ := s.publishedAt(running.target)
 	beatBefore := s.beat(running)
@@ -452,42 +451,35 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 		beatAfter = s.beat(running)
 		return beatAfter != "" && beatAfter != beatBefore, nil
 	})
-	served := stillMounted && vol != nil && errBeat == nil
+	return fmt.Sprintf("the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v)",
+		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil), stillMounted && vol != nil && errBeat == nil
+}
 
-	fresh, err := s.startVolumePod(ctx, fmt.Sprintf("volume-%d", int(next-revHostpath)+2))
-	if err != nil {
-		return nil, s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; old volume served %v; new volume pod: %v", ms(tNewReady), ms(tOldGone), served, err)
+// deleteVolumePods deletes volume pods one after the other, each until
+// its volume is unpublished, and says how long each took.
+func (s *suite) deleteVolumePods(ctx context.Context, step string, pods ...*volumePod) (string, error) {
+	var lines []string
+	var errs error
+	for _, v := range pods {
+		u, err := s.deleteVolumePod(ctx, v)
+		s.timing(fmt.Sprintf("%s after the update: volume pod %s deleted → unpublished", step, v.name), u.tUnpublished)
+		lines = append(lines, fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", v.name, ms(u.tUnpublished), ms(u.tGone), err))
+		errs = errors.Join(errs, err)
 	}
-	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
-	uOld, errOld := s.deleteVolumePod(ctx, running)
-	s.timing(step+" after the update: volume pod from before the update deleted → unpublished", uOld.tUnpublished)
-	deleted := fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", running.name, ms(uOld.tUnpublished), ms(uOld.tGone), errOld)
-	wantUnpublish := 1
-	if !keep {
-		uFresh, errFresh := s.deleteVolumePod(ctx, fresh)
-		s.timing(step+" after the update: new volume pod deleted → unpublished", uFresh.tUnpublished)
-		deleted += fmt.Sprintf("; pod %s deleted → unpublished +%s, gone +%s (%v)", fresh.name, ms(uFresh.tUnpublished), ms(uFresh.tGone), errFresh)
-		errOld = errors.Join(errOld, errFresh)
-		wantUnpublish = 2
+	return strings.Join(lines, "; "), errs
+}
+
+// volumeRegistration says what the hostpath rollout r to next had to do to
+// the registration, and whether it did. With the same driver socket, the
+// new registrar must take the registration socket over and kubelet keep
+// the driver registered as in check 4a; with another, kubelet registers the
+// driver again, at most once for at most 2s as in checks 4b and 4c.
+func (s *suite) volumeRegistration(r *rollout, next revision, status *registrarState) (string, bool) {
+	longest := r.longestGap()
+	if hostpathSocket(r.from) != hostpathSocket(next) {
+		return fmt.Sprintf("another endpoint: kubelet registers the driver again, at most %d deregistration, of at most %s", maxUpstreamDeregistrations, maxUpstreamGap),
+			len(r.gaps) <= maxUpstreamDeregistrations && longest <= maxUpstreamGap
 	}
-	calls := s.driverCalls(newDriverPod)
-	status, errStatus := registrarStatus(next.port())
-	serving := "/status: " + fmt.Sprint(errStatus)
-	if errStatus == nil {
-		serving = status.String()
-	}
-	registration := fmt.Sprintf("the new registrar takes the registration socket over (one handover publication), CSINode without the driver for no longer than %s", s.maxRolloutGap)
-	registered := errStatus == nil && status.Publications["handover"] == 1 && longest <= s.maxRolloutGap
-	if !handover {
-		registration = fmt.Sprintf("another endpoint: kubelet registers the driver again, at most %d deregistration, of at most %s", maxUpstreamDeregistrations, maxUpstreamGap)
-		registered = len(gaps) <= maxUpstreamDeregistrations && longest <= maxUpstreamGap
-	}
-	ok := registered && served && errOld == nil && final.registered && final.nodeID == nodeName && errStatus == nil && status.State == "registered" &&
-		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
-	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
-		"the running pod's volume: target still mounted %v, in the new driver's state %v, its writes still arrive (counter %s → %s: %v); new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
-		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(tNewReady), r.oldPod, ms(tOldGone), registration, hostpathDriver, len(gaps), gaps,
-		rolloutSettle, final.registered, final.nodeID, serving,
-		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil, fresh, deleted,
-		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
+	return fmt.Sprintf("the new registrar takes the registration socket over (one handover publication), CSINode without the driver for no longer than %s", s.maxRolloutGap),
+		status != nil && status.Publications["handover"] == 1 && longest <= s.maxRolloutGap
 }

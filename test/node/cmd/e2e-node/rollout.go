@@ -1,0 +1,230 @@
+package main
+
+// A maxSurge rollout of a DaemonSet, followed from the update to its end.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// rollout is what a rolling update of the DaemonSet did, followed from the
+// update until a few seconds after the old pod's object was gone.
+type rollout struct {
+	began, end                        time.Time
+	oldPod, newPod                    string
+	from                              revision // the old pod's
+	tNewReady, tOldDeleting, tOldGone time.Duration
+	writes                            int   // CSINode changes recorded
+	gaps                              []gap // times CSINode did not list the driver
+	watchRestarted                    bool
+	restarts                          map[string]int32 // the highest restartCount seen, by pod/container
+}
+
+// gap is a time CSINode did not list the driver; open if it still did not
+// at the end of the rollout.
+type gap struct {
+	from, to time.Time
+	open     bool
+}
+
+// rolloutSettle is how long a rollout is watched after the old pod's object
+// is gone, in case kubelet reacts late to what the old pod left.
+const rolloutSettle = 5 * time.Second
+
+// rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
+// next's template (roll), and makes the new pod the current one.
+func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
+	want, err := s.daemonSet(next)
+	if err != nil {
+		return nil, err
+	}
+	if !s.watch.stateAt(time.Now()).registered {
+		return nil, fmt.Errorf("the driver was not registered before the update")
+	}
+	r, err := s.roll(ctx, want, s.watch, nil)
+	if err == nil {
+		s.podName = r.newPod
+	}
+	return r, err
+}
+
+// roll gives the DaemonSet want names want's template and follows the
+// maxSurge update until it is done, then for rolloutSettle, recording
+// watch's changes and the pods' restarts; poll runs at each poll, if set.
+func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
+	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
+	if err != nil {
+		return nil, err
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
+	}
+	app := ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
+	pods, err := s.podsOf(ctx, app)
+	if err != nil || len(pods) != 1 {
+		return nil, fmt.Errorf("want one pod of %s before the update, have %d (%v)", want.Name, len(pods), err)
+	}
+	next := want.Spec.Template.Annotations[revisionKey]
+	r := &rollout{oldPod: pods[0].Name, restarts: map[string]int32{}, began: time.Now()}
+	fmt.Sscan(pods[0].Annotations[revisionKey], &r.from)
+	watchRestarts := watch.restarts()
+	updated, err := s.setTemplate(ctx, want.Name, want.Spec.Template)
+	if err != nil {
+		return nil, fmt.Errorf("update: %w", err)
+	}
+	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		if poll != nil {
+			poll()
+		}
+		return s.observeRollout(ctx, r, app, next, updated)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
+	}
+	// The old pod's object is deleted only after its containers stopped, so
+	// the old registrar has exited; kubelet may still react late to what it left.
+	time.Sleep(rolloutSettle)
+	r.end = time.Now()
+	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
+		r.recordRestarts(pod)
+	}
+	r.writes = len(watch.between(r.began, r.end))
+	r.gaps = watch.gaps(r.began, r.end)
+	r.watchRestarted = watch.restarts() != watchRestarts
+	return r, nil
+}
+
+// observeRollout reads the pods of the DaemonSet updated, labelled app,
+// and records when the new pod of revision next was Ready and the old one
+// deleted and gone; it reports whether the DaemonSet's status says the
+// rollout is done.
+func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string, updated *appsv1.DaemonSet) (bool, error) {
+	pods, err := s.podsOf(ctx, app)
+	if err != nil {
+		return false, err
+	}
+	oldSeen := false
+	for i := range pods {
+		pod := &pods[i]
+		r.recordRestarts(pod)
+		if pod.Name == r.oldPod {
+			oldSeen = true
+			if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
+				r.tOldDeleting = time.Since(r.began)
+			}
+		} else if pod.Annotations[revisionKey] == next {
+			r.newPod = pod.Name
+			if r.tNewReady == 0 && podReady(pod) {
+				r.tNewReady = time.Since(r.began)
+			}
+		}
+	}
+	if !oldSeen && r.tOldGone == 0 {
+		r.tOldGone = time.Since(r.began)
+	}
+	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, updated.Name, getOpts)
+	if err != nil {
+		return false, err
+	}
+	st := current.Status
+	done := st.ObservedGeneration >= updated.Generation && st.UpdatedNumberScheduled == 1 && st.NumberAvailable == 1 && st.NumberUnavailable == 0
+	return done && r.tNewReady != 0 && r.tOldGone != 0, nil
+}
+
+func (r *rollout) recordRestarts(pod *corev1.Pod) {
+	for _, st := range pod.Status.ContainerStatuses {
+		key := pod.Name + "/" + st.Name
+		r.restarts[key] = max(r.restarts[key], st.RestartCount)
+	}
+}
+
+// restarted lists the containers that restarted, with their counts: of
+// the pods named, or all.
+func (r *rollout) restarted(pods ...string) []string {
+	var out []string
+	for container, n := range r.restarts {
+		pod, _, _ := strings.Cut(container, "/")
+		if n > 0 && (len(pods) == 0 || slices.Contains(pods, pod)) {
+			out = append(out, fmt.Sprintf("%s: %d", container, n))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// describeGaps gives each gap's start from the update, its length and its
+// cause. One that begins before the old pod's deletion comes from the new
+// pod's socket replacing the old one: kubelet v1.37 then unregisters the
+// plugin and registers it again one reconcile period (1 s) later.
+func (r *rollout) describeGaps() []string {
+	out := describeGaps(r.gaps, r.began)
+	for i, g := range r.gaps {
+		cause := "after the old pod's deletion began"
+		if r.tOldDeleting == 0 || g.from.Sub(r.began) < r.tOldDeleting {
+			cause = "before the old pod's deletion: kubelet re-registering the replaced socket"
+		}
+		out[i] += " (" + cause + ")"
+	}
+	return out
+}
+
+// describeGaps gives each gap's start from began and its length.
+func describeGaps(gaps []gap, began time.Time) []string {
+	var out []string
+	for _, g := range gaps {
+		if g.open {
+			out = append(out, fmt.Sprintf("+%s, still at the end", ms(g.from.Sub(began))))
+		} else {
+			out = append(out, fmt.Sprintf("+%s for %s", ms(g.from.Sub(began)), ms(g.to.Sub(g.from))))
+		}
+	}
+	return out
+}
+
+// longestGap is the longest gap; an open one counts as endless.
+func (r *rollout) longestGap() time.Duration {
+	var longest time.Duration
+	for _, g := range r.gaps {
+		if g.open {
+			return time.Duration(math.MaxInt64)
+		}
+		longest = max(longest, g.to.Sub(g.from))
+	}
+	return longest
+}
+
+func (r *rollout) String() string {
+	return fmt.Sprintf("update → new pod %s Ready +%s → old pod %s deleted +%s, gone +%s; CSINode watched throughout (%d changes, watch restarted: %v)",
+		r.newPod, ms(r.tNewReady), r.oldPod, ms(r.tOldDeleting), ms(r.tOldGone), r.writes, r.watchRestarted)
+}
+
+// settled says how the node was rolloutSettle after the rollout r of
+// csi-node, and whether as it should: the driver in CSINode with the
+// expected node ID, the watch never restarted, the socket dialable.
+func (s *suite) settled(r *rollout) (string, bool) {
+	final, _ := s.watch.now()
+	socket := dialable(s.regSocket())
+	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.registered, final.nodeID, socket),
+		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && socket
+}
+
+// redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
+// the current one.
+func (s *suite) redeploy(ctx context.Context, rev revision) error {
+	want, err := s.daemonSet(rev)
+	if err != nil {
+		return err
+	}
+	pod, _, err := s.deploy(ctx, want, s.watch)
+	if err == nil {
+		s.podName = pod.Name
+	}
+	return err
+}

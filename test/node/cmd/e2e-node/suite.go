@@ -1,0 +1,373 @@
+package main
+
+// The suite the checks run in: their report, and what they share to read
+// the node (pods, /status, kubelet's probe counts, logs).
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// result is one line of the report.
+type result struct {
+	name    string
+	ok      bool
+	skipped bool // could not run; detail says why
+	detail  string
+}
+
+// options are the command line's choices for the checks.
+type options struct {
+	// maxRolloutGap is the longest time without the driver in CSINode
+	// that check 4a accepts; 0: none at all.
+	maxRolloutGap time.Duration
+	// upstreamMissing, when set, is why there is no image of upstream's
+	// registrar: checks 4b and 4c are skipped with it as the reason.
+	upstreamMissing string
+	// failOnSkip makes a skipped check fail the run, as in CI.
+	failOnSkip bool
+	// only, when set, names the checks to run after check 1 (-checks,
+	// E2E_NODE_CHECKS); nil: all.
+	only map[string]bool
+}
+
+type suite struct {
+	*cluster
+	options
+	repo    string
+	watch   *csiNodeWatch
+	results []result
+	podName string // the current pod of the DaemonSet
+}
+
+func (s *suite) report(name string, ok bool, format string, args ...any) bool {
+	s.results = append(s.results, result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
+	status := "PASS"
+	if !ok {
+		status = "FAIL"
+	}
+	fmt.Printf("e2e-node: %s %s: %s\n", status, name, fmt.Sprintf(format, args...))
+	return ok
+}
+
+// failAll reports each of names failed, with one detail.
+func (s *suite) failAll(names []string, format string, args ...any) bool {
+	for _, name := range names {
+		s.report(name, false, format, args...)
+	}
+	return false
+}
+
+// skipAll reports each of names skipped, for one reason.
+func (s *suite) skipAll(names []string, reason string) bool {
+	for _, name := range names {
+		s.skip(name, reason)
+	}
+	return false
+}
+
+// skip reports a check that could not run, and why.
+func (s *suite) skip(name, reason string) bool {
+	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
+	fmt.Printf("e2e-node: SKIPPED %s: %s\n", name, reason)
+	return false
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+var plainHTTP = &http.Client{Timeout: 2 * time.Second}
+
+// get returns the status code and the first line of the body, or 0.
+func get(url string) (int, string) {
+	resp, err := plainHTTP.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	return resp.StatusCode, line
+}
+
+// podsOf lists the pods labelled app.kubernetes.io/name=app.
+func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
+	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// waitPod waits until the pod name satisfies cond, and returns it as last
+// read.
+func (s *suite) waitPod(ctx context.Context, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := waitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		return cond(p), nil
+	})
+	return pod, err
+}
+
+func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == name {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (s *suite) regSocket() string {
+	return s.path("kubelet", "plugins_registry", driverName+"-reg.sock")
+}
+
+// probeCounts reads kubelet's prober_probe_total for a container of each
+// pod of the namespace: counts[pod]["Liveness/successful"] and so on.
+// kubelet drops a pod's counts once the pod is gone.
+func probeCounts(container string) (map[string]map[string]float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // kubelet's self-signed serving certificate
+	}}
+	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", nodeIP))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kubelet /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet /metrics/probes: %w", err)
+	}
+	counts := map[string]map[string]float64{}
+	for _, m := range families["prober_probe_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["namespace"] != namespace || labels["container"] != container {
+			continue
+		}
+		pod := labels["pod"]
+		if counts[pod] == nil {
+			counts[pod] = map[string]float64{}
+		}
+		counts[pod][labels["probe_type"]+"/"+labels["result"]] += m.GetCounter().GetValue()
+	}
+	return counts, nil
+}
+
+// waitProbes waits up to 2m for kubelet's probe counts of a pod's container
+// to satisfy cond, and returns them.
+func waitProbes(ctx context.Context, what, container, pod string, cond func(map[string]float64) bool) (map[string]float64, error) {
+	var counts map[string]float64
+	err := waitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+		all, err := probeCounts(container)
+		counts = all[pod]
+		return err == nil && cond(counts), err
+	})
+	return counts, err
+}
+
+// describeProbes tells kubelet's probe counts of a container.
+func describeProbes(counts map[string]float64) string {
+	return fmt.Sprintf("startup %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed",
+		counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
+		counts["Readiness/successful"], counts["Readiness/failed"])
+}
+
+// registrarState is the part of this registrar's /status the checks read.
+type registrarState struct {
+	State        string            `json:"state"`
+	Reason       string            `json:"reason"`
+	Publications map[string]uint64 `json:"socketPublications"`
+	KubeletCalls struct {
+		GetInfo        uint64 `json:"getInfo"`
+		NotifyRejected uint64 `json:"notifyRejected"`
+	} `json:"kubeletCalls"`
+	// Attempts and FailingSince: kubelet's rejections since it last
+	// accepted the driver, and when the registration started to fail.
+	Attempts     uint64     `json:"attempts"`
+	FailingSince *time.Time `json:"failingSince"`
+}
+
+func registrarStatus(port int32) (*registrarState, error) {
+	resp, err := plainHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	status := &registrarState{}
+	if err := json.NewDecoder(resp.Body).Decode(status); err != nil {
+		return nil, err
+	}
+	return status, nil
+}
+
+// statusOf reads this registrar's /status on port: nil and why if it
+// cannot, and what it says.
+func statusOf(port int32) (*registrarState, string) {
+	status, err := registrarStatus(port)
+	if err != nil {
+		return nil, "/status: " + err.Error()
+	}
+	return status, status.String()
+}
+
+func (st *registrarState) String() string {
+	state := fmt.Sprintf("%q", st.State)
+	if st.Reason != st.State {
+		state += fmt.Sprintf(" (%s)", st.Reason)
+	}
+	return fmt.Sprintf("/status state %s, socket publications %v", state, st.Publications)
+}
+
+// dirNames lists the names in a directory.
+func dirNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// metricLine returns the line of a Prometheus text page that starts with
+// prefix, or why there is none.
+func metricLine(url, prefix string) string {
+	resp, err := plainHTTP.Get(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		if strings.HasPrefix(scanner.Text(), prefix) {
+			return scanner.Text()
+		}
+	}
+	return prefix + " missing"
+}
+
+// timingSince records t's offset from began as a timing, if t is set.
+func (s *suite) timingSince(what string, began, t time.Time) {
+	if !t.IsZero() {
+		s.timing(what, t.Sub(began))
+	}
+}
+
+// since is t's offset from began, or "never".
+func since(began, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return "+" + ms(t.Sub(began))
+}
+
+// restarted lists the containers of pod that restarted, or changed since
+// pod was read.
+func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, st := range now.Status.ContainerStatuses {
+		was := containerStatus(pod, st.Name)
+		if st.RestartCount > 0 || was == nil || was.ContainerID != st.ContainerID {
+			out = append(out, fmt.Sprintf("%s: restartCount %d", st.Name, st.RestartCount))
+		}
+	}
+	return out, nil
+}
+
+// containerLog is a container's log of pod, as kubelet keeps it.
+func (s *suite) containerLog(pod *corev1.Pod, container string) string {
+	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
+}
+
+// readLogs reads the log files of a container's directory in kubelet's
+// pod logs, in order.
+func readLogs(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	sort.Strings(files)
+	var b strings.Builder
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		b.Write(data)
+	}
+	return b.String()
+}
+
+// lastEvent returns the message of the pod's latest event with reason and
+// a message starting with prefix, such as kubelet's failed liveness probe,
+// with its count.
+func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
+	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	if err != nil {
+		return err.Error()
+	}
+	found := "none"
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Message, prefix) {
+			found = fmt.Sprintf("%s (%d times)", e.Message, e.Count)
+		}
+	}
+	return found
+}
+
+// savePodLogs copies the container logs of the pods of the DaemonSet
+// dsName to the run's logs, in pod-logs-<check>/, before the pods are
+// deleted and kubelet removes them.
+func (s *suite) savePodLogs(check, dsName string) {
+	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+		for _, file := range files {
+			rel, _ := filepath.Rel(s.path("pod-logs"), file)
+			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
+			data, err := os.ReadFile(file)
+			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
+				err = os.WriteFile(dest, data, 0o644)
+			}
+			if err != nil {
+				fmt.Printf("e2e-node: check %s: cannot keep %s: %v\n", check, file, err)
+			}
+		}
+	}
+}
+
+func (s *suite) timing(what string, took time.Duration) {
+	s.timings = append(s.timings, timing{what, took})
+}
