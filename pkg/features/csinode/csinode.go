@@ -11,6 +11,7 @@ package csinode
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -42,7 +43,11 @@ var retryBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Cap
 
 // errNoWatchList stands for the API server's refusal to stream the list,
 // given again without asking it (the reflector then lists).
-var errNoWatchList = fmt.Errorf("the API server cannot stream the list")
+var errNoWatchList = errors.New("the API server cannot stream the list")
+
+// clientWatchDecoding is the cause client-go gives the ERROR event it makes
+// when a watch's stream breaks, to tell it from the API server's own.
+const clientWatchDecoding = "ClientWatchDecoding"
 
 // unreachable hides a refused connection from the reflector, which would
 // retry the watch from its resourceVersion: a restarted API server answers
@@ -262,6 +267,8 @@ func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
 		w.st.WatchesExpired++
 		w.logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
 		w.mu.Unlock()
+	case watchList && apierrors.HasStatusCause(err, clientWatchDecoding):
+		w.logger.V(4).Info("The CSINode's watch-list stream broke", "err", err)
 	case watchList:
 		w.mu.Lock()
 		w.noWatchList = true
@@ -320,12 +327,12 @@ func (s store) changed(obj any, created bool) error {
 	return nil
 }
 
-// changed asks Run for the Node's UID when the CSINode was created, the
-// Node was not read yet, or the owner is not the UID last read; the finding waits for
-// it. A list does not read it again otherwise: every node lists again after
-// an outage, and would make one request more each. A Node replaced meanwhile
-// is read when the garbage collector deletes its CSINode and kubelet creates
-// one again.
+// changed asks Run for the Node's UID when the CSINode was created, the Node
+// was not read yet, or the owner is not the UID last read; the finding waits
+// for it. A list does not read it again otherwise: every node lists again
+// after an outage, and would make one request more each. A Node replaced
+// meanwhile is read when the garbage collector deletes its CSINode and
+// kubelet creates one again.
 func (w *Watcher) changed(cs *csiNode, created bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

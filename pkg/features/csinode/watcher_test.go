@@ -59,12 +59,18 @@ type localAPI struct {
 	// refused.
 	owners   []string
 	noStream bool
-	srv      *httptest.Server
+	// garble: the next watch-list's stream ends with a line that is not
+	// JSON.
+	garble bool
+	srv    *httptest.Server
+	// closing ends the watches being served, so that a server closes while
+	// the watcher still runs.
+	closing chan struct{}
 }
 
 func startLocalAPI(t *testing.T) (*localAPI, *kubeapi.Client) {
 	t.Helper()
-	a := &localAPI{requests: make(chan string, 100), owners: []string{"uid-1"}}
+	a := &localAPI{requests: make(chan string, 100), owners: []string{"uid-1"}, closing: make(chan struct{})}
 	srv := httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	t.Cleanup(srv.Close)
 	a.srv = srv
@@ -92,7 +98,8 @@ func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
 		request = "WATCH rv=" + q.Get("resourceVersion")
 	}
 	a.mu.Lock()
-	fail, expire, noStream, owner := false, a.expire, a.noStream, a.owners[0]
+	fail, expire, noStream, owner, garble := false, a.expire, a.noStream, a.owners[0], a.garble && request == "WATCH-LIST"
+	a.garble = a.garble && !garble
 	switch request {
 	case "GET node":
 		fail, a.nodeFails = a.nodeFails > 0, max(a.nodeFails-1, 0)
@@ -128,12 +135,19 @@ func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case request == "WATCH-LIST":
 		fmt.Fprintf(w, "{\"type\":\"ADDED\",\"object\":%s}\n%s\n", fmt.Sprintf(csiNodeJSON, owner), initialEventsEnd)
 	}
+	if garble {
+		fmt.Fprintln(w, `{"type":"MODIFIED","object":]`)
+		return
+	}
 	if expire {
 		fmt.Fprintln(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 5 (9)"}}`)
 		return
 	}
 	w.(http.Flusher).Flush()
-	<-r.Context().Done()
+	select {
+	case <-r.Context().Done():
+	case <-a.closing:
+	}
 }
 
 // refuse closes the server's listener and connections: connections are
@@ -154,9 +168,9 @@ func (a *localAPI) serveAgain(t *testing.T) {
 	srv.Listener.Close()
 	srv.Listener = l
 	srv.StartTLS()
-	// The watcher stops after this cleanup: its watch is ended here.
+	// The watcher stops after this cleanup: its watches are ended here.
 	t.Cleanup(func() {
-		srv.CloseClientConnections()
+		close(a.closing)
 		srv.Close()
 	})
 }
@@ -269,6 +283,19 @@ func TestRefusedWatchListIsNotAskedAgain(t *testing.T) {
 	}
 	poll.Until(t, "the last watch answered", func() bool { return w.Status().Requests["watch"]["200"] == 3 })
 	if st := w.Status(); st.WatchesExpired != 1 || st.WatchRestarts != 2 || st.LastError != "" || st.Requests["get"]["200"] != 1 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// A watch-list whose stream breaks (client-go's own ERROR event) is not
+// taken for the API server's refusal: the next read is a watch-list again.
+func TestBrokenWatchListIsAskedAgain(t *testing.T) {
+	a, c := startLocalAPI(t)
+	a.garble = true
+	w, _ := runListed(t, a, c, testclock.NewFakeClock(time.Now()))
+	a.next(t, "WATCH-LIST")
+	poll.Until(t, "the watch-list answered", func() bool { return w.Status().Requests["watch"]["200"] == 2 })
+	if st := w.Status(); st.LastError != "" || st.Requests["get"]["200"] != 1 || st.Requests["list"] != nil {
 		t.Errorf("status %+v", st)
 	}
 }
