@@ -3,7 +3,7 @@
 // reports each change of what it finds of the driver there: listed, missing,
 // or owned by a replaced Node. It never writes.
 //
-// The Node's UID is read again at each list, at each creation of the CSINode
+// The Node's UID is read at the first list, at each creation of the CSINode
 // (kubelet 1.35 to 1.37 create it with the UID they read at their start)
 // and whenever the CSINode's owner is not the UID last read.
 package csinode
@@ -11,8 +11,10 @@ package csinode
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -32,8 +35,25 @@ import (
 )
 
 // retryBackoff spaces the retries of failed reads; the reflector starts it
-// over two minutes into a series.
-var retryBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 0.25, Cap: 4 * time.Minute, Steps: math.MaxInt32}
+// over two minutes into a series. Its steps are not jittered: when a watch
+// that worked fails, the first retry waits a random part of the cap (see
+// spreadRetry), so the nodes that lost the API server together come back
+// spread over one cap, and fixed steps keep that spread.
+var retryBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Cap: 40 * time.Second, Steps: math.MaxInt32}
+
+// errNoWatchList stands for the API server's refusal to stream the list,
+// given again without asking it (the reflector then lists).
+var errNoWatchList = errors.New("the API server cannot stream the list")
+
+// clientWatchDecoding is the cause client-go gives the ERROR event it makes
+// when a watch's stream breaks, to tell it from the API server's own.
+const clientWatchDecoding = "ClientWatchDecoding"
+
+// unreachable hides a refused connection from the reflector, which would
+// retry the watch from its resourceVersion: a restarted API server answers
+// that with 410 Gone, and the reflector lists only a backoff step later.
+// Ended here, the attempt lists at the next step.
+type unreachable struct{ error }
 
 // Status is a snapshot of the watcher, for /status and /metrics.
 type Status struct {
@@ -75,6 +95,12 @@ type Watcher struct {
 	// until then, with a driver known, failures are reported.
 	seen    bool
 	started bool // a watch was started
+	// watching: the last watch request was answered; its failure starts a
+	// series of retries, which spreadRetry spreads.
+	watching bool
+	// noWatchList: the API server refused to stream a list; it is not asked
+	// again until the registrar restarts.
+	noWatchList bool
 	// staleOwner is a replaced Node's UID that owned the last CSINode, until
 	// the driver is listed: the garbage collector deletes such a CSINode at
 	// once, and the Missing finding then says why.
@@ -182,6 +208,7 @@ func (w *Watcher) listWatch() cache.ListerWatcher {
 			w.count("list", err)
 			if err != nil && ctx.Err() == nil {
 				w.failed(err)
+				w.spreadRetry(ctx)
 			}
 			return list, err
 		},
@@ -190,7 +217,12 @@ func (w *Watcher) listWatch() cache.ListerWatcher {
 				seconds := int64(w.watchTimeout / time.Second)
 				options.TimeoutSeconds = &seconds
 			}
+			watchList := options.SendInitialEvents != nil && *options.SendInitialEvents
 			w.mu.Lock()
+			if watchList && w.noWatchList {
+				w.mu.Unlock()
+				return nil, errNoWatchList
+			}
 			if w.started {
 				w.st.WatchRestarts++
 				w.logger.V(4).Info("Watching the CSINode again", "node", w.csiNode.Name, "resourceVersion", options.ResourceVersion)
@@ -203,13 +235,19 @@ func (w *Watcher) listWatch() cache.ListerWatcher {
 			w.count("watch", err)
 			// A watch-list's failure is not reported: the reflector lists
 			// then, as it does with API servers that cannot stream a list.
-			watchList := options.SendInitialEvents != nil && *options.SendInitialEvents
 			if err != nil {
 				if ctx.Err() == nil && !watchList {
 					w.failed(err)
 				}
+				w.spreadRetry(ctx)
+				if !watchList && utilnet.IsConnectionRefused(err) {
+					err = unreachable{err}
+				}
 				return nil, err
 			}
+			w.mu.Lock()
+			w.watching = true
+			w.mu.Unlock()
 			return watch.Filter(events, func(e watch.Event) (watch.Event, bool) {
 				if e.Type == watch.Error {
 					w.watchFailed(e.Object, watchList)
@@ -229,10 +267,34 @@ func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
 		w.st.WatchesExpired++
 		w.logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
 		w.mu.Unlock()
+	case watchList && apierrors.HasStatusCause(err, clientWatchDecoding):
+		w.logger.V(4).Info("The CSINode's watch-list stream broke", "err", err)
 	case watchList:
-		w.logger.V(4).Info("The API server cannot stream the CSINode: listing it", "err", err)
+		w.mu.Lock()
+		w.noWatchList = true
+		w.logger.V(4).Info("The API server cannot stream the CSINode: listing it, now and after", "err", err)
+		w.mu.Unlock()
 	default:
 		w.failed(err)
+	}
+}
+
+// spreadRetry waits a random part of the backoff's cap when a request fails
+// after a watch that was answered: the first of a series of retries. The
+// nodes of a cluster lose the API server at the same instant; spread so, they
+// come back spread over the cap (steadily, as the steps are not jittered),
+// at most the cap after it returns, instead of together.
+func (w *Watcher) spreadRetry(ctx context.Context) {
+	w.mu.Lock()
+	first := w.watching
+	w.watching = false
+	w.mu.Unlock()
+	if !first || w.backoff.Cap <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-w.clock.After(rand.N(w.backoff.Cap)):
 	}
 }
 
@@ -244,26 +306,34 @@ func (s store) Update(obj any) error { return s.changed(obj, false) }
 func (s store) Delete(any) error     { s.w.changed(nil, false); return nil }
 func (s store) Resync() error        { return nil }
 
+// Replace (a list) reads the Node's UID only if none was read yet (see
+// changed).
 func (s store) Replace(items []any, _ string) error {
 	if len(items) == 0 {
-		s.w.changed(nil, true)
+		s.w.changed(nil, false)
 		return nil
 	}
-	return s.changed(items[0], true)
+	return s.changed(items[0], false)
 }
 
-func (s store) changed(obj any, readNode bool) error {
+// changed tells the watcher of obj; created: an Add, whose owner kubelet 1.35
+// to 1.37 set to the UID they read at their start, maybe a replaced Node's.
+func (s store) changed(obj any, created bool) error {
 	cs := &csiNode{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).UnstructuredContent(), cs); err != nil {
 		return fmt.Errorf("CSINode %s: %w", s.w.csiNode.Name, err)
 	}
-	s.w.changed(cs, readNode)
+	s.w.changed(cs, created)
 	return nil
 }
 
-// changed asks Run for the Node's UID when readNode is set or the owner is
-// not the UID last read; the finding waits for it.
-func (w *Watcher) changed(cs *csiNode, readNode bool) {
+// changed asks Run for the Node's UID when the CSINode was created, the Node
+// was not read yet, or the owner is not the UID last read; the finding waits
+// for it. A list does not read it again otherwise: every node lists again
+// after an outage, and would make one request more each. A Node replaced
+// meanwhile is read when the garbage collector deletes its CSINode and
+// kubelet creates one again.
+func (w *Watcher) changed(cs *csiNode, created bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cs = cs
@@ -271,7 +341,8 @@ func (w *Watcher) changed(cs *csiNode, readNode bool) {
 	if cs != nil {
 		w.st.CSINodeOwnerUID = cs.ownerUID()
 	}
-	if readNode || (w.st.CSINodeOwnerUID != "" && w.st.CSINodeOwnerUID != w.st.NodeUID) {
+	owner, nodeUID := w.st.CSINodeOwnerUID, w.st.NodeUID
+	if created || w.nodeRead == 0 || (owner != "" && owner != nodeUID) {
 		w.nodeWanted++
 		select {
 		case w.wake <- struct{}{}:
