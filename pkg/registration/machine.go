@@ -290,6 +290,9 @@ func (m *machine) step(now time.Time, ev event) output {
 	m.watchCSINode(now)
 	switch {
 	case m.conversing || m.state == Stopped:
+	case o.publishing():
+		// A look now would take the new socket for another's: it waits
+		// for published, which says what ours is.
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
 		m.startClaim(&o)
 	case m.lookAgain && m.path != "":
