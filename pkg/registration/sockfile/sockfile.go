@@ -44,22 +44,38 @@ func Listen(path string) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
 	}
+	ul, file, err := own(l, hidden, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+}
+
+// own keeps the name of l's socket file when l closes, restricts its mode
+// if asked, and identifies it; on failure it closes l and removes name.
+func own(l net.Listener, name string, restrict bool) (*net.UnixListener, ID, error) {
 	ul := l.(*net.UnixListener)
 	// Names are removed only while still ours, never by Close.
 	ul.SetUnlinkOnClose(false)
+	var file ID
+	var err error
 	// Not the umask, which is the whole process's; kubelet runs as root.
-	if err := os.Chmod(hidden, 0o600); err != nil {
-		_ = ul.Close()
-		_ = os.Remove(hidden)
-		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
+	if restrict {
+		if err = os.Chmod(name, 0o600); err != nil {
+			err = fmt.Errorf("cannot restrict the mode of %q: %w", name, err)
+		}
 	}
-	file, _, err := Lstat(hidden)
+	if err == nil {
+		if file, _, err = Lstat(name); err != nil {
+			err = fmt.Errorf("cannot inspect %q: %w", name, err)
+		}
+	}
 	if err != nil {
 		_ = ul.Close()
-		_ = os.Remove(hidden)
-		return nil, fmt.Errorf("cannot inspect %q: %w", hidden, err)
+		_ = os.Remove(name)
+		return nil, ID{}, err
 	}
-	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+	return ul, file, nil
 }
 
 // Publish puts a listening socket at path, replacing there the socket
@@ -93,13 +109,9 @@ func listenAt(path string, replace ID) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot listen at %s: %w", path, err)
 	}
-	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(false)
-	file, _, err := Lstat(path)
+	ul, file, err := own(l, path, false)
 	if err != nil {
-		_ = ul.Close()
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("cannot inspect %q: %w", path, err)
+		return nil, err
 	}
 	return &Socket{UnixListener: ul, Path: path, File: file}, nil
 }
