@@ -1,6 +1,7 @@
 package healthz
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -238,19 +239,33 @@ func TestRuntimeFiguresRight(t *testing.T) {
 		"go_memstats_next_gc_bytes":       func(m *runtime.MemStats) uint64 { return m.NextGC },
 	}
 	// With no collection in between, nor one still sweeping (the gathering
-	// allocates enough to sweep a good part of the heap), the figures only
-	// grow or only shrink.
+	// allocates enough to sweep a good part of the heap), most figures only
+	// grow or only shrink. Some (other_sys) go up and down with the test's
+	// other goroutines: a figure must lie between in one of five tries.
 	runtime.GC()
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	var statsBefore, statsAfter runtime.MemStats
-	runtime.ReadMemStats(&statsBefore)
-	third := readRuntimeFamilies(t)
-	runtime.ReadMemStats(&statsAfter)
-	for name, field := range memStats {
-		low, high := float64(min(field(&statsBefore), field(&statsAfter))), float64(max(field(&statsBefore), field(&statsAfter)))
-		if got := value(t, third, name, nil); got < low*0.9 || got > high*1.1 {
-			t.Errorf("%s = %v, runtime.ReadMemStats says %v before and %v after", name, got, field(&statsBefore), field(&statsAfter))
+	var third map[string]*dto.MetricFamily
+	outside := map[string]string{}
+	for name := range memStats {
+		outside[name] = ""
+	}
+	for try := 0; try < 5 && len(outside) > 0; try++ {
+		var statsBefore, statsAfter runtime.MemStats
+		runtime.ReadMemStats(&statsBefore)
+		third = readRuntimeFamilies(t)
+		runtime.ReadMemStats(&statsAfter)
+		for name := range outside {
+			field := memStats[name]
+			low, high := float64(min(field(&statsBefore), field(&statsAfter))), float64(max(field(&statsBefore), field(&statsAfter)))
+			if got := value(t, third, name, nil); got >= low*0.9 && got <= high*1.1 {
+				delete(outside, name)
+			} else {
+				outside[name] = fmt.Sprintf("%s = %v, runtime.ReadMemStats says %v before and %v after", name, got, field(&statsBefore), field(&statsAfter))
+			}
 		}
+	}
+	for _, why := range outside {
+		t.Errorf("in each of five tries, for instance the last: %s", why)
 	}
 	// Stacks are not bracketed so: they grow and shrink as goroutines start
 	// and end, which the test's other goroutines do meanwhile (under an
