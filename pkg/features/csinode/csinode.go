@@ -267,8 +267,10 @@ func (w *Watcher) watchFailed(status runtime.Object, watchList bool) {
 		w.st.WatchesExpired++
 		w.logger.V(4).Info("The CSINode's watch expired: reading it again", "err", err)
 		w.mu.Unlock()
-	case watchList && apierrors.HasStatusCause(err, clientWatchDecoding):
-		w.logger.V(4).Info("The CSINode's watch-list stream broke", "err", err)
+	case apierrors.HasStatusCause(err, clientWatchDecoding):
+		// The stream broke, or the reflector stopped the watch while it was
+		// read: not the API server's answer. The reflector watches again.
+		w.logger.V(4).Info("The CSINode's watch stream broke", "err", err)
 	case watchList:
 		w.mu.Lock()
 		w.noWatchList = true

@@ -59,8 +59,8 @@ type localAPI struct {
 	// refused.
 	owners   []string
 	noStream bool
-	// garble: the next watch-list's stream ends with a line that is not
-	// JSON.
+	// garble: the next watch's (or watch-list's) stream ends with a line
+	// that is not JSON.
 	garble bool
 	srv    *httptest.Server
 	// closing ends the watches being served, so that a server closes while
@@ -98,7 +98,7 @@ func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
 		request = "WATCH rv=" + q.Get("resourceVersion")
 	}
 	a.mu.Lock()
-	fail, expire, noStream, owner, garble := false, a.expire, a.noStream, a.owners[0], a.garble && request == "WATCH-LIST"
+	fail, expire, noStream, owner, garble := false, a.expire, a.noStream, a.owners[0], a.garble && (request == "WATCH-LIST" && !a.noStream || strings.HasPrefix(request, "WATCH rv="))
 	a.garble = a.garble && !garble
 	switch request {
 	case "GET node":
@@ -296,6 +296,36 @@ func TestBrokenWatchListIsAskedAgain(t *testing.T) {
 	a.next(t, "WATCH-LIST")
 	poll.Until(t, "the watch-list answered", func() bool { return w.Status().Requests["watch"]["200"] == 2 })
 	if st := w.Status(); st.LastError != "" || st.Requests["get"]["200"] != 1 || st.Requests["list"] != nil {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// A watch whose stream breaks (client-go's own ERROR event, as when the
+// reflector stops a watch while it reads) is no failure to read the CSINode.
+func TestBrokenWatchIsNoFailure(t *testing.T) {
+	a, c := startLocalAPI(t)
+	a.noStream, a.garble = true, true
+	w, findings := runLocal(t, c, testclock.NewFakeClock(time.Now()))
+	for _, want := range []string{"WATCH-LIST", "LIST", "WATCH rv=5"} {
+		next := <-a.requests
+		if next == "GET node" {
+			next = <-a.requests
+		}
+		if next != want {
+			t.Fatalf("request %q, want %q", next, want)
+		}
+	}
+	if f := <-findings; f != (Finding{Listed: true}) {
+		t.Errorf("finding %+v", f)
+	}
+	// The reflector reads the CSINode again once it has seen the broken
+	// stream, which the watcher saw first.
+	select {
+	case <-a.requests:
+	case <-time.After(time.Minute):
+		t.Fatal("no request after the broken watch in a minute")
+	}
+	if st := w.Status(); st.LastError != "" || st.Finding == nil || *st.Finding != (Finding{Listed: true}) {
 		t.Errorf("status %+v", st)
 	}
 }
