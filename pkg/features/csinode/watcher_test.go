@@ -194,6 +194,24 @@ func (a *localAPI) next(t *testing.T, want string) {
 	}
 }
 
+// listedAfter expects the requests wants, with the Node's read anywhere
+// among them, and then the finding that the driver is listed.
+func (a *localAPI) listedAfter(t *testing.T, findings <-chan Finding, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		next := <-a.requests
+		if next == "GET node" {
+			next = <-a.requests
+		}
+		if next != want {
+			t.Fatalf("request %q, want %q", next, want)
+		}
+	}
+	if f := <-findings; f != (Finding{Listed: true}) {
+		t.Errorf("finding %+v", f)
+	}
+}
+
 func runLocal(t *testing.T, c *kubeapi.Client, clk *testclock.FakeClock) (*Watcher, <-chan Finding) {
 	t.Helper()
 	findings := make(chan Finding, 100)
@@ -269,18 +287,7 @@ func TestRefusedWatchListIsNotAskedAgain(t *testing.T) {
 	a, c := startLocalAPI(t)
 	a.noStream, a.expire = true, true
 	w, findings := runLocal(t, c, testclock.NewFakeClock(time.Now()))
-	for _, want := range []string{"WATCH-LIST", "LIST", "WATCH rv=5", "LIST", "WATCH rv=5"} {
-		next := <-a.requests
-		if next == "GET node" {
-			next = <-a.requests
-		}
-		if next != want {
-			t.Fatalf("request %q, want %q", next, want)
-		}
-	}
-	if f := <-findings; f != (Finding{Listed: true}) {
-		t.Errorf("finding %+v", f)
-	}
+	a.listedAfter(t, findings, "WATCH-LIST", "LIST", "WATCH rv=5", "LIST", "WATCH rv=5")
 	poll.Until(t, "the last watch answered", func() bool { return w.Status().Requests["watch"]["200"] == 3 })
 	if st := w.Status(); st.WatchesExpired != 1 || st.WatchRestarts != 2 || st.LastError != "" || st.Requests["get"]["200"] != 1 {
 		t.Errorf("status %+v", st)
@@ -306,18 +313,7 @@ func TestBrokenWatchIsNoFailure(t *testing.T) {
 	a, c := startLocalAPI(t)
 	a.noStream, a.garble = true, true
 	w, findings := runLocal(t, c, testclock.NewFakeClock(time.Now()))
-	for _, want := range []string{"WATCH-LIST", "LIST", "WATCH rv=5"} {
-		next := <-a.requests
-		if next == "GET node" {
-			next = <-a.requests
-		}
-		if next != want {
-			t.Fatalf("request %q, want %q", next, want)
-		}
-	}
-	if f := <-findings; f != (Finding{Listed: true}) {
-		t.Errorf("finding %+v", f)
-	}
+	a.listedAfter(t, findings, "WATCH-LIST", "LIST", "WATCH rv=5")
 	// The reflector reads the CSINode again once it has seen the broken
 	// stream, which the watcher saw first.
 	select {
