@@ -44,37 +44,29 @@ func Listen(path string) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
 	}
-	ul, file, err := own(l, hidden, true)
+	// Not the umask, which is the whole process's; kubelet runs as root.
+	if err := os.Chmod(hidden, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
+	}
+	ul, file, err := own(l, hidden)
 	if err != nil {
 		return nil, err
 	}
 	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
 }
 
-// own keeps the name of l's socket file when l closes, restricts its mode
-// if asked, and identifies it; on failure it closes l and removes name.
-func own(l net.Listener, name string, restrict bool) (*net.UnixListener, ID, error) {
+// own identifies the socket file that l created at name and keeps it when
+// l closes. On failure it closes l, which removes the file.
+func own(l net.Listener, name string) (*net.UnixListener, ID, error) {
 	ul := l.(*net.UnixListener)
-	// Names are removed only while still ours, never by Close.
-	ul.SetUnlinkOnClose(false)
-	var file ID
-	var err error
-	// Not the umask, which is the whole process's; kubelet runs as root.
-	if restrict {
-		if err = os.Chmod(name, 0o600); err != nil {
-			err = fmt.Errorf("cannot restrict the mode of %q: %w", name, err)
-		}
-	}
-	if err == nil {
-		if file, _, err = Lstat(name); err != nil {
-			err = fmt.Errorf("cannot inspect %q: %w", name, err)
-		}
-	}
+	file, _, err := Lstat(name)
 	if err != nil {
 		_ = ul.Close()
-		_ = os.Remove(name)
-		return nil, ID{}, err
+		return nil, ID{}, fmt.Errorf("cannot inspect %q: %w", name, err)
 	}
+	// Names are removed only while still ours, never by Close.
+	ul.SetUnlinkOnClose(false)
 	return ul, file, nil
 }
 
@@ -109,7 +101,7 @@ func listenAt(path string, replace ID) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot listen at %s: %w", path, err)
 	}
-	ul, file, err := own(l, path, false)
+	ul, file, err := own(l, path)
 	if err != nil {
 		return nil, err
 	}
