@@ -266,7 +266,7 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	}); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if !s.watch.stateAt(time.Now()).registered {
+	if reg, _ := s.watch.now(); !reg.registered {
 		return s.report(name, false, "the driver was not registered before the pod was deleted")
 	}
 	began := time.Now()
