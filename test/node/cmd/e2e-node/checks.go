@@ -177,10 +177,7 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 // checkRollingUpdate changes the template and follows the maxSurge update,
 // checking from the CSINode watch that the driver never left it.
 func (s *suite) checkRollingUpdate(ctx context.Context) bool {
-	name := "4a. rolling update (maxSurge 1, maxUnavailable 0): registered throughout"
-	if s.maxRolloutGap > 0 {
-		name = fmt.Sprintf("4a. rolling update (maxSurge 1, maxUnavailable 0): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
-	}
+	name := "4a. rolling update (maxSurge 1, maxUnavailable 0): " + s.allowedGap()
 	r, err := s.rollUpdate(ctx, 2)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -190,6 +187,15 @@ func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 	ok := r.longestGap() <= s.maxRolloutGap && settled && code == http.StatusOK
 	return s.report(name, ok, "%v: times without the driver: %d %v (allowed: none longer than %s); %s, new pod /readyz %d %q",
 		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, after, code, body)
+}
+
+// allowedGap names the longest time without the driver in CSINode that a
+// rollout which hands the socket over may take (E2E_NODE_MAX_ROLLOUT_GAP).
+func (s *suite) allowedGap() string {
+	if s.maxRolloutGap > 0 {
+		return fmt.Sprintf("never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
+	}
+	return "registered throughout"
 }
 
 // The bounds of checks 4b and 4c: between upstream's registrar and this
@@ -203,30 +209,29 @@ const (
 // checkRollbackToUpstream rolls a DaemonSet of this registrar to upstream's
 // image. Check 3 deleted the DaemonSet: it is created again first.
 func (s *suite) checkRollbackToUpstream(ctx context.Context) bool {
-	const name = "4b. rollback to upstream's image (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
-	if s.upstreamMissing != "" {
-		return s.skip(name, s.upstreamMissing)
-	}
-	if err := s.redeploy(ctx, revOurs); err != nil {
-		return s.report(name, false, "no registered DaemonSet of this registrar to start from: %v", err)
-	}
-	return s.checkUpstreamRollout(ctx, name, revUpstream)
+	return s.checkUpstreamRollout(ctx, "4b. rollback to upstream's image", revOurs, revUpstream)
 }
 
 // checkUpgradeFromUpstream rolls the DaemonSet of upstream's image, which
 // check 4b left, back to this registrar's.
 func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
-	const name = "4c. upgrade from upstream's image (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
-	if s.upstreamMissing != "" {
-		return s.skip(name, s.upstreamMissing)
-	}
-	return s.checkUpstreamRollout(ctx, name, revOursAgain)
+	return s.checkUpstreamRollout(ctx, "4c. upgrade from upstream's image", 0, revOursAgain)
 }
 
 // checkUpstreamRollout rolls the DaemonSet to next, from this registrar to
-// upstream's or back, and checks the bounds above, that no container
-// restarted, and that the new pod's registrar serves the socket.
-func (s *suite) checkUpstreamRollout(ctx context.Context, name string, next revision) bool {
+// upstream's or back, after bringing it to from if set, and checks the
+// bounds above, that no container restarted, and that the new pod's
+// registrar serves the socket.
+func (s *suite) checkUpstreamRollout(ctx context.Context, what string, from, next revision) bool {
+	name := what + " (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
+	if s.upstreamMissing != "" {
+		return s.skip(name, s.upstreamMissing)
+	}
+	if from != 0 {
+		if err := s.redeploy(ctx, from); err != nil {
+			return s.report(name, false, "no registered DaemonSet of this registrar to start from: %v", err)
+		}
+	}
 	r, err := s.rollUpdate(ctx, next)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -266,7 +271,7 @@ func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	}); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	if !s.watch.stateAt(time.Now()).registered {
+	if reg, _ := s.watch.now(); !reg.registered {
 		return s.report(name, false, "the driver was not registered before the pod was deleted")
 	}
 	began := time.Now()

@@ -198,7 +198,37 @@ func (c *cluster) up(ctx context.Context, images []string) error {
 
 // upContainerd starts containerd and imports the images.
 func (c *cluster) upContainerd(ctx context.Context, images []string) error {
-	containerd, err := c.startContainerd()
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/e2e-node/pause:1"
+  # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[5]q
+    conf_dir = %[6]q
+`, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"),
+		c.path("containerd", "opt"), c.path("cni", "bin"), c.path("cni", "conf"))
+	file := c.path("containerd.toml")
+	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
+		return err
+	}
+	containerd, err := c.start("containerd", "containerd", "--config", file, "--log-level", "info")
 	if err != nil {
 		return err
 	}
@@ -218,7 +248,47 @@ func (c *cluster) upContainerd(ctx context.Context, images []string) error {
 
 // upAPIServer starts kube-apiserver and makes the clients of it.
 func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
-	apiserver, err := c.startAPIServer()
+	bindAddress := "127.0.0.1"
+	if c.storage {
+		// the pods' network reaches the node's address, not its loopback
+		bindAddress = "0.0.0.0"
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	keyFile := c.path("service-account.key")
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
+		return err
+	}
+	// kubelet is a real node user, so that the Node authorizer and the
+	// NodeRestriction admission plugin check what it writes.
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,kubelet,\"system:nodes\"\n",
+		adminToken, nodeToken, nodeName)
+	tokenFile := c.path("tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
+		return err
+	}
+	apiserver, err := c.start("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address="+bindAddress, "--secure-port=6443", "--advertise-address="+nodeIP,
+		"--cert-dir="+c.path("apiserver"),
+		"--token-auth-file="+tokenFile,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// the test driver, as deploy/ asks for any driver, is privileged
+		"--allow-privileged=true",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+keyFile,
+		"--service-account-signing-key-file="+keyFile,
+		"--service-cluster-ip-range=10.96.0.0/24",
+		// on loopback: no Endpoints for the kubernetes Service
+		"--endpoint-reconciler-type=none",
+		// the node's name resolves nowhere here: reach kubelet (exec, logs)
+		// at its IP
+		"--kubelet-preferred-address-types=InternalIP",
+		"--v=1")
 	if err != nil {
 		return err
 	}
@@ -303,84 +373,6 @@ func httpOK(url, token string) func(context.Context) (bool, error) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-}
-
-func (c *cluster) startContainerd() (*process, error) {
-	config := fmt.Sprintf(`version = 2
-root = %[1]q
-state = %[2]q
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
-
-[grpc]
-  address = %[3]q
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[4]q
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/e2e-node/pause:1"
-  # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[5]q
-    conf_dir = %[6]q
-`, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"),
-		c.path("containerd", "opt"), c.path("cni", "bin"), c.path("cni", "conf"))
-	file := c.path("containerd.toml")
-	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
-		return nil, err
-	}
-	return c.start("containerd", "containerd", "--config", file, "--log-level", "info")
-}
-
-func (c *cluster) startAPIServer() (*process, error) {
-	bindAddress := "127.0.0.1"
-	if c.storage {
-		// the pods' network reaches the node's address, not its loopback
-		bindAddress = "0.0.0.0"
-	}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	keyFile := c.path("service-account.key")
-	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
-		return nil, err
-	}
-	// kubelet is a real node user, so that the Node authorizer and the
-	// NodeRestriction admission plugin check what it writes.
-	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,kubelet,\"system:nodes\"\n",
-		adminToken, nodeToken, nodeName)
-	tokenFile := c.path("tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
-		return nil, err
-	}
-	return c.start("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"),
-		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address="+bindAddress, "--secure-port=6443", "--advertise-address="+nodeIP,
-		"--cert-dir="+c.path("apiserver"),
-		"--token-auth-file="+tokenFile,
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		// the test driver, as deploy/ asks for any driver, is privileged
-		"--allow-privileged=true",
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+keyFile,
-		"--service-account-signing-key-file="+keyFile,
-		"--service-cluster-ip-range=10.96.0.0/24",
-		// on loopback: no Endpoints for the kubernetes Service
-		"--endpoint-reconciler-type=none",
-		// the node's name resolves nowhere here: reach kubelet (exec, logs)
-		// at its IP
-		"--kubelet-preferred-address-types=InternalIP",
-		"--v=1")
 }
 
 // startKubelet starts kubelet, logging to logs/NAME.log.

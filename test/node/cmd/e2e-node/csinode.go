@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const (
@@ -102,15 +103,6 @@ type confirmed struct {
 	tl     statusTimeline
 }
 
-// removeConfirm keeps the logs of check 13's pods (in _logs/pod-logs-13/),
-// deletes its DaemonSet and waits until the driver has left CSINode.
-func (s *suite) removeConfirm(ctx context.Context, id string) {
-	s.savePodLogs("13", confirmDaemonSet)
-	if err := s.removeDaemonSet(ctx, confirmDaemonSet, hostpathDriver); err != nil {
-		fmt.Printf("e2e-node: check %s: %v\n", id, err)
-	}
-}
-
 // statusEntry is what the registrar's /status said from a moment on.
 type statusEntry struct {
 	at            time.Time
@@ -126,20 +118,18 @@ type statusTimeline struct {
 }
 
 func (tl *statusTimeline) poll(ctx context.Context, port int32) {
-	for ctx.Err() == nil {
-		if st, err := registrarStatus(port); err == nil {
-			e := statusEntry{at: time.Now(), state: st.State, reason: st.Reason, lost: st.Publications["csinode-lost"]}
-			tl.mu.Lock()
-			if n := len(tl.entries); n == 0 || tl.entries[n-1].state != e.state || tl.entries[n-1].reason != e.reason || tl.entries[n-1].lost != e.lost {
-				tl.entries = append(tl.entries, e)
-			}
-			tl.mu.Unlock()
+	wait.UntilWithContext(ctx, func(context.Context) {
+		st, err := registrarStatus(port)
+		if err != nil {
+			return
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(statusPoll):
+		e := statusEntry{at: time.Now(), state: st.State, reason: st.Reason, lost: st.Publications["csinode-lost"]}
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		if n := len(tl.entries); n == 0 || tl.entries[n-1].state != e.state || tl.entries[n-1].reason != e.reason || tl.entries[n-1].lost != e.lost {
+			tl.entries = append(tl.entries, e)
 		}
-	}
+	}, statusPoll)
 }
 
 func (tl *statusTimeline) since(t time.Time) []statusEntry {
@@ -305,40 +295,36 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 
 // checkCSINodeDeleted is check 13a.
 func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, []string) {
+	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, problems) {
 		if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
-			return "", []string{"delete CSINode: " + err.Error()}
+			return "", problems{"delete CSINode: " + err.Error()}
 		}
 		h, err := s.waitHealed(ctx, "13a. CSINode deleted", watch, &c.tl, began, c.uid, maxHeal, false)
-		saw := fmt.Sprintf("CSINode deleted → %s under Node %s; /status since the deletion: %v", h.describe(began), c.uid, c.tl.describe(began, 0))
-		if err != nil {
-			return saw, []string{err.Error()}
-		}
-		return saw, nil
+		var p problems
+		p.addErr(err)
+		return fmt.Sprintf("CSINode deleted → %s under Node %s; /status since the deletion: %v", h.describe(began), c.uid, c.tl.describe(began, 0)), p
 	})
 }
 
 // checkNodeReplaced is check 13b.
 func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, []string) {
+	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, problems) {
 		node, err := s.replaceNode(ctx)
 		if err != nil {
-			return "", []string{err.Error()}
+			return "", problems{err.Error()}
 		}
 		saw := fmt.Sprintf("Node %s deleted, created again as %s +%s", c.uid, node.UID, ms(time.Since(began)))
-		var problems []string
+		var p problems
 		if !s.kubeletKeepsNodeUID() {
 			h, err := s.waitHealed(ctx, "13b. Node replaced", watch, &c.tl, began, node.UID, maxHeal, false)
-			if err != nil {
-				problems = append(problems, err.Error())
-			}
-			return saw + " → (the garbage collector) " + h.describe(began) + " under the new Node", problems
+			p.addErr(err)
+			return saw + " → (the garbage collector) " + h.describe(began) + " under the new Node", p
 		}
-		saw += s.staleOwner(ctx, watch, c, began, &problems)
+		saw += s.staleOwner(ctx, watch, c, began, &p)
 		if ctx.Err() == nil {
-			saw += s.healedByRestart(ctx, watch, &c.tl, node.UID, &problems)
+			saw += s.healedByRestart(ctx, watch, &c.tl, node.UID, &p)
 		}
-		return saw, problems
+		return saw, p
 	})
 }
 
@@ -346,8 +332,8 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 // takes the driver's registration away and says what followed; then the
 // registrar must have published its socket again, no container restarted,
 // and an inline-volume pod must run.
-func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, []string)) bool {
-	defer s.removeConfirm(ctx, id)
+func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, problems)) bool {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
 	c := &confirmed{}
 	var err error
 	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
@@ -359,34 +345,29 @@ func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	go c.tl.poll(pollCtx, revConfirm.port())
-	saw, problems := lose(c, time.Now())
+	saw, p := lose(c, time.Now())
 	after, errStatus := registrarStatus(revConfirm.port())
 	stopPoll()
 	republished := uint64(0)
 	if errStatus != nil {
-		problems = append(problems, "/status: "+errStatus.Error())
-	} else if republished = after.Publications["csinode-lost"] - c.before.Publications["csinode-lost"]; republished < 1 {
-		problems = append(problems, "no csinode-lost publication")
+		p.add("/status: %v", errStatus)
+	} else {
+		republished = after.Publications["csinode-lost"] - c.before.Publications["csinode-lost"]
+		p.want(republished >= 1, "no csinode-lost publication")
 	}
 	restarts, err := s.restarted(ctx, c.pod)
-	if err != nil || len(restarts) > 0 {
-		problems = append(problems, fmt.Sprintf("containers restarted: %v (%v)", restarts, err))
-	}
-	if err := s.waitNodeStatus(ctx); err != nil {
-		problems = append(problems, err.Error())
-	}
+	p.want(err == nil && len(restarts) == 0, "containers restarted: %v (%v)", restarts, err)
+	p.addErr(s.waitNodeStatus(ctx))
 	volume, volumeOK := s.runsVolumePod(ctx, "csinode-"+id)
-	if !volumeOK {
-		problems = append(problems, "the volume pod did not run")
-	}
-	return s.report(name, len(problems) == 0, "DaemonSet created → pod Ready, driver in CSINode +%s; %s; now %v; csinode-lost publications: %d (want at least 1); %s; container restarts: %v; problems: %d %v",
-		ms(c.tReady), saw, after, republished, volume, restarts, len(problems), problems)
+	p.want(volumeOK, "the volume pod did not run")
+	return s.report(name, len(p) == 0, "DaemonSet created → pod Ready, driver in CSINode +%s; %s; now %v; csinode-lost publications: %d (want at least 1); %s; container restarts: %v; %v",
+		ms(c.tReady), saw, after, republished, volume, restarts, p)
 }
 
 // staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
 // restart. It returns what it saw and adds what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirmed, began time.Time, problems *[]string) string {
+func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirmed, began time.Time, p *problems) string {
 	oldUID := string(c.uid)
 	namesOld := func(state, reason string) bool { return state == "unconfirmed" && strings.Contains(reason, oldUID) }
 	// The garbage collector deletes the stale CSINode within milliseconds,
@@ -396,9 +377,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirme
 		logAt = firstLogLine(s.containerLog(c.pod, registrarName), oldUID)
 		return !logAt.IsZero() || slices.ContainsFunc(c.tl.since(began), func(e statusEntry) bool { return namesOld(e.state, e.reason) }), nil
 	})
-	if err != nil {
-		*problems = append(*problems, err.Error())
-	}
+	p.addErr(err)
 	select {
 	case <-ctx.Done():
 		return " interrupted"
@@ -420,15 +399,9 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirme
 		finalSaid = fmt.Sprintf("%s (%s)", st.State, st.Reason)
 		return namesOld(st.State, st.Reason), nil
 	})
-	if errFinal != nil {
-		*problems = append(*problems, fmt.Sprintf("from %s after the replacement, /status said %s for %s: it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart (%v)", ms(windowEnd.Sub(began)), finalSaid, staleStatusWait, oldUID, errFinal))
-	}
-	if w.publications > maxBackoffPublications {
-		*problems = append(*problems, fmt.Sprintf("%d publications again in %s: no backoff", w.publications, backoffWindow))
-	}
-	if w.registered {
-		*problems = append(*problems, "/status said registered while CSINode was owned by a deleted Node")
-	}
+	p.want(errFinal == nil, "from %s after the replacement, /status said %s for %s: it does not name the stale owner %s, so it does not tell that the Node was replaced and kubelet must restart (%v)", ms(windowEnd.Sub(began)), finalSaid, staleStatusWait, oldUID, errFinal)
+	p.want(w.publications <= maxBackoffPublications, "%d publications again in %s: no backoff", w.publications, backoffWindow)
+	p.want(!w.registered, "/status said registered while CSINode was owned by a deleted Node")
 	return fmt.Sprintf(" → kubelet's CSINode under the old Node's UID, until the garbage collector deleted it: %v; the registrar names the stale owner in its log %s, in /status %s (seen by %d polls, every %s); from %s after the replacement: %s; csinode-lost publications then: %d (at most %d); registered meanwhile: %v; /status since the replacement (first 12 changes): %v",
 		staleCSINodes(watch, began, windowEnd, c.uid), since(began, logAt), since(began, w.namedAt), w.named, statusPoll, ms(windowEnd.Sub(began)), finalSaid, w.publications, maxBackoffPublications, w.registered, c.tl.describe(began, 12))
 }
@@ -485,16 +458,14 @@ func staleCSINodes(watch *csiNodeWatch, began, end time.Time, oldUID types.UID) 
 // healedByRestart restarts kubelet, which then creates CSINode under the
 // new Node, and waits for the driver there and /status registered. It
 // returns what it saw and adds what is wrong to problems.
-func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, problems *[]string) string {
+func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, p *problems) string {
 	restartAt := time.Now()
 	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
-		*problems = append(*problems, "restarting kubelet: "+err.Error())
+		p.add("restarting kubelet: %v", err)
 		return ""
 	}
 	h, err := s.waitHealed(ctx, "13b. kubelet restarted", watch, tl, restartAt, newUID, maxRestartHeal, true)
-	if err != nil {
-		*problems = append(*problems, err.Error())
-	}
+	p.addErr(err)
 	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
@@ -540,24 +511,25 @@ func staysLost(ctx context.Context, watch *csiNodeWatch, began time.Time) (strin
 
 // checkUpstreamStaysLost is check 13c.
 func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	var parts, problems []string
+	var parts []string
+	var p problems
 	for _, part := range []string{"CSINode deleted", "Node replaced"} {
-		line, partProblems, err := s.upstreamLoss(ctx, watch, part)
+		line, err := s.upstreamLoss(ctx, watch, part, &p)
 		if err != nil {
 			return s.report(name, false, "%s: %v", part, err)
 		}
-		parts, problems = append(parts, line), append(problems, partProblems...)
+		parts = append(parts, line)
 	}
-	return s.report(name, len(problems) == 0, "%s; problems: %d %v", strings.Join(parts, "; "), len(problems), problems)
+	return s.report(name, len(p) == 0, "%s; %v", strings.Join(parts, "; "), p)
 }
 
 // upstreamLoss is a part of check 13c: upstream's image loses the driver's
-// registration as part says, and must not heal.
-func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part string) (string, []string, error) {
-	defer s.removeConfirm(ctx, "13c")
+// registration as part says, and must not heal; what is wrong goes to p.
+func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part string, p *problems) (string, error) {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
 	pod, _, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	began := time.Now()
 	if part == "CSINode deleted" {
@@ -566,24 +538,21 @@ func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part stri
 		_, err = s.replaceNode(ctx)
 	}
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	var problems []string
 	lost, ok := staysLost(ctx, watch, began)
-	if !ok {
-		problems = append(problems, part+": "+lost)
-	}
+	p.want(ok, "%s: %s", part, lost)
 	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", revConfirmUpstream.port()))
 	line := fmt.Sprintf("%s: DaemonSet created → pod Ready, driver in CSINode +%s; then %s; upstream's /healthz then %d %q", part, ms(tReady), lost, code, body)
-	if restarts, err := s.restarted(ctx, pod); err == nil && len(restarts) > 0 {
-		problems = append(problems, fmt.Sprintf("%s: containers restarted: %v", part, restarts))
-	}
+	restarts, _ := s.restarted(ctx, pod)
+	p.want(len(restarts) == 0, "%s: containers restarted: %v", part, restarts)
 	if part == "Node replaced" && s.kubeletKeepsNodeUID() {
 		// Otherwise kubelet would create every CSINode under the
 		// deleted Node until the run ends.
 		restartAt := time.Now()
 		if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
-			return line, append(problems, "restarting kubelet: "+err.Error()), nil
+			p.add("restarting kubelet: %v", err)
+			return line, nil
 		}
 		back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
 		again := fmt.Sprintf("not within %s", maxRestartHeal)
@@ -592,5 +561,5 @@ func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part stri
 		}
 		line += "; kubelet restarted (logs/kubelet-13c.log): kubelet registers the driver again, CSINode lists it " + again
 	}
-	return line, problems, nil
+	return line, nil
 }

@@ -369,10 +369,7 @@ func (s *suite) createOwn(ctx context.Context, check string, ds *appsv1.DaemonSe
 	end = func() error {
 		once.Do(func() {
 			defer stopWatch()
-			s.savePodLogs(check, ds.Name)
-			if endErr = s.removeDaemonSet(ctx, ds.Name, driver); endErr != nil {
-				fmt.Printf("e2e-node: check %s: %v\n", check, endErr)
-			}
+			endErr = s.endOwn(ctx, check, ds.Name, driver)
 		})
 		return endErr
 	}
@@ -380,6 +377,18 @@ func (s *suite) createOwn(ctx context.Context, check string, ds *appsv1.DaemonSe
 		return watch, end, fmt.Errorf("create DaemonSet %s: %w", ds.Name, err)
 	}
 	return watch, end, nil
+}
+
+// endOwn keeps the logs of a check's own DaemonSet's pods (in
+// _logs/pod-logs-<check>/), deletes it and waits until its driver has left
+// CSINode.
+func (s *suite) endOwn(ctx context.Context, check, dsName, driver string) error {
+	s.savePodLogs(check, dsName)
+	err := s.removeDaemonSet(ctx, dsName, driver)
+	if err != nil {
+		fmt.Printf("e2e-node: check %s: %v\n", check, err)
+	}
+	return err
 }
 
 // removeDaemonSet deletes a check's DaemonSet and waits until its pods

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -107,10 +106,12 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 
 	// The registrar's readiness is polled throughout: the driver's
 	// failing probe and its restart must not touch the registration.
-	stopPolling := pollNotReady(ctx, revDriverLiveness.port())
+	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
+	polled := pollNotReady(pollCtx, revDriverLiveness.port())
 	d, err := s.restartNotReadyDriver(ctx, pod, setAnswer)
-	notReady := stopPolling()
+	stopPolling()
+	notReady := <-polled
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -184,13 +185,12 @@ func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setA
 	return d, err
 }
 
-// pollNotReady polls the registrar's /readyz on port every 100ms until
-// stop, which returns the answers that were not 200, with their times.
-func pollNotReady(ctx context.Context, port int32) (stop func() []string) {
-	ctx, cancel := context.WithCancel(ctx)
+// pollNotReady polls the registrar's /readyz on port every 100ms until ctx
+// ends, then delivers the answers that were not 200, with their times.
+func pollNotReady(ctx context.Context, port int32) <-chan []string {
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 	began := time.Now()
-	done := sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
+	return sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
 		code, body := get(readyz)
 		if code == 0 && ctx.Err() == nil {
 			// No answer within the client's timeout, seen once at load 8
@@ -203,13 +203,4 @@ func pollNotReady(ctx context.Context, port int32) (stop func() []string) {
 			*notReady = append(*notReady, fmt.Sprintf("+%s %d %q", ms(time.Since(began)), code, body))
 		}
 	})
-	var once sync.Once
-	var notReady []string
-	return func() []string {
-		once.Do(func() {
-			cancel()
-			notReady = <-done
-		})
-		return notReady
-	}
 }

@@ -99,13 +99,13 @@ func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerSta
 	return out, nil
 }
 
-// since returns how many containers are unchanged, the drivers watched, and
-// what changed since began: containers restarted, replaced or gone, drivers
-// out of CSINode.
-func (h *healthy) since(ctx context.Context, s *suite, began time.Time) (int, []string, []string, error) {
+// since returns how many containers are unchanged and the drivers watched,
+// and adds to p what changed since began: containers restarted, replaced
+// or gone, drivers out of CSINode.
+func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *problems) (int, []string, error) {
 	after, err := s.healthyPods(ctx)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, err
 	}
 	var changed, drivers []string
 	for key, was := range h.pods {
@@ -118,18 +118,15 @@ func (h *healthy) since(ctx context.Context, s *suite, began time.Time) (int, []
 		}
 	}
 	slices.Sort(changed)
-	var problems []string
-	if len(changed) > 0 {
-		problems = append(problems, "healthy pods changed: "+strings.Join(changed, ", "))
-	}
+	p.want(len(changed) == 0, "healthy pods changed: %s", strings.Join(changed, ", "))
 	for driver, w := range h.watches {
 		for _, g := range w.gaps(began, time.Now()) {
-			problems = append(problems, fmt.Sprintf("%s left CSINode at +%s", driver, ms(g.from.Sub(began))))
+			p.add("%s left CSINode at +%s", driver, ms(g.from.Sub(began)))
 		}
 		drivers = append(drivers, driver)
 	}
 	slices.Sort(drivers)
-	return len(h.pods) - len(changed), drivers, problems, nil
+	return len(h.pods) - len(changed), drivers, nil
 }
 
 // checkMistypedPath runs check 10.
@@ -163,28 +160,23 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	s.savePodLogs("10", mistypedDaemonSet) // the pod is deleted by the rolling update, and its logs with it
-	problems := m.problems(s, bound)
+	var p problems
+	m.check(s, bound, &p)
 	for _, r := range typoWatch.between(began, time.Now()) {
-		if r.registered {
-			problems = append(problems, fmt.Sprintf("CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began))))
-		}
+		p.want(!r.registered, "CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began)))
 	}
 	failed := m.describe(ctx, s, began, probeWindow)
-	fixed, fixProblems, err := s.fixMistyped(ctx, typoWatch)
+	fixed, err := s.fixMistyped(ctx, typoWatch, &p)
 	if err != nil {
 		return s.report(name, false, "%s; the fix: %v", failed, err)
 	}
-	problems = append(problems, fixProblems...)
-	unchanged, drivers, healthyProblems, err := healthy.since(ctx, s, began)
+	unchanged, drivers, err := healthy.since(ctx, s, began, &p)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	problems = append(problems, healthyProblems...)
-	if err := end(); err != nil {
-		problems = append(problems, err.Error())
-	}
-	return s.report(name, len(problems) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; problems: %d %v (logs: _logs/pod-logs-10/)",
-		failed, fixed, unchanged, len(healthy.pods), drivers, len(problems), problems)
+	p.addErr(end())
+	return s.report(name, len(p) == 0, "%s; %s; healthy drivers' containers unchanged: %d of %d, drivers in CSINode throughout: %v; %v (logs: _logs/pod-logs-10/)",
+		failed, fixed, unchanged, len(healthy.pods), drivers, p)
 }
 
 // describe says what the first registrar did from the DaemonSet's creation
@@ -248,46 +240,32 @@ func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) 
 	return m, nil
 }
 
-// problems checks the restart against bound and what kubelet's version
-// does meanwhile.
-func (m *mistypedRun) problems(s *suite, bound time.Duration) []string {
-	var problems []string
+// check checks the restart against bound and what kubelet's version does
+// meanwhile, and adds what is wrong to p.
+func (m *mistypedRun) check(s *suite, bound time.Duration, p *problems) {
 	term := containerStatus(m.pod, registrarName).LastTerminationState.Terminated
-	if m.failingSince.IsZero() {
-		problems = append(problems, "never saw failingSince in the first registrar's /status")
-	}
-	if toRestart := term.FinishedAt.Sub(m.failingSince); toRestart > bound {
-		problems = append(problems, fmt.Sprintf("restarted %s after the first rejection, beyond the bound %s", ms(toRestart), bound))
-	}
-	if m.healthz503At.IsZero() {
-		problems = append(problems, "never saw /healthz 503 before the restart")
-	} else if m.healthz503At.Sub(m.failingSince) < mistypedUnhealthyAfter {
-		problems = append(problems, fmt.Sprintf("/healthz failed %s after the first rejection, before --unhealthy-after", ms(m.healthz503At.Sub(m.failingSince))))
-	}
-	if term.ExitCode != 1 {
-		problems = append(problems, fmt.Sprintf("exit code %d, want 1", term.ExitCode))
-	}
-	if !strings.Contains(term.Message, "kubelet rejected the plugin") || !strings.Contains(term.Message, mistypedSocket) {
-		problems = append(problems, "the termination message lacks kubelet's rejection of "+mistypedSocket)
-	}
+	p.want(!m.failingSince.IsZero(), "never saw failingSince in the first registrar's /status")
+	toRestart := term.FinishedAt.Sub(m.failingSince)
+	p.want(toRestart <= bound, "restarted %s after the first rejection, beyond the bound %s", ms(toRestart), bound)
+	toUnhealthy := m.healthz503At.Sub(m.failingSince)
+	p.want(!m.healthz503At.IsZero(), "never saw /healthz 503 before the restart")
+	p.want(m.healthz503At.IsZero() || toUnhealthy >= mistypedUnhealthyAfter, "/healthz failed %s after the first rejection, before --unhealthy-after", ms(toUnhealthy))
+	p.want(term.ExitCode == 1, "exit code %d, want 1", term.ExitCode)
+	p.want(strings.Contains(term.Message, "kubelet rejected the plugin") && strings.Contains(term.Message, mistypedSocket),
+		"the termination message lacks kubelet's rejection of %s", mistypedSocket)
 	// Until the restart kubelet tries again: by itself on the same socket
 	// (1.36 and later), or on the socket the registrar publishes again.
-	if m.attempts < 2 {
-		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d time(s) before the restart, want it to try again", m.attempts))
-	}
-	if p := s.retryProblem(m.republished, 1); p != "" {
-		problems = append(problems, p)
-	}
-	return problems
+	p.want(m.attempts >= 2, "kubelet rejected the driver %d time(s) before the restart, want it to try again", m.attempts)
+	s.checkRetries(m.republished, 1, p)
 }
 
 // fixMistyped rolls the DaemonSet to the right path and checks that
 // CSINode lists the driver, the new pod's registrar's /status says
 // registered, and its containers did not restart.
-func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (string, []string, error) {
+func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch, p *problems) (string, error) {
 	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	// kubelet retries a socket path that failed after a backoff that
 	// doubles up to 2m2s (its operation executor's), also for the new
@@ -303,27 +281,19 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch) (strin
 		}
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("%v (the new registrar's states: %v)", err, states)
+		return "", fmt.Errorf("%v (the new registrar's states: %v)", err, states)
 	}
 	reg, _ := typoWatch.first(began, isRegistered)
 	tRegistered := reg.at.Sub(began)
-	var problems []string
 	status, said := statusOf(revMistypedFixed.port())
-	if status == nil || status.State != "registered" {
-		problems = append(problems, "the new registrar's "+said)
-	}
+	p.want(status != nil && status.State == "registered", "the new registrar's %s", said)
 	deregistered := describeGaps(typoWatch.gaps(reg.at, time.Now()), began)
-	if reg.at.IsZero() || len(deregistered) > 0 {
-		problems = append(problems, fmt.Sprintf("%s left CSINode after the fix at %v", mistypedDriver, deregistered))
-	}
+	p.want(!reg.at.IsZero() && len(deregistered) == 0, "%s left CSINode after the fix at %v", mistypedDriver, deregistered)
 	final, _ := typoWatch.now()
-	if !final.registered || final.nodeID != expectedNodeID {
-		problems = append(problems, fmt.Sprintf("at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.registered, final.nodeID))
-	}
-	if restarts := r.restarted(r.newPod); len(restarts) > 0 {
-		problems = append(problems, fmt.Sprintf("the fixed pod's containers restarted: %v", restarts))
-	}
+	p.want(final.registered && final.nodeID == expectedNodeID, "at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.registered, final.nodeID)
+	restarts := r.restarted(r.newPod)
+	p.want(len(restarts) == 0, "the fixed pod's containers restarted: %v", restarts)
 	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
 	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
-		driverSocket, mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), problems, nil
+		driverSocket, mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), nil
 }

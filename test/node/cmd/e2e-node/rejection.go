@@ -73,25 +73,26 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
 	}
-	problems := s.acceptedProblems(st, n)
+	var p problems
+	p.want(st.State == "registered", "the registrar's state is %q, want registered", st.State)
+	p.want(st.KubeletCalls.NotifyRejected == uint64(n), "kubelet rejected the driver %d times, want %d", st.KubeletCalls.NotifyRejected, n)
+	s.checkRetries(st.Publications["retry"], uint64(n), &p)
 	for _, g := range describeGaps(gaps, accepted) {
-		problems = append(problems, driver+" left CSINode after the acceptance at "+g)
+		p.add("%s left CSINode after the acceptance at %s", driver, g)
 	}
-	eventsSeen, podProblems, err := s.rejectedPods(ctx, n, events)
+	eventsSeen, err := s.rejectedPods(ctx, n, events, &p)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	problems = append(problems, podProblems...)
 	recovery := "unknown (never saw failingSince in the registrar's /status)"
-	if failingSince.IsZero() {
-		problems = append(problems, "never saw failingSince in the registrar's /status before the acceptance")
-	} else {
+	p.want(!failingSince.IsZero(), "never saw failingSince in the registrar's /status before the acceptance")
+	if !failingSince.IsZero() {
 		recovery = ms(accepted.Sub(failingSince))
 		s.timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
 	}
-	return s.report(name, len(problems) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; problems: %d %v",
+	return s.report(name, len(p) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
-		len(gaps), eventsSeen, len(problems), problems)
+		len(gaps), eventsSeen, p)
 }
 
 // waitAccepted reads the registrar's /status on port until CSINode lists
@@ -114,61 +115,40 @@ func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Ti
 }
 
 // rejectedPods checks that the check's pod did not restart and, with
-// events, the Events on it. It returns the Events seen and the problems.
-func (s *suite) rejectedPods(ctx context.Context, n int, events bool) (string, []string, error) {
+// events, the Events on it. It returns the Events seen and adds what is
+// wrong to p.
+func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problems) (string, error) {
 	pods, err := s.podsOf(ctx, rejectedDaemonSet)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	var problems []string
 	seen := "not recorded (--events only with 3 rejections)"
 	for _, pod := range pods {
-		if restarts, _ := s.restarted(ctx, &pod); len(restarts) > 0 {
-			problems = append(problems, fmt.Sprintf("containers of %s restarted: %v", pod.Name, restarts))
-		}
+		restarts, _ := s.restarted(ctx, &pod)
+		p.want(len(restarts) == 0, "containers of %s restarted: %v", pod.Name, restarts)
 		if events {
-			var p []string
-			p, seen = s.checkEvents(ctx, pod, n)
-			problems = append(problems, p...)
+			seen = s.checkEvents(ctx, pod, n, p)
 		}
 	}
-	return seen, problems, nil
+	return seen, nil
 }
 
-// acceptedProblems checks the registrar's /status once kubelet accepted
-// the driver it rejected n times.
-func (s *suite) acceptedProblems(st *registrarState, n int) []string {
-	var problems []string
-	if st.State != "registered" {
-		problems = append(problems, fmt.Sprintf("the registrar's state is %q, want registered", st.State))
+// checkRetries checks the registrar's publications of its socket again
+// after rejections, for kubelet's version: there must be none where kubelet
+// tries again by itself, at least atLeast where it tries again only on a
+// new socket.
+func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
+	if s.kubeletRetries() {
+		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
+		return
 	}
-	if got := st.KubeletCalls.NotifyRejected; got != uint64(n) {
-		problems = append(problems, fmt.Sprintf("kubelet rejected the driver %d times, want %d", got, n))
-	}
-	if p := s.retryProblem(st.Publications["retry"], uint64(n)); p != "" {
-		problems = append(problems, p)
-	}
-	return problems
-}
-
-// retryProblem says what is wrong with the registrar's publications of its
-// socket again after rejections, for kubelet's version: there must be none
-// where kubelet tries again by itself, at least atLeast where it tries again
-// only on a new socket.
-func (s *suite) retryProblem(republished, atLeast uint64) string {
-	switch {
-	case s.kubeletRetries() && republished != 0:
-		return fmt.Sprintf("the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
-	case !s.kubeletRetries() && republished < atLeast:
-		return fmt.Sprintf("the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
-	}
-	return ""
+	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
 }
 
 // checkEvents waits for the Pod's Events after kubelet accepted the driver
-// that it rejected n times, and returns the problems, and the Events as
-// kubectl describe pod would list them.
-func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int) (problems []string, seen string) {
+// that it rejected n times, adds what is wrong to p, and returns the
+// Events as kubectl describe pod would list them.
+func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int, p *problems) (seen string) {
 	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
 	var rejected, registered *corev1.Event
 	err := waitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
@@ -190,8 +170,6 @@ func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int) (problem
 		seen = strings.Join(lines, "; ")
 		return rejected != nil && rejected.Count == int32(n) && registered != nil, nil
 	})
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("want one Warning RegistrationRejected with count %d and a Normal Registered on the registrar's Pod: %v; Events: %s", n, err, seen))
-	}
-	return problems, seen
+	p.want(err == nil, "want one Warning RegistrationRejected with count %d and a Normal Registered on the registrar's Pod: %v; Events: %s", n, err, seen)
+	return seen
 }

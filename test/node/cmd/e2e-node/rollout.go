@@ -45,7 +45,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 	if err != nil {
 		return nil, err
 	}
-	if !s.watch.stateAt(time.Now()).registered {
+	if reg, _ := s.watch.now(); !reg.registered {
 		return nil, fmt.Errorf("the driver was not registered before the update")
 	}
 	r, err := s.roll(ctx, want, s.watch, nil)

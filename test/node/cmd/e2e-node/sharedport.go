@@ -16,10 +16,7 @@ import (
 // registrar waits for the port, which the old one releases after the
 // handover.
 func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
-	name := "4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): registered throughout, no restart, kubelet's probes all answered"
-	if s.maxRolloutGap > 0 {
-		name = fmt.Sprintf("4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP), no restart, kubelet's probes all answered", s.maxRolloutGap)
-	}
+	name := "4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): " + s.allowedGap() + ", no restart, kubelet's probes all answered"
 	if err := s.redeploy(ctx, revSharedPort); err != nil {
 		return s.report(name, false, "no registered DaemonSet on the shared port to start from: %v", err)
 	}

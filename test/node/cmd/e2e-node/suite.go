@@ -65,6 +65,30 @@ func (s *suite) report(name string, ok bool, format string, args ...any) bool {
 	return ok
 }
 
+// problems are what a check found wrong; none is a pass.
+type problems []string
+
+// add records a problem.
+func (p *problems) add(format string, args ...any) {
+	*p = append(*p, fmt.Sprintf(format, args...))
+}
+
+// want records a problem unless ok.
+func (p *problems) want(ok bool, format string, args ...any) {
+	if !ok {
+		p.add(format, args...)
+	}
+}
+
+// addErr records err, if any.
+func (p *problems) addErr(err error) {
+	if err != nil {
+		p.add("%v", err)
+	}
+}
+
+func (p problems) String() string { return fmt.Sprintf("problems: %d %v", len(p), []string(p)) }
+
 // failAll reports each of names failed, with one detail.
 func (s *suite) failAll(names []string, format string, args ...any) bool {
 	for _, name := range names {

@@ -197,20 +197,6 @@ func (w *csiNodeWatch) gaps(from, to time.Time) []gap {
 	return gaps
 }
 
-// stateAt returns the state in force at t.
-func (w *csiNodeWatch) stateAt(t time.Time) registration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var last registration
-	for _, r := range w.timeline {
-		if r.at.After(t) {
-			break
-		}
-		last = r
-	}
-	return last
-}
-
 func (w *csiNodeWatch) restarts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
