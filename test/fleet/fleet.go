@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 
 	"github.com/csi-registrar/node-driver-registrar/test/apiserver"
 )
@@ -30,6 +32,8 @@ type fleet struct {
 	base   *rest.Config
 	admin  dynamic.Interface
 	rec    *recorder
+	// shared is the registrars' one transport with -shared-connection.
+	shared http.RoundTripper
 	nodes  []*simNode
 	// stop ends the kubelets' Lease renewals.
 	stop    context.CancelFunc
@@ -58,6 +62,11 @@ func startFleet(ctx context.Context, o options, repo, dir string) (*fleet, error
 		return f, err
 	}
 	f.base = &rest.Config{Host: f.server.URL, TLSClientConfig: rest.TLSClientConfig{CAFile: f.server.CAFile}}
+	if o.sharedConn {
+		if f.shared, err = rest.TransportFor(f.base); err != nil {
+			return f, err
+		}
+	}
 	adminCfg := rest.CopyConfig(f.base)
 	adminCfg.BearerToken, adminCfg.QPS = apiserver.AdminToken, -1
 	if f.admin, err = dynamic.NewForConfig(adminCfg); err != nil {
@@ -132,12 +141,37 @@ func (f *fleet) close() {
 
 // startRegistrar starts a new registrar process on n.
 func (f *fleet) startRegistrar(ctx context.Context, n *simNode) error {
-	proc, err := newProcess(f.base, n.token, "csi-node-driver-registrar/fleet", registrarRole, f.rec)
+	proc, err := f.registrarProcess(n.token)
 	if err != nil {
 		return err
 	}
 	n.registrar, err = startRegistrar(ctx, n.name, proc, n.kubelet)
 	return err
+}
+
+// saveHeapProfile writes kube-apiserver's heap profile, after a
+// collection, to -heap-profile's file with the phase's name added.
+func (f *fleet) saveHeapProfile(phase string) error {
+	if f.o.heapProfile == "" {
+		return nil
+	}
+	code, body := f.server.Call(http.MethodGet, "/debug/pprof/heap?gc=1", "", nil)
+	if code != http.StatusOK {
+		return fmt.Errorf("kube-apiserver's heap profile: %d %s", code, body)
+	}
+	return os.WriteFile(f.o.heapProfile+"."+phase, body, 0o644)
+}
+
+// registrarProcess is a registrar's own connection, or with
+// -shared-connection its own token over the one transport.
+func (f *fleet) registrarProcess(token string) (*process, error) {
+	const userAgent = "csi-node-driver-registrar/fleet"
+	if !f.o.sharedConn {
+		return newProcess(f.base, token, userAgent, registrarRole, f.rec)
+	}
+	rt := transport.NewBearerAuthRoundTripper(token, f.shared)
+	// Nothing to close: the connection outlives each registrar.
+	return &process{config: &rest.Config{Host: f.base.Host, Transport: f.rec.wrap(registrarRole, rt), UserAgent: userAgent}, conns: &connections{}}, nil
 }
 
 // waitSteady waits until every registrar of nodes is steady and the API
@@ -264,6 +298,9 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	}); err != nil {
 		return rep, err
 	}
+	if err := f.saveHeapProfile("baseline"); err != nil {
+		return rep, err
+	}
 
 	if err := measure("registrars start", func() (time.Duration, error) {
 		began := time.Now()
@@ -284,6 +321,9 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 		return rep, err
 	}
 	rep.rest = &rep.phases[len(rep.phases)-1]
+	if err := f.saveHeapProfile("rest"); err != nil {
+		return rep, err
+	}
 
 	if err := measure("(b) rolling update, 10 % at a time", func() (time.Duration, error) {
 		began := time.Now()
