@@ -62,7 +62,10 @@ type localAPI struct {
 	// garble: the next watch's (or watch-list's) stream ends with a line
 	// that is not JSON.
 	garble bool
-	srv    *httptest.Server
+	// refusing: the server is being closed; a request that reaches it
+	// meanwhile, on a connection not closed yet, is dropped unanswered.
+	refusing bool
+	srv      *httptest.Server
 	// closing ends the watches being served, so that a server closes while
 	// the watcher still runs.
 	closing chan struct{}
@@ -98,6 +101,10 @@ func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
 		request = "WATCH rv=" + q.Get("resourceVersion")
 	}
 	a.mu.Lock()
+	if a.refusing {
+		a.mu.Unlock()
+		panic(http.ErrAbortHandler)
+	}
 	fail, expire, noStream, owner, garble := false, a.expire, a.noStream, a.owners[0], a.garble && (request == "WATCH-LIST" && !a.noStream || strings.HasPrefix(request, "WATCH rv="))
 	a.garble = a.garble && !garble
 	switch request {
@@ -153,6 +160,7 @@ func (a *localAPI) serve(w http.ResponseWriter, r *http.Request) {
 // refuse closes the server's listener and connections: connections are
 // refused until serveAgain.
 func (a *localAPI) refuse() {
+	a.set(func() { a.refusing = true })
 	a.srv.Listener.Close()
 	a.srv.CloseClientConnections()
 }
@@ -167,6 +175,7 @@ func (a *localAPI) serveAgain(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
 	srv.Listener.Close()
 	srv.Listener = l
+	a.set(func() { a.refusing = false })
 	srv.StartTLS()
 	// The watcher stops after this cleanup: its watches are ended here.
 	t.Cleanup(func() {
@@ -336,7 +345,9 @@ func TestUnreachableServerIsReadAgainSpread(t *testing.T) {
 	w, findings := runListed(t, a, c, clk)
 	a.refuse()
 	poll.Until(t, "the retry waits on the watcher's clock", clk.HasWaiters)
-	if st := w.Status(); st.Requests["watch"]["error"] != 1 || !strings.Contains(st.LastError, "connection refused") {
+	// The watch fails with its connection refused, or with the connection
+	// it was sent on closed under it.
+	if st := w.Status(); st.Requests["watch"]["error"] != 1 || !strings.Contains(st.LastError, "watch csinodes") {
 		t.Errorf("status %+v", st)
 	}
 	a.serveAgain(t)
@@ -345,8 +356,11 @@ func TestUnreachableServerIsReadAgainSpread(t *testing.T) {
 	}
 	clk.Step(w.backoff.Cap)
 	a.next(t, "WATCH-LIST")
-	poll.Until(t, "the CSINode read again", func() bool { return w.Status().Requests["watch"]["200"] == 2 })
-	if st := w.Status(); st.LastError != "" || st.WatchesExpired != 0 || st.Requests["get"]["200"] != 1 || len(findings) != 0 {
+	poll.Until(t, "the CSINode read again", func() bool {
+		st := w.Status()
+		return st.Requests["watch"]["200"] == 2 && st.LastError == ""
+	})
+	if st := w.Status(); st.WatchesExpired != 0 || st.Requests["get"]["200"] != 1 || len(findings) != 0 {
 		t.Errorf("status %+v, %d findings", st, len(findings))
 	}
 }
