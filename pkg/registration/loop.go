@@ -82,8 +82,8 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	case <-l.ctx.Done():
 		return nil, nil
 
-	case o := <-l.outcomes:
-		return l.outcomeEvent(o), nil
+	case outcome := <-l.outcomes:
+		return outcome(), nil
 
 	case report := <-l.s.driver:
 		return report, nil
@@ -120,27 +120,6 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	return nil, nil
 }
 
-// outcome is a conversation's event, or a socket it brought for the loop.
-type outcome struct {
-	ev    event
-	taken *tookOver
-	spare *sockfile.Socket
-}
-
-func (l *loop) outcomeEvent(o outcome) event {
-	switch {
-	case o.taken != nil:
-		return l.adopt(*o.taken)
-	case o.spare != nil:
-		l.spare = o.spare
-		return notTaken{}
-	}
-	if lk, ok := o.ev.(looked); ok && (lk.at.kind == AtRefused || lk.at.kind == AtSilent) {
-		l.logger.V(2).Info("The socket at the path does not answer", "path", lk.at.path, "err", lk.at.Err)
-	}
-	return o.ev
-}
-
 // handle is the only caller of step.
 func (l *loop) handle(ev event) error {
 	out := l.m.step(l.s.cfg.Clock.Now(), ev)
@@ -167,18 +146,12 @@ func (e look) carryOut(l *loop) error {
 				l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 			}
 		}
-		return outcome{ev: looked{lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim), e.purpose}}
+		at := lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim)
+		if at.kind == AtRefused || at.kind == AtSilent {
+			l.logger.V(2).Info("The socket at the path does not answer", "path", at.path, "err", at.Err)
+		}
+		return func() event { return looked{at, e.purpose} }
 	})
-	return nil
-}
-
-func (e takeOver) carryOut(l *loop) error {
-	l.converse(l.takeOver(e.gen))
-	return nil
-}
-
-func (e offer) carryOut(l *loop) error {
-	l.converse(l.offer(e.call))
 	return nil
 }
 
@@ -210,6 +183,10 @@ func (e answer) carryOut(l *loop) error {
 }
 
 func (e fail) carryOut(*loop) error { return e.err }
+
+// outcome is a conversation's end, run on the loop: it keeps a socket the
+// conversation brought, and gives the event.
+type outcome func() event
 
 func (l *loop) converse(conversation func() outcome) {
 	go func() { l.outcomes <- conversation() }()
@@ -426,7 +403,8 @@ func (l *loop) unfollow() {
 func (l *loop) shutdown() {
 	_ = l.handle(stopping{})
 	for l.m.conversing {
-		_ = l.handle(l.outcomeEvent(<-l.outcomes))
+		outcome := <-l.outcomes
+		_ = l.handle(outcome())
 	}
 	if l.spare != nil {
 		_ = l.spare.Close()
