@@ -1,12 +1,16 @@
 package registration
 
-// The loop's conversations of a handover (package handover has the
+// The registrar's own gRPC service beside kubelet's (HandOver, and Status
+// for --diagnose, which needs no HTTP endpoint; JSON in StringValues), and
+// the loop's conversations of a handover (package handover has the
 // protocol): the owner A offers its socket, the new instance B takes it.
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -15,6 +19,42 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
+
+// ReadStatus asks the registrar serving the socket at path for its Status.
+func ReadStatus(ctx context.Context, path string) (Status, error) {
+	var st Status
+	err := unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/Status", struct{}{}, &st)
+	return st, err
+}
+
+func (s *Server) ownService() *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: handover.ServiceName,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			stringValueMethod("HandOver", (*rpcServer).handOver),
+			stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				body, err := json.Marshal(r.s.Status())
+				return &wrapperspb.StringValue{Value: string(body)}, err
+			}),
+		},
+		Metadata: "handover",
+	}
+}
+
+func stringValueMethod(name string, handle func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
+		// The registrar's servers have no interceptors.
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := &wrapperspb.StringValue{}
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return handle(srv.(*rpcServer), ctx, in)
+		},
+	}
+}
 
 type handoverCall struct {
 	ctx   context.Context
