@@ -156,6 +156,17 @@ func (cfg Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ConfigError is a value of Config that cannot be used; Field names it.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func dirError(err error) error { return &ConfigError{Field: "Dir", Err: err} }
+
 // New checks cfg; Run publishes the socket once DriverFound names the driver.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
