@@ -166,7 +166,6 @@ func (e stepAside) carryOut(l *loop) error {
 			l.retire(pub)
 		}
 	}
-	l.follow(e.owner)
 	return nil
 }
 

@@ -91,7 +91,7 @@ func (m *machine) status() Status {
 		Endpoint:             m.cfg.Endpoint,
 		SocketPath:           m.path,
 		State:                m.state,
-		RegistrationFailures: m.log.failures,
+		RegistrationFailures: m.log.calls.NotifyRejected,
 		Publications:         maps.Clone(m.log.publications),
 		KubeletCalls:         m.log.calls,
 		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
