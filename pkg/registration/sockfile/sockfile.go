@@ -231,24 +231,12 @@ func Answers(path string, timeout time.Duration) bool {
 	return true
 }
 
-// HiddenDriver tells whether name is a hidden name, ".<driver>.<6 hex
-// digits>", and for which driver.
-func HiddenDriver(name string) (driver string, ok bool) {
-	rest, ok := strings.CutPrefix(name, ".")
-	if !ok || len(rest) < 8 || rest[len(rest)-7] != '.' {
-		return "", false
-	}
-	suffix := rest[len(rest)-6:]
-	if strings.Trim(suffix, "0123456789abcdef") != "" {
-		return "", false
-	}
-	return rest[:len(rest)-7], true
-}
-
-// IsHiddenName tells whether name is a hidden name of the socket at path.
+// IsHiddenName tells whether name is a hidden name of the socket at path,
+// ".<driver>.<6 hex digits>".
 func IsHiddenName(path, name string) bool {
-	driver, ok := HiddenDriver(name)
-	return ok && driver == strings.TrimSuffix(filepath.Base(path), "-reg.sock")
+	driver := strings.TrimSuffix(filepath.Base(path), "-reg.sock")
+	suffix, ok := strings.CutPrefix(name, "."+driver+".")
+	return ok && driver != "" && len(suffix) == 6 && strings.Trim(suffix, "0123456789abcdef") == ""
 }
 
 // hiddenPath is no longer than path, so that it fits a socket address too.
