@@ -161,9 +161,6 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if id, _, err := sockfile.Lstat(sock.Path); err != nil || id != sock.File {
 		return errors.New("the socket at the path is not this instance's")
 	}
-	if !Supported {
-		return errors.New("the socket cannot be handed over on this platform")
-	}
 	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: sock.File.Dev, Ino: sock.File.Ino, Verdict: o.Verdict})
 	if err != nil {
 		return err
@@ -235,7 +232,7 @@ func Take(n Newcomer) (*Taken, error) {
 	defer cancel()
 	rpcDone := make(chan error, 1)
 	go func() {
-		err := ask(ctx, n.Path, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden})
+		err := unixgrpc.InvokeJSON(ctx, n.Path, Method, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden}, nil)
 		if err != nil {
 			// Refused (or an older build): stop waiting for the socket.
 			_ = n.Receiver.SetDeadline(time.Now())
@@ -322,8 +319,4 @@ func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 		return errors.New("the socket handed over is not the one at the path")
 	}
 	return nil
-}
-
-func ask(ctx context.Context, path string, req Request) error {
-	return unixgrpc.InvokeJSON(ctx, path, Method, req, nil)
 }
