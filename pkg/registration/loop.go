@@ -310,19 +310,18 @@ func (l *loop) publish(reason string, gen uint64) error {
 }
 
 func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
-	pub := &publication{gen: gen, name: name, path: sock.Path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
-	rpc := &rpcServer{s: l.s, gen: pub.gen, name: pub.name, logger: l.logger}
+	rpc := &rpcServer{s: l.s, gen: gen, name: name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handover.Supported {
 		srv.RegisterService(l.s.ownService(), rpc)
 	}
-	pub.grpc = srv
+	pub := &publication{sock: sock, grpc: srv}
 	l.unfollow()
 	go func() {
 		// ErrServerStopped: stopped before Serve began.
 		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			l.s.send(serveEnded{gen: pub.gen, err: err})
+			l.s.send(serveEnded{gen: gen, err: err})
 		}
 	}()
 	previous := l.pub
@@ -335,9 +334,9 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 // retire removes pub's socket if it is still ours, and stops its server.
 func (l *loop) retire(pub *publication) {
 	if removed, err := pub.sock.Remove(); err != nil {
-		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.path)
+		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
 	} else if removed {
-		l.logger.V(2).Info("Registration socket removed", "path", pub.path)
+		l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
 	}
 	l.stopInBackground(pub)
 }
@@ -419,12 +418,12 @@ func (l *loop) shutdown() {
 		removed, err := pub.sock.Remove()
 		switch {
 		case err != nil:
-			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
+			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.sock.Path)
 		case removed:
-			l.logger.Info("Registration socket removed", "path", pub.path)
+			l.logger.Info("Registration socket removed", "path", pub.sock.Path)
 			_ = l.handle(withdrew{})
 		default:
-			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
+			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.sock.Path)
 		}
 	}
 	l.storeSnapshot()

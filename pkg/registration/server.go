@@ -132,12 +132,10 @@ type driverReport struct {
 	err       string // why it cannot be asked, from DriverUnreachable
 }
 
-// publication is one socket with its own gRPC server; kubelet's verdicts
-// count for the one they came through only. Not written once installed.
+// publication is one socket with its own gRPC server, whose handlers send
+// the loop its generation: kubelet's verdicts count for the one they came
+// through only. Not written once installed.
 type publication struct {
-	gen  uint64
-	name string
-	path string
 	sock *sockfile.Socket
 	grpc *grpc.Server
 }
