@@ -349,9 +349,8 @@ func (ev adopted) step(m *machine, now time.Time, o *output) {
 	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
 	m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	if ev.verdict != nil {
-		v := *ev.verdict
-		m.log.lastVerdict = &v
-		if v.Registered {
+		m.log.lastVerdict = ev.verdict
+		if ev.verdict.Registered {
 			m.state = Registered
 			m.due[silenceTimer] = time.Time{}
 			if m.confirmed() {
@@ -648,11 +647,14 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 // lookedAt decides what to do about what is at the path.
 func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
+	if why == lookPending && (at.kind == AtNothing || at.kind == AtOurs || at.kind == AtNotSocket) {
+		// Over something that is not a socket it fails, saying why.
+		o.do(m.publish(m.pending))
+		return
+	}
 	switch at.kind {
 	case AtNothing:
 		switch {
-		case why == lookPending:
-			o.do(m.publish(m.pending))
 		case why == lookVacancy && aside:
 			o.do(m.publish(ReasonVacated))
 		case why == lookVacancy && m.gen != 0:
@@ -660,15 +662,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
-	case AtOurs:
-		if why == lookPending {
-			o.do(m.publish(m.pending))
-		}
 	case AtNotSocket:
-		if why == lookPending {
-			o.do(m.publish(m.pending)) // fails, saying why
-			return
-		}
 		m.leaveAlone("Something that is not a socket replaced the registration socket; leaving it alone", at, o)
 	case AtUnknown:
 		m.leaveAlone("Cannot inspect the registration socket", at, o)
