@@ -343,11 +343,7 @@ func (l *loop) retire(pub *publication) {
 
 // stopInBackground does not wait; shutdown does.
 func (l *loop) stopInBackground(pub *publication) {
-	l.retired.Add(1)
-	go func() {
-		defer l.retired.Done()
-		l.stopGRPC(pub)
-	}()
+	l.retired.Go(func() { l.stopGRPC(pub) })
 }
 
 // stopGRPC lets in-flight replies go out within the shutdown timeout.

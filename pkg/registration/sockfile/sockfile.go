@@ -38,8 +38,7 @@ func Listen(path string) (*Socket, error) {
 	if err != nil {
 		// The hidden name means nothing to an operator; the directory does.
 		cause := err
-		var opErr *net.OpError
-		if errors.As(err, &opErr) {
+		if opErr, ok := errors.AsType[*net.OpError](err); ok {
 			cause = opErr.Err // "bind: read-only file system"
 		}
 		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
