@@ -155,8 +155,6 @@ func (e look) carryOut(l *loop) error {
 	return nil
 }
 
-func (e publish) carryOut(l *loop) error { return l.publish(e.reason, e.gen) }
-
 func (e stepAside) carryOut(l *loop) error {
 	if pub := l.pub; pub != nil {
 		l.pub = nil
@@ -166,11 +164,6 @@ func (e stepAside) carryOut(l *loop) error {
 			l.retire(pub)
 		}
 	}
-	return nil
-}
-
-func (e follow) carryOut(l *loop) error {
-	l.follow(e.owner)
 	return nil
 }
 
@@ -289,7 +282,7 @@ func (l *loop) storeSnapshot() {
 
 // publish puts a new socket in place at the path, the spare one if any,
 // and retires the previous publication.
-func (l *loop) publish(reason string, gen uint64) error {
+func (e publish) carryOut(l *loop) error {
 	// The machine decided to replace our socket or a dead one; nothing else.
 	var replace sockfile.ID
 	if id, mode, err := sockfile.Lstat(l.m.path); err == nil && mode.Type() == fs.ModeSocket {
@@ -299,13 +292,13 @@ func (l *loop) publish(reason string, gen uint64) error {
 	l.spare = nil
 	switch {
 	case err != nil && sockfile.IsShortage(err):
-		l.queue = append(l.queue, publishFailed{reason, err})
+		l.queue = append(l.queue, publishFailed{e.reason, err})
 		return nil
 	case err != nil:
 		return err
 	}
-	l.install(sock, l.m.name, gen)
-	l.queue = append(l.queue, published{gen, reason, sock.File})
+	l.install(sock, l.m.name, e.gen)
+	l.queue = append(l.queue, published{e.gen, e.reason, sock.File})
 	return nil
 }
 
@@ -365,7 +358,7 @@ func (l *loop) stopGRPC(pub *publication) {
 
 // follow holds a connection to owner's instance: a process that dies
 // leaves its socket file, but the kernel closes the connection.
-func (l *loop) follow(owner sockfile.ID) {
+func (e follow) carryOut(l *loop) error {
 	l.unfollow()
 	ctx, cancel := context.WithCancel(l.ctx)
 	path := l.m.path
@@ -373,15 +366,16 @@ func (l *loop) follow(owner sockfile.ID) {
 	go func() {
 		err := unixgrpc.Hold(ctx, path, l.s.cfg.CheckTimeout, func() error {
 			// The connection may have reached a socket that replaced owner.
-			if now, _, err := sockfile.Lstat(path); err != nil || now != owner {
+			if now, _, err := sockfile.Lstat(path); err != nil || now != e.owner {
 				return errors.New("another socket is at the path")
 			}
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			l.s.send(ownerLost{owner})
+			l.s.send(ownerLost{e.owner})
 		}
 	}()
+	return nil
 }
 
 func (l *loop) unfollow() {
