@@ -149,12 +149,10 @@ func (at At) describe(driver string) (reason string, healthy bool) {
 		return fmt.Sprintf("the registration socket %s does not exist", at.path), false
 	case AtOurs:
 		return "serving " + at.path, true
-	case AtLive:
-		if at.Driver != driver {
+	case AtLive, AtOwner, AtHandsOver:
+		if at.kind == AtLive && at.Driver != driver {
 			return fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver), false
 		}
-		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
-	case AtOwner, AtHandsOver:
 		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
 	case AtNotSocket:
 		return fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode)), false
