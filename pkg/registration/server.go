@@ -98,12 +98,12 @@ type Server struct {
 	cfg             Config
 	shutdownTimeout time.Duration
 
-	// driver and csinode hold the latest report the loop has not taken.
-	driver       chan driverReport
-	driverMutex  sync.Mutex
-	csinode      chan CSINodeReport
-	csinodeMutex sync.Mutex
-	events       chan event
+	// driver and csinode hold the latest report the loop has not taken;
+	// reports makes each replacement of one a single step.
+	driver  chan driverReport
+	csinode chan CSINodeReport
+	reports sync.Mutex
+	events  chan event
 	// done is closed once the loop no longer reads events.
 	done      chan struct{}
 	closeDone func()
@@ -217,8 +217,8 @@ func (s *Server) DriverUnreachable(why string) {
 // report merges with a report the loop has not taken: the latest name and
 // reachability win.
 func (s *Server) report(r driverReport) {
-	s.driverMutex.Lock()
-	defer s.driverMutex.Unlock()
+	s.reports.Lock()
+	defer s.reports.Unlock()
 	select {
 	case old := <-s.driver:
 		if r.name == "" {
@@ -242,8 +242,8 @@ type CSINodeReport struct {
 
 // ReportCSINode replaces a report the loop has not taken; it does not block.
 func (s *Server) ReportCSINode(r CSINodeReport) {
-	s.csinodeMutex.Lock()
-	defer s.csinodeMutex.Unlock()
+	s.reports.Lock()
+	defer s.reports.Unlock()
 	select {
 	case <-s.csinode:
 	default:
