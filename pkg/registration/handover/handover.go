@@ -187,18 +187,15 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 
 	// Committed: the file at the path is B's and must never be removed here.
 	_ = sock.Close()
-	if sock.Hidden != "" {
-		if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
-			if err := os.Rename(sock.Hidden, req.Address); err != nil {
-				_ = os.Remove(sock.Hidden)
-			}
+	// A socket without a hidden name (renamed into place) has none to move.
+	if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
+		if err := os.Rename(sock.Hidden, req.Address); err != nil {
+			_ = os.Remove(sock.Hidden)
 		}
 	}
 	if _, err := uc.Write([]byte{done}); err != nil {
 		// B gave up and replaces the socket: nobody serves that name.
-		if id, _, err := sockfile.Lstat(req.Address); err == nil && id == sock.File {
-			_ = os.Remove(req.Address)
-		}
+		_, _ = sockfile.RemoveIfSame(req.Address, sock.File)
 	}
 	return nil
 }
