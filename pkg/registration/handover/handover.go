@@ -227,6 +227,10 @@ var errNotAHandover = errors.New("not a handover")
 func Take(n Newcomer) (*Taken, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.Timeout)
 	defer cancel()
+	// Before the call: a refusal's deadline must not be overwritten.
+	if err := n.Receiver.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
+		return nil, err
+	}
 	rpcDone := make(chan error, 1)
 	go func() {
 		err := unixgrpc.InvokeJSON(ctx, n.Path, Method, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden}, nil)
@@ -236,10 +240,6 @@ func Take(n Newcomer) (*Taken, error) {
 		}
 		rpcDone <- err
 	}()
-
-	if err := n.Receiver.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
-		return nil, err
-	}
 	for {
 		conn, err := n.Receiver.AcceptUnix()
 		if err != nil {
