@@ -27,19 +27,17 @@ func ReadStatus(ctx context.Context, path string) (Status, error) {
 	return st, err
 }
 
-func (s *Server) ownService() *grpc.ServiceDesc {
-	return &grpc.ServiceDesc{
-		ServiceName: handover.ServiceName,
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{
-			stringValueMethod("HandOver", (*rpcServer).handOver),
-			stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-				body, err := json.Marshal(r.s.Status())
-				return &wrapperspb.StringValue{Value: string(body)}, err
-			}),
-		},
-		Metadata: "handover",
-	}
+var ownService = grpc.ServiceDesc{
+	ServiceName: handover.ServiceName,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		stringValueMethod("HandOver", (*rpcServer).handOver),
+		stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			body, err := json.Marshal(r.s.Status())
+			return &wrapperspb.StringValue{Value: string(body)}, err
+		}),
+	},
+	Metadata: "handover",
 }
 
 func stringValueMethod(name string, handle func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {

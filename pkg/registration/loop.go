@@ -307,7 +307,7 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 	rpc := &rpcServer{s: l.s, gen: gen, name: name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handover.Supported {
-		srv.RegisterService(l.s.ownService(), rpc)
+		srv.RegisterService(&ownService, rpc)
 	}
 	pub := &publication{sock: sock, grpc: srv}
 	l.unfollow()
