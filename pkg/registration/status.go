@@ -128,7 +128,7 @@ func (m *machine) status() Status {
 		switch {
 		case !out.Ready:
 			out.Reason, _ = m.at.describe(m.name)
-		case m.cfg.ConfirmCSINode && (m.csinode == nil || !m.csinode.Listed):
+		case !m.confirmed():
 			out.State, out.Ready = Unconfirmed, false
 			out.Reason = "kubelet registered the driver, but this node's CSINode has not been read yet"
 			if m.csinode != nil {
