@@ -178,15 +178,11 @@ func DescribeFileType(m fs.FileMode) string {
 }
 
 // Remove unlinks the path while it holds this socket's file, and the
-// hidden name, which is this socket's alone.
+// hidden name, which is this socket's alone. A name the socket does not
+// have ("") is never there.
 func (s *Socket) Remove() (removed bool, err error) {
-	if s.Hidden != "" {
-		if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
-			return false, err
-		}
-	}
-	if s.Path == "" {
-		return false, nil
+	if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
+		return false, err
 	}
 	return RemoveIfSame(s.Path, s.File)
 }
