@@ -40,7 +40,8 @@ type loop struct {
 	// happened holds the transitions since the last snapshot.
 	happened []Transition
 	// spare: a takeover's receiving socket, for the next publication.
-	spare         *sockfile.Socket
+	spare *sockfile.Socket
+	// retired runs the stops of retired servers, which shutdown waits for.
 	retired       sync.WaitGroup
 	unfollowOwner context.CancelFunc
 	// timer wakes the loop at the machine's next deadline, timerAt.
@@ -159,7 +160,7 @@ func (e stepAside) carryOut(l *loop) error {
 	if pub := l.pub; pub != nil {
 		l.pub = nil
 		if e.handedOver {
-			l.stopInBackground(pub)
+			l.retired.Go(func() { l.stopGRPC(pub) })
 		} else {
 			l.retire(pub)
 		}
@@ -331,11 +332,6 @@ func (l *loop) retire(pub *publication) {
 	} else if removed {
 		l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
 	}
-	l.stopInBackground(pub)
-}
-
-// stopInBackground does not wait; shutdown does.
-func (l *loop) stopInBackground(pub *publication) {
 	l.retired.Go(func() { l.stopGRPC(pub) })
 }
 
