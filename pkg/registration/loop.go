@@ -225,13 +225,12 @@ func (l *loop) logTransition(t Transition) {
 	case CSINodeUnconfirmed:
 		l.logger.Info("kubelet has the driver registered, but CSINode no longer confirms it", "csinode", t.Reason)
 	case KubeletRejected:
-		switch {
-		case !t.First:
+		if !t.First {
 			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", t.Reason, "attempts", t.Attempts)
-		case t.Retry.IsZero():
-			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
-		default:
-			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+			break
+		}
+		l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+		if !t.Retry.IsZero() {
 			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(m.log.lastNotify))
 		}
 	case VerdictIgnored:
