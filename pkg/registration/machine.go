@@ -632,15 +632,14 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		m.failingSince = now
 	}
 	m.state = Rejected
-	if m.cfg.OnRejection == Exit {
-		o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first})
+	switch {
+	case m.cfg.OnRejection == Exit:
 		o.do(fail{&RejectedError{Reason: reason}})
-		return
-	}
-	if m.due[retryTimer].IsZero() {
+	case m.due[retryTimer].IsZero():
 		// Not before kubelet's own retry is overdue (kubeletBackoff).
 		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
 	}
+	// With Exit no retry is due: Retry stays zero.
 	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
 }
 
