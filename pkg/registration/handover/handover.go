@@ -279,10 +279,10 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 		return nil, err
 	}
 	st, err := decodeState(payload)
-	if err != nil {
-		return refuse(err)
+	if err == nil {
+		err = checkState(st, n.Driver, n.Endpoint, n.Found)
 	}
-	if err := checkState(st, n.Driver, n.Endpoint, n.Found); err != nil {
+	if err != nil {
 		return refuse(err)
 	}
 	listener.SetUnlinkOnClose(false)
