@@ -257,9 +257,6 @@ func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 func (s *Server) store(m machine, pub *publication, happened []Transition) {
 	m.log.publications = maps.Clone(m.log.publications)
 	s.shared.Store(&snapshot{m: m, pub: pub})
-	if len(s.observers) == 0 {
-		return
-	}
 	now := s.Status()
 	for _, o := range s.observers {
 		o(now, happened)
