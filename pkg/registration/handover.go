@@ -1,12 +1,16 @@
 package registration
 
-// The loop's conversations of a handover (package handover has the
+// The registrar's own gRPC service beside kubelet's (HandOver, and Status
+// for --diagnose, which needs no HTTP endpoint; JSON in StringValues), and
+// the loop's conversations of a handover (package handover has the
 // protocol): the owner A offers its socket, the new instance B takes it.
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -15,6 +19,40 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
+
+// ReadStatus asks the registrar serving the socket at path for its Status.
+func ReadStatus(ctx context.Context, path string) (Status, error) {
+	var st Status
+	err := unixgrpc.InvokeJSON(ctx, path, "/"+handover.ServiceName+"/Status", struct{}{}, &st)
+	return st, err
+}
+
+var ownService = grpc.ServiceDesc{
+	ServiceName: handover.ServiceName,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		stringValueMethod("HandOver", (*rpcServer).handOver),
+		stringValueMethod("Status", func(r *rpcServer, _ context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			body, err := json.Marshal(r.s.Status())
+			return &wrapperspb.StringValue{Value: string(body)}, err
+		}),
+	},
+	Metadata: "handover",
+}
+
+func stringValueMethod(name string, handle func(*rpcServer, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
+		// The registrar's servers have no interceptors.
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := &wrapperspb.StringValue{}
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return handle(srv.(*rpcServer), ctx, in)
+		},
+	}
+}
 
 type handoverCall struct {
 	ctx   context.Context
@@ -58,12 +96,16 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 }
 
 // offer is A's side.
-func (l *loop) offer(call *handoverCall) func() outcome {
+func (e offer) carryOut(l *loop) error {
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
 		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
 	}
-	return func() outcome { return outcome{ev: offered{call, handover.Offer(call.ctx, owner, call.req)}} }
+	l.converse(func() outcome {
+		err := handover.Offer(e.call.ctx, owner, e.call.req)
+		return func() event { return offered{e.call, err} }
+	})
+	return nil
 }
 
 // canHandOver sends a request no owner accepts: a registrar that can hand
@@ -84,9 +126,10 @@ func canHandOver(ctx context.Context, path string, timeout time.Duration) (ok bo
 
 // takeOver is B's side; when the owner does not hand over, B's receiving
 // socket, still listening, is published instead.
-func (l *loop) takeOver(gen uint64) func() outcome {
+func (e takeOver) carryOut(l *loop) error {
 	name, path := l.m.claim, SocketPath(l.s.cfg.Dir, l.m.claim)
-	return func() outcome {
+	var none outcome = func() event { return notTaken{} }
+	l.converse(func() outcome {
 		before, _, err := sockfile.Lstat(path)
 		var recv *sockfile.Socket
 		if err == nil {
@@ -94,7 +137,7 @@ func (l *loop) takeOver(gen uint64) func() outcome {
 		}
 		if err != nil {
 			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
-			return outcome{ev: notTaken{}}
+			return none
 		}
 		taken, err := handover.Take(handover.Newcomer{
 			Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
@@ -103,28 +146,24 @@ func (l *loop) takeOver(gen uint64) func() outcome {
 		if err == nil {
 			_ = recv.Close()
 			_, _ = recv.Remove()
-			return outcome{taken: &tookOver{taken, name, gen}}
+			return func() event {
+				l.install(taken.Socket, name, e.gen)
+				return adopted{e.gen, taken.File, taken.Verdict}
+			}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
-			return outcome{spare: recv}
+			return func() event {
+				l.spare = recv
+				return notTaken{}
+			}
 		}
 		_ = recv.Close()
 		_, _ = recv.Remove()
 		// The owner may have renamed its hidden name here before the
 		// handover failed: nobody serves it, and no later rename can come.
 		_, _ = sockfile.RemoveIfSame(recv.Hidden, before)
-		return outcome{ev: notTaken{}}
-	}
-}
-
-type tookOver struct {
-	taken *handover.Taken
-	name  string
-	gen   uint64
-}
-
-func (l *loop) adopt(t tookOver) adopted {
-	l.install(t.taken.Socket, t.name, t.gen)
-	return adopted{t.gen, t.taken.File, t.taken.Verdict}
+		return none
+	})
+	return nil
 }

@@ -40,7 +40,8 @@ type loop struct {
 	// happened holds the transitions since the last snapshot.
 	happened []Transition
 	// spare: a takeover's receiving socket, for the next publication.
-	spare         *sockfile.Socket
+	spare *sockfile.Socket
+	// retired runs the stops of retired servers, which shutdown waits for.
 	retired       sync.WaitGroup
 	unfollowOwner context.CancelFunc
 	// timer wakes the loop at the machine's next deadline, timerAt.
@@ -82,8 +83,8 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	case <-l.ctx.Done():
 		return nil, nil
 
-	case o := <-l.outcomes:
-		return l.outcomeEvent(o), nil
+	case outcome := <-l.outcomes:
+		return outcome(), nil
 
 	case report := <-l.s.driver:
 		return report, nil
@@ -120,27 +121,6 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 	return nil, nil
 }
 
-// outcome is a conversation's event, or a socket it brought for the loop.
-type outcome struct {
-	ev    event
-	taken *tookOver
-	spare *sockfile.Socket
-}
-
-func (l *loop) outcomeEvent(o outcome) event {
-	switch {
-	case o.taken != nil:
-		return l.adopt(*o.taken)
-	case o.spare != nil:
-		l.spare = o.spare
-		return notTaken{}
-	}
-	if lk, ok := o.ev.(looked); ok && (lk.at.kind == AtRefused || lk.at.kind == AtSilent) {
-		l.logger.V(2).Info("The socket at the path does not answer", "path", lk.at.path, "err", lk.at.Err)
-	}
-	return o.ev
-}
-
 // handle is the only caller of step.
 func (l *loop) handle(ev event) error {
 	out := l.m.step(l.s.cfg.Clock.Now(), ev)
@@ -167,38 +147,24 @@ func (e look) carryOut(l *loop) error {
 				l.logger.V(2).Info("Removed a hidden socket left by an earlier registrar", "path", leftover)
 			}
 		}
-		return outcome{ev: looked{lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim), e.purpose}}
+		at := lookAt(l.ctx, path, ours, owner, l.s.cfg.CheckTimeout, e.purpose == lookClaim)
+		if at.kind == AtRefused || at.kind == AtSilent {
+			l.logger.V(2).Info("The socket at the path does not answer", "path", at.path, "err", at.Err)
+		}
+		return func() event { return looked{at, e.purpose} }
 	})
 	return nil
 }
-
-func (e takeOver) carryOut(l *loop) error {
-	l.converse(l.takeOver(e.gen))
-	return nil
-}
-
-func (e offer) carryOut(l *loop) error {
-	l.converse(l.offer(e.call))
-	return nil
-}
-
-func (e publish) carryOut(l *loop) error { return l.publish(e.reason, e.gen) }
 
 func (e stepAside) carryOut(l *loop) error {
 	if pub := l.pub; pub != nil {
 		l.pub = nil
 		if e.handedOver {
-			l.stopInBackground(pub)
+			l.retired.Go(func() { l.stopGRPC(pub) })
 		} else {
 			l.retire(pub)
 		}
 	}
-	l.follow(e.owner)
-	return nil
-}
-
-func (e follow) carryOut(l *loop) error {
-	l.follow(e.owner)
 	return nil
 }
 
@@ -210,6 +176,10 @@ func (e answer) carryOut(l *loop) error {
 }
 
 func (e fail) carryOut(*loop) error { return e.err }
+
+// outcome is a conversation's end, run on the loop: it keeps a socket the
+// conversation brought, and gives the event.
+type outcome func() event
 
 func (l *loop) converse(conversation func() outcome) {
 	go func() { l.outcomes <- conversation() }()
@@ -255,13 +225,12 @@ func (l *loop) logTransition(t Transition) {
 	case CSINodeUnconfirmed:
 		l.logger.Info("kubelet has the driver registered, but CSINode no longer confirms it", "csinode", t.Reason)
 	case KubeletRejected:
-		switch {
-		case !t.First:
+		if !t.First {
 			l.logger.V(2).Info("kubelet rejected the plugin again", "reason", t.Reason, "attempts", t.Attempts)
-		case t.Retry.IsZero():
-			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
-		default:
-			l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+			break
+		}
+		l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
+		if !t.Retry.IsZero() {
 			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(m.log.lastNotify))
 		}
 	case VerdictIgnored:
@@ -313,7 +282,7 @@ func (l *loop) storeSnapshot() {
 
 // publish puts a new socket in place at the path, the spare one if any,
 // and retires the previous publication.
-func (l *loop) publish(reason string, gen uint64) error {
+func (e publish) carryOut(l *loop) error {
 	// The machine decided to replace our socket or a dead one; nothing else.
 	var replace sockfile.ID
 	if id, mode, err := sockfile.Lstat(l.m.path); err == nil && mode.Type() == fs.ModeSocket {
@@ -323,30 +292,29 @@ func (l *loop) publish(reason string, gen uint64) error {
 	l.spare = nil
 	switch {
 	case err != nil && sockfile.IsShortage(err):
-		l.queue = append(l.queue, publishFailed{reason, err})
+		l.queue = append(l.queue, publishFailed{e.reason, err})
 		return nil
 	case err != nil:
 		return err
 	}
-	l.install(sock, l.m.name, gen)
-	l.queue = append(l.queue, published{gen, reason, sock.File})
+	l.install(sock, l.m.name, e.gen)
+	l.queue = append(l.queue, published{e.gen, e.reason, sock.File})
 	return nil
 }
 
 func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
-	pub := &publication{gen: gen, name: name, path: sock.Path, sock: sock}
 	srv := grpc.NewServer(grpc.ConnectionTimeout(handshakeTimeout))
-	rpc := &rpcServer{s: l.s, gen: pub.gen, name: pub.name, logger: l.logger}
+	rpc := &rpcServer{s: l.s, gen: gen, name: name, logger: l.logger}
 	registerapi.RegisterRegistrationServer(srv, rpc)
 	if handover.Supported {
-		srv.RegisterService(l.s.ownService(), rpc)
+		srv.RegisterService(&ownService, rpc)
 	}
-	pub.grpc = srv
+	pub := &publication{sock: sock, grpc: srv}
 	l.unfollow()
 	go func() {
 		// ErrServerStopped: stopped before Serve began.
 		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			l.s.send(serveEnded{gen: pub.gen, err: err})
+			l.s.send(serveEnded{gen: gen, err: err})
 		}
 	}()
 	previous := l.pub
@@ -359,20 +327,11 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 // retire removes pub's socket if it is still ours, and stops its server.
 func (l *loop) retire(pub *publication) {
 	if removed, err := pub.sock.Remove(); err != nil {
-		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.path)
+		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
 	} else if removed {
-		l.logger.V(2).Info("Registration socket removed", "path", pub.path)
+		l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
 	}
-	l.stopInBackground(pub)
-}
-
-// stopInBackground does not wait; shutdown does.
-func (l *loop) stopInBackground(pub *publication) {
-	l.retired.Add(1)
-	go func() {
-		defer l.retired.Done()
-		l.stopGRPC(pub)
-	}()
+	l.retired.Go(func() { l.stopGRPC(pub) })
 }
 
 // stopGRPC lets in-flight replies go out within the shutdown timeout.
@@ -394,7 +353,7 @@ func (l *loop) stopGRPC(pub *publication) {
 
 // follow holds a connection to owner's instance: a process that dies
 // leaves its socket file, but the kernel closes the connection.
-func (l *loop) follow(owner sockfile.ID) {
+func (e follow) carryOut(l *loop) error {
 	l.unfollow()
 	ctx, cancel := context.WithCancel(l.ctx)
 	path := l.m.path
@@ -402,15 +361,16 @@ func (l *loop) follow(owner sockfile.ID) {
 	go func() {
 		err := unixgrpc.Hold(ctx, path, l.s.cfg.CheckTimeout, func() error {
 			// The connection may have reached a socket that replaced owner.
-			if now, _, err := sockfile.Lstat(path); err != nil || now != owner {
+			if now, _, err := sockfile.Lstat(path); err != nil || now != e.owner {
 				return errors.New("another socket is at the path")
 			}
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			l.s.send(ownerLost{owner})
+			l.s.send(ownerLost{e.owner})
 		}
 	}()
+	return nil
 }
 
 func (l *loop) unfollow() {
@@ -426,7 +386,8 @@ func (l *loop) unfollow() {
 func (l *loop) shutdown() {
 	_ = l.handle(stopping{})
 	for l.m.conversing {
-		_ = l.handle(l.outcomeEvent(<-l.outcomes))
+		outcome := <-l.outcomes
+		_ = l.handle(outcome())
 	}
 	if l.spare != nil {
 		_ = l.spare.Close()
@@ -442,12 +403,12 @@ func (l *loop) shutdown() {
 		removed, err := pub.sock.Remove()
 		switch {
 		case err != nil:
-			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.path)
+			l.logger.Error(err, "Cannot remove the registration socket", "path", pub.sock.Path)
 		case removed:
-			l.logger.Info("Registration socket removed", "path", pub.path)
+			l.logger.Info("Registration socket removed", "path", pub.sock.Path)
 			_ = l.handle(withdrew{})
 		default:
-			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.path)
+			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.sock.Path)
 		}
 	}
 	l.storeSnapshot()

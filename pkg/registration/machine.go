@@ -49,10 +49,8 @@ const maxStrikes = 4
 // only once kubelet's retry is overdue.
 var kubeletBackoff = doubling(500*time.Millisecond, 2*time.Minute+2*time.Second)
 
-const (
-	// kubeletRetryLate is kubelet's reconciler period, and a second to spare.
-	kubeletRetryLate = 2 * time.Second
-)
+// kubeletRetryLate is kubelet's reconciler period, and a second to spare.
+const kubeletRetryLate = 2 * time.Second
 
 // kubeletRetryDue is when kubelet has retried at the latest after its
 // rejections'th rejection in a row.
@@ -89,7 +87,7 @@ type machine struct {
 	driverError     string
 	// claim is the name whose path is claimed ("" when none); name and path
 	// stay the standing registration's until it ends.
-	claim, claimReason string
+	claim string
 	// gen is the current publication (0: none), ours its socket file; gens
 	// counts the publications decided.
 	gen, gens uint64
@@ -133,7 +131,6 @@ type history struct {
 	lastNotify   time.Time
 	lastPublish  time.Time
 	lastFailure  time.Time
-	failures     uint64
 	publications map[string]uint64
 	calls        KubeletCalls
 }
@@ -262,10 +259,7 @@ type (
 		gen    uint64
 	}
 	// stepAside retires the publication; a socket handed over stays.
-	stepAside struct {
-		owner      sockfile.ID
-		handedOver bool
-	}
+	stepAside struct{ handedOver bool }
 	// follow owner's instance over a held connection: ownerLost.
 	follow struct{ owner sockfile.ID }
 	// offer the current publication to call: offered.
@@ -355,9 +349,8 @@ func (ev adopted) step(m *machine, now time.Time, o *output) {
 	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
 	m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	if ev.verdict != nil {
-		v := *ev.verdict
-		m.log.lastVerdict = &v
-		if v.Registered {
+		m.log.lastVerdict = ev.verdict
+		if ev.verdict.Registered {
 			m.state = Registered
 			m.due[silenceTimer] = time.Time{}
 			if m.confirmed() {
@@ -411,7 +404,7 @@ func (ev offered) step(m *machine, _ time.Time, o *output) {
 		m.handedOver = true
 	}
 	o.record(SteppedAside{HandedOver: true})
-	o.do(stepAside{owner, true}, answer{ev.call, nil})
+	o.do(stepAside{handedOver: true}, follow{owner}, answer{ev.call, nil})
 }
 
 func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
@@ -531,10 +524,7 @@ func (m *machine) startClaim(o *output) {
 		o.do(fail{dirError(fmt.Errorf("registration socket path %q is %d bytes long, more than the %d a Unix socket allows: use a shorter registration directory", path, len(path), MaxSocketPathLength))})
 		return
 	}
-	m.claim, m.claimReason = m.driverName, ReasonStart
-	if m.name != "" {
-		m.claimReason = ReasonRenamed
-	}
+	m.claim = m.driverName
 	m.attempts, m.due[retryTimer] = 0, time.Time{}
 	o.record(Claiming{Name: m.claim, Renamed: m.name != ""})
 	o.do(m.startLook(lookClaim))
@@ -580,11 +570,16 @@ func (m *machine) claimFound(at At, o *output) {
 	o.do(m.publish(reason))
 }
 
-// endClaim makes the claimed name the registration's.
+// endClaim makes the claimed name the registration's; the reason of its
+// publication says whether it replaces another name.
 func (m *machine) endClaim(o *output) (reason string) {
+	reason = ReasonStart
+	if m.name != "" {
+		reason = ReasonRenamed
+	}
 	m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
 	o.record(Named{Name: m.name})
-	return m.claimReason
+	return reason
 }
 
 func (m *machine) publishLater(reason string, at time.Time) {
@@ -630,7 +625,6 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 	}
 	first := m.state != Rejected
 	m.log.calls.NotifyRejected++
-	m.log.failures++
 	m.log.lastFailure = now
 	m.attempts++
 	if m.failingSince.IsZero() {
@@ -638,26 +632,28 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		m.failingSince = now
 	}
 	m.state = Rejected
-	if m.cfg.OnRejection == Exit {
-		o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first})
+	switch {
+	case m.cfg.OnRejection == Exit:
 		o.do(fail{&RejectedError{Reason: reason}})
-		return
-	}
-	if m.due[retryTimer].IsZero() {
+	case m.due[retryTimer].IsZero():
 		// Not before kubelet's own retry is overdue (kubeletBackoff).
 		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
 	}
+	// With Exit no retry is due: Retry stays zero.
 	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
 }
 
 // lookedAt decides what to do about what is at the path.
 func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
+	if why == lookPending && (at.kind == AtNothing || at.kind == AtOurs || at.kind == AtNotSocket) {
+		// Over something that is not a socket it fails, saying why.
+		o.do(m.publish(m.pending))
+		return
+	}
 	switch at.kind {
 	case AtNothing:
 		switch {
-		case why == lookPending:
-			o.do(m.publish(m.pending))
 		case why == lookVacancy && aside:
 			o.do(m.publish(ReasonVacated))
 		case why == lookVacancy && m.gen != 0:
@@ -665,15 +661,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
-	case AtOurs:
-		if why == lookPending {
-			o.do(m.publish(m.pending))
-		}
 	case AtNotSocket:
-		if why == lookPending {
-			o.do(m.publish(m.pending)) // fails, saying why
-			return
-		}
 		m.leaveAlone("Something that is not a socket replaced the registration socket; leaving it alone", at, o)
 	case AtUnknown:
 		m.leaveAlone("Cannot inspect the registration socket", at, o)
@@ -692,7 +680,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 			// Never fight back: a newer instance owns the registration.
 			m.standAside(Superseded, at.File)
 			o.record(SteppedAside{})
-			o.do(stepAside{owner: at.File})
+			o.do(stepAside{}, follow{at.File})
 		}
 	case AtRefused, AtSilent:
 		// A refusing socket may be between its bind and its listen: one

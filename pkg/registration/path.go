@@ -1,13 +1,15 @@
 package registration
 
-// One classifier of what is at the registration path, for the loop, Health
-// and --diagnose.
+// Where the registration path is, and one classifier of what is at it, for
+// the loop, Health and --diagnose.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +20,28 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/sockfile"
 )
+
+// MaxSocketPathLength: Linux's sun_path holds 108 bytes with the NUL.
+const MaxSocketPathLength = 107
+
+// SocketPath is where kubelet expects the registration socket of a driver.
+func SocketPath(dir, driverName string) string {
+	return filepath.Join(dir, driverName+"-reg.sock")
+}
+
+// CheckDir tells whether dir can hold registration sockets.
+func CheckDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return dirError(fmt.Errorf("registration directory %q does not exist: mount the host's kubelet plugin registry (usually /var/lib/kubelet/plugins_registry) there", dir))
+	case err != nil:
+		return dirError(fmt.Errorf("registration directory %q cannot be read: %w", dir, err))
+	case !fi.IsDir():
+		return dirError(fmt.Errorf("registration directory %q is not a directory (%s): it must be kubelet's plugin registry directory", dir, sockfile.DescribeFileType(fi.Mode())))
+	}
+	return nil
+}
 
 // Kind classifies what is at the path.
 type Kind int
@@ -125,12 +149,10 @@ func (at At) describe(driver string) (reason string, healthy bool) {
 		return fmt.Sprintf("the registration socket %s does not exist", at.path), false
 	case AtOurs:
 		return "serving " + at.path, true
-	case AtLive:
-		if at.Driver != driver {
+	case AtLive, AtOwner, AtHandsOver:
+		if at.kind == AtLive && at.Driver != driver {
 			return fmt.Sprintf("%s was published by another process for driver %q, not %q", at.path, at.Driver, driver), false
 		}
-		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
-	case AtOwner, AtHandsOver:
 		return fmt.Sprintf("%s was published by another instance of %s", at.path, driver), true
 	case AtNotSocket:
 		return fmt.Sprintf("%s is a %s, not a socket", at.path, sockfile.DescribeFileType(at.mode)), false

@@ -98,12 +98,12 @@ type Server struct {
 	cfg             Config
 	shutdownTimeout time.Duration
 
-	// driver and csinode hold the latest report the loop has not taken.
-	driver       chan driverReport
-	driverMutex  sync.Mutex
-	csinode      chan CSINodeReport
-	csinodeMutex sync.Mutex
-	events       chan event
+	// driver and csinode hold the latest report the loop has not taken;
+	// reports makes each replacement of one a single step.
+	driver  chan driverReport
+	csinode chan CSINodeReport
+	reports sync.Mutex
+	events  chan event
 	// done is closed once the loop no longer reads events.
 	done      chan struct{}
 	closeDone func()
@@ -132,12 +132,10 @@ type driverReport struct {
 	err       string // why it cannot be asked, from DriverUnreachable
 }
 
-// publication is one socket with its own gRPC server; kubelet's verdicts
-// count for the one they came through only. Not written once installed.
+// publication is one socket with its own gRPC server, whose handlers send
+// the loop its generation: kubelet's verdicts count for the one they came
+// through only. Not written once installed.
 type publication struct {
-	gen  uint64
-	name string
-	path string
 	sock *sockfile.Socket
 	grpc *grpc.Server
 }
@@ -155,6 +153,17 @@ func (cfg Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ConfigError is a value of Config that cannot be used; Field names it.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func dirError(err error) error { return &ConfigError{Field: "Dir", Err: err} }
 
 // New checks cfg; Run publishes the socket once DriverFound names the driver.
 func New(cfg Config) (*Server, error) {
@@ -208,8 +217,8 @@ func (s *Server) DriverUnreachable(why string) {
 // report merges with a report the loop has not taken: the latest name and
 // reachability win.
 func (s *Server) report(r driverReport) {
-	s.driverMutex.Lock()
-	defer s.driverMutex.Unlock()
+	s.reports.Lock()
+	defer s.reports.Unlock()
 	select {
 	case old := <-s.driver:
 		if r.name == "" {
@@ -233,8 +242,8 @@ type CSINodeReport struct {
 
 // ReportCSINode replaces a report the loop has not taken; it does not block.
 func (s *Server) ReportCSINode(r CSINodeReport) {
-	s.csinodeMutex.Lock()
-	defer s.csinodeMutex.Unlock()
+	s.reports.Lock()
+	defer s.reports.Unlock()
 	select {
 	case <-s.csinode:
 	default:
@@ -248,9 +257,6 @@ func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 func (s *Server) store(m machine, pub *publication, happened []Transition) {
 	m.log.publications = maps.Clone(m.log.publications)
 	s.shared.Store(&snapshot{m: m, pub: pub})
-	if len(s.observers) == 0 {
-		return
-	}
 	now := s.Status()
 	for _, o := range s.observers {
 		o(now, happened)

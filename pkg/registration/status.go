@@ -5,6 +5,8 @@ import (
 	"maps"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/csi-registrar/node-driver-registrar/pkg/registration/handover"
 )
 
@@ -91,7 +93,7 @@ func (m *machine) status() Status {
 		Endpoint:             m.cfg.Endpoint,
 		SocketPath:           m.path,
 		State:                m.state,
-		RegistrationFailures: m.log.failures,
+		RegistrationFailures: m.log.calls.NotifyRejected,
 		Publications:         maps.Clone(m.log.publications),
 		KubeletCalls:         m.log.calls,
 		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
@@ -107,8 +109,7 @@ func (m *machine) status() Status {
 		Withdrawn:            m.withdrawn,
 	}
 	if m.log.lastVerdict != nil {
-		v := *m.log.lastVerdict
-		out.LastVerdict = &v
+		out.LastVerdict = new(*m.log.lastVerdict)
 	}
 
 	switch m.state {
@@ -127,7 +128,7 @@ func (m *machine) status() Status {
 		switch {
 		case !out.Ready:
 			out.Reason, _ = m.at.describe(m.name)
-		case m.cfg.ConfirmCSINode && (m.csinode == nil || !m.csinode.Listed):
+		case !m.confirmed():
 			out.State, out.Ready = Unconfirmed, false
 			out.Reason = "kubelet registered the driver, but this node's CSINode has not been read yet"
 			if m.csinode != nil {
@@ -180,4 +181,44 @@ func timeOrNil(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// FailureLimit decides when the registration has failed too long, for
+// /healthz and the exit code alike.
+type FailureLimit struct {
+	// After zero or less: never too long.
+	After time.Duration
+	// Clock is the real one when nil.
+	Clock clock.PassiveClock
+}
+
+// Failure is a registration that has failed for too long.
+type Failure struct {
+	Since  time.Time
+	Lasted time.Duration
+	// Reason includes the driver's last error when it never answered.
+	Reason string
+}
+
+// Exceeded returns st's failure once it has lasted After.
+func (f FailureLimit) Exceeded(st Status) (Failure, bool) {
+	if f.After <= 0 || st.FailingSince == nil {
+		return Failure{}, false
+	}
+	clk := f.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	lasted := clk.Since(*st.FailingSince)
+	if lasted < f.After {
+		return Failure{}, false
+	}
+	reason := st.Reason
+	if st.State == WaitingForDriver {
+		reason = "waiting for the CSI driver; the CSI driver did not answer GetPluginInfo"
+		if st.DriverError != "" {
+			reason += ": " + st.DriverError
+		}
+	}
+	return Failure{Since: *st.FailingSince, Lasted: lasted, Reason: reason}, true
 }

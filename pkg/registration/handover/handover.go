@@ -161,9 +161,6 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 	if id, _, err := sockfile.Lstat(sock.Path); err != nil || id != sock.File {
 		return errors.New("the socket at the path is not this instance's")
 	}
-	if !Supported {
-		return errors.New("the socket cannot be handed over on this platform")
-	}
 	payload, err := json.Marshal(State{Version: Version, Driver: o.Driver, Endpoint: o.Endpoint, Dev: sock.File.Dev, Ino: sock.File.Ino, Verdict: o.Verdict})
 	if err != nil {
 		return err
@@ -190,18 +187,15 @@ func Offer(ctx context.Context, o *Owner, req Request) error {
 
 	// Committed: the file at the path is B's and must never be removed here.
 	_ = sock.Close()
-	if sock.Hidden != "" {
-		if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
-			if err := os.Rename(sock.Hidden, req.Address); err != nil {
-				_ = os.Remove(sock.Hidden)
-			}
+	// A socket without a hidden name (renamed into place) has none to move.
+	if id, _, err := sockfile.Lstat(sock.Hidden); err == nil && id == sock.File {
+		if err := os.Rename(sock.Hidden, req.Address); err != nil {
+			_ = os.Remove(sock.Hidden)
 		}
 	}
 	if _, err := uc.Write([]byte{done}); err != nil {
 		// B gave up and replaces the socket: nobody serves that name.
-		if id, _, err := sockfile.Lstat(req.Address); err == nil && id == sock.File {
-			_ = os.Remove(req.Address)
-		}
+		_, _ = sockfile.RemoveIfSame(req.Address, sock.File)
 	}
 	return nil
 }
@@ -233,19 +227,19 @@ var errNotAHandover = errors.New("not a handover")
 func Take(n Newcomer) (*Taken, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.Timeout)
 	defer cancel()
+	// Before the call: a refusal's deadline must not be overwritten.
+	if err := n.Receiver.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
+		return nil, err
+	}
 	rpcDone := make(chan error, 1)
 	go func() {
-		err := ask(ctx, n.Path, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden})
+		err := unixgrpc.InvokeJSON(ctx, n.Path, Method, Request{Version: Version, Driver: n.Driver, Endpoint: n.Endpoint, Address: n.Receiver.Hidden}, nil)
 		if err != nil {
 			// Refused (or an older build): stop waiting for the socket.
 			_ = n.Receiver.SetDeadline(time.Now())
 		}
 		rpcDone <- err
 	}()
-
-	if err := n.Receiver.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
-		return nil, err
-	}
 	for {
 		conn, err := n.Receiver.AcceptUnix()
 		if err != nil {
@@ -285,10 +279,10 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 		return nil, err
 	}
 	st, err := decodeState(payload)
-	if err != nil {
-		return refuse(err)
+	if err == nil {
+		err = checkState(st, n.Driver, n.Endpoint, n.Found)
 	}
-	if err := checkState(st, n.Driver, n.Endpoint, n.Found); err != nil {
+	if err != nil {
 		return refuse(err)
 	}
 	listener.SetUnlinkOnClose(false)
@@ -322,8 +316,4 @@ func checkState(st State, driver, endpoint string, found sockfile.ID) error {
 		return errors.New("the socket handed over is not the one at the path")
 	}
 	return nil
-}
-
-func ask(ctx context.Context, path string, req Request) error {
-	return unixgrpc.InvokeJSON(ctx, path, Method, req, nil)
 }

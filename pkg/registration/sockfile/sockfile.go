@@ -38,8 +38,7 @@ func Listen(path string) (*Socket, error) {
 	if err != nil {
 		// The hidden name means nothing to an operator; the directory does.
 		cause := err
-		var opErr *net.OpError
-		if errors.As(err, &opErr) {
+		if opErr, ok := errors.AsType[*net.OpError](err); ok {
 			cause = opErr.Err // "bind: read-only file system"
 		}
 		return nil, fmt.Errorf("cannot create a socket in %s: %w", filepath.Dir(path), cause)
@@ -179,15 +178,11 @@ func DescribeFileType(m fs.FileMode) string {
 }
 
 // Remove unlinks the path while it holds this socket's file, and the
-// hidden name, which is this socket's alone.
+// hidden name, which is this socket's alone. A name the socket does not
+// have ("") is never there.
 func (s *Socket) Remove() (removed bool, err error) {
-	if s.Hidden != "" {
-		if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
-			return false, err
-		}
-	}
-	if s.Path == "" {
-		return false, nil
+	if _, err := RemoveIfSame(s.Hidden, s.File); err != nil {
+		return false, err
 	}
 	return RemoveIfSame(s.Path, s.File)
 }
@@ -231,24 +226,12 @@ func Answers(path string, timeout time.Duration) bool {
 	return true
 }
 
-// HiddenDriver tells whether name is a hidden name, ".<driver>.<6 hex
-// digits>", and for which driver.
-func HiddenDriver(name string) (driver string, ok bool) {
-	rest, ok := strings.CutPrefix(name, ".")
-	if !ok || len(rest) < 8 || rest[len(rest)-7] != '.' {
-		return "", false
-	}
-	suffix := rest[len(rest)-6:]
-	if strings.Trim(suffix, "0123456789abcdef") != "" {
-		return "", false
-	}
-	return rest[:len(rest)-7], true
-}
-
-// IsHiddenName tells whether name is a hidden name of the socket at path.
+// IsHiddenName tells whether name is a hidden name of the socket at path,
+// ".<driver>.<6 hex digits>".
 func IsHiddenName(path, name string) bool {
-	driver, ok := HiddenDriver(name)
-	return ok && driver == strings.TrimSuffix(filepath.Base(path), "-reg.sock")
+	driver := strings.TrimSuffix(filepath.Base(path), "-reg.sock")
+	suffix, ok := strings.CutPrefix(name, "."+driver+".")
+	return ok && driver != "" && len(suffix) == 6 && strings.Trim(suffix, "0123456789abcdef") == ""
 }
 
 // hiddenPath is no longer than path, so that it fits a socket address too.
