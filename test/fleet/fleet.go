@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,7 +35,9 @@ type fleet struct {
 	rec    *recorder
 	// shared is the registrars' one transport with -shared-connection.
 	shared http.RoundTripper
-	nodes  []*simNode
+	// profiler asks for CPU profiles, which take longer than Call allows.
+	profiler *http.Client
+	nodes    []*simNode
 	// stop ends the kubelets' Lease renewals.
 	stop    context.CancelFunc
 	renewal sync.WaitGroup
@@ -70,6 +73,9 @@ func startFleet(ctx context.Context, o options, repo, dir string) (*fleet, error
 	adminCfg := rest.CopyConfig(f.base)
 	adminCfg.BearerToken, adminCfg.QPS = apiserver.AdminToken, -1
 	if f.admin, err = dynamic.NewForConfig(adminCfg); err != nil {
+		return f, err
+	}
+	if f.profiler, err = rest.HTTPClientFor(adminCfg); err != nil {
 		return f, err
 	}
 
@@ -150,16 +156,41 @@ func (f *fleet) startRegistrar(ctx context.Context, n *simNode) error {
 }
 
 // saveHeapProfile writes kube-apiserver's heap profile, after a
-// collection, to -heap-profile's file with the phase's name added.
+// collection, to -profile's file for the phase.
 func (f *fleet) saveHeapProfile(phase string) error {
-	if f.o.heapProfile == "" {
+	if f.o.profile == "" {
 		return nil
 	}
 	code, body := f.server.Call(http.MethodGet, "/debug/pprof/heap?gc=1", "", nil)
 	if code != http.StatusOK {
 		return fmt.Errorf("kube-apiserver's heap profile: %d %s", code, body)
 	}
-	return os.WriteFile(f.o.heapProfile+"."+phase, body, 0o644)
+	return os.WriteFile(f.o.profile+"."+phase+".heap", body, 0o644)
+}
+
+// rest waits d; with -profile it profiles kube-apiserver's CPU meanwhile.
+func (f *fleet) rest(ctx context.Context, phase string, d time.Duration) error {
+	if f.o.profile == "" {
+		return sleep(ctx, d)
+	}
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", f.server.URL, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := f.profiler.Do(req)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver's CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s %s", resp.Status, body)
+	}
+	if err != nil {
+		return fmt.Errorf("kube-apiserver's CPU profile: %w", err)
+	}
+	return os.WriteFile(f.o.profile+"."+phase+".cpu", body, 0o644)
 }
 
 // registrarProcess is a registrar's own connection, or with
@@ -294,7 +325,7 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	}
 
 	if err := measure("baseline: Leases only", func() (time.Duration, error) {
-		return 0, sleep(ctx, f.o.baseline)
+		return 0, f.rest(ctx, "baseline", f.o.baseline)
 	}); err != nil {
 		return rep, err
 	}
@@ -316,7 +347,7 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	}
 
 	if err := measure("(a) rest", func() (time.Duration, error) {
-		return 0, sleep(ctx, f.o.rest)
+		return 0, f.rest(ctx, "rest", f.o.rest)
 	}); err != nil {
 		return rep, err
 	}

@@ -33,8 +33,8 @@ type options struct {
 	soft           []string
 	// sharedConn: the registrars share one connection (measurement only).
 	sharedConn bool
-	// heapProfile: where kube-apiserver's heap profile at rest goes.
-	heapProfile string
+	// profile: where kube-apiserver's profiles go.
+	profile string
 }
 
 func main() {
@@ -48,7 +48,7 @@ func main() {
 	flag.StringVar(&o.repo, "repo", "../..", "the repository's root: deploy/ and test/node/_bin/kube-apiserver")
 	flag.StringVar(&o.keepLogs, "logs", "", "a directory for the logs of etcd, kube-apiserver and the simulated registrars (default: a temporary one, kept only on failure)")
 	flag.BoolVar(&o.sharedConn, "shared-connection", false, "the simulated registrars share one client connection (HTTP/2, as many as its stream limit needs) instead of one each: the difference at rest is what their own connections cost kube-apiserver, apart from their watches")
-	flag.StringVar(&o.heapProfile, "heap-profile", "", "the start of the names of two files for kube-apiserver's heap profile (/debug/pprof/heap after a collection), .baseline and .rest at those phases' ends: go tool pprof -diff_base shows what holds the registrars' memory")
+	flag.StringVar(&o.profile, "profile", "", "the start of the names of files for kube-apiserver's profiles (/debug/pprof): .baseline.cpu and .rest.cpu over those phases, .baseline.heap and .rest.heap after a collection at their ends; go tool pprof -diff_base shows what the registrars cost")
 	soft := flag.String("soft", "", "goals (by the ids the report gives them) reported but not failing the run, comma-separated; the extrapolations to 5,000 nodes are always")
 	flag.Parse()
 	if *soft != "" {
