@@ -367,7 +367,7 @@ func (e follow) carryOut(l *loop) error {
 			return nil
 		})
 		if err != nil && ctx.Err() == nil {
-			l.s.send(ownerLost{e.owner})
+			l.s.send(ownerLost(e))
 		}
 	}()
 	return nil
