@@ -75,8 +75,10 @@ func startFleet(ctx context.Context, o options, repo, dir string) (*fleet, error
 	if f.admin, err = dynamic.NewForConfig(adminCfg); err != nil {
 		return f, err
 	}
-	if f.profiler, err = rest.HTTPClientFor(adminCfg); err != nil {
-		return f, err
+	if o.profile != "" {
+		if f.profiler, err = rest.HTTPClientFor(adminCfg); err != nil {
+			return f, err
+		}
 	}
 
 	f.nodes = make([]*simNode, o.n)
@@ -168,8 +170,8 @@ func (f *fleet) saveHeapProfile(phase string) error {
 	return os.WriteFile(f.o.profile+"."+phase+".heap", body, 0o644)
 }
 
-// rest waits d; with -profile it profiles kube-apiserver's CPU meanwhile.
-func (f *fleet) rest(ctx context.Context, phase string, d time.Duration) error {
+// idle waits d; with -profile it profiles kube-apiserver's CPU meanwhile.
+func (f *fleet) idle(ctx context.Context, phase string, d time.Duration) error {
 	if f.o.profile == "" {
 		return sleep(ctx, d)
 	}
@@ -325,7 +327,7 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	}
 
 	if err := measure("baseline: Leases only", func() (time.Duration, error) {
-		return 0, f.rest(ctx, "baseline", f.o.baseline)
+		return 0, f.idle(ctx, "baseline", f.o.baseline)
 	}); err != nil {
 		return rep, err
 	}
@@ -347,7 +349,7 @@ func (f *fleet) scenarios(ctx context.Context) (*report, error) {
 	}
 
 	if err := measure("(a) rest", func() (time.Duration, error) {
-		return 0, f.rest(ctx, "rest", f.o.rest)
+		return 0, f.idle(ctx, "rest", f.o.rest)
 	}); err != nil {
 		return rep, err
 	}
