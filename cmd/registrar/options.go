@@ -140,6 +140,8 @@ func (o *options) validate() error {
 	}
 	httpErr := listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
 	driverHealthErr := listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
+	nodeName, _ := o.node()
+	_, podErr := o.pod()
 	for _, rule := range []struct {
 		broken bool
 		err    error
@@ -151,6 +153,10 @@ func (o *options) validate() error {
 		{o.driverHealthEndpoint != "" && driverHealthErr == nil && httpErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
 		{o.unhealthyAfter < 0, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter)},
 		{o.probeTimeout <= 0, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout)},
+		{o.nodeConditionType != "" && !o.nodeCondition, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeConditionType)},
+		{o.confirmCSINode && nodeName == "", errors.New("--confirm-csinode needs the node's name: " + nodeNameSources)},
+		{o.gatesNode() && nodeName == "", errors.New("--remove-node-taint and --node-condition need the node's name: " + nodeNameSources)},
+		{o.events && podErr != nil, withFlag("--events", podErr)},
 	} {
 		if rule.broken {
 			errs = append(errs, rule.err)
@@ -161,18 +167,6 @@ func (o *options) validate() error {
 	}
 	if o.nodeConditionType != "" {
 		errs = append(errs, withFlag("--node-condition-type", nodegate.ValidateConditionType(o.nodeConditionType)))
-		if !o.nodeCondition {
-			errs = append(errs, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeConditionType))
-		}
-	}
-	if name, _ := o.node(); o.confirmCSINode && name == "" {
-		errs = append(errs, errors.New("--confirm-csinode needs the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
-	}
-	if name, _ := o.node(); o.gatesNode() && name == "" {
-		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
-	}
-	if _, err := o.pod(); o.events && err != nil {
-		errs = append(errs, withFlag("--events", err))
 	}
 	return errors.Join(errs...)
 }
@@ -207,6 +201,9 @@ func (o *options) registrationConfig() registration.Config {
 // nodeNameEnv is where --node-name's value comes from when it is not
 // given: the name external-provisioner and other CSI sidecars read.
 const nodeNameEnv = "NODE_NAME"
+
+// nodeNameSources says where the node's name is given.
+const nodeNameSources = "set the environment variable " + nodeNameEnv + " from the downward API (env: [{name: " + nodeNameEnv + ", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"
 
 // gatesNode tells whether the registrar changes the Node object.
 func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
