@@ -151,9 +151,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	logger.Info("Watching this node's CSINode for the driver", "node", w.csiNode.Name)
 
 	backoff := w.backoff
-	expected := &unstructured.Unstructured{}
-	expected.SetAPIVersion("storage.k8s.io/v1")
-	expected.SetKind("CSINode")
+	expected := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "storage.k8s.io/v1", "kind": "CSINode"}}
 	reflector := cache.NewReflectorWithOptions(w.listWatch(), expected, store{w}, cache.ReflectorOptions{
 		Name: "csinode", TypeDescription: "CSINode " + w.csiNode.Name, Backoff: &backoff, Logger: &logger,
 	})
