@@ -336,8 +336,7 @@ func flagError(err error) error {
 		}
 		return errors.Join(named...)
 	}
-	var cfgErr *registration.ConfigError
-	if errors.As(err, &cfgErr) && registrationFlags[cfgErr.Field] != "" {
+	if cfgErr, ok := errors.AsType[*registration.ConfigError](err); ok && registrationFlags[cfgErr.Field] != "" {
 		return withFlag(registrationFlags[cfgErr.Field], err)
 	}
 	return err

@@ -279,8 +279,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 
 func (g *Gate) errorKeys(err error) []any {
 	kv := []any{"node", g.cfg.NodeName}
-	var apiErr *kubeapi.APIError
-	if errors.As(err, &apiErr) && apiErr.Policy != "" {
+	if apiErr, ok := errors.AsType[*kubeapi.APIError](err); ok && apiErr.Policy != "" {
 		kv = append(kv, "policy", apiErr.Policy)
 	}
 	return kv
