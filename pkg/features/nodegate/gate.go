@@ -214,11 +214,6 @@ func (g *Gate) backoff() wait.Backoff {
 	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: 0.2, Cap: retryMax, Steps: math.MaxInt32}
 }
 
-// pending tells whether done falls short of w.
-func (w wanted) pending(done applied) bool {
-	return w.taintGen != done.taintGen || w.condGen != done.condGen
-}
-
 // sync applies what is wanted and not yet applied: the taints first, as
 // they are what keeps pods off the node.
 func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) error {
@@ -263,7 +258,8 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.wanted.pending(*done)
+	// Pending while done falls short of what is wanted now.
+	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 	if err != nil {
 		now := g.cfg.Clock.Now()
 		if g.st.LastError != err.Error() {
