@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"time"
 
@@ -179,7 +178,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil && kubeapi.Code(err) != http.StatusNotFound:
+		case err != nil && !apierrors.IsNotFound(err):
 			w.failed(err)
 			retry = w.clock.After(backoff.Step())
 			continue
