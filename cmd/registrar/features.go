@@ -77,7 +77,7 @@ func apiConfig(o *options) (*rest.Config, error) {
 // startCSINode runs --confirm-csinode's watcher; its findings go to the
 // registration, which decides what they mean.
 func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group, reports *[]healthz.Feature) error {
-	if !o.confirmCSINode {
+	if !o.registration.ConfirmCSINode {
 		return nil
 	}
 	client, err := apiClient(o)
