@@ -51,14 +51,10 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
-	name, _ := o.node()
-	return nodegate.New(nodegate.Config{
-		NodeName:      name,
-		TaintKeys:     o.removeNodeTaints,
-		Condition:     o.nodeCondition,
-		ConditionType: o.nodeConditionType,
-		Client:        client,
-	}), nil
+	cfg := o.nodeGate
+	cfg.NodeName, _ = o.node()
+	cfg.Client = client
+	return nodegate.New(cfg), nil
 }
 
 func apiClient(o *options) (*kubeapi.Client, error) {

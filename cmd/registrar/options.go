@@ -50,9 +50,6 @@ type options struct {
 	driverHealthEndpoint   string
 	probeTimeout           time.Duration
 	nodeName               string
-	removeNodeTaints       taintKeys
-	nodeCondition          bool
-	nodeConditionType      string
 	kubeconfig             string
 	events                 bool
 	unhealthyAfter         time.Duration
@@ -60,6 +57,9 @@ type options struct {
 	// registration is set by --kubelet-registration-path,
 	// --plugin-registration-path, --rejection-policy and --confirm-csinode.
 	registration registration.Config
+	// nodeGate is set by --remove-node-taint, --node-condition and
+	// --node-condition-type.
+	nodeGate nodegate.Config
 
 	logging *loggingOptions
 	flags   *flag.FlagSet
@@ -88,9 +88,9 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.StringVar(&o.driverHealthEndpoint, "driver-health-endpoint", "", "TCP address (host:port, e.g. :9808) of a second HTTP server whose /healthz calls the CSI driver's Identity.Probe, as the livenessprobe sidecar's does: point the driver container's livenessProbe at it, and drop the livenessprobe container. Empty: not served.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", driverhealth.DefaultTimeout, "Timeout of each Identity.Probe call made for --driver-health-endpoint's /healthz (livenessprobe's --probe-timeout).")
 	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint, --node-condition and --confirm-csinode. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
-	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
-	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
-	fs.StringVar(&o.nodeConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
+	fs.Var((*taintKeys)(&o.nodeGate.TaintKeys), "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
+	fs.BoolVar(&o.nodeGate.Condition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
+	fs.StringVar(&o.nodeGate.ConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
 	fs.BoolVar(&o.registration.ConfirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs list and watch on csinodes and get on nodes (deploy/csinode).")
 	fs.BoolVar(&o.events, "events", false, "Record Kubernetes Events on this registrar's Pod, where kubectl describe pod and kubectl get events show them: kubelet rejects the driver, kubelet stays silent, the registration has failed for --unhealthy-after, CSINode loses the driver, and the registration that ends each of these; repeats make one Event with a count. Needs the environment variables "+podNameEnv+", "+podNamespaceEnv+" and "+podUIDEnv+" from the downward API, and create and patch on events in the Pod's namespace (deploy/events).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file for the API server, for --remove-node-taint, --node-condition, --confirm-csinode and --events outside a pod. Empty: the pod's service account.")
@@ -153,7 +153,7 @@ func (o *options) validate() error {
 		{o.driverHealthEndpoint != "" && driverHealthErr == nil && httpErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
 		{o.unhealthyAfter < 0, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter)},
 		{o.probeTimeout <= 0, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout)},
-		{o.nodeConditionType != "" && !o.nodeCondition, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeConditionType)},
+		{o.nodeGate.ConditionType != "" && !o.nodeGate.Condition, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeGate.ConditionType)},
 		{o.registration.ConfirmCSINode && nodeName == "", errors.New("--confirm-csinode needs the node's name: " + nodeNameSources)},
 		{o.gatesNode() && nodeName == "", errors.New("--remove-node-taint and --node-condition need the node's name: " + nodeNameSources)},
 		{o.events && podErr != nil, withFlag("--events", podErr)},
@@ -162,11 +162,11 @@ func (o *options) validate() error {
 			errs = append(errs, rule.err)
 		}
 	}
-	for _, key := range o.removeNodeTaints {
+	for _, key := range o.nodeGate.TaintKeys {
 		errs = append(errs, withFlag("--remove-node-taint", nodegate.ValidateTaintKey(key)))
 	}
-	if o.nodeConditionType != "" {
-		errs = append(errs, withFlag("--node-condition-type", nodegate.ValidateConditionType(o.nodeConditionType)))
+	if o.nodeGate.ConditionType != "" {
+		errs = append(errs, withFlag("--node-condition-type", nodegate.ValidateConditionType(o.nodeGate.ConditionType)))
 	}
 	return errors.Join(errs...)
 }
@@ -195,7 +195,7 @@ const nodeNameEnv = "NODE_NAME"
 const nodeNameSources = "set the environment variable " + nodeNameEnv + " from the downward API (env: [{name: " + nodeNameEnv + ", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"
 
 // gatesNode tells whether the registrar changes the Node object.
-func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
+func (o *options) gatesNode() bool { return len(o.nodeGate.TaintKeys) > 0 || o.nodeGate.Condition }
 
 // withFlagLogged names in ctx's logger the flag a part serves, so that its
 // log lines say which flag to change.
