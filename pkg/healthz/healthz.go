@@ -79,7 +79,7 @@ func New(reg *registration.Server, opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
-	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.Features))
+	s.mux.Handle("GET /metrics", s.metricsHandler())
 	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

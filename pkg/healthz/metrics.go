@@ -42,10 +42,14 @@ func runtimeCollectors() []prometheus.Collector {
 	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
 
-// newMetricsHandler serves the other families when one cannot be gathered.
-func newMetricsHandler(registry *prometheus.Registry, features []Feature) http.Handler {
+// metricsHandler serves the registrar's families and the features'; the
+// others when one cannot be gathered.
+func (s *Server) metricsHandler() http.Handler {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(runtimeCollectors()...)
+	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors, prometheus.CollectorFunc(s.collectRegistration))
 	gatherers := prometheus.Gatherers{registry}
-	for _, f := range features {
+	for _, f := range s.opts.Features {
 		gatherers = append(gatherers, f.Metrics())
 	}
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: gatherErrorLog{}, ErrorHandling: promhttp.ContinueOnError})
@@ -110,11 +114,4 @@ func (s *Server) collectRegistration(ch chan<- prometheus.Metric) {
 	gauge(lastFailureDesc, failedAt)
 	gauge(reachableDesc, oneIf(st.DriverReachable))
 	gauge(buildInfoDesc, 1, s.opts.Version, s.revision, runtime.Version(), st.DriverName)
-}
-
-func (s *Server) newRegistry() *prometheus.Registry {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(runtimeCollectors()...)
-	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors, prometheus.CollectorFunc(s.collectRegistration))
-	return registry
 }
