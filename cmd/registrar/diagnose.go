@@ -29,8 +29,8 @@ func runDiagnose(ctx context.Context, o *options, stdout io.Writer) int {
 	}
 	checks := diagnose.Run(ctx, diagnose.Config{
 		CSIAddress:              o.csiAddress,
-		KubeletRegistrationPath: o.kubeletRegistrationPath,
-		RegistrationDir:         o.pluginRegistrationPath,
+		KubeletRegistrationPath: o.registration.Endpoint,
+		RegistrationDir:         o.registration.Dir,
 		Timeout:                 o.operationTimeout(),
 		Output:                  stdout,
 	})

@@ -51,14 +51,10 @@ func newNodeGate(o *options) (*nodegate.Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--remove-node-taint and --node-condition: %w", err)
 	}
-	name, _ := o.node()
-	return nodegate.New(nodegate.Config{
-		NodeName:      name,
-		TaintKeys:     o.removeNodeTaints,
-		Condition:     o.nodeCondition,
-		ConditionType: o.nodeConditionType,
-		Client:        client,
-	}), nil
+	cfg := o.nodeGate
+	cfg.NodeName, _ = o.node()
+	cfg.Client = client
+	return nodegate.New(cfg), nil
 }
 
 func apiClient(o *options) (*kubeapi.Client, error) {
@@ -77,7 +73,7 @@ func apiConfig(o *options) (*rest.Config, error) {
 // startCSINode runs --confirm-csinode's watcher; its findings go to the
 // registration, which decides what they mean.
 func startCSINode(ctx context.Context, o *options, srv *registration.Server, g *errgroup.Group, reports *[]healthz.Feature) error {
-	if !o.confirmCSINode {
+	if !o.registration.ConfirmCSINode {
 		return nil
 	}
 	client, err := apiClient(o)

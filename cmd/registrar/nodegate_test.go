@@ -21,10 +21,10 @@ func TestNodeGateFlags(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"example.com/agent-not-ready", "readiness.k8s.io/storage", "other"}; !slices.Equal(o.removeNodeTaints, want) {
-		t.Errorf("taints %q, want %q", o.removeNodeTaints, want)
+	if want := []string{"example.com/agent-not-ready", "readiness.k8s.io/storage", "other"}; !slices.Equal(o.nodeGate.TaintKeys, want) {
+		t.Errorf("taints %q, want %q", o.nodeGate.TaintKeys, want)
 	}
-	if name, from := o.node(); !o.nodeCondition || !o.gatesNode() || name != "node-from-env" || from != nodeNameEnv {
+	if name, from := o.node(); !o.nodeGate.Condition || !o.gatesNode() || name != "node-from-env" || from != nodeNameEnv {
 		t.Errorf("got %+v, node %q from %s", o, name, from)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-name=n1"}, io.Discard)
@@ -34,15 +34,15 @@ func TestNodeGateFlags(t *testing.T) {
 	if name, from := o.node(); name != "n1" || from != "--node-name" {
 		t.Errorf("--node-name: node %q from %s", name, from)
 	}
-	if o.nodeConditionType != "" {
-		t.Errorf("--node-condition-type defaults to %q, want empty (<driver name>/NodePluginRegistered)", o.nodeConditionType)
+	if o.nodeGate.ConditionType != "" {
+		t.Errorf("--node-condition-type defaults to %q, want empty (<driver name>/NodePluginRegistered)", o.nodeGate.ConditionType)
 	}
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k", "--node-condition", "--node-condition-type=node.gke.io/PDCSIReady", "--node-name=n1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.validate(); err != nil || o.nodeConditionType != "node.gke.io/PDCSIReady" {
-		t.Errorf("--node-condition-type=node.gke.io/PDCSIReady: %q, validate() = %v", o.nodeConditionType, err)
+	if err := o.validate(); err != nil || o.nodeGate.ConditionType != "node.gke.io/PDCSIReady" {
+		t.Errorf("--node-condition-type=node.gke.io/PDCSIReady: %q, validate() = %v", o.nodeGate.ConditionType, err)
 	}
 	// Off by default: no API server needed.
 	o, err = parseFlags("registrar", []string{"--kubelet-registration-path=/k"}, io.Discard)

@@ -36,30 +36,30 @@ const description = "csi-node-driver-registrar registers a CSI driver with kubel
 
 // options are the command line flags, named and defaulted as upstream's.
 type options struct {
-	csiAddress              string
-	kubeletRegistrationPath string
-	pluginRegistrationPath  string
-	timeout                 time.Duration
-	connectionTimeout       time.Duration
-	httpEndpoint            string
-	healthPort              int
-	mode                    string
-	enablePprof             bool
-	automaxprocs            bool
-	showVersion             bool
-	terminationMessagePath  string
-	rejectionPolicy         string
-	diagnose                bool
-	driverHealthEndpoint    string
-	probeTimeout            time.Duration
-	nodeName                string
-	removeNodeTaints        taintKeys
-	nodeCondition           bool
-	nodeConditionType       string
-	confirmCSINode          bool
-	kubeconfig              string
-	events                  bool
-	unhealthyAfter          time.Duration
+	csiAddress             string
+	timeout                time.Duration
+	connectionTimeout      time.Duration
+	httpEndpoint           string
+	healthPort             int
+	mode                   string
+	enablePprof            bool
+	automaxprocs           bool
+	showVersion            bool
+	terminationMessagePath string
+	diagnose               bool
+	driverHealthEndpoint   string
+	probeTimeout           time.Duration
+	nodeName               string
+	kubeconfig             string
+	events                 bool
+	unhealthyAfter         time.Duration
+
+	// registration is set by --kubelet-registration-path,
+	// --plugin-registration-path, --rejection-policy and --confirm-csinode.
+	registration registration.Config
+	// nodeGate is set by --remove-node-taint, --node-condition and
+	// --node-condition-type.
+	nodeGate nodegate.Config
 
 	logging *loggingOptions
 	flags   *flag.FlagSet
@@ -72,8 +72,8 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs := flag.NewFlagSet(program, flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Path of the CSI driver's socket in this container (a bare path, unix:///path or unix:path).")
-	fs.StringVar(&o.kubeletRegistrationPath, "kubelet-registration-path", "", "Path of the CSI driver's socket on the host, as kubelet must dial it. Required.")
-	fs.StringVar(&o.pluginRegistrationPath, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
+	fs.StringVar(&o.registration.Endpoint, "kubelet-registration-path", "", "Path of the CSI driver's socket on the host, as kubelet must dial it. Required.")
+	fs.StringVar(&o.registration.Dir, "plugin-registration-path", "/registration", "Directory where kubelet's plugin registry (the host's /var/lib/kubelet/plugins_registry) is mounted.")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "Timeout of each GetPluginInfo call to the CSI driver. Zero or less means the default.")
 	fs.DurationVar(&o.connectionTimeout, "connection-timeout", 0, "Deprecated: has no effect. The registrar waits for the CSI driver as long as it takes.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address (host:port) of the HTTP server for /healthz (liveness), /readyz (readiness), /status (JSON), /metrics (Prometheus) and, with --enable-pprof, /debug/pprof/. Empty: no HTTP server.")
@@ -83,15 +83,15 @@ func parseFlags(program string, args []string, output io.Writer) (*options, erro
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.StringVar(&o.terminationMessagePath, "termination-message-path", "/dev/termination-log", "File where the reason of a fatal error or of kubelet's rejection is written, for kubectl describe pod. It must exist: kubelet creates it.")
-	fs.StringVar(&o.rejectionPolicy, "rejection-policy", string(registration.Retry), "What to do when kubelet rejects the driver: \"retry\" lets kubelet try again until it accepts it: kubelet 1.36 and later tries again by itself, and the registration socket is left alone; for older kubelets it is published again after a backoff (1s doubling up to 5m). \"exit\" exits 1, as upstream does.")
+	fs.StringVar((*string)(&o.registration.OnRejection), "rejection-policy", string(registration.Retry), "What to do when kubelet rejects the driver: \"retry\" lets kubelet try again until it accepts it: kubelet 1.36 and later tries again by itself, and the registration socket is left alone; for older kubelets it is published again after a backoff (1s doubling up to 5m). \"exit\" exits 1, as upstream does.")
 	fs.BoolVar(&o.diagnose, "diagnose", false, "Check the node's set-up (registry directory, driver socket, the driver's GetPluginInfo and NodeGetInfo, registration socket), print a checklist and exit: 0 when nothing is wrong. Run it with kubectl exec; without other flags it uses those of the running registrar (PID 1).")
 	fs.StringVar(&o.driverHealthEndpoint, "driver-health-endpoint", "", "TCP address (host:port, e.g. :9808) of a second HTTP server whose /healthz calls the CSI driver's Identity.Probe, as the livenessprobe sidecar's does: point the driver container's livenessProbe at it, and drop the livenessprobe container. Empty: not served.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", driverhealth.DefaultTimeout, "Timeout of each Identity.Probe call made for --driver-health-endpoint's /healthz (livenessprobe's --probe-timeout).")
 	fs.StringVar(&o.nodeName, "node-name", "", "The node this registrar runs on, for --remove-node-taint, --node-condition and --confirm-csinode. Empty: the environment variable "+nodeNameEnv+", which the DaemonSet sets from the downward API (fieldRef spec.nodeName).")
-	fs.Var(&o.removeNodeTaints, "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
-	fs.BoolVar(&o.nodeCondition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
-	fs.StringVar(&o.nodeConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
-	fs.BoolVar(&o.confirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs list and watch on csinodes and get on nodes (deploy/csinode).")
+	fs.Var((*taintKeys)(&o.nodeGate.TaintKeys), "remove-node-taint", "Key of a startup taint to remove from this node once kubelet has accepted the driver (it is never added); repeat the flag or give a comma-separated list. Needs get and patch on nodes (deploy/node-gate).")
+	fs.BoolVar(&o.nodeGate.Condition, "node-condition", false, "Set the node condition <driver name>"+nodegate.ConditionSuffix+": True when kubelet accepts the driver, False when it rejects it or when the registrar stops and unregisters it. Needs patch on nodes/status (deploy/node-gate).")
+	fs.StringVar(&o.nodeGate.ConditionType, "node-condition-type", "", "The type of --node-condition's condition, for a Node Readiness Controller rule that expects a type of its own, e.g. node.example.com/StorageReady: a qualified name, as Kubernetes validates condition types. Set the same type in deploy/node-gate's policy. Empty: <driver name>"+nodegate.ConditionSuffix+".")
+	fs.BoolVar(&o.registration.ConfirmCSINode, "confirm-csinode", false, "Count the driver as registered (/readyz, /status, the state metric, --remove-node-taint and --node-condition) only once this node's CSINode lists it, and when CSINode loses it while kubelet has it registered (deleted, or removed by the garbage collector after the Node object was replaced), publish the registration socket again so that kubelet registers the driver again and restores it. Needs list and watch on csinodes and get on nodes (deploy/csinode).")
 	fs.BoolVar(&o.events, "events", false, "Record Kubernetes Events on this registrar's Pod, where kubectl describe pod and kubectl get events show them: kubelet rejects the driver, kubelet stays silent, the registration has failed for --unhealthy-after, CSINode loses the driver, and the registration that ends each of these; repeats make one Event with a count. Needs the environment variables "+podNameEnv+", "+podNamespaceEnv+" and "+podUIDEnv+" from the downward API, and create and patch on events in the Pod's namespace (deploy/events).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file for the API server, for --remove-node-taint, --node-condition, --confirm-csinode and --events outside a pod. Empty: the pod's service account.")
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", defaultUnhealthyAfter, "How long the registration may fail (kubelet rejects the driver, kubelet never calls, or the driver never answers) before /healthz fails, so that a liveness probe restarts the container and the failure shows in kubectl get pods as upstream's exit shows it. A registered driver never fails it. Keep it above 2m: after failures at a path kubelet waits up to 2m2s before it calls again. 0: /healthz never fails for this.")
@@ -134,12 +134,14 @@ func (o *options) printFlags(include func(*flag.Flag) bool) {
 // validate reports every wrong value at once, before anything starts. Its
 // errors exit 1, the flag package's 2, as upstream's (docs/flags.md).
 func (o *options) validate() error {
-	errs := []error{flagError(o.registrationConfig().Validate())}
+	errs := []error{flagError(o.registration.Validate())}
 	if _, err := driver.ParseAddress(o.csiAddress); err != nil {
 		errs = append(errs, withFlag("--csi-address", err))
 	}
 	httpErr := listenAddressError("--http-endpoint", o.httpEndpoint, ":8080")
 	driverHealthErr := listenAddressError("--driver-health-endpoint", o.driverHealthEndpoint, ":9808")
+	nodeName, _ := o.node()
+	_, podErr := o.pod()
 	for _, rule := range []struct {
 		broken bool
 		err    error
@@ -151,28 +153,20 @@ func (o *options) validate() error {
 		{o.driverHealthEndpoint != "" && driverHealthErr == nil && httpErr == nil && samePort(o.httpAddress(), o.driverHealthEndpoint), fmt.Errorf("--driver-health-endpoint=%q and the HTTP endpoint %q use the same port: give the driver's liveness probe its own port, e.g. :9808", o.driverHealthEndpoint, o.httpAddress())},
 		{o.unhealthyAfter < 0, fmt.Errorf("--unhealthy-after=%v is negative: give a duration such as 3m, or 0 for a /healthz that never fails for a failing registration", o.unhealthyAfter)},
 		{o.probeTimeout <= 0, fmt.Errorf("--probe-timeout=%v is not positive: every probe would fail at once; leave it out for the default, %v", o.probeTimeout, driverhealth.DefaultTimeout)},
+		{o.nodeGate.ConditionType != "" && !o.nodeGate.Condition, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeGate.ConditionType)},
+		{o.registration.ConfirmCSINode && nodeName == "", errors.New("--confirm-csinode needs the node's name: " + nodeNameSources)},
+		{o.gatesNode() && nodeName == "", errors.New("--remove-node-taint and --node-condition need the node's name: " + nodeNameSources)},
+		{o.events && podErr != nil, withFlag("--events", podErr)},
 	} {
 		if rule.broken {
 			errs = append(errs, rule.err)
 		}
 	}
-	for _, key := range o.removeNodeTaints {
+	for _, key := range o.nodeGate.TaintKeys {
 		errs = append(errs, withFlag("--remove-node-taint", nodegate.ValidateTaintKey(key)))
 	}
-	if o.nodeConditionType != "" {
-		errs = append(errs, withFlag("--node-condition-type", nodegate.ValidateConditionType(o.nodeConditionType)))
-		if !o.nodeCondition {
-			errs = append(errs, fmt.Errorf("--node-condition-type=%s has no effect without --node-condition: add --node-condition, or drop --node-condition-type", o.nodeConditionType))
-		}
-	}
-	if name, _ := o.node(); o.confirmCSINode && name == "" {
-		errs = append(errs, errors.New("--confirm-csinode needs the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
-	}
-	if name, _ := o.node(); o.gatesNode() && name == "" {
-		errs = append(errs, errors.New("--remove-node-taint and --node-condition need the node's name: set the environment variable "+nodeNameEnv+" from the downward API (env: [{name: "+nodeNameEnv+", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"))
-	}
-	if _, err := o.pod(); o.events && err != nil {
-		errs = append(errs, withFlag("--events", err))
+	if o.nodeGate.ConditionType != "" {
+		errs = append(errs, withFlag("--node-condition-type", nodegate.ValidateConditionType(o.nodeGate.ConditionType)))
 	}
 	return errors.Join(errs...)
 }
@@ -193,23 +187,15 @@ func listenAddressError(flag, address, example string) error {
 	return nil
 }
 
-// registrationConfig is the registration's configuration from the flags;
-// register adds what reaches outside the registration.
-func (o *options) registrationConfig() registration.Config {
-	return registration.Config{
-		Endpoint:       o.kubeletRegistrationPath,
-		Dir:            o.pluginRegistrationPath,
-		OnRejection:    registration.Policy(o.rejectionPolicy),
-		ConfirmCSINode: o.confirmCSINode,
-	}
-}
-
 // nodeNameEnv is where --node-name's value comes from when it is not
 // given: the name external-provisioner and other CSI sidecars read.
 const nodeNameEnv = "NODE_NAME"
 
+// nodeNameSources says where the node's name is given.
+const nodeNameSources = "set the environment variable " + nodeNameEnv + " from the downward API (env: [{name: " + nodeNameEnv + ", valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]) or --node-name"
+
 // gatesNode tells whether the registrar changes the Node object.
-func (o *options) gatesNode() bool { return len(o.removeNodeTaints) > 0 || o.nodeCondition }
+func (o *options) gatesNode() bool { return len(o.nodeGate.TaintKeys) > 0 || o.nodeGate.Condition }
 
 // withFlagLogged names in ctx's logger the flag a part serves, so that its
 // log lines say which flag to change.
@@ -274,7 +260,7 @@ func (o *options) warnings() []string {
 		// Go's flag package stops at the first argument that is not a
 		// flag and upstream ignores the rest; so do we, but not silently.
 		{o.flags.NArg() > 0, fmt.Sprintf("ignoring the arguments %q after the first one that is not a flag; write boolean flags as --name=value", o.flags.Args())},
-		{o.kubeletRegistrationPath != "" && !filepath.IsAbs(o.kubeletRegistrationPath), fmt.Sprintf("--kubelet-registration-path=%q is not an absolute path: kubelet dials it as given, from its own working directory on the host; give the driver socket's absolute path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock", o.kubeletRegistrationPath)},
+		{o.registration.Endpoint != "" && !filepath.IsAbs(o.registration.Endpoint), fmt.Sprintf("--kubelet-registration-path=%q is not an absolute path: kubelet dials it as given, from its own working directory on the host; give the driver socket's absolute path on the host, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock", o.registration.Endpoint)},
 		{o.wasSet("connection-timeout"), "--connection-timeout is deprecated and has no effect: the registrar waits for the CSI driver as long as it takes"},
 		{o.healthPort > 0, fmt.Sprintf("--health-port is deprecated: use --http-endpoint=%s", o.httpAddress())},
 		{o.healthPort < 0, fmt.Sprintf("--health-port=%d is not a port: ignored, as 0 is (and as upstream does); use --http-endpoint=:PORT for an HTTP server", o.healthPort)},
@@ -339,8 +325,7 @@ func flagError(err error) error {
 		}
 		return errors.Join(named...)
 	}
-	var cfgErr *registration.ConfigError
-	if errors.As(err, &cfgErr) && registrationFlags[cfgErr.Field] != "" {
+	if cfgErr, ok := errors.AsType[*registration.ConfigError](err); ok && registrationFlags[cfgErr.Field] != "" {
 		return withFlag(registrationFlags[cfgErr.Field], err)
 	}
 	return err

@@ -18,7 +18,7 @@ func TestParseFlagsAcceptsUpstreamManifests(t *testing.T) {
 		check func(t *testing.T, o *options)
 	}{
 		{"defaults", []string{"--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock"}, func(t *testing.T, o *options) {
-			if o.csiAddress != "/run/csi/socket" || o.pluginRegistrationPath != "/registration" || o.timeout != time.Second ||
+			if o.csiAddress != "/run/csi/socket" || o.registration.Dir != "/registration" || o.timeout != time.Second ||
 				o.httpEndpoint != "" || o.healthPort != 0 || o.mode != "" || o.enablePprof || o.automaxprocs ||
 				o.terminationMessagePath != "/dev/termination-log" || o.driverHealthEndpoint != "" || o.probeTimeout != 3*time.Second {
 				t.Errorf("defaults differ from upstream's: %+v", o)
@@ -38,7 +38,7 @@ func TestParseFlagsAcceptsUpstreamManifests(t *testing.T) {
 			}
 		}},
 		{"single dash, space separated", []string{"-v", "2", "-csi-address", "unix:///csi/csi.sock", "-kubelet-registration-path", "/k/csi.sock", "-timeout", "3s"}, func(t *testing.T, o *options) {
-			if o.csiAddress != "unix:///csi/csi.sock" || o.kubeletRegistrationPath != "/k/csi.sock" || o.timeout != 3*time.Second {
+			if o.csiAddress != "unix:///csi/csi.sock" || o.registration.Endpoint != "/k/csi.sock" || o.timeout != 3*time.Second {
 				t.Errorf("got %+v", o)
 			}
 		}},

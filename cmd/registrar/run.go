@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	procs := setMaxProcs(logger, o.automaxprocs)
-	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.kubeletRegistrationPath, "pluginRegistrationPath", o.pluginRegistrationPath, "gomaxprocs", procs)
+	logger.Info("Starting", "version", version, "csiAddress", o.csiAddress, "kubeletRegistrationPath", o.registration.Endpoint, "pluginRegistrationPath", o.registration.Dir, "gomaxprocs", procs)
 	// klog's warning severity, as component-base's flag warnings: logr has
 	// no such level, and an info line would hide among the state changes.
 	for _, warning := range o.warnings() {
@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runProbeMode is upstream's exec probe mode. Its message goes to stderr,
 // which kubelet shows in the probe's event, not to the termination message.
 func runProbeMode(o *options, program string, stderr io.Writer) int {
-	if o.kubeletRegistrationPath == "" {
+	if o.registration.Endpoint == "" {
 		fmt.Fprintf(stderr, "%s: --mode=%s needs --kubelet-registration-path, as upstream's probe does: give the probe the registrar's own --kubelet-registration-path, or replace the exec probe with an HTTP probe on /healthz (--http-endpoint)\n", program, probeMode)
 		return exitError
 	}
@@ -119,7 +119,7 @@ func register(ctx context.Context, o *options, termination *terminationMessage) 
 	logger := klog.FromContext(ctx)
 	// Created before the possibly long wait for the driver, so that a
 	// wrong directory fails at once and the probes report on it.
-	srv, err := registration.New(o.registrationConfig())
+	srv, err := registration.New(o.registration)
 	if err != nil {
 		return flagError(err)
 	}

@@ -162,29 +162,21 @@ func Error(verb string, o Object, err error) error {
 	return apiErr
 }
 
-// Code is the HTTP status code of the API server's answer in err's chain (an
-// *APIError wraps client-go's), 0 for another error.
-func Code(err error) int {
+// codeLabel is a request's outcome as counters label it: the HTTP status
+// code of the API server's answer in err's chain (an *APIError wraps
+// client-go's), "200" for nil, or "error" when there was no answer.
+func codeLabel(err error) string {
 	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return int(status.Status().Code)
-	}
-	return 0
-}
-
-// CodeLabel is a request's outcome as counters label it: the status code,
-// "200" for nil, or "error" when there was no answer.
-func CodeLabel(err error) string {
-	switch code := Code(err); {
-	case code != 0:
-		return strconv.Itoa(code)
+	switch {
+	case errors.As(err, &status) && status.Status().Code != 0:
+		return strconv.Itoa(int(status.Status().Code))
 	case err != nil:
 		return "error"
 	}
 	return "200"
 }
 
-// Requests counts requests by name and CodeLabel. Its owner's lock guards it.
+// Requests counts requests by name and codeLabel. Its owner's lock guards it.
 type Requests map[string]map[string]uint64
 
 // Add counts one request.
@@ -192,7 +184,7 @@ func (r Requests) Add(name string, err error) {
 	if r[name] == nil {
 		r[name] = map[string]uint64{}
 	}
-	r[name][CodeLabel(err)]++
+	r[name][codeLabel(err)]++
 }
 
 // Collect sends the counts as desc's counters, labelled by name and code.

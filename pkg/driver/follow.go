@@ -46,12 +46,6 @@ type Config struct {
 	hooks watchHooks
 }
 
-func (c Config) withDefaults() Config {
-	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.RealClock{})
-	return c
-}
-
 // settleTime is how long a lost connection waits for the file system to
 // report its socket removed or replaced, before the driver is asked again.
 const settleTime = 100 * time.Millisecond
@@ -64,7 +58,8 @@ const settleTime = 100 * time.Millisecond
 // It returns nil once ctx is done, or else a fatal error: no Identity service,
 // or an invalid name.
 func Follow(ctx context.Context, cfg Config, report func(Event)) error {
-	cfg = cfg.withDefaults()
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
 	f := follower{cfg: cfg, logger: klog.FromContext(ctx), report: report}
 	// Watch before the first attempt: a socket removed between the attempt
 	// and the start of the watch would go unnoticed.

@@ -44,14 +44,14 @@ type answer struct {
 	conn   *grpc.ClientConn
 }
 
-func startBackoff() wait.Backoff {
-	return wait.Backoff{Duration: initialBackoff, Factor: 2, Cap: maxBackoff, Steps: math.MaxInt32}
-}
+// searchBackoff is where each search's backoff starts, again once a socket
+// is created.
+var searchBackoff = wait.Backoff{Duration: initialBackoff, Factor: 2, Cap: maxBackoff, Steps: math.MaxInt32}
 
 // search asks the driver for its name until it answers.
 func (f *follower) search(ctx context.Context) (answer, error) {
 	path := f.cfg.Address.Path
-	backoff := startBackoff()
+	backoff := searchBackoff
 	var waitingSince, lastReminder time.Time
 	reported := map[string]bool{}
 	var refusing sockfile.ID    // the socket that refused the last attempt
@@ -121,7 +121,7 @@ func (f *follower) search(ctx context.Context) (answer, error) {
 			return answer{}, errSocketRemoved
 		case change == socketCreated:
 			f.logger.V(4).Info("CSI driver socket created", "path", path)
-			backoff = startBackoff()
+			backoff = searchBackoff
 		case wait == delay:
 			backoff.Step()
 		}

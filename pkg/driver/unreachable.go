@@ -36,8 +36,7 @@ func permissionAdvice(string) string {
 // connectErrno is the errno of a failed connect in err that connectAdvice
 // knows, 0 for another error; from its text where a gRPC status kept only that.
 func connectErrno(err error) syscall.Errno {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	if errno, ok := errors.AsType[syscall.Errno](err); ok {
 		if connectAdvice[errno] == nil {
 			return 0
 		}

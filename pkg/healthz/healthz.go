@@ -49,6 +49,7 @@ type Server struct {
 	opts         Options
 	mux          *http.ServeMux
 	registration *registration.Server
+	revision     string // the commit built, for the build_info metric
 
 	// No status snapshot holds the driver's calls: counted as they happen.
 	pluginInfo       prometheus.Histogram
@@ -63,6 +64,7 @@ func New(reg *registration.Server, opts Options) *Server {
 		opts:         opts,
 		mux:          http.NewServeMux(),
 		registration: reg,
+		revision:     vcsRevision(),
 	}
 	s.pluginInfo = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "csi_node_driver_registrar_driver_get_plugin_info_duration_seconds",
@@ -77,7 +79,7 @@ func New(reg *registration.Server, opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.serveHealthz)
 	s.mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.mux.HandleFunc("GET /status", s.serveStatus)
-	s.mux.Handle("GET /metrics", newMetricsHandler(s.newRegistry(), opts.Features))
+	s.mux.Handle("GET /metrics", s.metricsHandler())
 	if opts.EnablePprof {
 		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

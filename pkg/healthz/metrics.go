@@ -42,10 +42,14 @@ func runtimeCollectors() []prometheus.Collector {
 	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
 
-// newMetricsHandler serves the other families when one cannot be gathered.
-func newMetricsHandler(registry *prometheus.Registry, features []Feature) http.Handler {
+// metricsHandler serves the registrar's families and the features'; the
+// others when one cannot be gathered.
+func (s *Server) metricsHandler() http.Handler {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(runtimeCollectors()...)
+	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors, prometheus.CollectorFunc(s.collectRegistration))
 	gatherers := prometheus.Gatherers{registry}
-	for _, f := range features {
+	for _, f := range s.opts.Features {
 		gatherers = append(gatherers, f.Metrics())
 	}
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: gatherErrorLog{}, ErrorHandling: promhttp.ContinueOnError})
@@ -82,20 +86,10 @@ func oneIf(b bool) float64 {
 	return 0
 }
 
-// registrationCollector reads the status at each scrape, so that the
+// collectRegistration reads the status at each scrape, so that the
 // registration stays the only owner of what it reports.
-type registrationCollector struct {
-	registration      *registration.Server
-	version, revision string
-}
-
-// Describe by Collect, which sends every family at each scrape.
-func (c registrationCollector) Describe(ch chan<- *prometheus.Desc) {
-	prometheus.DescribeByCollect(c, ch)
-}
-
-func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.registration.Status()
+func (s *Server) collectRegistration(ch chan<- prometheus.Metric) {
+	st := s.registration.Status()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -119,13 +113,5 @@ func (c registrationCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(lastFailureDesc, failedAt)
 	gauge(reachableDesc, oneIf(st.DriverReachable))
-	gauge(buildInfoDesc, 1, c.version, c.revision, runtime.Version(), st.DriverName)
-}
-
-func (s *Server) newRegistry() *prometheus.Registry {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(runtimeCollectors()...)
-	registry.MustRegister(s.pluginInfo, s.pluginInfoErrors,
-		registrationCollector{registration: s.registration, version: s.opts.Version, revision: vcsRevision()})
-	return registry
+	gauge(buildInfoDesc, 1, s.opts.Version, s.revision, runtime.Version(), st.DriverName)
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"time"
 
@@ -151,9 +150,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	logger.Info("Watching this node's CSINode for the driver", "node", w.csiNode.Name)
 
 	backoff := w.backoff
-	expected := &unstructured.Unstructured{}
-	expected.SetAPIVersion("storage.k8s.io/v1")
-	expected.SetKind("CSINode")
+	expected := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "storage.k8s.io/v1", "kind": "CSINode"}}
 	reflector := cache.NewReflectorWithOptions(w.listWatch(), expected, store{w}, cache.ReflectorOptions{
 		Name: "csinode", TypeDescription: "CSINode " + w.csiNode.Name, Backoff: &backoff, Logger: &logger,
 	})
@@ -181,7 +178,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil && kubeapi.Code(err) != http.StatusNotFound:
+		case err != nil && !apierrors.IsNotFound(err):
 			w.failed(err)
 			retry = w.clock.After(backoff.Step())
 			continue

@@ -1,6 +1,10 @@
 package csinode
 
-import "fmt"
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // Finding is what was found of the driver in this node's CSINode. Its fields
 // are pkg/registration's CSINodeReport's, so that one converts to the other.
@@ -12,15 +16,11 @@ type Finding struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
+// csiNode is what the watcher reads of a CSINode: apimachinery's metadata,
+// and the drivers' names, so that k8s.io/api's storage types are not linked.
 type csiNode struct {
-	Metadata struct {
-		OwnerReferences []struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			UID        string `json:"uid"`
-		} `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
 		Drivers []struct {
 			Name string `json:"name"`
 		} `json:"drivers"`
@@ -28,9 +28,9 @@ type csiNode struct {
 }
 
 func (c *csiNode) ownerUID() string {
-	for _, o := range c.Metadata.OwnerReferences {
+	for _, o := range c.OwnerReferences {
 		if o.APIVersion == "v1" && o.Kind == "Node" {
-			return o.UID
+			return string(o.UID)
 		}
 	}
 	return ""

@@ -370,10 +370,8 @@ func nodeInfo(ctx context.Context, conn *grpc.ClientConn) (*csi.NodeGetInfoRespo
 
 // describeCallError says in a few words how a call failed.
 func describeCallError(err error, timeout time.Duration) string {
-	var ce *unixgrpc.ConnectError
-	if errors.As(err, &ce) {
-		var opErr *net.OpError
-		if errors.As(ce.Err, &opErr) && opErr.Err != nil {
+	if ce, ok := errors.AsType[*unixgrpc.ConnectError](err); ok {
+		if opErr, ok := errors.AsType[*net.OpError](ce.Err); ok && opErr.Err != nil {
 			// "connect: connection refused" without the repeated path.
 			return "cannot connect (" + opErr.Err.Error() + ")"
 		}
@@ -425,8 +423,7 @@ func skip(c Check, reason string) Check { c.Outcome, c.Detail = Skip, "skipped: 
 // pathErrorCause drops the operation and path that the check's line
 // already shows: "permission denied" rather than "open /x: permission denied".
 func pathErrorCause(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
 		return pe.Err.Error()
 	}
 	return err.Error()

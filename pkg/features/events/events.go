@@ -7,6 +7,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -82,9 +83,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 }
 
 func newRecorder(cfg Config, recorder record.EventRecorder) *Recorder {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Clock = cmp.Or[clock.WithTickerAndDelayedExecution](cfg.Clock, clock.RealClock{})
 	cfg.Limit.Clock = cfg.Clock
 	pod := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: cfg.Pod.Namespace, Name: cfg.Pod.Name, UID: types.UID(cfg.Pod.UID)}
 	return &Recorder{cfg: cfg, pod: pod, recorder: recorder}

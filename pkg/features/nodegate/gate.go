@@ -34,14 +34,13 @@ const (
 	ReasonNotInCSINode = "NotInCSINode"
 )
 
-// The retries double from retryInitial up to retryMax. finalTimeout
-// bounds the update made after Run's context is done: the False condition
-// of a registrar that stopped.
-const (
-	retryInitial = 200 * time.Millisecond
-	retryMax     = time.Minute
-	finalTimeout = 2 * time.Second
-)
+// finalTimeout bounds the update made after Run's context is done: the
+// False condition of a registrar that stopped.
+const finalTimeout = 2 * time.Second
+
+// retryBackoff doubles the retries from 200ms up to a minute; its jitter
+// spreads out the nodes of a cluster.
+var retryBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: time.Minute, Steps: math.MaxInt32}
 
 // Request names, in Status.Requests and the metrics.
 const (
@@ -176,7 +175,7 @@ func (g *Gate) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("nodegate")
 	logger.Info("Updating the node on kubelet's verdicts", "node", g.cfg.NodeName, "removeTaints", g.cfg.TaintKeys, "condition", g.cfg.Condition)
 	var done applied
-	backoff := g.backoff()
+	backoff := retryBackoff
 	retry := g.cfg.Clock.NewTimer(0)
 	retry.Stop()
 	defer retry.Stop()
@@ -196,7 +195,7 @@ func (g *Gate) Run(ctx context.Context) {
 		retry.Stop()
 		err := g.sync(ctx, logger, &done)
 		if err == nil || ctx.Err() != nil {
-			backoff = g.backoff()
+			backoff = retryBackoff
 			continue
 		}
 		delay := backoff.Step()
@@ -207,16 +206,6 @@ func (g *Gate) Run(ctx context.Context) {
 		logger.V(2).Info("Updating the node failed; trying again", "node", g.cfg.NodeName, "after", delay, "err", err)
 		retry.Reset(delay)
 	}
-}
-
-// backoff's jitter spreads out the nodes of a cluster.
-func (g *Gate) backoff() wait.Backoff {
-	return wait.Backoff{Duration: retryInitial, Factor: 2, Jitter: 0.2, Cap: retryMax, Steps: math.MaxInt32}
-}
-
-// pending tells whether done falls short of w.
-func (w wanted) pending(done applied) bool {
-	return w.taintGen != done.taintGen || w.condGen != done.condGen
 }
 
 // sync applies what is wanted and not yet applied: the taints first, as
@@ -263,7 +252,8 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 	err := errors.Join(taintErr, condErr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.Pending = g.wanted.pending(*done)
+	// Pending while done falls short of what is wanted now.
+	g.st.Pending = g.wanted.taintGen != done.taintGen || g.wanted.condGen != done.condGen
 	if err != nil {
 		now := g.cfg.Clock.Now()
 		if g.st.LastError != err.Error() {
@@ -279,8 +269,7 @@ func (g *Gate) sync(ctx context.Context, logger klog.Logger, done *applied) erro
 
 func (g *Gate) errorKeys(err error) []any {
 	kv := []any{"node", g.cfg.NodeName}
-	var apiErr *kubeapi.APIError
-	if errors.As(err, &apiErr) && apiErr.Policy != "" {
+	if apiErr, ok := errors.AsType[*kubeapi.APIError](err); ok && apiErr.Policy != "" {
 		kv = append(kv, "policy", apiErr.Policy)
 	}
 	return kv

@@ -112,15 +112,15 @@ func TestRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	}
 }
 
-// The retries wait on the gate's clock, doubling from retryInitial with up
-// to 20% more, and the status says when the next one is due.
+// The retries wait on the gate's clock, doubling from retryBackoff's first
+// step with up to 20% more, and the status says when the next one is due.
 func TestRetriesBackOffOnTheClock(t *testing.T) {
 	f := newFakeAPI(t, "n1", taint{"example.com/agent-not-ready", "NoSchedule"})
 	f.fail(http.StatusInternalServerError, http.StatusInternalServerError)
 	clk := testclock.NewFakeClock(time.Now())
 	g, _, _ := startGate(t, f, Config{TaintKeys: []string{"example.com/agent-not-ready"}, Clock: clk})
 	g.Registered("example.com")
-	for _, wait := range []time.Duration{retryInitial, 2 * retryInitial} {
+	for _, wait := range []time.Duration{retryBackoff.Duration, 2 * retryBackoff.Duration} {
 		if got := f.next(); got != "GET /api/v1/nodes/n1 500" {
 			t.Fatalf("request %q", got)
 		}

@@ -54,13 +54,7 @@ func conditionPatch(c Condition, now, transition time.Time) []byte {
 	if !transition.IsZero() {
 		entry.LastTransitionTime = transition.UTC().Format(time.RFC3339)
 	}
-	var patch struct {
-		Status struct {
-			Conditions []condition `json:"conditions"`
-		} `json:"status"`
-	}
-	patch.Status.Conditions = []condition{entry}
-	return mustMarshal(patch)
+	return mustMarshal(map[string]any{"status": map[string]any{"conditions": []condition{entry}}})
 }
 
 // mustMarshal's patches are made of strings: they always marshal.

@@ -2,12 +2,11 @@ package nodegate
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/csi-registrar/node-driver-registrar/internal/kubeapi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 func TestConditionPatch(t *testing.T) {
@@ -123,7 +122,7 @@ func TestForbiddenNamesTheMissingRule(t *testing.T) {
 		t.Errorf("error:\n got %v\nwant %s", err, want)
 	}
 	_, err = removeTaints(context.Background(), c, "n1", []string{"startup"}, func(string, error) {})
-	if kubeapi.Code(err) != http.StatusForbidden || !strings.Contains(err.Error(), `resources: ["nodes"], verbs: ["patch"]`) {
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `resources: ["nodes"], verbs: ["patch"]`) {
 		t.Errorf("taint removal: %v", err)
 	}
 }

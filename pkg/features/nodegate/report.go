@@ -8,10 +8,19 @@ const StatusKey = "nodeGate"
 // StatusSection is the gate's section of /status.
 func (g *Gate) StatusSection() (string, any) { return StatusKey, g.Status() }
 
-// Metrics gathers the gate's pending update and requests at each scrape.
+// Metrics gathers the gate's pending update and requests at each scrape,
+// from a snapshot, so that the gate stays the only owner of what it reports.
 func (g *Gate) Metrics() prometheus.Gatherer {
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(statusCollector{g.Status})
+	registry.MustRegister(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		st := g.Status()
+		pending := 0.0
+		if st.Pending {
+			pending = 1
+		}
+		ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, pending)
+		st.Requests.Collect(ch, apiRequestsDesc)
+	}))
 	return registry
 }
 
@@ -21,22 +30,3 @@ var (
 	apiRequestsDesc = prometheus.NewDesc("csi_node_driver_registrar_node_api_requests_total",
 		"Requests to the API server about this node, by request (get-node, remove-taints, set-condition) and HTTP status code (error: no answer).", []string{"request", "code"}, nil)
 )
-
-// statusCollector reads the status at each scrape, so that the gate stays
-// the only owner of what it reports.
-type statusCollector struct{ status func() Status }
-
-func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- updatePendingDesc
-	ch <- apiRequestsDesc
-}
-
-func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.status()
-	pending := 0.0
-	if st.Pending {
-		pending = 1
-	}
-	ch <- prometheus.MustNewConstMetric(updatePendingDesc, prometheus.GaugeValue, pending)
-	st.Requests.Collect(ch, apiRequestsDesc)
-}
