@@ -99,7 +99,7 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 func (e offer) carryOut(l *loop) error {
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
-		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
+		Verdict: l.m.rec.LastVerdict, Timeout: l.s.cfg.CheckTimeout,
 	}
 	l.converse(func() outcome {
 		err := handover.Offer(e.call.ctx, owner, e.call.req)

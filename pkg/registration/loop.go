@@ -202,7 +202,7 @@ func (l *loop) logTransition(t Transition) {
 		switch t.Reason {
 		case ReasonHandover:
 			l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.log.lastVerdict != nil, "reason", t.Reason)
+				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.rec.LastVerdict != nil, "reason", t.Reason)
 		case ReasonCSINodeLost:
 			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", m.csinode.Reason, "nextWait", m.csinodeWait.Duration)
 			fallthrough
@@ -231,7 +231,7 @@ func (l *loop) logTransition(t Transition) {
 		}
 		l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
 		if !t.Retry.IsZero() {
-			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(m.log.lastNotify))
+			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(*m.rec.LastNotify))
 		}
 	case VerdictIgnored:
 		l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", t.Registered, "reason", t.Reason)

@@ -82,9 +82,7 @@ type machine struct {
 	// name is the driver's, "" until it named itself; path follows it.
 	name, path string
 	// driverName is the driver's latest name: a claim starts when it is not name.
-	driverName      string
-	driverReachable bool
-	driverError     string
+	driverName string
 	// claim is the name whose path is claimed ("" when none); name and path
 	// stay the standing registration's until it ends.
 	claim string
@@ -117,22 +115,13 @@ type machine struct {
 	attempts uint64
 	// kubeletRetrying: kubelet called GetInfo on the socket it rejected.
 	kubeletRetrying bool
-	withdrawn       bool
 	// csinode is the last CSINodeReport, nil before one.
 	csinode     *CSINodeReport
 	csinodeWait wait.Backoff
-	log         history
-}
-
-// history is what Status reports of kubelet's calls and the publications.
-type history struct {
-	lastVerdict  *Verdict
-	lastGetInfo  time.Time
-	lastNotify   time.Time
-	lastPublish  time.Time
-	lastFailure  time.Time
-	publications map[string]uint64
-	calls        KubeletCalls
+	// rec holds the fields of Status that only record: the driver's
+	// reachability, kubelet's calls, the publications, the withdrawal.
+	// Nothing it points to is written once set.
+	rec Status
 }
 
 // newMachine waits for the driver, which counts as failing from now.
@@ -141,7 +130,7 @@ func newMachine(cfg Config, now time.Time) machine {
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
 		backoff: rejectionBackoff, shortBackoff: publishRetry,
 		csinodeWait: csinodeBackoff,
-		log:         history{publications: map[string]uint64{}},
+		rec:         Status{Publications: map[string]uint64{}},
 	}
 }
 
@@ -297,7 +286,7 @@ func (m *machine) step(now time.Time, ev event) output {
 }
 
 func (ev driverReport) step(m *machine, _ time.Time, _ *output) {
-	m.driverReachable, m.driverError = ev.reachable, ev.err
+	m.rec.DriverReachable, m.rec.DriverError = ev.reachable, ev.err
 	if ev.name != "" {
 		m.driverName = ev.name
 	}
@@ -349,7 +338,7 @@ func (ev adopted) step(m *machine, now time.Time, o *output) {
 	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
 	m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	if ev.verdict != nil {
-		m.log.lastVerdict = ev.verdict
+		m.rec.LastVerdict = ev.verdict
 		if ev.verdict.Registered {
 			m.state = Registered
 			m.due[silenceTimer] = time.Time{}
@@ -416,8 +405,8 @@ func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
 	case ev.notify:
 		m.verdict(now, ev.registered, ev.reason, o)
 	default:
-		m.log.calls.GetInfo++
-		m.log.lastGetInfo = now
+		m.rec.KubeletCalls.GetInfo++
+		m.rec.LastGetInfo = &now
 		m.due[silenceTimer] = time.Time{}
 		if m.state == Rejected && !m.due[retryTimer].IsZero() {
 			// kubelet retries by itself: a new socket now could replace
@@ -490,7 +479,7 @@ func (stopping) step(m *machine, _ time.Time, _ *output) {
 }
 
 func (withdrew) step(m *machine, _ time.Time, o *output) {
-	m.withdrawn = true
+	m.rec.Withdrawn = true
 	o.record(Withdrawn{})
 }
 
@@ -589,8 +578,8 @@ func (m *machine) publishLater(reason string, at time.Time) {
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
 	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
 	m.at = At{kind: AtOurs, path: m.path, File: file}
-	m.log.publications[reason]++
-	m.log.lastPublish = now
+	m.rec.Publications[reason]++
+	m.rec.LastPublished = &now
 	m.due[silenceTimer] = now.Add(kubeletSilence)
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
@@ -609,13 +598,13 @@ func (m *machine) standAside(state State, owner sockfile.ID) {
 }
 
 func (m *machine) verdict(now time.Time, registered bool, reason string, o *output) {
-	m.log.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
-	m.log.lastNotify = now
+	m.rec.LastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
+	m.rec.LastNotify = &now
 	m.due[silenceTimer] = time.Time{}
 	m.kubeletRetrying = false
 	if registered {
 		o.record(KubeletAccepted{Again: m.state == Registered})
-		m.log.calls.NotifyRegistered++
+		m.rec.KubeletCalls.NotifyRegistered++
 		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
 		m.backoff, m.due[retryTimer] = rejectionBackoff, time.Time{}
 		if m.confirmed() {
@@ -624,8 +613,8 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		return
 	}
 	first := m.state != Rejected
-	m.log.calls.NotifyRejected++
-	m.log.lastFailure = now
+	m.rec.KubeletCalls.NotifyRejected++
+	m.rec.LastFailure = &now
 	m.attempts++
 	if m.failingSince.IsZero() {
 		// A rejection after kubelet's silence continues that failure.

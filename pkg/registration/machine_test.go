@@ -383,7 +383,7 @@ func TestKubeletRetryDue(t *testing.T) {
 // given one each time its retry would have been overdue.
 func TestRejectedThriceThenAccepted(t *testing.T) {
 	publications := func(m machine) (n uint64) {
-		for _, c := range m.log.publications {
+		for _, c := range m.rec.Publications {
 			n += c
 		}
 		return n
@@ -428,8 +428,8 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 		}
 		m.step(now, kubeletCall{gen: 4})
 		m.step(now, kubeletCall{gen: 4, notify: true, registered: true})
-		if m.state != Registered || publications(m) != 4 || m.log.publications[ReasonRetry] != 3 {
-			t.Errorf("%s after publications %v; want registered on the fourth, three of them retries", m.state, m.log.publications)
+		if m.state != Registered || publications(m) != 4 || m.rec.Publications[ReasonRetry] != 3 {
+			t.Errorf("%s after publications %v; want registered on the fourth, three of them retries", m.state, m.rec.Publications)
 		}
 	})
 }

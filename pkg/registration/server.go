@@ -255,7 +255,7 @@ func (s *Server) ReportCSINode(r CSINodeReport) {
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 
 func (s *Server) store(m machine, pub *publication, happened []Transition) {
-	m.log.publications = maps.Clone(m.log.publications)
+	m.rec.Publications = maps.Clone(m.rec.Publications)
 	s.shared.Store(&snapshot{m: m, pub: pub})
 	now := s.Status()
 	for _, o := range s.observers {

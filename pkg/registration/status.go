@@ -86,37 +86,25 @@ func (s *Server) Status() Status {
 }
 
 func (m *machine) status() Status {
-	out := Status{
-		DriverName:           m.name,
-		DriverReachable:      m.driverReachable,
-		DriverError:          m.driverError,
-		Endpoint:             m.cfg.Endpoint,
-		SocketPath:           m.path,
-		State:                m.state,
-		RegistrationFailures: m.log.calls.NotifyRejected,
-		Publications:         maps.Clone(m.log.publications),
-		KubeletCalls:         m.log.calls,
-		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
-		LastNotify:           timeOrNil(m.log.lastNotify),
-		LastFailure:          timeOrNil(m.log.lastFailure),
-		NextRetry:            timeOrNil(m.due[retryTimer]),
-		Attempts:             m.attempts,
-		FailingSince:         timeOrNil(m.failingSince),
-		PublishError:         m.publishError,
-		NextPublishRetry:     timeOrNil(m.due[publishTimer]),
-		LastPublished:        timeOrNil(m.log.lastPublish),
-		KubeletSilent:        m.state == KubeletSilent,
-		Withdrawn:            m.withdrawn,
-	}
-	if m.log.lastVerdict != nil {
-		out.LastVerdict = new(*m.log.lastVerdict)
-	}
+	out := m.rec
+	out.Publications = maps.Clone(m.rec.Publications)
+	out.DriverName = m.name
+	out.Endpoint = m.cfg.Endpoint
+	out.SocketPath = m.path
+	out.State = m.state
+	out.RegistrationFailures = m.rec.KubeletCalls.NotifyRejected
+	out.NextRetry = timeOrNil(m.due[retryTimer])
+	out.Attempts = m.attempts
+	out.FailingSince = timeOrNil(m.failingSince)
+	out.PublishError = m.publishError
+	out.NextPublishRetry = timeOrNil(m.due[publishTimer])
+	out.KubeletSilent = m.state == KubeletSilent
 
 	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
-		if m.driverError != "" {
-			out.Reason += ": " + m.driverError
+		if out.DriverError != "" {
+			out.Reason += ": " + out.DriverError
 		}
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
@@ -143,7 +131,7 @@ func (m *machine) status() Status {
 		if m.attempts != 1 {
 			times = fmt.Sprintf("%d times since", m.attempts)
 		}
-		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.log.lastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
+		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.rec.LastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
 			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339) + " unless kubelet tries again by itself first"
 		}
