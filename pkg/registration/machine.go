@@ -139,28 +139,21 @@ type event interface {
 	step(m *machine, now time.Time, o *output)
 }
 
-// output is what a step decided: its transitions, in order, and effects.
+// output is what a step decided: its transitions, in order, and effects;
+// publishing: one of them is a publication.
 type output struct {
 	transitions []Transition
 	effects     []effect
+	publishing  bool
 }
 
 func (o *output) record(t ...Transition) { o.transitions = append(o.transitions, t...) }
 func (o *output) do(e ...effect)         { o.effects = append(o.effects, e...) }
 
-// publishing tells whether the step decided a publication.
-func (o *output) publishing() bool {
-	for _, e := range o.effects {
-		if _, ok := e.(publish); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *machine) publish(reason string) publish {
+func (m *machine) publish(o *output, reason string) {
 	m.gens++
-	return publish{reason, m.gens}
+	o.do(publish{reason, m.gens})
+	o.publishing = true
 }
 
 // Events: the inputs of step.
@@ -273,7 +266,7 @@ func (m *machine) step(now time.Time, ev event) output {
 	m.watchCSINode(now)
 	switch {
 	case m.conversing || m.state == Stopped:
-	case o.publishing():
+	case o.publishing:
 		// A look now would take the new socket for another's: it waits
 		// for published, which says what ours is.
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
@@ -325,7 +318,7 @@ func (ev looked) step(m *machine, now time.Time, o *output) {
 func (notTaken) step(m *machine, _ time.Time, o *output) {
 	m.conversing = false
 	if m.state != Stopped {
-		o.do(m.publish(m.endClaim(o)))
+		m.publish(o, m.endClaim(o))
 	}
 }
 
@@ -370,7 +363,7 @@ func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
 		m.heldHandover = &ev
 	case m.conversing:
 		o.do(answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")})
-	case ev.gen != m.gen || m.gen == 0 || o.publishing():
+	case ev.gen != m.gen || m.gen == 0 || o.publishing:
 		o.do(answer{ev.call, errors.New("this instance no longer serves the registration socket")})
 	case m.state != Registered:
 		o.do(answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)})
@@ -433,7 +426,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		}
 	case retryTimer:
 		if m.state == Rejected && m.gen != 0 {
-			o.do(m.publish(ReasonRetry))
+			m.publish(o, ReasonRetry)
 		}
 	case vacancyTimer:
 		o.do(m.startLook(lookVacancy))
@@ -441,7 +434,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		o.do(m.startLook(lookPending))
 	case csinodeTimer:
 		m.csinodeWait.Step()
-		o.do(m.publish(ReasonCSINodeLost))
+		m.publish(o, ReasonCSINodeLost)
 	}
 }
 
@@ -456,7 +449,7 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 		m.publishLater(ReasonStale, now)
 		return
 	}
-	o.do(m.publish(ReasonStale))
+	m.publish(o, ReasonStale)
 }
 
 func (pathChanged) step(m *machine, _ time.Time, _ *output) {
@@ -556,7 +549,7 @@ func (m *machine) claimFound(at At, o *output) {
 		found, _ := at.describe(m.name)
 		o.record(Replacing{Found: found})
 	}
-	o.do(m.publish(reason))
+	m.publish(o, reason)
 }
 
 // endClaim makes the claimed name the registration's; the reason of its
@@ -637,16 +630,16 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
 	if why == lookPending && (at.kind == AtNothing || at.kind == AtOurs || at.kind == AtNotSocket) {
 		// Over something that is not a socket it fails, saying why.
-		o.do(m.publish(m.pending))
+		m.publish(o, m.pending)
 		return
 	}
 	switch at.kind {
 	case AtNothing:
 		switch {
 		case why == lookVacancy && aside:
-			o.do(m.publish(ReasonVacated))
+			m.publish(o, ReasonVacated)
 		case why == lookVacancy && m.gen != 0:
-			o.do(m.publish(ReasonDeleted))
+			m.publish(o, ReasonDeleted)
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
@@ -681,10 +674,10 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		}
 		m.suspect = suspicion{}
 		if aside {
-			o.do(m.publish(ReasonVacated))
+			m.publish(o, ReasonVacated)
 			return
 		}
-		o.do(m.publish(ReasonStale))
+		m.publish(o, ReasonStale)
 	}
 }
 
