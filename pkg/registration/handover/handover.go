@@ -273,17 +273,14 @@ func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotAHandover, err)
 	}
-	refuse := func(err error) (*Taken, error) {
-		_ = listener.Close()
-		_, _ = conn.Write([]byte{refused})
-		return nil, err
-	}
 	st, err := decodeState(payload)
 	if err == nil {
 		err = checkState(st, n.Driver, n.Endpoint, n.Found)
 	}
 	if err != nil {
-		return refuse(err)
+		_ = listener.Close()
+		_, _ = conn.Write([]byte{refused})
+		return nil, err
 	}
 	listener.SetUnlinkOnClose(false)
 	if _, err := conn.Write([]byte{accepted}); err != nil {
