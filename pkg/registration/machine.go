@@ -104,22 +104,21 @@ type machine struct {
 	// backoff follows kubelet's rejections, shortBackoff failed publications.
 	backoff, shortBackoff wait.Backoff
 	// pending is the reason of the publication due at publishTimer.
-	pending, publishError string
-	suspect               suspicion
+	pending string
+	suspect suspicion
 	// owner is the socket file of the instance followed while standing aside.
 	owner sockfile.ID
 	// failingSince: the start (no driver name yet), kubelet's first rejection
 	// or its missed call; zero while nothing fails.
 	failingSince time.Time
-	// attempts counts kubelet's rejections since it last accepted.
-	attempts uint64
 	// kubeletRetrying: kubelet called GetInfo on the socket it rejected.
 	kubeletRetrying bool
 	// csinode is the last CSINodeReport, nil before one.
 	csinode     *CSINodeReport
 	csinodeWait wait.Backoff
-	// rec holds the fields of Status that only record: the driver's
-	// reachability, kubelet's calls, the publications, the withdrawal.
+	// rec holds the fields of Status kept as Status shows them: the
+	// driver's reachability, kubelet's calls and rejections since it last
+	// accepted, the publications and the last one's error, the withdrawal.
 	// Nothing it points to is written once set.
 	rec Status
 }
@@ -352,8 +351,8 @@ func (ev published) step(m *machine, now time.Time, o *output) {
 
 func (ev publishFailed) step(m *machine, now time.Time, o *output) {
 	err, retry := ev.err.Error(), now.Add(m.shortBackoff.Step())
-	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.publishError == err})
-	m.publishError = err
+	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.rec.PublishError == err})
+	m.rec.PublishError = err
 	m.publishLater(ev.reason, retry)
 }
 
@@ -405,7 +404,7 @@ func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
 			// kubelet retries by itself: a new socket now could replace
 			// one it is about to accept.
 			m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
-			o.record(KubeletRetrying{Attempts: m.attempts})
+			o.record(KubeletRetrying{Attempts: m.rec.Attempts})
 		}
 		if m.state == KubeletSilent {
 			m.state, m.failingSince = WaitingForKubelet, time.Time{}
@@ -507,7 +506,7 @@ func (m *machine) startClaim(o *output) {
 		return
 	}
 	m.claim = m.driverName
-	m.attempts, m.due[retryTimer] = 0, time.Time{}
+	m.rec.Attempts, m.due[retryTimer] = 0, time.Time{}
 	o.record(Claiming{Name: m.claim, Renamed: m.name != ""})
 	o.do(m.startLook(lookClaim))
 }
@@ -576,7 +575,7 @@ func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file soc
 	m.due[silenceTimer] = now.Add(kubeletSilence)
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
-	m.pending, m.publishError, m.shortBackoff = "", "", publishRetry
+	m.pending, m.rec.PublishError, m.shortBackoff = "", "", publishRetry
 	o.record(Published{Reason: reason})
 }
 
@@ -586,7 +585,7 @@ func (m *machine) standAside(state State, owner sockfile.ID) {
 	// A socket handed over keeps its file: ours is now the owner's.
 	m.at = At{kind: AtOwner, path: m.path, File: owner}
 	m.due = [timers]time.Time{}
-	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
+	m.pending, m.rec.PublishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
 }
 
@@ -598,7 +597,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 	if registered {
 		o.record(KubeletAccepted{Again: m.state == Registered})
 		m.rec.KubeletCalls.NotifyRegistered++
-		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
+		m.state, m.failingSince, m.rec.Attempts = Registered, time.Time{}, 0
 		m.backoff, m.due[retryTimer] = rejectionBackoff, time.Time{}
 		if m.confirmed() {
 			o.record(DriverRegistered{})
@@ -608,7 +607,7 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 	first := m.state != Rejected
 	m.rec.KubeletCalls.NotifyRejected++
 	m.rec.LastFailure = &now
-	m.attempts++
+	m.rec.Attempts++
 	if m.failingSince.IsZero() {
 		// A rejection after kubelet's silence continues that failure.
 		m.failingSince = now
@@ -619,10 +618,10 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		o.do(fail{&RejectedError{Reason: reason}})
 	case m.due[retryTimer].IsZero():
 		// Not before kubelet's own retry is overdue (kubeletBackoff).
-		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
+		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.rec.Attempts)))
 	}
 	// With Exit no retry is due: Retry stays zero.
-	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
+	o.record(KubeletRejected{Reason: reason, Attempts: m.rec.Attempts, First: first, Retry: m.due[retryTimer]})
 }
 
 // lookedAt decides what to do about what is at the path.

@@ -354,8 +354,8 @@ func TestRejectionBackoff(t *testing.T) {
 	if !reflect.DeepEqual(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
 	}
-	if m.attempts != 6 || !m.failingSince.Equal(t0) {
-		t.Errorf("attempts %d since %v, want 6 since the first rejection at %v", m.attempts, m.failingSince, t0)
+	if m.rec.Attempts != 6 || !m.failingSince.Equal(t0) {
+		t.Errorf("attempts %d since %v, want 6 since the first rejection at %v", m.rec.Attempts, m.failingSince, t0)
 	}
 	m.step(now, kubeletCall{gen: 6, notify: true, registered: true})
 	m.step(now, kubeletCall{gen: 6, notify: true, reason: "no"})

@@ -94,9 +94,7 @@ func (m *machine) status() Status {
 	out.State = m.state
 	out.RegistrationFailures = m.rec.KubeletCalls.NotifyRejected
 	out.NextRetry = timeOrNil(m.due[retryTimer])
-	out.Attempts = m.attempts
 	out.FailingSince = timeOrNil(m.failingSince)
-	out.PublishError = m.publishError
 	out.NextPublishRetry = timeOrNil(m.due[publishTimer])
 	out.KubeletSilent = m.state == KubeletSilent
 
@@ -128,8 +126,8 @@ func (m *machine) status() Status {
 		}
 	case Rejected:
 		times := "once, at"
-		if m.attempts != 1 {
-			times = fmt.Sprintf("%d times since", m.attempts)
+		if m.rec.Attempts != 1 {
+			times = fmt.Sprintf("%d times since", m.rec.Attempts)
 		}
 		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.rec.LastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
@@ -157,9 +155,9 @@ func (m *machine) status() Status {
 		out.Ready = false
 		out.Reason = "claiming the registration socket for " + m.claim + ": conversing the instance serving it, if any, to hand it over"
 	}
-	if m.publishError != "" {
+	if m.rec.PublishError != "" {
 		out.Ready = false
-		out.Reason = "cannot publish the registration socket, trying again: " + m.publishError
+		out.Reason = "cannot publish the registration socket, trying again: " + m.rec.PublishError
 	}
 	return out
 }
