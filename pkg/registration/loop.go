@@ -44,10 +44,10 @@ type loop struct {
 	// retired runs the stops of retired servers, which shutdown waits for.
 	retired       sync.WaitGroup
 	unfollowOwner context.CancelFunc
-	// timer wakes the loop at the machine's next deadline, timerAt.
+	// timer wakes the loop at the machine's next deadline, timerAt; a
+	// stale fire only wakes the loop once more.
 	timer   clock.Timer
 	timerAt time.Time
-	fire    <-chan time.Time
 }
 
 func (l *loop) run(watcher *fsnotify.Watcher) error {
@@ -114,9 +114,9 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 		l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
 		return pathChanged{}, nil
 
-	case <-l.fire:
+	case <-l.timer.C():
 		// The timers due are queued by the next call.
-		l.timer, l.timerAt, l.fire = nil, time.Time{}, nil
+		l.timerAt = time.Time{}
 	}
 	return nil, nil
 }
@@ -259,18 +259,14 @@ func (l *loop) logTransition(t Transition) {
 
 func (l *loop) arm(now time.Time) {
 	next := l.m.next()
-	if next.Equal(l.timerAt) {
-		return
-	}
-	if l.timer != nil {
+	switch {
+	case next.Equal(l.timerAt):
+	case next.IsZero():
 		l.timer.Stop()
-		l.timer, l.fire = nil, nil
+	default:
+		l.timer.Reset(next.Sub(now))
 	}
 	l.timerAt = next
-	if !next.IsZero() {
-		l.timer = l.s.cfg.Clock.NewTimer(next.Sub(now))
-		l.fire = l.timer.C()
-	}
 }
 
 // storeSnapshot also tells the observers what happened since the last one.
@@ -394,9 +390,7 @@ func (l *loop) shutdown() {
 		_, _ = l.spare.Remove()
 	}
 	l.unfollow()
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.timer.Stop()
 	pub := l.pub
 	l.pub = nil
 	if pub != nil {

@@ -295,6 +295,9 @@ func (s *Server) Run(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan outcome, 1)}
+	// Stopped until the machine has a deadline.
+	l.timer = s.cfg.Clock.NewTimer(time.Hour)
+	l.timer.Stop()
 	err = l.run(watcher)
 	// Senders (RPC handlers among them) must not wait for a loop that is
 	// gone, or the gRPC servers' graceful stop would wait for them.
