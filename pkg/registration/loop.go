@@ -157,14 +157,7 @@ func (e look) carryOut(l *loop) error {
 }
 
 func (e stepAside) carryOut(l *loop) error {
-	if pub := l.pub; pub != nil {
-		l.pub = nil
-		if e.handedOver {
-			l.retired.Go(func() { l.stopGRPC(pub) })
-		} else {
-			l.retire(pub)
-		}
-	}
+	l.retire(e.handedOver)
 	return nil
 }
 
@@ -313,19 +306,24 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 			l.s.send(serveEnded{gen: gen, err: err})
 		}
 	}()
-	previous := l.pub
+	l.retire(false)
 	l.pub = pub
-	if previous != nil {
-		l.retire(previous)
-	}
 }
 
-// retire removes pub's socket if it is still ours, and stops its server.
-func (l *loop) retire(pub *publication) {
-	if removed, err := pub.sock.Remove(); err != nil {
-		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
-	} else if removed {
-		l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
+// retire stops the current publication's server, if any, and removes its
+// socket while it is still ours; a socket handed over is another's.
+func (l *loop) retire(handedOver bool) {
+	pub := l.pub
+	if pub == nil {
+		return
+	}
+	l.pub = nil
+	if !handedOver {
+		if removed, err := pub.sock.Remove(); err != nil {
+			l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
+		} else if removed {
+			l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
+		}
 	}
 	l.retired.Go(func() { l.stopGRPC(pub) })
 }
