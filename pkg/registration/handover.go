@@ -128,7 +128,7 @@ func canHandOver(ctx context.Context, path string, timeout time.Duration) (ok bo
 // socket, still listening, is published instead.
 func (e takeOver) carryOut(l *loop) error {
 	name, path := l.m.claim, SocketPath(l.s.cfg.Dir, l.m.claim)
-	var none outcome = func() event { return notTaken{} }
+	var none outcome = func() event { return tookOver{} }
 	l.converse(func() outcome {
 		before, _, err := sockfile.Lstat(path)
 		var recv *sockfile.Socket
@@ -148,14 +148,14 @@ func (e takeOver) carryOut(l *loop) error {
 			_, _ = recv.Remove()
 			return func() event {
 				l.install(taken.Socket, name, e.gen)
-				return adopted{e.gen, taken.File, taken.Verdict}
+				return tookOver{e.gen, taken.File, taken.Verdict}
 			}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
 			return func() event {
 				l.spare = recv
-				return notTaken{}
+				return tookOver{}
 			}
 		}
 		_ = recv.Close()

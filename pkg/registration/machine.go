@@ -173,13 +173,13 @@ type (
 		reason string
 		err    error
 	}
-	// adopted: gen is the socket taken over, with kubelet's verdict on it.
-	adopted struct {
+	// tookOver: the takeover ended; file is the socket taken as publication
+	// gen, with kubelet's verdict on it, or zero: none was taken.
+	tookOver struct {
 		gen     uint64
 		file    sockfile.ID
 		verdict *Verdict
 	}
-	notTaken struct{}
 	// handoverAsked: another instance asks for publication gen's socket.
 	handoverAsked struct {
 		gen  uint64
@@ -232,7 +232,7 @@ type effect interface {
 type (
 	// look at the path: looked.
 	look struct{ purpose purpose }
-	// takeOver the claimed path's socket as publication gen: adopted or notTaken.
+	// takeOver the claimed path's socket as publication gen: tookOver.
 	takeOver struct{ gen uint64 }
 	// publish a new socket at the path: published or publishFailed.
 	publish struct {
@@ -314,19 +314,16 @@ func (ev looked) step(m *machine, now time.Time, o *output) {
 	}
 }
 
-func (notTaken) step(m *machine, _ time.Time, o *output) {
-	m.conversing = false
-	if m.state != Stopped {
-		m.publish(o, m.endClaim(o))
-	}
-}
-
-func (ev adopted) step(m *machine, now time.Time, o *output) {
+func (ev tookOver) step(m *machine, now time.Time, o *output) {
 	m.conversing = false
 	if m.state == Stopped {
-		return // the stop withdraws it like any other
+		return // the stop withdraws a socket taken like any other
 	}
-	m.endClaim(o)
+	reason := m.endClaim(o)
+	if ev.file == (sockfile.ID{}) {
+		m.publish(o, reason)
+		return
+	}
 	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
 	m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	if ev.verdict != nil {
