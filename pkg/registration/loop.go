@@ -156,11 +156,6 @@ func (e look) carryOut(l *loop) error {
 	return nil
 }
 
-func (e stepAside) carryOut(l *loop) error {
-	l.retire(e.handedOver)
-	return nil
-}
-
 func (e answer) carryOut(l *loop) error {
 	// The caller sees the outcome in the snapshot once it has the reply.
 	l.storeSnapshot()
@@ -306,19 +301,19 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 			l.s.send(serveEnded{gen: gen, err: err})
 		}
 	}()
-	l.retire(false)
+	_ = retire{}.carryOut(l)
 	l.pub = pub
 }
 
 // retire stops the current publication's server, if any, and removes its
 // socket while it is still ours; a socket handed over is another's.
-func (l *loop) retire(handedOver bool) {
+func (e retire) carryOut(l *loop) error {
 	pub := l.pub
 	if pub == nil {
-		return
+		return nil
 	}
 	l.pub = nil
-	if !handedOver {
+	if !e.handedOver {
 		if removed, err := pub.sock.Remove(); err != nil {
 			l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
 		} else if removed {
@@ -326,6 +321,7 @@ func (l *loop) retire(handedOver bool) {
 		}
 	}
 	l.retired.Go(func() { l.stopGRPC(pub) })
+	return nil
 }
 
 // stopGRPC lets in-flight replies go out within the shutdown timeout.

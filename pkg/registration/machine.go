@@ -239,8 +239,8 @@ type (
 		reason string
 		gen    uint64
 	}
-	// stepAside retires the publication; a socket handed over stays.
-	stepAside struct{ handedOver bool }
+	// retire the publication; a socket handed over stays.
+	retire struct{ handedOver bool }
 	// follow owner's instance over a held connection: ownerLost.
 	follow struct{ owner sockfile.ID }
 	// offer the current publication to call: offered.
@@ -382,7 +382,7 @@ func (ev offered) step(m *machine, _ time.Time, o *output) {
 		m.handedOver = true
 	}
 	o.record(SteppedAside{HandedOver: true})
-	o.do(stepAside{handedOver: true}, follow{owner}, answer{ev.call, nil})
+	o.do(retire{handedOver: true}, follow{owner}, answer{ev.call, nil})
 }
 
 func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
@@ -658,7 +658,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 			// Never fight back: a newer instance owns the registration.
 			m.standAside(Superseded, at.File)
 			o.record(SteppedAside{})
-			o.do(stepAside{}, follow{at.File})
+			o.do(retire{}, follow{at.File})
 		}
 	case AtRefused, AtSilent:
 		// A refusing socket may be between its bind and its listen: one
