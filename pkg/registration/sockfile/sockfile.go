@@ -48,25 +48,22 @@ func Listen(path string) (*Socket, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
 	}
-	ul, file, err := own(l, hidden)
-	if err != nil {
-		return nil, err
-	}
-	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+	return own(l, &Socket{Hidden: hidden}, hidden)
 }
 
-// own identifies the socket file that l created at name and keeps it when
-// l closes. On failure it closes l, which removes the file.
-func own(l net.Listener, name string) (*net.UnixListener, ID, error) {
-	ul := l.(*net.UnixListener)
+// own completes s with l and the socket file that l created at name, kept
+// when l closes. On failure it closes l, which removes the file.
+func own(l net.Listener, s *Socket, name string) (*Socket, error) {
+	s.UnixListener = l.(*net.UnixListener)
 	file, _, err := Lstat(name)
 	if err != nil {
-		_ = ul.Close()
-		return nil, ID{}, fmt.Errorf("cannot inspect %q: %w", name, err)
+		_ = l.Close()
+		return nil, fmt.Errorf("cannot inspect %q: %w", name, err)
 	}
 	// Names are removed only while still ours, never by Close.
-	ul.SetUnlinkOnClose(false)
-	return ul, file, nil
+	s.SetUnlinkOnClose(false)
+	s.File = file
+	return s, nil
 }
 
 // Publish puts a listening socket at path, replacing there the socket
@@ -100,11 +97,7 @@ func listenAt(path string, replace ID) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot listen at %s: %w", path, err)
 	}
-	ul, file, err := own(l, path)
-	if err != nil {
-		return nil, err
-	}
-	return &Socket{UnixListener: ul, Path: path, File: file}, nil
+	return own(l, &Socket{Path: path}, path)
 }
 
 // ID identifies a file as os.SameFile does, and by its modification time,
