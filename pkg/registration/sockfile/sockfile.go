@@ -182,15 +182,11 @@ func (s *Socket) Remove() (removed bool, err error) {
 
 // RemoveIfSame unlinks path while it holds file.
 func RemoveIfSame(path string, file ID) (removed bool, err error) {
-	id, _, err := Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	switch id, _, err := Lstat(path); {
+	case errors.Is(err, fs.ErrNotExist), err == nil && id != file:
+		return false, nil // nothing there, or another file
+	case err != nil:
 		return false, err
-	}
-	if id != file {
-		return false, nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
