@@ -385,9 +385,8 @@ func (l *loop) shutdown() {
 	}
 	l.unfollow()
 	l.timer.Stop()
-	pub := l.pub
-	l.pub = nil
-	if pub != nil {
+	if pub := l.pub; pub != nil {
+		l.pub = nil
 		removed, err := pub.sock.Remove()
 		switch {
 		case err != nil:
@@ -398,10 +397,8 @@ func (l *loop) shutdown() {
 		default:
 			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.sock.Path)
 		}
+		l.retired.Go(func() { l.stopGRPC(pub) })
 	}
 	l.storeSnapshot()
-	if pub != nil {
-		l.stopGRPC(pub)
-	}
 	l.retired.Wait()
 }
