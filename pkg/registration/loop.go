@@ -42,7 +42,8 @@ type loop struct {
 	// spare: a takeover's receiving socket, for the next publication.
 	spare *sockfile.Socket
 	// retired runs the stops of retired servers, which shutdown waits for.
-	retired       sync.WaitGroup
+	retired sync.WaitGroup
+	// unfollowOwner ends following an owner, if any.
 	unfollowOwner context.CancelFunc
 	// timer wakes the loop at the machine's next deadline, timerAt; a
 	// stale fire only wakes the loop once more.
@@ -294,7 +295,7 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 		srv.RegisterService(&ownService, rpc)
 	}
 	pub := &publication{sock: sock, grpc: srv}
-	l.unfollow()
+	l.unfollowOwner()
 	go func() {
 		// ErrServerStopped: stopped before Serve began.
 		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -344,7 +345,7 @@ func (l *loop) stopGRPC(pub *publication) {
 // follow holds a connection to owner's instance: a process that dies
 // leaves its socket file, but the kernel closes the connection.
 func (e follow) carryOut(l *loop) error {
-	l.unfollow()
+	l.unfollowOwner()
 	ctx, cancel := context.WithCancel(l.ctx)
 	path := l.m.path
 	l.unfollowOwner = cancel
@@ -363,13 +364,6 @@ func (e follow) carryOut(l *loop) error {
 	return nil
 }
 
-func (l *loop) unfollow() {
-	if l.unfollowOwner != nil {
-		l.unfollowOwner()
-		l.unfollowOwner = nil
-	}
-}
-
 // shutdown withdraws the socket before it stops answering, so that kubelet
 // deregisters the driver rather than failing to reach it. A conversation
 // under way ends first, and a socket it took over is withdrawn too.
@@ -383,7 +377,7 @@ func (l *loop) shutdown() {
 		_ = l.spare.Close()
 		_, _ = l.spare.Remove()
 	}
-	l.unfollow()
+	l.unfollowOwner()
 	l.timer.Stop()
 	if pub := l.pub; pub != nil {
 		l.pub = nil

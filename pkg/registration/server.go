@@ -295,6 +295,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// Stopped until the machine has a deadline.
 	l.timer = s.cfg.Clock.NewTimer(time.Hour)
 	l.timer.Stop()
+	l.unfollowOwner = func() {}
 	err = l.run(watcher)
 	// Senders (RPC handlers among them) must not wait for a loop that is
 	// gone, or the gRPC servers' graceful stop would wait for them.
