@@ -242,15 +242,12 @@ func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
 		return nil
 	}
 	for _, e := range entries {
-		name := e.Name()
-		if !IsHiddenName(path, name) || e.Type() != fs.ModeSocket {
+		if !IsHiddenName(path, e.Name()) || e.Type() != fs.ModeSocket {
 			continue
 		}
-		full := filepath.Join(dir, name)
-		if Answers(full, timeout) {
-			continue
-		}
-		if os.Remove(full) == nil {
+		// One that answers is a live registrar's.
+		full := filepath.Join(dir, e.Name())
+		if !Answers(full, timeout) && os.Remove(full) == nil {
 			removed = append(removed, full)
 		}
 	}
