@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -260,9 +261,14 @@ func (l *loop) arm(now time.Time) {
 
 // storeSnapshot also tells the observers what happened since the last one.
 func (l *loop) storeSnapshot() {
-	happened := l.happened
+	m := l.m
+	m.rec.Publications = maps.Clone(m.rec.Publications)
+	l.s.shared.Store(&snapshot{m: m, pub: l.pub})
+	now := l.s.Status()
+	for _, o := range l.s.observers {
+		o(now, l.happened)
+	}
 	l.happened = nil
-	l.s.store(l.m, l.pub, happened)
 }
 
 // publish puts a new socket in place at the path, the spare one if any,

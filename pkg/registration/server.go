@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,15 +251,6 @@ func (s *Server) ReportCSINode(r CSINodeReport) {
 
 // Observe adds an observer of the registration; call it before Run.
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
-
-func (s *Server) store(m machine, pub *publication, happened []Transition) {
-	m.rec.Publications = maps.Clone(m.rec.Publications)
-	s.shared.Store(&snapshot{m: m, pub: pub})
-	now := s.Status()
-	for _, o := range s.observers {
-		o(now, happened)
-	}
-}
 
 // send returns false when the loop has returned.
 func (s *Server) send(ev event) bool {
