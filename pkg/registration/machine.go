@@ -350,7 +350,7 @@ func (ev publishFailed) step(m *machine, now time.Time, o *output) {
 	err, retry := ev.err.Error(), now.Add(m.shortBackoff.Step())
 	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.rec.PublishError == err})
 	m.rec.PublishError = err
-	m.publishLater(ev.reason, retry)
+	m.pending, m.due[publishTimer] = ev.reason, retry
 }
 
 func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
@@ -442,7 +442,7 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 		o.record(ServeEnded{Err: ev.err})
 	}
 	if m.conversing {
-		m.publishLater(ReasonStale, now)
+		m.pending, m.due[publishTimer] = ReasonStale, now
 		return
 	}
 	m.publish(o, ReasonStale)
@@ -558,10 +558,6 @@ func (m *machine) endClaim(o *output) (reason string) {
 	m.name, m.path, m.claim = m.claim, SocketPath(m.cfg.Dir, m.claim), ""
 	o.record(Named{Name: m.name})
 	return reason
-}
-
-func (m *machine) publishLater(reason string, at time.Time) {
-	m.pending, m.due[publishTimer] = reason, at
 }
 
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
