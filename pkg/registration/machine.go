@@ -117,9 +117,9 @@ type machine struct {
 	csinode     *CSINodeReport
 	csinodeWait wait.Backoff
 	// rec holds the fields of Status kept as Status shows them: the
-	// driver's reachability, kubelet's calls and rejections since it last
-	// accepted, the publications and the last one's error, the withdrawal.
-	// Nothing it points to is written once set.
+	// endpoint, the driver's reachability, kubelet's calls and rejections
+	// since it last accepted, the publications and the last one's error,
+	// the withdrawal. Nothing it points to is written once set.
 	rec Status
 }
 
@@ -129,7 +129,7 @@ func newMachine(cfg Config, now time.Time) machine {
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
 		backoff: rejectionBackoff, shortBackoff: publishRetry,
 		csinodeWait: csinodeBackoff,
-		rec:         Status{Publications: map[string]uint64{}},
+		rec:         Status{Endpoint: cfg.Endpoint, Publications: map[string]uint64{}},
 	}
 }
 

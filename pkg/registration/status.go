@@ -89,7 +89,6 @@ func (m *machine) status() Status {
 	out := m.rec
 	out.Publications = maps.Clone(m.rec.Publications)
 	out.DriverName = m.name
-	out.Endpoint = m.cfg.Endpoint
 	out.SocketPath = m.path
 	out.State = m.state
 	out.RegistrationFailures = m.rec.KubeletCalls.NotifyRejected
