@@ -150,24 +150,23 @@ func (e *NotASocketError) Error() string {
 	return fmt.Sprintf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", e.Path, DescribeFileType(e.Mode))
 }
 
+// fileTypes names the types of file an operator may find at a path.
+var fileTypes = map[fs.FileMode]string{
+	0:                                 "regular file",
+	fs.ModeDir:                        "directory",
+	fs.ModeSymlink:                    "symbolic link",
+	fs.ModeNamedPipe:                  "named pipe",
+	fs.ModeDevice:                     "device",
+	fs.ModeDevice | fs.ModeCharDevice: "device",
+	fs.ModeSocket:                     "socket",
+}
+
 // DescribeFileType names the type of a file for an operator.
 func DescribeFileType(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "regular file"
-	case fs.ModeDir:
-		return "directory"
-	case fs.ModeSymlink:
-		return "symbolic link"
-	case fs.ModeNamedPipe:
-		return "named pipe"
-	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
-		return "device"
-	case fs.ModeSocket:
-		return "socket"
-	default:
-		return "special file"
+	if name, ok := fileTypes[m.Type()]; ok {
+		return name
 	}
+	return "special file"
 }
 
 // Remove unlinks the path while it holds this socket's file, and the
