@@ -139,7 +139,7 @@ func (e takeOver) carryOut(l *loop) error {
 			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 			return none
 		}
-		taken, err := handover.Take(handover.Newcomer{
+		taken, verdict, err := handover.Take(handover.Newcomer{
 			Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
 			Receiver: recv, Timeout: l.s.cfg.CheckTimeout,
 		})
@@ -147,8 +147,8 @@ func (e takeOver) carryOut(l *loop) error {
 			_ = recv.Close()
 			_, _ = recv.Remove()
 			return func() event {
-				l.install(taken.Socket, name, e.gen)
-				return tookOver{e.gen, taken.File, taken.Verdict}
+				l.install(taken, name, e.gen)
+				return tookOver{e.gen, taken.File, verdict}
 			}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
