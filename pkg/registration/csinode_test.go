@@ -79,8 +79,8 @@ func TestCSINodeLossIsHealedByPublishingAgain(t *testing.T) {
 		t.Fatalf("the grace is over: effects %v, want a publication for %s", effects, ReasonCSINodeLost)
 	}
 	m.step(lost.Add(csinodeBackoff.Duration), published{2, ReasonCSINodeLost, fileA})
-	if m.state != WaitingForKubelet || !m.due[csinodeTimer].IsZero() || m.log.publications[ReasonCSINodeLost] != 1 {
-		t.Fatalf("published again: state %s, csinode timer %v, %s publications %d; want waiting for kubelet, no timer, 1", m.state, m.due[csinodeTimer], ReasonCSINodeLost, m.log.publications[ReasonCSINodeLost])
+	if m.state != WaitingForKubelet || !m.due[csinodeTimer].IsZero() || m.rec.Publications[ReasonCSINodeLost] != 1 {
+		t.Fatalf("published again: state %s, csinode timer %v, %s publications %d; want waiting for kubelet, no timer, 1", m.state, m.due[csinodeTimer], ReasonCSINodeLost, m.rec.Publications[ReasonCSINodeLost])
 	}
 	// kubelet registers the driver again, and creates the CSINode.
 	m.step(lost.Add(2*time.Second), kubeletCall{gen: 2, notify: true, registered: true})

@@ -99,7 +99,7 @@ func (r *rpcServer) handOver(ctx context.Context, in *wrapperspb.StringValue) (*
 func (e offer) carryOut(l *loop) error {
 	owner := &handover.Owner{
 		Socket: l.pub.sock, Driver: l.m.name, Endpoint: l.s.cfg.Endpoint,
-		Verdict: l.m.log.lastVerdict, Timeout: l.s.cfg.CheckTimeout,
+		Verdict: l.m.rec.LastVerdict, Timeout: l.s.cfg.CheckTimeout,
 	}
 	l.converse(func() outcome {
 		err := handover.Offer(e.call.ctx, owner, e.call.req)
@@ -128,7 +128,7 @@ func canHandOver(ctx context.Context, path string, timeout time.Duration) (ok bo
 // socket, still listening, is published instead.
 func (e takeOver) carryOut(l *loop) error {
 	name, path := l.m.claim, SocketPath(l.s.cfg.Dir, l.m.claim)
-	var none outcome = func() event { return notTaken{} }
+	var none outcome = func() event { return tookOver{} }
 	l.converse(func() outcome {
 		before, _, err := sockfile.Lstat(path)
 		var recv *sockfile.Socket
@@ -139,7 +139,7 @@ func (e takeOver) carryOut(l *loop) error {
 			l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 			return none
 		}
-		taken, err := handover.Take(handover.Newcomer{
+		taken, verdict, err := handover.Take(handover.Newcomer{
 			Path: path, Found: before, Driver: name, Endpoint: l.s.cfg.Endpoint,
 			Receiver: recv, Timeout: l.s.cfg.CheckTimeout,
 		})
@@ -147,15 +147,15 @@ func (e takeOver) carryOut(l *loop) error {
 			_ = recv.Close()
 			_, _ = recv.Remove()
 			return func() event {
-				l.install(taken.Socket, name, e.gen)
-				return adopted{e.gen, taken.File, taken.Verdict}
+				l.install(taken, name, e.gen)
+				return tookOver{e.gen, taken.File, verdict}
 			}
 		}
 		l.logger.V(2).Info("No handover of the registration socket at the path", "path", path, "err", err)
 		if id, _, lerr := sockfile.Lstat(recv.Hidden); lerr == nil && id == recv.File && recv.SetDeadline(time.Time{}) == nil {
 			return func() event {
 				l.spare = recv
-				return notTaken{}
+				return tookOver{}
 			}
 		}
 		_ = recv.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -42,12 +43,13 @@ type loop struct {
 	// spare: a takeover's receiving socket, for the next publication.
 	spare *sockfile.Socket
 	// retired runs the stops of retired servers, which shutdown waits for.
-	retired       sync.WaitGroup
+	retired sync.WaitGroup
+	// unfollowOwner ends following an owner, if any.
 	unfollowOwner context.CancelFunc
-	// timer wakes the loop at the machine's next deadline, timerAt.
+	// timer wakes the loop at the machine's next deadline, timerAt; a
+	// stale fire only wakes the loop once more.
 	timer   clock.Timer
 	timerAt time.Time
-	fire    <-chan time.Time
 }
 
 func (l *loop) run(watcher *fsnotify.Watcher) error {
@@ -114,9 +116,9 @@ func (l *loop) next(watcher *fsnotify.Watcher) (event, error) {
 		l.logger.Info("Watch of the registration directory reported an error; checking the socket", "err", err)
 		return pathChanged{}, nil
 
-	case <-l.fire:
+	case <-l.timer.C():
 		// The timers due are queued by the next call.
-		l.timer, l.timerAt, l.fire = nil, time.Time{}, nil
+		l.timerAt = time.Time{}
 	}
 	return nil, nil
 }
@@ -156,18 +158,6 @@ func (e look) carryOut(l *loop) error {
 	return nil
 }
 
-func (e stepAside) carryOut(l *loop) error {
-	if pub := l.pub; pub != nil {
-		l.pub = nil
-		if e.handedOver {
-			l.retired.Go(func() { l.stopGRPC(pub) })
-		} else {
-			l.retire(pub)
-		}
-	}
-	return nil
-}
-
 func (e answer) carryOut(l *loop) error {
 	// The caller sees the outcome in the snapshot once it has the reply.
 	l.storeSnapshot()
@@ -202,7 +192,7 @@ func (l *loop) logTransition(t Transition) {
 		switch t.Reason {
 		case ReasonHandover:
 			l.logger.Info("Took the registration socket over from the previous instance of the driver: kubelet's registration stays",
-				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.log.lastVerdict != nil, "reason", t.Reason)
+				"driver", m.name, "path", m.path, "endpoint", l.s.cfg.Endpoint, "registered", m.rec.LastVerdict != nil, "reason", t.Reason)
 		case ReasonCSINodeLost:
 			l.logger.Info("CSINode lost the driver while kubelet had it registered: published the registration socket again, so that kubelet registers the driver again", "csinode", m.csinode.Reason, "nextWait", m.csinodeWait.Duration)
 			fallthrough
@@ -231,7 +221,7 @@ func (l *loop) logTransition(t Transition) {
 		}
 		l.logger.Error(nil, "kubelet rejected the plugin", "reason", t.Reason, "policy", l.s.cfg.OnRejection)
 		if !t.Retry.IsZero() {
-			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(m.log.lastNotify))
+			l.logger.Info("Publishing the registration socket again after a backoff, so that kubelet tries again, unless kubelet tries again by itself on this socket first (kubelet 1.36 and later)", "backoff", t.Retry.Sub(*m.rec.LastNotify))
 		}
 	case VerdictIgnored:
 		l.logger.V(2).Info("Ignoring kubelet's verdict on an earlier registration socket", "registered", t.Registered, "reason", t.Reason)
@@ -259,25 +249,26 @@ func (l *loop) logTransition(t Transition) {
 
 func (l *loop) arm(now time.Time) {
 	next := l.m.next()
-	if next.Equal(l.timerAt) {
-		return
-	}
-	if l.timer != nil {
+	switch {
+	case next.Equal(l.timerAt):
+	case next.IsZero():
 		l.timer.Stop()
-		l.timer, l.fire = nil, nil
+	default:
+		l.timer.Reset(next.Sub(now))
 	}
 	l.timerAt = next
-	if !next.IsZero() {
-		l.timer = l.s.cfg.Clock.NewTimer(next.Sub(now))
-		l.fire = l.timer.C()
-	}
 }
 
 // storeSnapshot also tells the observers what happened since the last one.
 func (l *loop) storeSnapshot() {
-	happened := l.happened
+	m := l.m
+	m.rec.Publications = maps.Clone(m.rec.Publications)
+	l.s.shared.Store(&snapshot{m: m, pub: l.pub})
+	now := l.s.Status()
+	for _, o := range l.s.observers {
+		o(now, l.happened)
+	}
 	l.happened = nil
-	l.s.store(l.m, l.pub, happened)
 }
 
 // publish puts a new socket in place at the path, the spare one if any,
@@ -310,28 +301,34 @@ func (l *loop) install(sock *sockfile.Socket, name string, gen uint64) {
 		srv.RegisterService(&ownService, rpc)
 	}
 	pub := &publication{sock: sock, grpc: srv}
-	l.unfollow()
+	l.unfollowOwner()
 	go func() {
 		// ErrServerStopped: stopped before Serve began.
 		if err := srv.Serve(pub.sock); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			l.s.send(serveEnded{gen: gen, err: err})
 		}
 	}()
-	previous := l.pub
+	_ = retire{}.carryOut(l)
 	l.pub = pub
-	if previous != nil {
-		l.retire(previous)
-	}
 }
 
-// retire removes pub's socket if it is still ours, and stops its server.
-func (l *loop) retire(pub *publication) {
-	if removed, err := pub.sock.Remove(); err != nil {
-		l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
-	} else if removed {
-		l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
+// retire stops the current publication's server, if any, and removes its
+// socket while it is still ours; a socket handed over is another's.
+func (e retire) carryOut(l *loop) error {
+	pub := l.pub
+	if pub == nil {
+		return nil
+	}
+	l.pub = nil
+	if !e.handedOver {
+		if removed, err := pub.sock.Remove(); err != nil {
+			l.logger.Error(err, "Cannot remove a registration socket", "path", pub.sock.Path)
+		} else if removed {
+			l.logger.V(2).Info("Registration socket removed", "path", pub.sock.Path)
+		}
 	}
 	l.retired.Go(func() { l.stopGRPC(pub) })
+	return nil
 }
 
 // stopGRPC lets in-flight replies go out within the shutdown timeout.
@@ -354,7 +351,7 @@ func (l *loop) stopGRPC(pub *publication) {
 // follow holds a connection to owner's instance: a process that dies
 // leaves its socket file, but the kernel closes the connection.
 func (e follow) carryOut(l *loop) error {
-	l.unfollow()
+	l.unfollowOwner()
 	ctx, cancel := context.WithCancel(l.ctx)
 	path := l.m.path
 	l.unfollowOwner = cancel
@@ -373,13 +370,6 @@ func (e follow) carryOut(l *loop) error {
 	return nil
 }
 
-func (l *loop) unfollow() {
-	if l.unfollowOwner != nil {
-		l.unfollowOwner()
-		l.unfollowOwner = nil
-	}
-}
-
 // shutdown withdraws the socket before it stops answering, so that kubelet
 // deregisters the driver rather than failing to reach it. A conversation
 // under way ends first, and a socket it took over is withdrawn too.
@@ -393,13 +383,10 @@ func (l *loop) shutdown() {
 		_ = l.spare.Close()
 		_, _ = l.spare.Remove()
 	}
-	l.unfollow()
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	pub := l.pub
-	l.pub = nil
-	if pub != nil {
+	l.unfollowOwner()
+	l.timer.Stop()
+	if pub := l.pub; pub != nil {
+		l.pub = nil
 		removed, err := pub.sock.Remove()
 		switch {
 		case err != nil:
@@ -410,10 +397,8 @@ func (l *loop) shutdown() {
 		default:
 			l.logger.Info("Registration socket left in place: another instance published it", "path", pub.sock.Path)
 		}
+		l.retired.Go(func() { l.stopGRPC(pub) })
 	}
 	l.storeSnapshot()
-	if pub != nil {
-		l.stopGRPC(pub)
-	}
 	l.retired.Wait()
 }

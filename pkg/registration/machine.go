@@ -82,9 +82,7 @@ type machine struct {
 	// name is the driver's, "" until it named itself; path follows it.
 	name, path string
 	// driverName is the driver's latest name: a claim starts when it is not name.
-	driverName      string
-	driverReachable bool
-	driverError     string
+	driverName string
 	// claim is the name whose path is claimed ("" when none); name and path
 	// stay the standing registration's until it ends.
 	claim string
@@ -106,33 +104,23 @@ type machine struct {
 	// backoff follows kubelet's rejections, shortBackoff failed publications.
 	backoff, shortBackoff wait.Backoff
 	// pending is the reason of the publication due at publishTimer.
-	pending, publishError string
-	suspect               suspicion
+	pending string
+	suspect suspicion
 	// owner is the socket file of the instance followed while standing aside.
 	owner sockfile.ID
 	// failingSince: the start (no driver name yet), kubelet's first rejection
 	// or its missed call; zero while nothing fails.
 	failingSince time.Time
-	// attempts counts kubelet's rejections since it last accepted.
-	attempts uint64
 	// kubeletRetrying: kubelet called GetInfo on the socket it rejected.
 	kubeletRetrying bool
-	withdrawn       bool
 	// csinode is the last CSINodeReport, nil before one.
 	csinode     *CSINodeReport
 	csinodeWait wait.Backoff
-	log         history
-}
-
-// history is what Status reports of kubelet's calls and the publications.
-type history struct {
-	lastVerdict  *Verdict
-	lastGetInfo  time.Time
-	lastNotify   time.Time
-	lastPublish  time.Time
-	lastFailure  time.Time
-	publications map[string]uint64
-	calls        KubeletCalls
+	// rec holds the fields of Status kept as Status shows them: the
+	// endpoint, the driver's reachability, kubelet's calls and rejections
+	// since it last accepted, the publications and the last one's error,
+	// the withdrawal. Nothing it points to is written once set.
+	rec Status
 }
 
 // newMachine waits for the driver, which counts as failing from now.
@@ -141,7 +129,7 @@ func newMachine(cfg Config, now time.Time) machine {
 		cfg: cfg, state: WaitingForDriver, failingSince: now,
 		backoff: rejectionBackoff, shortBackoff: publishRetry,
 		csinodeWait: csinodeBackoff,
-		log:         history{publications: map[string]uint64{}},
+		rec:         Status{Endpoint: cfg.Endpoint, Publications: map[string]uint64{}},
 	}
 }
 
@@ -150,28 +138,21 @@ type event interface {
 	step(m *machine, now time.Time, o *output)
 }
 
-// output is what a step decided: its transitions, in order, and effects.
+// output is what a step decided: its transitions, in order, and effects;
+// publishing: one of them is a publication.
 type output struct {
 	transitions []Transition
 	effects     []effect
+	publishing  bool
 }
 
 func (o *output) record(t ...Transition) { o.transitions = append(o.transitions, t...) }
 func (o *output) do(e ...effect)         { o.effects = append(o.effects, e...) }
 
-// publishing tells whether the step decided a publication.
-func (o *output) publishing() bool {
-	for _, e := range o.effects {
-		if _, ok := e.(publish); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *machine) publish(reason string) publish {
+func (m *machine) publish(o *output, reason string) {
 	m.gens++
-	return publish{reason, m.gens}
+	o.do(publish{reason, m.gens})
+	o.publishing = true
 }
 
 // Events: the inputs of step.
@@ -192,13 +173,13 @@ type (
 		reason string
 		err    error
 	}
-	// adopted: gen is the socket taken over, with kubelet's verdict on it.
-	adopted struct {
+	// tookOver: the takeover ended; file is the socket taken as publication
+	// gen, with kubelet's verdict on it, or zero: none was taken.
+	tookOver struct {
 		gen     uint64
 		file    sockfile.ID
 		verdict *Verdict
 	}
-	notTaken struct{}
 	// handoverAsked: another instance asks for publication gen's socket.
 	handoverAsked struct {
 		gen  uint64
@@ -251,15 +232,15 @@ type effect interface {
 type (
 	// look at the path: looked.
 	look struct{ purpose purpose }
-	// takeOver the claimed path's socket as publication gen: adopted or notTaken.
+	// takeOver the claimed path's socket as publication gen: tookOver.
 	takeOver struct{ gen uint64 }
 	// publish a new socket at the path: published or publishFailed.
 	publish struct {
 		reason string
 		gen    uint64
 	}
-	// stepAside retires the publication; a socket handed over stays.
-	stepAside struct{ handedOver bool }
+	// retire the publication; a socket handed over stays.
+	retire struct{ handedOver bool }
 	// follow owner's instance over a held connection: ownerLost.
 	follow struct{ owner sockfile.ID }
 	// offer the current publication to call: offered.
@@ -284,7 +265,7 @@ func (m *machine) step(now time.Time, ev event) output {
 	m.watchCSINode(now)
 	switch {
 	case m.conversing || m.state == Stopped:
-	case o.publishing():
+	case o.publishing:
 		// A look now would take the new socket for another's: it waits
 		// for published, which says what ours is.
 	case m.driverName != "" && m.driverName != m.name && m.claim == "":
@@ -297,7 +278,7 @@ func (m *machine) step(now time.Time, ev event) output {
 }
 
 func (ev driverReport) step(m *machine, _ time.Time, _ *output) {
-	m.driverReachable, m.driverError = ev.reachable, ev.err
+	m.rec.DriverReachable, m.rec.DriverError = ev.reachable, ev.err
 	if ev.name != "" {
 		m.driverName = ev.name
 	}
@@ -333,23 +314,20 @@ func (ev looked) step(m *machine, now time.Time, o *output) {
 	}
 }
 
-func (notTaken) step(m *machine, _ time.Time, o *output) {
-	m.conversing = false
-	if m.state != Stopped {
-		o.do(m.publish(m.endClaim(o)))
-	}
-}
-
-func (ev adopted) step(m *machine, now time.Time, o *output) {
+func (ev tookOver) step(m *machine, now time.Time, o *output) {
 	m.conversing = false
 	if m.state == Stopped {
-		return // the stop withdraws it like any other
+		return // the stop withdraws a socket taken like any other
 	}
-	m.endClaim(o)
+	reason := m.endClaim(o)
+	if ev.file == (sockfile.ID{}) {
+		m.publish(o, reason)
+		return
+	}
 	m.publishedAt(now, ev.gen, ReasonHandover, ev.file, o)
 	m.state, m.failingSince = WaitingForKubelet, time.Time{}
 	if ev.verdict != nil {
-		m.log.lastVerdict = ev.verdict
+		m.rec.LastVerdict = ev.verdict
 		if ev.verdict.Registered {
 			m.state = Registered
 			m.due[silenceTimer] = time.Time{}
@@ -370,9 +348,9 @@ func (ev published) step(m *machine, now time.Time, o *output) {
 
 func (ev publishFailed) step(m *machine, now time.Time, o *output) {
 	err, retry := ev.err.Error(), now.Add(m.shortBackoff.Step())
-	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.publishError == err})
-	m.publishError = err
-	m.publishLater(ev.reason, retry)
+	o.record(PublishFailed{Reason: ev.reason, Err: err, Retry: retry, Repeated: m.rec.PublishError == err})
+	m.rec.PublishError = err
+	m.pending, m.due[publishTimer] = ev.reason, retry
 }
 
 func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
@@ -381,7 +359,7 @@ func (ev handoverAsked) step(m *machine, _ time.Time, o *output) {
 		m.heldHandover = &ev
 	case m.conversing:
 		o.do(answer{ev.call, errors.New("this instance is busy with another handover of the registration socket")})
-	case ev.gen != m.gen || m.gen == 0 || o.publishing():
+	case ev.gen != m.gen || m.gen == 0 || o.publishing:
 		o.do(answer{ev.call, errors.New("this instance no longer serves the registration socket")})
 	case m.state != Registered:
 		o.do(answer{ev.call, fmt.Errorf("kubelet has not registered the driver through this instance's socket (state %s)", m.state)})
@@ -404,7 +382,7 @@ func (ev offered) step(m *machine, _ time.Time, o *output) {
 		m.handedOver = true
 	}
 	o.record(SteppedAside{HandedOver: true})
-	o.do(stepAside{handedOver: true}, follow{owner}, answer{ev.call, nil})
+	o.do(retire{handedOver: true}, follow{owner}, answer{ev.call, nil})
 }
 
 func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
@@ -416,14 +394,14 @@ func (ev kubeletCall) step(m *machine, now time.Time, o *output) {
 	case ev.notify:
 		m.verdict(now, ev.registered, ev.reason, o)
 	default:
-		m.log.calls.GetInfo++
-		m.log.lastGetInfo = now
+		m.rec.KubeletCalls.GetInfo++
+		m.rec.LastGetInfo = &now
 		m.due[silenceTimer] = time.Time{}
 		if m.state == Rejected && !m.due[retryTimer].IsZero() {
 			// kubelet retries by itself: a new socket now could replace
 			// one it is about to accept.
 			m.due[retryTimer], m.kubeletRetrying = time.Time{}, true
-			o.record(KubeletRetrying{Attempts: m.attempts})
+			o.record(KubeletRetrying{Attempts: m.rec.Attempts})
 		}
 		if m.state == KubeletSilent {
 			m.state, m.failingSince = WaitingForKubelet, time.Time{}
@@ -444,7 +422,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		}
 	case retryTimer:
 		if m.state == Rejected && m.gen != 0 {
-			o.do(m.publish(ReasonRetry))
+			m.publish(o, ReasonRetry)
 		}
 	case vacancyTimer:
 		o.do(m.startLook(lookVacancy))
@@ -452,7 +430,7 @@ func (ev fired) step(m *machine, now time.Time, o *output) {
 		o.do(m.startLook(lookPending))
 	case csinodeTimer:
 		m.csinodeWait.Step()
-		o.do(m.publish(ReasonCSINodeLost))
+		m.publish(o, ReasonCSINodeLost)
 	}
 }
 
@@ -464,10 +442,10 @@ func (ev serveEnded) step(m *machine, now time.Time, o *output) {
 		o.record(ServeEnded{Err: ev.err})
 	}
 	if m.conversing {
-		m.publishLater(ReasonStale, now)
+		m.pending, m.due[publishTimer] = ReasonStale, now
 		return
 	}
-	o.do(m.publish(ReasonStale))
+	m.publish(o, ReasonStale)
 }
 
 func (pathChanged) step(m *machine, _ time.Time, _ *output) {
@@ -490,7 +468,7 @@ func (stopping) step(m *machine, _ time.Time, _ *output) {
 }
 
 func (withdrew) step(m *machine, _ time.Time, o *output) {
-	m.withdrawn = true
+	m.rec.Withdrawn = true
 	o.record(Withdrawn{})
 }
 
@@ -525,7 +503,7 @@ func (m *machine) startClaim(o *output) {
 		return
 	}
 	m.claim = m.driverName
-	m.attempts, m.due[retryTimer] = 0, time.Time{}
+	m.rec.Attempts, m.due[retryTimer] = 0, time.Time{}
 	o.record(Claiming{Name: m.claim, Renamed: m.name != ""})
 	o.do(m.startLook(lookClaim))
 }
@@ -567,7 +545,7 @@ func (m *machine) claimFound(at At, o *output) {
 		found, _ := at.describe(m.name)
 		o.record(Replacing{Found: found})
 	}
-	o.do(m.publish(reason))
+	m.publish(o, reason)
 }
 
 // endClaim makes the claimed name the registration's; the reason of its
@@ -582,19 +560,15 @@ func (m *machine) endClaim(o *output) (reason string) {
 	return reason
 }
 
-func (m *machine) publishLater(reason string, at time.Time) {
-	m.pending, m.due[publishTimer] = reason, at
-}
-
 func (m *machine) publishedAt(now time.Time, gen uint64, reason string, file sockfile.ID, o *output) {
 	m.gen, m.ours, m.handedOver, m.owner, m.kubeletRetrying = gen, file, false, sockfile.ID{}, false
 	m.at = At{kind: AtOurs, path: m.path, File: file}
-	m.log.publications[reason]++
-	m.log.lastPublish = now
+	m.rec.Publications[reason]++
+	m.rec.LastPublished = &now
 	m.due[silenceTimer] = now.Add(kubeletSilence)
 	m.due[vacancyTimer], m.due[publishTimer] = time.Time{}, time.Time{}
 	m.suspect = suspicion{}
-	m.pending, m.publishError, m.shortBackoff = "", "", publishRetry
+	m.pending, m.rec.PublishError, m.shortBackoff = "", "", publishRetry
 	o.record(Published{Reason: reason})
 }
 
@@ -604,19 +578,19 @@ func (m *machine) standAside(state State, owner sockfile.ID) {
 	// A socket handed over keeps its file: ours is now the owner's.
 	m.at = At{kind: AtOwner, path: m.path, File: owner}
 	m.due = [timers]time.Time{}
-	m.pending, m.publishError, m.failingSince = "", "", time.Time{}
+	m.pending, m.rec.PublishError, m.failingSince = "", "", time.Time{}
 	m.suspect = suspicion{}
 }
 
 func (m *machine) verdict(now time.Time, registered bool, reason string, o *output) {
-	m.log.lastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
-	m.log.lastNotify = now
+	m.rec.LastVerdict = &Verdict{Registered: registered, Reason: reason, Time: now}
+	m.rec.LastNotify = &now
 	m.due[silenceTimer] = time.Time{}
 	m.kubeletRetrying = false
 	if registered {
 		o.record(KubeletAccepted{Again: m.state == Registered})
-		m.log.calls.NotifyRegistered++
-		m.state, m.failingSince, m.attempts = Registered, time.Time{}, 0
+		m.rec.KubeletCalls.NotifyRegistered++
+		m.state, m.failingSince, m.rec.Attempts = Registered, time.Time{}, 0
 		m.backoff, m.due[retryTimer] = rejectionBackoff, time.Time{}
 		if m.confirmed() {
 			o.record(DriverRegistered{})
@@ -624,9 +598,9 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		return
 	}
 	first := m.state != Rejected
-	m.log.calls.NotifyRejected++
-	m.log.lastFailure = now
-	m.attempts++
+	m.rec.KubeletCalls.NotifyRejected++
+	m.rec.LastFailure = &now
+	m.rec.Attempts++
 	if m.failingSince.IsZero() {
 		// A rejection after kubelet's silence continues that failure.
 		m.failingSince = now
@@ -637,10 +611,10 @@ func (m *machine) verdict(now time.Time, registered bool, reason string, o *outp
 		o.do(fail{&RejectedError{Reason: reason}})
 	case m.due[retryTimer].IsZero():
 		// Not before kubelet's own retry is overdue (kubeletBackoff).
-		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.attempts)))
+		m.due[retryTimer] = now.Add(max(m.backoff.Step(), kubeletRetryDue(m.rec.Attempts)))
 	}
 	// With Exit no retry is due: Retry stays zero.
-	o.record(KubeletRejected{Reason: reason, Attempts: m.attempts, First: first, Retry: m.due[retryTimer]})
+	o.record(KubeletRejected{Reason: reason, Attempts: m.rec.Attempts, First: first, Retry: m.due[retryTimer]})
 }
 
 // lookedAt decides what to do about what is at the path.
@@ -648,16 +622,16 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 	aside := m.state == Superseded || m.state == Deferring
 	if why == lookPending && (at.kind == AtNothing || at.kind == AtOurs || at.kind == AtNotSocket) {
 		// Over something that is not a socket it fails, saying why.
-		o.do(m.publish(m.pending))
+		m.publish(o, m.pending)
 		return
 	}
 	switch at.kind {
 	case AtNothing:
 		switch {
 		case why == lookVacancy && aside:
-			o.do(m.publish(ReasonVacated))
+			m.publish(o, ReasonVacated)
 		case why == lookVacancy && m.gen != 0:
-			o.do(m.publish(ReasonDeleted))
+			m.publish(o, ReasonDeleted)
 		case aside || m.gen != 0:
 			m.lookAfterGrace(now)
 		}
@@ -680,7 +654,7 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 			// Never fight back: a newer instance owns the registration.
 			m.standAside(Superseded, at.File)
 			o.record(SteppedAside{})
-			o.do(stepAside{}, follow{at.File})
+			o.do(retire{}, follow{at.File})
 		}
 	case AtRefused, AtSilent:
 		// A refusing socket may be between its bind and its listen: one
@@ -692,10 +666,10 @@ func (m *machine) lookedAt(now time.Time, at At, why purpose, o *output) {
 		}
 		m.suspect = suspicion{}
 		if aside {
-			o.do(m.publish(ReasonVacated))
+			m.publish(o, ReasonVacated)
 			return
 		}
-		o.do(m.publish(ReasonStale))
+		m.publish(o, ReasonStale)
 	}
 }
 

@@ -114,7 +114,7 @@ func TestTransitions(t *testing.T) {
 			want{WaitingForDriver, []effect{fail{&sockfile.NotASocketError{Path: "/reg/p", Mode: fs.ModeDir}}}, nil}},
 		{"the publication that a change waited for is in place: look", then(claiming(publishedIn(Registered)), t0, pathChanged{}, looked{At{kind: AtNothing}, lookClaim}), t0, published{2, ReasonRenamed, fileB},
 			want{WaitingForKubelet, []effect{look{lookChange}}, map[timer]time.Time{silenceTimer: t0.Add(kubeletSilence)}}},
-		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}), t0, notTaken{},
+		{"the socket was not handed over: publish", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}), t0, tookOver{},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 2}}, nil}},
 		{"a handover asked during a conversation: held", then(publishedIn(Registered), t0, pathChanged{}), t0, handoverAsked{gen: 1},
 			want{Registered, nil, nil}},
@@ -122,7 +122,7 @@ func TestTransitions(t *testing.T) {
 			want{Registered, []effect{offer{}}, nil}},
 		{"a handover held during a look that finds a newer instance: refused", then(publishedIn(Registered), t0, pathChanged{}, handoverAsked{gen: 1}), t0,
 			looked{At{kind: AtLive, File: fileA, Driver: testDriver, Endpoint: testEndpoint}, lookChange},
-			want{Superseded, []effect{stepAside{}, follow{fileA}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
+			want{Superseded, []effect{retire{}, follow{fileA}, answer{nil, errors.New("this instance no longer serves the registration socket")}}, nil}},
 		{"a handover held during a look whose outcome is a new publication: refused",
 			then(publishedIn(Registered), t0, looked{At{kind: AtNothing}, lookChange}, fired{vacancyTimer}, handoverAsked{gen: 1}), t0.Add(vacancyGrace),
 			looked{At{kind: AtNothing}, lookVacancy},
@@ -140,10 +140,10 @@ func TestTransitions(t *testing.T) {
 		{"the path changes during a conversation that publishes: looked at once the new socket is known", then(claiming(publishedIn(Registered)), t0, pathChanged{}), t0, looked{At{kind: AtNothing}, lookClaim},
 			want{Registered, []effect{publish{ReasonRenamed, 2}}, nil}},
 		{"the claimed path changes during the takeover: looked at once the socket is taken", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
-			adopted{gen: 1, file: fileA, verdict: &Verdict{Registered: true}},
+			tookOver{gen: 1, file: fileA, verdict: &Verdict{Registered: true}},
 			want{Registered, []effect{look{lookChange}}, nil}},
 		{"the claimed path changes during the takeover: not taken, publish before looking", then(claiming(testMachine()), t0, looked{At{kind: AtHandsOver, File: fileA}, lookClaim}, pathChanged{}), t0,
-			notTaken{},
+			tookOver{},
 			want{WaitingForDriver, []effect{publish{ReasonStart, 2}}, nil}},
 		{"published: wait for kubelet, which is due", testMachine(), t0, published{1, ReasonStart, ours},
 			want{WaitingForKubelet, nil, map[timer]time.Time{silenceTimer: t0.Add(10 * time.Second)}}},
@@ -203,7 +203,7 @@ func TestTransitions(t *testing.T) {
 		{"our own socket: nothing", publishedIn(Registered), t0, looked{At{kind: AtOurs}, lookChange},
 			want{Registered, nil, nil}},
 		{"a live instance of the driver at the path: step aside", publishedIn(Registered), t0, looked{At{kind: AtLive, File: fileA, Driver: testDriver}, lookChange},
-			want{Superseded, []effect{stepAside{}, follow{fileA}}, nil}},
+			want{Superseded, []effect{retire{}, follow{fileA}}, nil}},
 		{"another driver's socket: left alone", publishedIn(Registered), t0, looked{At{kind: AtLive, path: "/reg/p", File: fileA, Driver: "other.example.com"}, lookChange},
 			want{Registered, nil, nil}},
 		{"not a socket: left alone", publishedIn(Registered), t0, looked{At{kind: AtNotSocket, path: "/reg/p", File: fileA, mode: fs.ModeDir}, lookChange},
@@ -239,10 +239,10 @@ func TestTransitions(t *testing.T) {
 			t0.Add(publishRetry.Duration), looked{At{kind: AtNothing}, lookPending},
 			want{Registered, []effect{publish{ReasonDeleted, 2}}, nil}},
 		{"handed over: superseded, following the new owner on our socket file", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{},
-			want{Superseded, []effect{stepAside{handedOver: true}, follow{ours}, answer{}}, nil}},
+			want{Superseded, []effect{retire{handedOver: true}, follow{ours}, answer{}}, nil}},
 		{"the offer failed: registered still", then(publishedIn(Registered), t0, handoverAsked{gen: 1}), t0, offered{err: errors.New("refused")},
 			want{Registered, []effect{answer{err: errors.New("refused")}}, nil}},
-		{"adopted with kubelet's acceptance: registered", claiming(testMachine()), t0, adopted{1, fileA, &Verdict{Registered: true}},
+		{"adopted with kubelet's acceptance: registered", claiming(testMachine()), t0, tookOver{1, fileA, &Verdict{Registered: true}},
 			want{Registered, nil, nil}},
 		{"the serving socket stopped accepting: publish", publishedIn(Registered), t0, serveEnded{gen: 1, err: errors.New("closed")},
 			want{Registered, []effect{publish{ReasonStale, 2}}, nil}},
@@ -354,8 +354,8 @@ func TestRejectionBackoff(t *testing.T) {
 	if !reflect.DeepEqual(waits, want) {
 		t.Errorf("waits = %v, want %v", waits, want)
 	}
-	if m.attempts != 6 || !m.failingSince.Equal(t0) {
-		t.Errorf("attempts %d since %v, want 6 since the first rejection at %v", m.attempts, m.failingSince, t0)
+	if m.rec.Attempts != 6 || !m.failingSince.Equal(t0) {
+		t.Errorf("attempts %d since %v, want 6 since the first rejection at %v", m.rec.Attempts, m.failingSince, t0)
 	}
 	m.step(now, kubeletCall{gen: 6, notify: true, registered: true})
 	m.step(now, kubeletCall{gen: 6, notify: true, reason: "no"})
@@ -383,7 +383,7 @@ func TestKubeletRetryDue(t *testing.T) {
 // given one each time its retry would have been overdue.
 func TestRejectedThriceThenAccepted(t *testing.T) {
 	publications := func(m machine) (n uint64) {
-		for _, c := range m.log.publications {
+		for _, c := range m.rec.Publications {
 			n += c
 		}
 		return n
@@ -428,8 +428,8 @@ func TestRejectedThriceThenAccepted(t *testing.T) {
 		}
 		m.step(now, kubeletCall{gen: 4})
 		m.step(now, kubeletCall{gen: 4, notify: true, registered: true})
-		if m.state != Registered || publications(m) != 4 || m.log.publications[ReasonRetry] != 3 {
-			t.Errorf("%s after publications %v; want registered on the fourth, three of them retries", m.state, m.log.publications)
+		if m.state != Registered || publications(m) != 4 || m.rec.Publications[ReasonRetry] != 3 {
+			t.Errorf("%s after publications %v; want registered on the fourth, three of them retries", m.state, m.rec.Publications)
 		}
 	})
 }

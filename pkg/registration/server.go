@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,10 +103,10 @@ type Server struct {
 	csinode chan CSINodeReport
 	reports sync.Mutex
 	events  chan event
-	// done is closed once the loop no longer reads events.
-	done      chan struct{}
-	closeDone func()
-	ran       atomic.Bool
+	// done is closed once the loop no longer reads events; only what the
+	// loop started sends them.
+	done chan struct{}
+	ran  atomic.Bool
 
 	started   time.Time
 	shared    atomic.Pointer[snapshot]
@@ -191,7 +190,6 @@ func New(cfg Config) (*Server, error) {
 		done:            make(chan struct{}),
 		started:         cfg.Clock.Now(),
 	}
-	s.closeDone = sync.OnceFunc(func() { close(s.done) })
 	s.shared.Store(&snapshot{m: newMachine(cfg, s.started)})
 	return s, nil
 }
@@ -254,15 +252,6 @@ func (s *Server) ReportCSINode(r CSINodeReport) {
 // Observe adds an observer of the registration; call it before Run.
 func (s *Server) Observe(o Observer) { s.observers = append(s.observers, o) }
 
-func (s *Server) store(m machine, pub *publication, happened []Transition) {
-	m.log.publications = maps.Clone(m.log.publications)
-	s.shared.Store(&snapshot{m: m, pub: pub})
-	now := s.Status()
-	for _, o := range s.observers {
-		o(now, happened)
-	}
-}
-
 // send returns false when the loop has returned.
 func (s *Server) send(ev event) bool {
 	select {
@@ -280,7 +269,6 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("the registration server has already run")
 	}
-	defer s.closeDone()
 	logger := klog.FromContext(ctx)
 
 	watcher, err := fsnotify.NewWatcher()
@@ -293,12 +281,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	loopCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	l := &loop{s: s, ctx: loopCtx, logger: logger, m: newMachine(s.cfg, s.started), outcomes: make(chan outcome, 1)}
+	// Stopped until the machine has a deadline.
+	l.timer = s.cfg.Clock.NewTimer(time.Hour)
+	l.timer.Stop()
+	l.unfollowOwner = func() {}
 	err = l.run(watcher)
 	// Senders (RPC handlers among them) must not wait for a loop that is
 	// gone, or the gRPC servers' graceful stop would wait for them.
-	s.closeDone()
+	close(s.done)
 	cancel()
 	l.shutdown()
 	return err

@@ -86,37 +86,22 @@ func (s *Server) Status() Status {
 }
 
 func (m *machine) status() Status {
-	out := Status{
-		DriverName:           m.name,
-		DriverReachable:      m.driverReachable,
-		DriverError:          m.driverError,
-		Endpoint:             m.cfg.Endpoint,
-		SocketPath:           m.path,
-		State:                m.state,
-		RegistrationFailures: m.log.calls.NotifyRejected,
-		Publications:         maps.Clone(m.log.publications),
-		KubeletCalls:         m.log.calls,
-		LastGetInfo:          timeOrNil(m.log.lastGetInfo),
-		LastNotify:           timeOrNil(m.log.lastNotify),
-		LastFailure:          timeOrNil(m.log.lastFailure),
-		NextRetry:            timeOrNil(m.due[retryTimer]),
-		Attempts:             m.attempts,
-		FailingSince:         timeOrNil(m.failingSince),
-		PublishError:         m.publishError,
-		NextPublishRetry:     timeOrNil(m.due[publishTimer]),
-		LastPublished:        timeOrNil(m.log.lastPublish),
-		KubeletSilent:        m.state == KubeletSilent,
-		Withdrawn:            m.withdrawn,
-	}
-	if m.log.lastVerdict != nil {
-		out.LastVerdict = new(*m.log.lastVerdict)
-	}
+	out := m.rec
+	out.Publications = maps.Clone(m.rec.Publications)
+	out.DriverName = m.name
+	out.SocketPath = m.path
+	out.State = m.state
+	out.RegistrationFailures = m.rec.KubeletCalls.NotifyRejected
+	out.NextRetry = timeOrNil(m.due[retryTimer])
+	out.FailingSince = timeOrNil(m.failingSince)
+	out.NextPublishRetry = timeOrNil(m.due[publishTimer])
+	out.KubeletSilent = m.state == KubeletSilent
 
 	switch m.state {
 	case WaitingForDriver:
 		out.Reason = "waiting for the CSI driver"
-		if m.driverError != "" {
-			out.Reason += ": " + m.driverError
+		if out.DriverError != "" {
+			out.Reason += ": " + out.DriverError
 		}
 	case WaitingForKubelet:
 		out.Reason = "waiting for kubelet to register the driver"
@@ -140,10 +125,10 @@ func (m *machine) status() Status {
 		}
 	case Rejected:
 		times := "once, at"
-		if m.attempts != 1 {
-			times = fmt.Sprintf("%d times since", m.attempts)
+		if m.rec.Attempts != 1 {
+			times = fmt.Sprintf("%d times since", m.rec.Attempts)
 		}
-		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.log.lastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
+		out.Reason = fmt.Sprintf("rejected by kubelet: %s (%s %s", m.rec.LastVerdict.Reason, times, m.failingSince.UTC().Format(time.RFC3339))
 		if retry := m.due[retryTimer]; !retry.IsZero() {
 			out.Reason += "; the socket is published again at " + retry.UTC().Format(time.RFC3339) + " unless kubelet tries again by itself first"
 		}
@@ -169,9 +154,9 @@ func (m *machine) status() Status {
 		out.Ready = false
 		out.Reason = "claiming the registration socket for " + m.claim + ": conversing the instance serving it, if any, to hand it over"
 	}
-	if m.publishError != "" {
+	if m.rec.PublishError != "" {
 		out.Ready = false
-		out.Reason = "cannot publish the registration socket, trying again: " + m.publishError
+		out.Reason = "cannot publish the registration socket, trying again: " + m.rec.PublishError
 	}
 	return out
 }

@@ -220,12 +220,12 @@ func TestHandoverAskedDuringAConversationWaitsForIt(t *testing.T) {
 	}
 	defer recv.Remove()
 	type outcome struct {
-		taken *handover.Taken
+		taken *sockfile.Socket
 		err   error
 	}
 	second := make(chan outcome, 1)
 	go func() {
-		taken, err := handover.Take(handover.Newcomer{Path: path, Found: published, Driver: testDriver, Endpoint: testEndpoint, Receiver: recv, Timeout: time.Minute})
+		taken, _, err := handover.Take(handover.Newcomer{Path: path, Found: published, Driver: testDriver, Endpoint: testEndpoint, Receiver: recv, Timeout: time.Minute})
 		second <- outcome{taken, err}
 	}()
 	waitAsked("by the newer instance")

@@ -211,25 +211,20 @@ type Newcomer struct {
 	Timeout  time.Duration
 }
 
-// Taken is a socket received from A, at the Newcomer's Path; its Hidden
-// is the Receiver's name when A moved its hidden name there, "" otherwise.
-type Taken struct {
-	*sockfile.Socket
-	Verdict *Verdict
-}
-
 // errNotAHandover: a connection that carried no socket (a liveness check).
 var errNotAHandover = errors.New("not a handover")
 
 // Take is B's side, bounded by twice n.Timeout. It takes no context: once B
 // accepted the socket, only finishing the exchange keeps the path served.
-// A refused call's error carries its gRPC status.
-func Take(n Newcomer) (*Taken, error) {
+// A refused call's error carries its gRPC status. The socket received is
+// at n.Path, with kubelet's verdict on it; its Hidden is the Receiver's
+// name when A moved its hidden name there, "" otherwise.
+func Take(n Newcomer) (*sockfile.Socket, *Verdict, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.Timeout)
 	defer cancel()
 	// Before the call: a refusal's deadline must not be overwritten.
 	if err := n.Receiver.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rpcDone := make(chan error, 1)
 	go func() {
@@ -247,9 +242,9 @@ func Take(n Newcomer) (*Taken, error) {
 			if rpcErr := <-rpcDone; rpcErr != nil {
 				err = rpcErr
 			}
-			return nil, fmt.Errorf("the instance serving %s did not hand its socket over: %w", n.Path, err)
+			return nil, nil, fmt.Errorf("the instance serving %s did not hand its socket over: %w", n.Path, err)
 		}
-		taken, err := n.receive(conn)
+		sock, verdict, err := n.receive(conn)
 		_ = conn.Close()
 		if errors.Is(err, errNotAHandover) {
 			continue
@@ -261,51 +256,48 @@ func Take(n Newcomer) (*Taken, error) {
 			cancel()
 			<-rpcDone
 		}
-		return taken, err
+		return sock, verdict, err
 	}
 }
 
-func (n *Newcomer) receive(conn *net.UnixConn) (*Taken, error) {
+func (n *Newcomer) receive(conn *net.UnixConn) (*sockfile.Socket, *Verdict, error) {
 	if err := conn.SetDeadline(time.Now().Add(n.Timeout)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	payload, listener, err := receiveListener(conn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotAHandover, err)
-	}
-	refuse := func(err error) (*Taken, error) {
-		_ = listener.Close()
-		_, _ = conn.Write([]byte{refused})
-		return nil, err
+		return nil, nil, fmt.Errorf("%w: %v", errNotAHandover, err)
 	}
 	st, err := decodeState(payload)
 	if err == nil {
 		err = checkState(st, n.Driver, n.Endpoint, n.Found)
 	}
 	if err != nil {
-		return refuse(err)
+		_ = listener.Close()
+		_, _ = conn.Write([]byte{refused})
+		return nil, nil, err
 	}
 	listener.SetUnlinkOnClose(false)
 	if _, err := conn.Write([]byte{accepted}); err != nil {
 		_ = listener.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	var confirmed [1]byte
 	if _, err := io.ReadFull(conn, confirmed[:]); err != nil || confirmed[0] != done {
 		// Whether A let go or not, replacing the socket is right.
 		_ = listener.Close()
-		return nil, fmt.Errorf("the previous instance did not confirm the handover (%q, %v)", confirmed[0], err)
+		return nil, nil, fmt.Errorf("the previous instance did not confirm the handover (%q, %v)", confirmed[0], err)
 	}
 	now, _, err := sockfile.Lstat(n.Path)
 	if err != nil || now != n.Found {
 		_ = listener.Close()
-		return nil, errors.New("the socket at the path changed during the handover")
+		return nil, nil, errors.New("the socket at the path changed during the handover")
 	}
-	taken := &Taken{Socket: &sockfile.Socket{UnixListener: listener, Path: n.Path, File: now}, Verdict: st.Verdict}
+	sock := &sockfile.Socket{UnixListener: listener, Path: n.Path, File: now}
 	if id, _, err := sockfile.Lstat(n.Receiver.Hidden); err == nil && id == now {
-		taken.Hidden = n.Receiver.Hidden
+		sock.Hidden = n.Receiver.Hidden
 	}
-	return taken, nil
+	return sock, st.Verdict, nil
 }
 
 func checkState(st State, driver, endpoint string, found sockfile.ID) error {

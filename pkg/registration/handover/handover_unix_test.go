@@ -167,7 +167,7 @@ func TestOfferAndTake(t *testing.T) {
 	serveOwner(t, pub, verdict)
 	n := newcomer(t, dir, pub.path)
 
-	taken, err := Take(n)
+	taken, verdictTaken, err := Take(n)
 	if err != nil {
 		t.Fatalf("Take: %v", err)
 	}
@@ -175,8 +175,8 @@ func TestOfferAndTake(t *testing.T) {
 	if taken.File != pub.file || lstat(t, pub.path) != pub.file {
 		t.Error("the socket taken is not the one at the path, or the path changed")
 	}
-	if taken.Verdict == nil || !taken.Verdict.Registered || !taken.Verdict.Time.Equal(verdict.Time) {
-		t.Errorf("verdict taken = %+v, want %+v", taken.Verdict, verdict)
+	if verdictTaken == nil || !verdictTaken.Registered || !verdictTaken.Time.Equal(verdict.Time) {
+		t.Errorf("verdict taken = %+v, want %+v", verdictTaken, verdict)
 	}
 	// The owner's hidden name moved to the new instance's address.
 	if taken.Hidden != n.Receiver.Hidden || lstat(t, n.Receiver.Hidden) != pub.file {
@@ -220,7 +220,7 @@ func TestTakeRefusesAStateOfAnotherVersion(t *testing.T) {
 		return grpcstatus.Error(codes.FailedPrecondition, "refused")
 	})
 
-	_, err := Take(newcomer(t, dir, pub.path))
+	_, _, err := Take(newcomer(t, dir, pub.path))
 	if err == nil || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("Take from a peer of version 2 = %v, want an error about version 2", err)
 	}
@@ -245,7 +245,7 @@ func TestTakeFromAnOwnerRefusingTheVersion(t *testing.T) {
 		return grpcstatus.Error(codes.FailedPrecondition, refusal)
 	})
 	n := newcomer(t, dir, pub.path)
-	_, err := Take(n)
+	_, _, err := Take(n)
 	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), refusal) {
 		t.Fatalf("Take = %v, want the owner's FailedPrecondition", err)
 	}
@@ -339,13 +339,13 @@ func TestTakeFromThePreviousBuild(t *testing.T) {
 		return err
 	})
 
-	taken, err := Take(newcomer(t, dir, pub.path))
+	taken, verdictTaken, err := Take(newcomer(t, dir, pub.path))
 	if err != nil {
 		t.Fatalf("Take from the previous build: %v", err)
 	}
 	defer taken.UnixListener.Close()
-	if taken.Verdict == nil || !taken.Verdict.Registered {
-		t.Errorf("verdict taken = %+v, want registered", taken.Verdict)
+	if verdictTaken == nil || !verdictTaken.Registered {
+		t.Errorf("verdict taken = %+v, want registered", verdictTaken)
 	}
 	assertAccepts(t, taken.UnixListener, pub.path)
 }

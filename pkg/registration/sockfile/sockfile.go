@@ -48,25 +48,22 @@ func Listen(path string) (*Socket, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("cannot restrict the mode of %q: %w", hidden, err)
 	}
-	ul, file, err := own(l, hidden)
-	if err != nil {
-		return nil, err
-	}
-	return &Socket{UnixListener: ul, Hidden: hidden, File: file}, nil
+	return own(l, &Socket{Hidden: hidden}, hidden)
 }
 
-// own identifies the socket file that l created at name and keeps it when
-// l closes. On failure it closes l, which removes the file.
-func own(l net.Listener, name string) (*net.UnixListener, ID, error) {
-	ul := l.(*net.UnixListener)
+// own completes s with l and the socket file that l created at name, kept
+// when l closes. On failure it closes l, which removes the file.
+func own(l net.Listener, s *Socket, name string) (*Socket, error) {
+	s.UnixListener = l.(*net.UnixListener)
 	file, _, err := Lstat(name)
 	if err != nil {
-		_ = ul.Close()
-		return nil, ID{}, fmt.Errorf("cannot inspect %q: %w", name, err)
+		_ = l.Close()
+		return nil, fmt.Errorf("cannot inspect %q: %w", name, err)
 	}
 	// Names are removed only while still ours, never by Close.
-	ul.SetUnlinkOnClose(false)
-	return ul, file, nil
+	s.SetUnlinkOnClose(false)
+	s.File = file
+	return s, nil
 }
 
 // Publish puts a listening socket at path, replacing there the socket
@@ -100,11 +97,7 @@ func listenAt(path string, replace ID) (*Socket, error) {
 		}
 		return nil, fmt.Errorf("cannot listen at %s: %w", path, err)
 	}
-	ul, file, err := own(l, path)
-	if err != nil {
-		return nil, err
-	}
-	return &Socket{UnixListener: ul, Path: path, File: file}, nil
+	return own(l, &Socket{Path: path}, path)
 }
 
 // ID identifies a file as os.SameFile does, and by its modification time,
@@ -157,24 +150,23 @@ func (e *NotASocketError) Error() string {
 	return fmt.Sprintf("%q is a %s, not a socket: the registrar only replaces sockets; remove or move it if it is not needed", e.Path, DescribeFileType(e.Mode))
 }
 
+// fileTypes names the types of file an operator may find at a path.
+var fileTypes = map[fs.FileMode]string{
+	0:                                 "regular file",
+	fs.ModeDir:                        "directory",
+	fs.ModeSymlink:                    "symbolic link",
+	fs.ModeNamedPipe:                  "named pipe",
+	fs.ModeDevice:                     "device",
+	fs.ModeDevice | fs.ModeCharDevice: "device",
+	fs.ModeSocket:                     "socket",
+}
+
 // DescribeFileType names the type of a file for an operator.
 func DescribeFileType(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "regular file"
-	case fs.ModeDir:
-		return "directory"
-	case fs.ModeSymlink:
-		return "symbolic link"
-	case fs.ModeNamedPipe:
-		return "named pipe"
-	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
-		return "device"
-	case fs.ModeSocket:
-		return "socket"
-	default:
-		return "special file"
+	if name, ok := fileTypes[m.Type()]; ok {
+		return name
 	}
+	return "special file"
 }
 
 // Remove unlinks the path while it holds this socket's file, and the
@@ -189,15 +181,11 @@ func (s *Socket) Remove() (removed bool, err error) {
 
 // RemoveIfSame unlinks path while it holds file.
 func RemoveIfSame(path string, file ID) (removed bool, err error) {
-	id, _, err := Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	switch id, _, err := Lstat(path); {
+	case errors.Is(err, fs.ErrNotExist), err == nil && id != file:
+		return false, nil // nothing there, or another file
+	case err != nil:
 		return false, err
-	}
-	if id != file {
-		return false, nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
@@ -253,15 +241,12 @@ func RemoveLeftovers(path string, timeout time.Duration) (removed []string) {
 		return nil
 	}
 	for _, e := range entries {
-		name := e.Name()
-		if !IsHiddenName(path, name) || e.Type() != fs.ModeSocket {
+		if !IsHiddenName(path, e.Name()) || e.Type() != fs.ModeSocket {
 			continue
 		}
-		full := filepath.Join(dir, name)
-		if Answers(full, timeout) {
-			continue
-		}
-		if os.Remove(full) == nil {
+		// One that answers is a live registrar's.
+		full := filepath.Join(dir, e.Name())
+		if !Answers(full, timeout) && os.Remove(full) == nil {
 			removed = append(removed, full)
 		}
 	}
