@@ -23,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
@@ -55,8 +57,8 @@ const (
 // Node UID it read at its start (1.35 to 1.37, nodeInfoManager's
 // CreateCSINode) rather than the current Node's. By minor number, so that
 // a prerelease of 1.38 counts as 1.38.
-func (c *cluster) kubeletKeepsNodeUID() bool {
-	v := c.kubeletVersion
+func (s *suite) kubeletKeepsNodeUID() bool {
+	v := s.KubeletVersion
 	return v.Major() == 1 && v.Minor() >= 35 && v.Minor() <= 37
 }
 
@@ -65,24 +67,24 @@ func (c *cluster) kubeletKeepsNodeUID() bool {
 // flag and service account), and waits until its one pod is Ready and
 // CSINode lists the driver under the current Node. It returns the pod, the
 // Node's UID and how long that took.
-func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
-	o := own{name: confirmDaemonSet, hostpath: true, keepProbes: true}
+func (s *suite) deployConfirm(ctx context.Context, watch *localnode.Watch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
+	o := own{Own: localnode.Own{Name: confirmDaemonSet, Hostpath: true, KeepProbes: true}}
 	if !rev.upstream() {
-		o.account, o.args = true, []string{"--confirm-csinode"}
+		o.account, o.Args = true, []string{"--confirm-csinode"}
 	}
 	ds, err := s.ownDaemonSet(rev, o)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return nil, "", 0, err
 	}
 	began := time.Now()
-	pod, _, err := s.deploy(ctx, ds, watch)
+	pod, _, err := s.Deploy(ctx, ds, watch)
 	if err == nil {
-		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == node.UID }); !ok {
-			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, node.UID)
+		if _, ok := watch.WaitUntil(ctx, time.Minute, func(r localnode.Registration) bool { return r.Registered && r.Owner == node.UID }); !ok {
+			err = fmt.Errorf("%s not in CSINode under Node %s", localnode.HostpathDriver, node.UID)
 		}
 	}
 	if err != nil {
@@ -170,19 +172,19 @@ func (h healing) describe(began time.Time) string {
 // driver out of CSINode, then in it again owned by uid, and /status other
 // than registered, then registered again, and records both times under
 // label. After a kubelet restart (lost), both count as out from began.
-func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
+func (s *suite) waitHealed(ctx context.Context, label string, watch *localnode.Watch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
-	err := waitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
 		h = healing{}
 		if lost {
 			h.lostAt = began
 		}
-		for _, r := range watch.between(began, time.Now()) {
+		for _, r := range watch.Between(began, time.Now()) {
 			switch {
-			case !r.registered && h.lostAt.IsZero():
-				h.lostAt = r.at
-			case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
-				h.csiNodeAt = r.at
+			case !r.Registered && h.lostAt.IsZero():
+				h.lostAt = r.At
+			case r.Registered && r.Owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
+				h.csiNodeAt = r.At
 			}
 		}
 		left := lost
@@ -196,7 +198,7 @@ func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatc
 		}
 		return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero(), nil
 	})
-	s.timingSince(label+" → "+hostpathDriver+" in CSINode, owned by the current Node", began, h.csiNodeAt)
+	s.timingSince(label+" → "+localnode.HostpathDriver+" in CSINode, owned by the current Node", began, h.csiNodeAt)
 	s.timingSince(label+" → /status registered", began, h.statusAt)
 	return h, err
 }
@@ -205,7 +207,7 @@ func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatc
 // labels, annotations and spec (its taints among them), as node repair
 // does; kubelet writes the new one's status. It returns the new Node.
 func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
-	old, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	old, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +215,7 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 	// what the Node owns (its CSINode, its Lease).
 	background := metav1.DeletePropagationBackground
 	uid := old.UID
-	if err := s.client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{
+	if err := s.Client.CoreV1().Nodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{
 		PropagationPolicy: &background, Preconditions: &metav1.Preconditions{UID: &uid},
 	}); err != nil {
 		return nil, fmt.Errorf("delete Node: %w", err)
@@ -223,8 +225,8 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 		Spec:       old.Spec,
 	}
 	var created *corev1.Node
-	err = waitFor(ctx, "the Node created again", 30*time.Second, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		created, err = s.client.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
+	err = localnode.WaitFor(ctx, "the Node created again", 30*time.Second, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		created, err = s.Client.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
 		return err == nil, err
 	})
 	return created, err
@@ -233,8 +235,8 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 // waitNodeStatus waits until kubelet has written the replaced Node's
 // status (the scheduler places no pod on a Node without it).
 func (s *suite) waitNodeStatus(ctx context.Context) error {
-	return waitFor(ctx, "kubelet's status on the new Node", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	return localnode.WaitFor(ctx, "kubelet's status on the new Node", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 		return err == nil && node.Status.NodeInfo.KubeletVersion != "" && len(node.Status.Allocatable) > 0, err
 	})
 }
@@ -255,10 +257,10 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 
 // checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
-	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
+	replaced := "kubelet " + s.KubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
 		replaced = fmt.Sprintf("kubelet %s (1.35 to 1.37) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
-			s.kubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
+			s.KubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
 	}
 	names := []string{
 		"13a. --confirm-csinode, CSINode deleted while the driver is registered: the registrar publishes its socket again (csinode-lost), CSINode lists the driver again under the current Node within " + maxHeal.String() + ", /status registered again, an inline-volume pod runs",
@@ -269,20 +271,20 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 		return s.skipAll(names, *hostpathMissing)
 	}
 	// Check 8's DaemonSet registers the same driver.
-	if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
+	if err := s.RemoveDaemonSet(ctx, localnode.HostpathDaemonSet, localnode.HostpathDriver); err != nil {
 		return s.failAll(names, "removing check 8's DaemonSet: %v", err)
 	}
 	// deploy/csinode's account, and check 8's CSIDriver if check 8 did not leave it.
-	err := s.applyManifests(ctx, nil, s.deployFile("csinode/rbac.yaml"), s.deployFile("csinode/service-account/service-account.yaml"))
+	err := s.ApplyManifests(ctx, nil, s.DeployFile("csinode/rbac.yaml"), s.DeployFile("csinode/service-account/service-account.yaml"))
 	if err == nil {
-		if _, err = s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		if _, err = s.Client.StorageV1().CSIDrivers().Create(ctx, localnode.HostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
 	}
 	if err != nil {
 		return s.failAll(names, "%v", err)
 	}
-	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
+	watch, stopWatch := s.StartWatch(ctx, localnode.HostpathDriver)
 	defer stopWatch()
 
 	ok := s.checkCSINodeDeleted(ctx, names[0], watch)
@@ -294,9 +296,9 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 }
 
 // checkCSINodeDeleted is check 13a.
-func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, problems) {
-		if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+		if err := s.Client.StorageV1().CSINodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{}); err != nil {
 			return "", problems{"delete CSINode: " + err.Error()}
 		}
 		h, err := s.waitHealed(ctx, "13a. CSINode deleted", watch, &c.tl, began, c.uid, maxHeal, false)
@@ -307,7 +309,7 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 }
 
 // checkNodeReplaced is check 13b.
-func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, problems) {
 		node, err := s.replaceNode(ctx)
 		if err != nil {
@@ -332,8 +334,8 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 // takes the driver's registration away and says what followed; then the
 // registrar must have published its socket again, no container restarted,
 // and an inline-volume pod must run.
-func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, problems)) bool {
-	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
+func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *localnode.Watch, lose func(*confirmed, time.Time) (string, problems)) bool {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	c := &confirmed{}
 	var err error
 	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
@@ -367,14 +369,14 @@ func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *
 // staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
 // names the stale owner, never says registered, backs off and does not
 // restart. It returns what it saw and adds what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirmed, began time.Time, p *problems) string {
+func (s *suite) staleOwner(ctx context.Context, watch *localnode.Watch, c *confirmed, began time.Time, p *problems) string {
 	oldUID := string(c.uid)
 	namesOld := func(state, reason string) bool { return state == "unconfirmed" && strings.Contains(reason, oldUID) }
 	// The garbage collector deletes the stale CSINode within milliseconds,
 	// often between two polls of /status: the registrar's log counts too.
 	var logAt time.Time
-	err := waitFor(ctx, "the registrar naming the old Node's UID "+oldUID+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		logAt = firstLogLine(s.containerLog(c.pod, registrarName), oldUID)
+	err := localnode.WaitFor(ctx, "the registrar naming the old Node's UID "+oldUID+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
+		logAt = firstLogLine(s.containerLog(c.pod, localnode.RegistrarName), oldUID)
 		return !logAt.IsZero() || slices.ContainsFunc(c.tl.since(began), func(e statusEntry) bool { return namesOld(e.state, e.reason) }), nil
 	})
 	p.addErr(err)
@@ -391,7 +393,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirme
 	// after a publication it says that it waits for kubelet, so it is read
 	// until it names the replaced Node, for a publication's cycle at most.
 	finalSaid := "nothing"
-	errFinal := waitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
+	errFinal := localnode.WaitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
 		st, err := registrarStatus(revConfirm.port())
 		if err != nil {
 			return false, err
@@ -440,15 +442,15 @@ func (tl *statusTimeline) window(from, to time.Time, lostBefore uint64, names fu
 // staleCSINodes lists, as the watch saw them from began to end, kubelet's
 // CSINodes under the old Node's UID and how long each lived until the
 // garbage collector deleted it.
-func staleCSINodes(watch *csiNodeWatch, began, end time.Time, oldUID types.UID) []string {
+func staleCSINodes(watch *localnode.Watch, began, end time.Time, oldUID types.UID) []string {
 	var stale []string
 	var staleFrom time.Time
-	for _, r := range watch.between(began, end) {
+	for _, r := range watch.Between(began, end) {
 		switch {
-		case r.registered && r.owner == oldUID && staleFrom.IsZero():
-			staleFrom = r.at
-		case !r.registered && !staleFrom.IsZero():
-			stale = append(stale, fmt.Sprintf("+%s for %s", ms(staleFrom.Sub(began)), ms(r.at.Sub(staleFrom))))
+		case r.Registered && r.Owner == oldUID && staleFrom.IsZero():
+			staleFrom = r.At
+		case !r.Registered && !staleFrom.IsZero():
+			stale = append(stale, fmt.Sprintf("+%s for %s", ms(staleFrom.Sub(began)), ms(r.At.Sub(staleFrom))))
 			staleFrom = time.Time{}
 		}
 	}
@@ -458,9 +460,9 @@ func staleCSINodes(watch *csiNodeWatch, began, end time.Time, oldUID types.UID) 
 // healedByRestart restarts kubelet, which then creates CSINode under the
 // new Node, and waits for the driver there and /status registered. It
 // returns what it saw and adds what is wrong to problems.
-func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, p *problems) string {
+func (s *suite) healedByRestart(ctx context.Context, watch *localnode.Watch, tl *statusTimeline, newUID types.UID, p *problems) string {
 	restartAt := time.Now()
-	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
+	if err := s.RestartKubelet(ctx, "kubelet-13b"); err != nil {
 		p.add("restarting kubelet: %v", err)
 		return ""
 	}
@@ -487,30 +489,30 @@ func firstLogLine(log, substr string) time.Time {
 // staysLost waits up to maxHeal for the driver to leave CSINode after
 // began, then watches it stay out for upstreamLostFor. It says what it saw
 // and whether the driver stayed out.
-func staysLost(ctx context.Context, watch *csiNodeWatch, began time.Time) (string, bool) {
-	gone, ok := watch.waitUntil(ctx, maxHeal, func(r registration) bool { return !r.registered })
+func staysLost(ctx context.Context, watch *localnode.Watch, began time.Time) (string, bool) {
+	gone, ok := watch.WaitUntil(ctx, maxHeal, func(r localnode.Registration) bool { return !r.Registered })
 	if !ok {
 		return fmt.Sprintf("the driver did not leave CSINode within %s", maxHeal), false
 	}
 	select {
 	case <-ctx.Done():
 		return "interrupted", false
-	case <-time.After(time.Until(gone.at.Add(upstreamLostFor))):
+	case <-time.After(time.Until(gone.At.Add(upstreamLostFor))):
 	}
 	var back time.Time
-	for _, r := range watch.between(gone.at, time.Now()) {
-		if r.registered && back.IsZero() {
-			back = r.at
+	for _, r := range watch.Between(gone.At, time.Now()) {
+		if r.Registered && back.IsZero() {
+			back = r.At
 		}
 	}
 	if !back.IsZero() {
-		return fmt.Sprintf("driver out of CSINode +%s, back %s later", ms(gone.at.Sub(began)), ms(back.Sub(gone.at))), false
+		return fmt.Sprintf("driver out of CSINode +%s, back %s later", ms(gone.At.Sub(began)), ms(back.Sub(gone.At))), false
 	}
-	return fmt.Sprintf("driver out of CSINode +%s, still out %s later", ms(gone.at.Sub(began)), upstreamLostFor), true
+	return fmt.Sprintf("driver out of CSINode +%s, still out %s later", ms(gone.At.Sub(began)), upstreamLostFor), true
 }
 
 // checkUpstreamStaysLost is check 13c.
-func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *localnode.Watch) bool {
 	var parts []string
 	var p problems
 	for _, part := range []string{"CSINode deleted", "Node replaced"} {
@@ -525,15 +527,15 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 
 // upstreamLoss is a part of check 13c: upstream's image loses the driver's
 // registration as part says, and must not heal; what is wrong goes to p.
-func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part string, p *problems) (string, error) {
-	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
+func (s *suite) upstreamLoss(ctx context.Context, watch *localnode.Watch, part string, p *problems) (string, error) {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	pod, _, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream)
 	if err != nil {
 		return "", err
 	}
 	began := time.Now()
 	if part == "CSINode deleted" {
-		err = s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+		err = s.Client.StorageV1().CSINodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{})
 	} else {
 		_, err = s.replaceNode(ctx)
 	}
@@ -550,14 +552,14 @@ func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part stri
 		// Otherwise kubelet would create every CSINode under the
 		// deleted Node until the run ends.
 		restartAt := time.Now()
-		if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
+		if err := s.RestartKubelet(ctx, "kubelet-13c"); err != nil {
 			p.add("restarting kubelet: %v", err)
 			return line, nil
 		}
-		back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
+		back, ok := watch.WaitUntil(ctx, maxRestartHeal, localnode.IsRegistered)
 		again := fmt.Sprintf("not within %s", maxRestartHeal)
 		if ok {
-			again = "+" + ms(back.at.Sub(restartAt))
+			again = "+" + ms(back.At.Sub(restartAt))
 		}
 		line += "; kubelet restarted (logs/kubelet-13c.log): kubelet registers the driver again, CSINode lists it " + again
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 // Check 9 (issues 18, 28): the node starts with a startup taint; the
@@ -42,7 +44,7 @@ const (
 	gatePolicy = "csi-node-gate"
 )
 
-var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
+var nodeCondition = corev1.NodeConditionType(localnode.DriverName + "/NodePluginRegistered")
 
 // withAccount gives the pods deploy/node-gate's and deploy/csinode's
 // service account with its token, the registrar NODE_NAME, and the API
@@ -93,7 +95,7 @@ func startupTainted(node *corev1.Node) bool {
 // (want), and returns when it became so.
 func (n *nodeTimeline) waitCondition(ctx context.Context, want string, timeout time.Duration) (time.Time, error) {
 	var at time.Time
-	err := waitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if last := len(n.conditions) - 1; last >= 0 && n.conditions[last] == want {
@@ -116,8 +118,8 @@ func (n *nodeTimeline) snapshot() (time.Time, []string) {
 }
 
 func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline) {
-	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+	selector := fields.OneTermEqualSelector("metadata.name", localnode.NodeName).String()
+	localnode.WatchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
 		return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
 	}, func(e watch.Event) bool {
 		if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
@@ -131,8 +133,8 @@ func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline
 // the watch delivers it.
 func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
 	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
-	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
-		return client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	localnode.WatchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Pods(localnode.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
 	}, func(e watch.Event) bool {
 		if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			scheduled <- time.Now()
@@ -146,10 +148,10 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 // check's taint key, on the tainted node without the earlier DaemonSet. It
 // returns what the enforced policy said to a token bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
 		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
 	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return "", err
 	}
@@ -170,7 +172,7 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 		}
 		return true
 	}
-	if err := s.applyManifests(ctx, withTaint, s.deployFile("node-gate/rbac.yaml"), s.deployFile("node-gate/policy.yaml")); err != nil {
+	if err := s.ApplyManifests(ctx, withTaint, s.DeployFile("node-gate/rbac.yaml"), s.DeployFile("node-gate/policy.yaml")); err != nil {
 		return "", err
 	}
 	if err := s.typeCheckGatePolicy(ctx); err != nil {
@@ -184,8 +186,8 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 // (a field that Node does not have, a type mismatch, ...).
 func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 	var warnings []admissionregistrationv1.ExpressionWarning
-	err := waitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		policy, err := s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, gatePolicy, getOpts)
+	err := localnode.WaitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		policy, err := s.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, gatePolicy, getOpts)
 		if err != nil || policy.Status.TypeChecking == nil {
 			return false, err
 		}
@@ -205,18 +207,18 @@ func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 // policy (a moment after its creation): when a dry-run label on the node,
 // with a token of the service account bound to no pod, is refused by it.
 func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
-	token, err := s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	token, err := s.Client.CoreV1().ServiceAccounts(localnode.Namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("a token of the service account %s: %w", gateAccount, err)
 	}
-	unbound, err := kubernetes.NewForConfig(&rest.Config{Host: apiServer, BearerToken: token.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: s.path("apiserver", "apiserver.crt")}})
+	unbound, err := kubernetes.NewForConfig(&rest.Config{Host: localnode.APIServer, BearerToken: token.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.Path("apiserver", "apiserver.crt")}})
 	if err != nil {
 		return "", err
 	}
 	var refusal string
-	err = waitFor(ctx, "the API server enforcing the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		_, err := unbound.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-node.example.com/probe":"x"}}}`),
+	err = localnode.WaitFor(ctx, "the API server enforcing the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		_, err := unbound.CoreV1().Nodes().Patch(ctx, localnode.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-node.example.com/probe":"x"}}}`),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+gatePolicy+"'") {
 			refusal = err.Error()
@@ -237,12 +239,12 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	var timeline nodeTimeline
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go watchNode(watchCtx, s.client, &timeline)
+	go watchNode(watchCtx, s.Client, &timeline)
 	scheduled := make(chan time.Time, 1)
-	go watchScheduled(watchCtx, s.client, scheduled)
+	go watchScheduled(watchCtx, s.Client, scheduled)
 
 	defer func() {
-		_ = s.client.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
+		_ = s.Client.CoreV1().Pods(localnode.Namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
 	}()
 	unschedulable, err := s.startWaitingPod(ctx)
 	if err != nil {
@@ -253,7 +255,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.redeploy(ctx, revNodeGate); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	reg, _ := s.watch.waitUntil(ctx, time.Second, isRegistered)
+	reg, _ := s.watch.WaitUntil(ctx, time.Second, localnode.IsRegistered)
 	scheduledAt, err := s.waitingPodRuns(ctx, scheduled)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -265,7 +267,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	// The pod waited for the registration: it was not on the node while
 	// the driver was not registered (the scheduler places it only once the
 	// taint is gone, which is after the registration).
-	untaintDelay := untainted.Sub(reg.at)
+	untaintDelay := untainted.Sub(reg.At)
 	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "csi_node_driver_registrar_node_update_pending")
 
 	falseAfter, stillTainted, err := s.removeGatedDriver(ctx, &timeline)
@@ -273,10 +275,10 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	_, conds := timeline.snapshot()
-	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
-		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
+	ok := !reg.At.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
+		!scheduledAt.IsZero() && !scheduledAt.Before(reg.At) && !stillTainted
 	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
-		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.At.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.At)), status, conds, ms(falseAfter), !stillTainted)
 }
 
 // waitingPodRuns waits for the waiting pod to be scheduled, which the
@@ -287,7 +289,7 @@ func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) 
 	case scheduledAt = <-scheduled:
 	case <-time.After(time.Minute):
 		var taints []corev1.Taint
-		if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
+		if n, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts); err == nil {
 			taints = n.Spec.Taints
 		}
 		return scheduledAt, fmt.Errorf("the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
@@ -300,14 +302,14 @@ func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) 
 // go False; it returns how long that took and whether the node is tainted.
 func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (time.Duration, bool, error) {
 	deleted := time.Now()
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
 		return 0, false, err
 	}
 	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
 	if err != nil {
 		return 0, false, fmt.Errorf("after the DaemonSet's deletion: %w", err)
 	}
-	n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	n, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	return falseAt.Sub(deleted), err == nil && startupTainted(n), nil
 }
 
@@ -316,7 +318,7 @@ func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (
 // and returns why the scheduler says it waits.
 func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: localnode.Namespace},
 		Spec: corev1.PodSpec{
 			// No CNI here: the host's network, as the DaemonSet's pods.
 			HostNetwork:                  true,
@@ -329,7 +331,7 @@ func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
 			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
 		},
 	}
-	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := s.Client.CoreV1().Pods(localnode.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create pod: %w", err)
 	}
 	var unschedulable string

@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
@@ -41,16 +43,16 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		expect = "the registrar leaves its socket alone (kubelet 1.36 and later tries again by itself)"
 	}
 	name := fmt.Sprintf("%s. kubelet %s rejects the driver %d time(s), then accepts it: %s; the driver stays in CSINode for %s after the acceptance",
-		id, s.kubeletVersion, n, expect, rejectedSettle)
+		id, s.KubeletVersion, n, expect, rejectedSettle)
 	// Three rejections also show as one Event with a count (--events).
 	events := n == 3
 	if events {
 		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
 	}
-	ds, err := s.ownDaemonSet(revRejected, own{name: rejectedDaemonSet, driver: driver, keepProbes: true, events: events,
-		driverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}})
+	ds, err := s.ownDaemonSet(revRejected, own{events: events, Own: localnode.Own{Name: rejectedDaemonSet, Driver: driver, KeepProbes: true,
+		DriverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}}})
 	if err == nil && events {
-		err = s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml"))
+		err = s.ApplyManifests(ctx, nil, s.DeployFile("csinode/service-account/service-account.yaml"), s.DeployFile("events/rbac.yaml"))
 	}
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -65,10 +67,10 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	first, _ := watch.first(began, isRegistered)
-	accepted := first.at
+	first, _ := watch.First(began, localnode.IsRegistered)
+	accepted := first.At
 	time.Sleep(rejectedSettle)
-	gaps := watch.gaps(accepted, time.Now())
+	gaps := gaps(watch, accepted, time.Now())
 	st, err := registrarStatus(revRejected.port())
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
@@ -88,7 +90,7 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	p.want(!failingSince.IsZero(), "never saw failingSince in the registrar's /status before the acceptance")
 	if !failingSince.IsZero() {
 		recovery = ms(accepted.Sub(failingSince))
-		s.timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
+		s.Timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
 	}
 	return s.report(name, len(p) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
@@ -98,14 +100,14 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 // waitAccepted reads the registrar's /status on port until CSINode lists
 // the driver, and returns when the first rejection came (failingSince,
 // which the registrar resets once kubelet accepts).
-func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Time, error) {
+func waitAccepted(ctx context.Context, watch *localnode.Watch, port int32) (time.Time, error) {
 	var failingSince time.Time
-	err := waitFor(ctx, watch.driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, watch.Driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if st, err := registrarStatus(port); err == nil && failingSince.IsZero() && st.FailingSince != nil {
 			failingSince = *st.FailingSince
 		}
-		reg, _ := watch.now()
-		return reg.registered, nil
+		reg, _ := watch.Now()
+		return reg.Registered, nil
 	})
 	if err != nil {
 		_, said := statusOf(port)
@@ -118,7 +120,7 @@ func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Ti
 // events, the Events on it. It returns the Events seen and adds what is
 // wrong to p.
 func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problems) (string, error) {
-	pods, err := s.podsOf(ctx, rejectedDaemonSet)
+	pods, err := s.PodsOf(ctx, rejectedDaemonSet)
 	if err != nil {
 		return "", err
 	}
@@ -139,10 +141,10 @@ func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problem
 // new socket.
 func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
 	if s.kubeletRetries() {
-		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
+		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.KubeletVersion)
 		return
 	}
-	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
+	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.KubeletVersion, atLeast)
 }
 
 // checkEvents waits for the Pod's Events after kubelet accepted the driver
@@ -151,8 +153,8 @@ func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
 func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int, p *problems) (seen string) {
 	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
 	var rejected, registered *corev1.Event
-	err := waitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		list, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+	err := localnode.WaitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		list, err := s.Client.CoreV1().Events(localnode.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
 			return false, err
 		}

@@ -12,6 +12,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 // rollout is what a rolling update of the DaemonSet did, followed from the
@@ -34,6 +36,26 @@ type gap struct {
 	open     bool
 }
 
+// gaps returns the times in [from, to] that CSINode did not list the
+// driver; one still open at to ends there, open.
+func gaps(w *localnode.Watch, from, to time.Time) []gap {
+	var gaps []gap
+	var down time.Time
+	for _, r := range w.Between(from, to) {
+		switch {
+		case !r.Registered && down.IsZero():
+			down = r.At
+		case r.Registered && !down.IsZero():
+			gaps = append(gaps, gap{from: down, to: r.At})
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		gaps = append(gaps, gap{from: down, to: to, open: true})
+	}
+	return gaps
+}
+
 // rolloutSettle is how long a rollout is watched after the old pod's object
 // is gone, in case kubelet reacts late to what the old pod left.
 const rolloutSettle = 5 * time.Second
@@ -45,7 +67,7 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 	if err != nil {
 		return nil, err
 	}
-	if reg, _ := s.watch.now(); !reg.registered {
+	if reg, _ := s.watch.Now(); !reg.Registered {
 		return nil, fmt.Errorf("the driver was not registered before the update")
 	}
 	r, err := s.roll(ctx, want, s.watch, nil)
@@ -58,8 +80,8 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 // roll gives the DaemonSet want names want's template and follows the
 // maxSurge update until it is done, then for rolloutSettle, recording
 // watch's changes and the pods' restarts; poll runs at each poll, if set.
-func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
+func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *localnode.Watch, poll func()) (*rollout, error) {
+	ds, err := s.Client.AppsV1().DaemonSets(localnode.Namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -67,19 +89,19 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
 	}
 	app := ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
-	pods, err := s.podsOf(ctx, app)
+	pods, err := s.PodsOf(ctx, app)
 	if err != nil || len(pods) != 1 {
 		return nil, fmt.Errorf("want one pod of %s before the update, have %d (%v)", want.Name, len(pods), err)
 	}
-	next := want.Spec.Template.Annotations[revisionKey]
+	next := want.Spec.Template.Annotations[localnode.RevisionKey]
 	r := &rollout{oldPod: pods[0].Name, restarts: map[string]int32{}, began: time.Now()}
-	fmt.Sscan(pods[0].Annotations[revisionKey], &r.from)
-	watchRestarts := watch.restarts()
-	updated, err := s.setTemplate(ctx, want.Name, want.Spec.Template)
+	fmt.Sscan(pods[0].Annotations[localnode.RevisionKey], &r.from)
+	watchRestarts := watch.Restarts()
+	updated, err := s.SetTemplate(ctx, want.Name, want.Spec.Template)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
 	}
-	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err = localnode.WaitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if poll != nil {
 			poll()
 		}
@@ -92,12 +114,12 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 	// the old registrar has exited; kubelet may still react late to what it left.
 	time.Sleep(rolloutSettle)
 	r.end = time.Now()
-	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
+	if pod, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, r.newPod, getOpts); err == nil {
 		r.recordRestarts(pod)
 	}
-	r.writes = len(watch.between(r.began, r.end))
-	r.gaps = watch.gaps(r.began, r.end)
-	r.watchRestarted = watch.restarts() != watchRestarts
+	r.writes = len(watch.Between(r.began, r.end))
+	r.gaps = gaps(watch, r.began, r.end)
+	r.watchRestarted = watch.Restarts() != watchRestarts
 	return r, nil
 }
 
@@ -106,7 +128,7 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 // deleted and gone; it reports whether the DaemonSet's status says the
 // rollout is done.
 func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string, updated *appsv1.DaemonSet) (bool, error) {
-	pods, err := s.podsOf(ctx, app)
+	pods, err := s.PodsOf(ctx, app)
 	if err != nil {
 		return false, err
 	}
@@ -119,9 +141,9 @@ func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string
 			if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
 				r.tOldDeleting = time.Since(r.began)
 			}
-		} else if pod.Annotations[revisionKey] == next {
+		} else if pod.Annotations[localnode.RevisionKey] == next {
 			r.newPod = pod.Name
-			if r.tNewReady == 0 && podReady(pod) {
+			if r.tNewReady == 0 && localnode.PodReady(pod) {
 				r.tNewReady = time.Since(r.began)
 			}
 		}
@@ -129,7 +151,7 @@ func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string
 	if !oldSeen && r.tOldGone == 0 {
 		r.tOldGone = time.Since(r.began)
 	}
-	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, updated.Name, getOpts)
+	current, err := s.Client.AppsV1().DaemonSets(localnode.Namespace).Get(ctx, updated.Name, getOpts)
 	if err != nil {
 		return false, err
 	}
@@ -209,10 +231,10 @@ func (r *rollout) String() string {
 // csi-node, and whether as it should: the driver in CSINode with the
 // expected node ID, the watch never restarted, the socket dialable.
 func (s *suite) settled(r *rollout) (string, bool) {
-	final, _ := s.watch.now()
+	final, _ := s.watch.Now()
 	socket := dialable(s.regSocket())
-	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.registered, final.nodeID, socket),
-		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && socket
+	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.Registered, final.NodeID, socket),
+		final.Registered && final.NodeID == localnode.ExpectedNodeID && !r.watchRestarted && socket
 }
 
 // redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
@@ -222,7 +244,7 @@ func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	if err != nil {
 		return err
 	}
-	pod, _, err := s.deploy(ctx, want, s.watch)
+	pod, _, err := s.Deploy(ctx, want, s.watch)
 	if err == nil {
 		s.podName = pod.Name
 	}

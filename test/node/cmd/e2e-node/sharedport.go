@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 // checkSharedPortRollout rolls a DaemonSet whose two revisions listen on
@@ -20,7 +22,7 @@ func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
 	if err := s.redeploy(ctx, revSharedPort); err != nil {
 		return s.report(name, false, "no registered DaemonSet on the shared port to start from: %v", err)
 	}
-	baseline, err := probeCounts(registrarName)
+	baseline, err := probeCounts(localnode.RegistrarName)
 	if err != nil {
 		return s.report(name, false, "kubelet's probe metrics: %v", err)
 	}
@@ -75,15 +77,15 @@ type podSamples struct {
 func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan podSamples {
 	seen := podSamples{probes: map[string]map[string]float64{}, logs: map[string]string{}}
 	return sample(ctx, interval, seen, func(seen *podSamples) {
-		if counts, err := probeCounts(registrarName); err == nil {
+		if counts, err := probeCounts(localnode.RegistrarName); err == nil {
 			for pod, c := range counts {
 				seen.probes[pod] = c
 			}
 		}
 		// kubelet's pod log directories: <namespace>_<pod>_<uid>.
-		dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
+		dirs, _ := filepath.Glob(s.Path("pod-logs", localnode.Namespace+"_*"))
 		for _, dir := range dirs {
-			log := readLogs(filepath.Join(dir, registrarName))
+			log := readLogs(filepath.Join(dir, localnode.RegistrarName))
 			if pod := strings.Split(filepath.Base(dir), "_")[1]; len(log) > len(seen.logs[pod]) {
 				seen.logs[pod] = log
 			}
@@ -113,12 +115,12 @@ func sample[T any](ctx context.Context, interval time.Duration, v T, step func(*
 // saveRegistrarLogs writes the registrars' logs to the run's logs, where
 // the deleted pod's would otherwise be lost, and says where.
 func (s *suite) saveRegistrarLogs(logs map[string]string) string {
-	dir := filepath.Join(s.logs, "pod-logs-4d")
+	dir := filepath.Join(s.Logs, "pod-logs-4d")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err.Error()
 	}
 	for pod, log := range logs {
-		if err := os.WriteFile(filepath.Join(dir, pod+"."+registrarName+".log"), []byte(log), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, pod+"."+localnode.RegistrarName+".log"), []byte(log), 0o644); err != nil {
 			return err.Error()
 		}
 	}
@@ -195,7 +197,7 @@ func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan po
 		for _, path := range []string{"/healthz", "/readyz"} {
 			at := time.Now()
 			outcome := "error"
-			if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", nodeIP, port, path)); err == nil {
+			if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", localnode.NodeIP, port, path)); err == nil {
 				resp.Body.Close()
 				outcome = fmt.Sprint(resp.StatusCode)
 			}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +22,12 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
+
+var getOpts = metav1.GetOptions{}
 
 // result is one line of the report.
 type result struct {
@@ -47,10 +53,9 @@ type options struct {
 }
 
 type suite struct {
-	*cluster
+	*localnode.Node
 	options
-	repo    string
-	watch   *csiNodeWatch
+	watch   *localnode.Watch
 	results []result
 	podName string // the current pod of the DaemonSet
 }
@@ -128,21 +133,12 @@ func get(url string) (int, string) {
 	return resp.StatusCode, line
 }
 
-// podsOf lists the pods labelled app.kubernetes.io/name=app.
-func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
-}
-
 // waitPod waits until the pod name satisfies cond, and returns it as last
 // read.
 func (s *suite) waitPod(ctx context.Context, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
 	var pod *corev1.Pod
-	err := waitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+	err := localnode.WaitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, name, getOpts)
 		if err != nil {
 			return false, err
 		}
@@ -161,17 +157,8 @@ func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func (s *suite) regSocket() string {
-	return s.path("kubelet", "plugins_registry", driverName+"-reg.sock")
+	return s.Path("kubelet", "plugins_registry", localnode.DriverName+"-reg.sock")
 }
 
 // probeCounts reads kubelet's prober_probe_total for a container of each
@@ -181,7 +168,7 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // kubelet's self-signed serving certificate
 	}}
-	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", nodeIP))
+	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", localnode.NodeIP))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +187,7 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["namespace"] != namespace || labels["container"] != container {
+		if labels["namespace"] != localnode.Namespace || labels["container"] != container {
 			continue
 		}
 		pod := labels["pod"]
@@ -216,7 +203,7 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 // to satisfy cond, and returns them.
 func waitProbes(ctx context.Context, what, container, pod string, cond func(map[string]float64) bool) (map[string]float64, error) {
 	var counts map[string]float64
-	err := waitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
 		all, err := probeCounts(container)
 		counts = all[pod]
 		return err == nil && cond(counts), err
@@ -307,7 +294,7 @@ func metricLine(url, prefix string) string {
 // timingSince records t's offset from began as a timing, if t is set.
 func (s *suite) timingSince(what string, began, t time.Time) {
 	if !t.IsZero() {
-		s.timing(what, t.Sub(began))
+		s.Timing(what, t.Sub(began))
 	}
 }
 
@@ -322,7 +309,7 @@ func since(began, t time.Time) string {
 // restarted lists the containers of pod that restarted, or changed since
 // pod was read.
 func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	now, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, pod.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +325,7 @@ func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error
 
 // containerLog is a container's log of pod, as kubelet keeps it.
 func (s *suite) containerLog(pod *corev1.Pod, container string) string {
-	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
+	return readLogs(s.Path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
 }
 
 // readLogs reads the log files of a container's directory in kubelet's
@@ -358,7 +345,7 @@ func readLogs(dir string) string {
 // a message starting with prefix, such as kubelet's failed liveness probe,
 // with its count.
 func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
-	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	events, err := s.Client.CoreV1().Events(localnode.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
 	if err != nil {
 		return err.Error()
 	}
@@ -375,12 +362,12 @@ func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) strin
 // dsName to the run's logs, in pod-logs-<check>/, before the pods are
 // deleted and kubelet removes them.
 func (s *suite) savePodLogs(check, dsName string) {
-	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
+	dirs, _ := filepath.Glob(s.Path("pod-logs", localnode.Namespace+"_"+dsName+"-*"))
 	for _, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 		for _, file := range files {
-			rel, _ := filepath.Rel(s.path("pod-logs"), file)
-			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
+			rel, _ := filepath.Rel(s.Path("pod-logs"), file)
+			dest := filepath.Join(s.Logs, "pod-logs-"+check, rel)
 			data, err := os.ReadFile(file)
 			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
 				err = os.WriteFile(dest, data, 0o644)
@@ -392,6 +379,20 @@ func (s *suite) savePodLogs(check, dsName string) {
 	}
 }
 
-func (s *suite) timing(what string, took time.Duration) {
-	s.timings = append(s.timings, timing{what, took})
+// kubeletRetries reports whether kubelet tries a rejected registration
+// again by itself, on the same socket (kubelet 1.36 and later,
+// kubernetes/kubernetes#133335); older ones try again only on a socket
+// created again, which the registrar then publishes (docs/compatibility.md).
+func (s *suite) kubeletRetries() bool {
+	return s.KubeletVersion.AtLeast(version.MajorMinor(1, 36))
+}
+
+// dialable reports whether a Unix socket accepts connections.
+func dialable(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }

@@ -1,4 +1,9 @@
-package main
+// Package localnode runs a one-node Kubernetes cluster on this machine
+// (etcd, containerd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kubelet) in the namespaces hack/e2e-node.sh prepared, and
+// deploys deploy/daemonset.yaml on it: what make e2e-node's checks and make
+// e2e-storage's suite share.
+package localnode
 
 import (
 	"context"
@@ -8,7 +13,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,9 +32,9 @@ import (
 
 // The node's fixed identity inside its own network namespace.
 const (
-	nodeName   = "e2e-node"
-	nodeIP     = "10.88.0.1" // on lo: kubelet refuses a loopback node IP
-	apiServer  = "https://127.0.0.1:6443"
+	NodeName   = "e2e-node"
+	NodeIP     = "10.88.0.1" // on lo: kubelet refuses a loopback node IP
+	APIServer  = "https://127.0.0.1:6443"
 	adminToken = "e2e-node-admin"
 	nodeToken  = "e2e-node-kubelet"
 	// cgroupRoot is kubelet's cgroup root, created (and removed) by
@@ -48,35 +52,48 @@ type process struct {
 	err  error
 }
 
-// cluster is the single-node cluster: its processes, in start order.
-type cluster struct {
-	work    string // scratch directory
-	bin     string // directory of kubelet, kube-apiserver, ...
-	logs    string
+// Node is the single-node cluster: its processes, in start order.
+type Node struct {
+	Work string // scratch directory
+	Bin  string // directory of kubelet, kube-apiserver, ...
+	Repo string // the repository's root, for deploy/
+	Logs string
+	// StartupTaint, if set, is a taint kubelet registers its Node with.
+	StartupTaint string
+	// Controllers are kube-controller-manager's beyond the DaemonSet and
+	// garbage collector controllers.
+	Controllers []string
+	// PodNetwork: pods have a network of their own (the caller configures
+	// it), from which the API server must be reachable.
+	PodNetwork bool
+
 	procs   []*process
-	client  *kubernetes.Clientset
-	dynamic *dynamic.DynamicClient // for deploy/'s manifests as they are
-	timings []timing
-	// kubeletVersion is what kubelet reports in its Node's status.
-	kubeletVersion *version.Version
-	// storage sets the node up for Kubernetes' storage e2e suite (make
-	// e2e-storage): a pod network, the controllers the suite relies on,
-	// no startup taint.
-	storage bool
+	Client  *kubernetes.Clientset
+	Dynamic *dynamic.DynamicClient // for deploy/'s manifests as they are
+	Timings []Timing
+	// KubeletVersion is what kubelet reports in its Node's status.
+	KubeletVersion *version.Version
 }
 
-type timing struct {
-	what string
-	took time.Duration
+// Timing is a duration the report lists.
+type Timing struct {
+	What string
+	Took time.Duration
 }
 
-func (c *cluster) path(elem ...string) string {
-	return filepath.Join(append([]string{c.work}, elem...)...)
+// Timing records a duration for the report.
+func (c *Node) Timing(what string, took time.Duration) {
+	c.Timings = append(c.Timings, Timing{what, took})
+}
+
+// Path is a path in the scratch directory.
+func (c *Node) Path(elem ...string) string {
+	return filepath.Join(append([]string{c.Work}, elem...)...)
 }
 
 // start runs a component in the background; its output goes to logs/NAME.log.
-func (c *cluster) start(name string, argv ...string) (*process, error) {
-	logFile, err := os.Create(filepath.Join(c.logs, name+".log"))
+func (c *Node) start(name string, argv ...string) (*process, error) {
+	logFile, err := os.Create(filepath.Join(c.Logs, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -96,9 +113,9 @@ func (c *cluster) start(name string, argv ...string) (*process, error) {
 	return p, nil
 }
 
-// stopAll stops the components in reverse start order: SIGTERM, then
+// StopAll stops the components in reverse start order: SIGTERM, then
 // SIGKILL after a grace period.
-func (c *cluster) stopAll() {
+func (c *Node) StopAll() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop()
 	}
@@ -121,8 +138,8 @@ func (p *process) stop() {
 	}
 }
 
-// command runs a short command and returns its error with its output.
-func command(argv ...string) error {
+// Command runs a short command and returns its error with its output.
+func Command(argv ...string) error {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
@@ -130,10 +147,10 @@ func command(argv ...string) error {
 	return nil
 }
 
-// waitFor polls cond every interval until it holds, ctx ends or timeout
+// WaitFor polls cond every interval until it holds, ctx ends or timeout
 // passes. A process that exits while we wait for it is an error at the
 // next poll.
-func waitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
+func WaitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
 	var last error
 	err := wait.PollUntilContextTimeout(parent, interval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
@@ -158,46 +175,38 @@ func waitFor(parent context.Context, what string, timeout, interval time.Duratio
 	return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
 }
 
-// up starts etcd, containerd, kube-apiserver, kube-controller-manager,
+// Up starts etcd, containerd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kubelet, each once the previous one answers.
-func (c *cluster) up(ctx context.Context, images []string) error {
+func (c *Node) Up(ctx context.Context, images []string) error {
 	began := time.Now()
 	// The network namespace is new: only lo, down.
-	if err := command("ip", "link", "set", "lo", "up"); err != nil {
+	if err := Command("ip", "link", "set", "lo", "up"); err != nil {
 		return err
 	}
-	if err := command("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
+	if err := Command("ip", "addr", "add", NodeIP+"/32", "dev", "lo"); err != nil {
 		return err
 	}
-	etcd, err := c.start("etcd", "etcd", "--data-dir", c.path("etcd"),
+	etcd, err := c.start("etcd", "etcd", "--data-dir", c.Path("etcd"),
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", "default=http://127.0.0.1:2380", "--name", "default")
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "etcd healthy", time.Minute, 200*time.Millisecond, etcd, httpOK("http://127.0.0.1:2379/health", "")); err != nil {
+	if err := WaitFor(ctx, "etcd healthy", time.Minute, 200*time.Millisecond, etcd, httpOK("http://127.0.0.1:2379/health", "")); err != nil {
 		return err
-	}
-	if c.storage {
-		if err := c.writePodNetwork(); err != nil {
-			return err
-		}
-		if err := routeKubernetesService(); err != nil {
-			return err
-		}
 	}
 	for _, step := range []func(context.Context, []string) error{c.upContainerd, c.upAPIServer, c.upControllers, c.upKubelet} {
 		if err := step(ctx, images); err != nil {
 			return err
 		}
 	}
-	c.timings = append(c.timings, timing{"node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began)})
+	c.Timing("node up (etcd, containerd, images, apiserver, controller-manager, scheduler, kubelet)", time.Since(began))
 	return nil
 }
 
 // upContainerd starts containerd and imports the images.
-func (c *cluster) upContainerd(ctx context.Context, images []string) error {
+func (c *Node) upContainerd(ctx context.Context, images []string) error {
 	config := fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -222,9 +231,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[5]q
     conf_dir = %[6]q
-`, c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "containerd.sock"),
-		c.path("containerd", "opt"), c.path("cni", "bin"), c.path("cni", "conf"))
-	file := c.path("containerd.toml")
+`, c.Path("containerd", "root"), c.Path("containerd", "state"), c.Path("containerd", "containerd.sock"),
+		c.Path("containerd", "opt"), c.Path("cni", "bin"), c.Path("cni", "conf"))
+	file := c.Path("containerd.toml")
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return err
 	}
@@ -232,14 +241,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	if err != nil {
 		return err
 	}
-	sock := c.path("containerd", "containerd.sock")
-	if err := waitFor(ctx, "containerd serving", time.Minute, 200*time.Millisecond, containerd, func(context.Context) (bool, error) {
-		return command("ctr", "--address", sock, "version") == nil, nil
+	sock := c.Path("containerd", "containerd.sock")
+	if err := WaitFor(ctx, "containerd serving", time.Minute, 200*time.Millisecond, containerd, func(context.Context) (bool, error) {
+		return Command("ctr", "--address", sock, "version") == nil, nil
 	}); err != nil {
 		return err
 	}
 	for _, image := range images {
-		if err := command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--snapshotter", "native", image); err != nil {
+		if err := Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--snapshotter", "native", image); err != nil {
 			return err
 		}
 	}
@@ -247,9 +256,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 }
 
 // upAPIServer starts kube-apiserver and makes the clients of it.
-func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
+func (c *Node) upAPIServer(ctx context.Context, _ []string) error {
 	bindAddress := "127.0.0.1"
-	if c.storage {
+	if c.PodNetwork {
 		// the pods' network reaches the node's address, not its loopback
 		bindAddress = "0.0.0.0"
 	}
@@ -257,7 +266,7 @@ func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	keyFile := c.path("service-account.key")
+	keyFile := c.Path("service-account.key")
 	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
 		return err
@@ -265,15 +274,15 @@ func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
 	// kubelet is a real node user, so that the Node authorizer and the
 	// NodeRestriction admission plugin check what it writes.
 	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,kubelet,\"system:nodes\"\n",
-		adminToken, nodeToken, nodeName)
-	tokenFile := c.path("tokens.csv")
+		adminToken, nodeToken, NodeName)
+	tokenFile := c.Path("tokens.csv")
 	if err := os.WriteFile(tokenFile, []byte(tokens), 0o600); err != nil {
 		return err
 	}
-	apiserver, err := c.start("kube-apiserver", filepath.Join(c.bin, "kube-apiserver"),
+	apiserver, err := c.start("kube-apiserver", filepath.Join(c.Bin, "kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address="+bindAddress, "--secure-port=6443", "--advertise-address="+nodeIP,
-		"--cert-dir="+c.path("apiserver"),
+		"--bind-address="+bindAddress, "--secure-port=6443", "--advertise-address="+NodeIP,
+		"--cert-dir="+c.Path("apiserver"),
 		"--token-auth-file="+tokenFile,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
@@ -292,64 +301,63 @@ func (c *cluster) upAPIServer(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "kube-apiserver ready", 3*time.Minute, 500*time.Millisecond, apiserver, httpOK(apiServer+"/readyz", adminToken)); err != nil {
+	if err := WaitFor(ctx, "kube-apiserver ready", 3*time.Minute, 500*time.Millisecond, apiserver, httpOK(APIServer+"/readyz", adminToken)); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(c.path("admin.kubeconfig"), adminToken); err != nil {
+	if err := writeKubeconfig(c.Path("admin.kubeconfig"), adminToken); err != nil {
 		return err
 	}
 	config := &rest.Config{
-		Host: apiServer, BearerToken: adminToken,
+		Host: APIServer, BearerToken: adminToken,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 50, Burst: 100,
 	}
-	if c.client, err = kubernetes.NewForConfig(config); err != nil {
+	if c.Client, err = kubernetes.NewForConfig(config); err != nil {
 		return err
 	}
-	c.dynamic, err = dynamic.NewForConfig(config)
+	c.Dynamic, err = dynamic.NewForConfig(config)
 	return err
 }
 
 // upControllers starts kube-controller-manager, with the controllers the
-// checks need (more for the storage suite), and kube-scheduler.
-func (c *cluster) upControllers(context.Context, []string) error {
-	admin := c.path("admin.kubeconfig")
-	controllers := []string{"daemonset", "garbagecollector", "validatingadmissionpolicy-status-controller"}
+// checks need and c.Controllers, and kube-scheduler.
+func (c *Node) upControllers(context.Context, []string) error {
+	admin := c.Path("admin.kubeconfig")
+	controllers := append([]string{"daemonset", "garbagecollector", "validatingadmissionpolicy-status-controller"}, c.Controllers...)
 	var rootCA []string
-	if c.storage {
-		controllers = append(controllers, storageControllers...)
+	if c.PodNetwork {
 		// the API server's self-signed certificate, published in every
 		// namespace for the pods' service account volumes
-		rootCA = []string{"--root-ca-file=" + c.path("apiserver", "apiserver.crt")}
+		rootCA = []string{"--root-ca-file=" + c.Path("apiserver", "apiserver.crt")}
 	}
-	if _, err := c.start("kube-controller-manager", append([]string{filepath.Join(c.bin, "kube-controller-manager"),
+	if _, err := c.start("kube-controller-manager", append([]string{filepath.Join(c.Bin, "kube-controller-manager"),
 		"--kubeconfig", admin, "--leader-elect=false", "--controllers=" + strings.Join(controllers, ","),
 		"--secure-port=0", "--v=2"}, rootCA...)...); err != nil {
 		return err
 	}
-	_, err := c.start("kube-scheduler", filepath.Join(c.bin, "kube-scheduler"),
+	_, err := c.start("kube-scheduler", filepath.Join(c.Bin, "kube-scheduler"),
 		"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=2")
 	return err
 }
 
 // upKubelet starts kubelet and waits for its Node with its version, which
 // the checks that depend on kubelet's behaviour read.
-func (c *cluster) upKubelet(ctx context.Context, _ []string) error {
+func (c *Node) upKubelet(ctx context.Context, _ []string) error {
 	kubelet, err := c.startKubelet("kubelet")
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "kubelet registered its Node with its version", 3*time.Minute, 500*time.Millisecond, kubelet, func(ctx context.Context) (bool, error) {
-		node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	if err := WaitFor(ctx, "kubelet registered its Node with its version", 3*time.Minute, 500*time.Millisecond, kubelet, func(ctx context.Context) (bool, error) {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, getOpts)
 		if err != nil || node.Status.NodeInfo.KubeletVersion == "" {
 			return false, err
 		}
-		c.kubeletVersion, err = version.ParseGeneric(node.Status.NodeInfo.KubeletVersion)
+		c.KubeletVersion, err = version.ParseGeneric(node.Status.NodeInfo.KubeletVersion)
 		return err == nil, err
 	}); err != nil {
 		return err
 	}
-	if c.kubeletVersion.Major() == 0 {
-		return fmt.Errorf("kubelet reports version %s: it was built without its release's version (go build -ldflags '-X k8s.io/component-base/version.gitVersion=v1.NN.P', as hack/e2e-node.sh does), and the checks that depend on kubelet's version need it", c.kubeletVersion)
+	if c.KubeletVersion.Major() == 0 {
+		return fmt.Errorf("kubelet reports version %s: it was built without its release's version (go build -ldflags '-X k8s.io/component-base/version.gitVersion=v1.NN.P', as hack/e2e-node.sh does), and the checks that depend on kubelet's version need it", c.KubeletVersion)
 	}
 	return nil
 }
@@ -376,15 +384,14 @@ func httpOK(url, token string) func(context.Context) (bool, error) {
 }
 
 // startKubelet starts kubelet, logging to logs/NAME.log.
-func (c *cluster) startKubelet(name string) (*process, error) {
-	kubeconfig := c.path("kubelet.kubeconfig")
+func (c *Node) startKubelet(name string) (*process, error) {
+	kubeconfig := c.Path("kubelet.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, nodeToken); err != nil {
 		return nil, err
 	}
-	// check 9: the node starts with a CSI driver's startup taint
-	taints := fmt.Sprintf("registerWithTaints:\n- key: %s\n  effect: NoSchedule\n", startupTaint)
-	if c.storage {
-		taints = ""
+	taints := ""
+	if c.StartupTaint != "" {
+		taints = fmt.Sprintf("registerWithTaints:\n- key: %s\n  effect: NoSchedule\n", c.StartupTaint)
 	}
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -422,22 +429,22 @@ evictionHard:
 syncFrequency: 10s
 %[5]snodeStatusUpdateFrequency: 5s
 serializeImagePulls: false
-`, c.path("containerd", "containerd.sock"), cgroupRoot, c.path("pod-logs"), nodeIP, taints)
-	file := c.path("kubelet.yaml")
+`, c.Path("containerd", "containerd.sock"), cgroupRoot, c.Path("pod-logs"), NodeIP, taints)
+	file := c.Path("kubelet.yaml")
 	if err := os.WriteFile(file, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	return c.start(name, filepath.Join(c.bin, "kubelet"),
+	return c.start(name, filepath.Join(c.Bin, "kubelet"),
 		"--config="+file, "--kubeconfig="+kubeconfig,
-		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet", "pki"),
-		"--hostname-override="+nodeName, "--node-ip="+nodeIP,
+		"--root-dir="+c.Path("kubelet"), "--cert-dir="+c.Path("kubelet", "pki"),
+		"--hostname-override="+NodeName, "--node-ip="+NodeIP,
 		"--v=2")
 }
 
-// restartKubelet stops kubelet and starts it again, logging to
+// RestartKubelet stops kubelet and starts it again, logging to
 // logs/NAME.log, until it answers on its healthz port; containerd keeps
 // the pods' containers running meanwhile.
-func (c *cluster) restartKubelet(ctx context.Context, name string) error {
+func (c *Node) RestartKubelet(ctx context.Context, name string) error {
 	var old *process
 	for _, p := range c.procs {
 		if strings.HasPrefix(p.name, "kubelet") {
@@ -452,32 +459,14 @@ func (c *cluster) restartKubelet(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "the restarted kubelet healthy", time.Minute, 200*time.Millisecond, kubelet, httpOK("http://127.0.0.1:10248/healthz", ""))
+	return WaitFor(ctx, "the restarted kubelet healthy", time.Minute, 200*time.Millisecond, kubelet, httpOK("http://127.0.0.1:10248/healthz", ""))
 }
 
 func writeKubeconfig(file, token string) error {
 	config := clientcmdapi.NewConfig()
-	config.Clusters["local"] = &clientcmdapi.Cluster{Server: apiServer, InsecureSkipTLSVerify: true}
+	config.Clusters["local"] = &clientcmdapi.Cluster{Server: APIServer, InsecureSkipTLSVerify: true}
 	config.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
 	config.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
 	config.CurrentContext = "local"
 	return clientcmd.WriteToFile(*config, file)
-}
-
-// kubeletRetries reports whether kubelet tries a rejected registration
-// again by itself, on the same socket (kubelet 1.36 and later,
-// kubernetes/kubernetes#133335); older ones try again only on a socket
-// created again, which the registrar then publishes (docs/compatibility.md).
-func (c *cluster) kubeletRetries() bool {
-	return c.kubeletVersion.AtLeast(version.MajorMinor(1, 36))
-}
-
-// dialable reports whether a Unix socket accepts connections.
-func dialable(path string) bool {
-	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
 }
