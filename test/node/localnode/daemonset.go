@@ -65,9 +65,8 @@ var upstreamFlags = map[string]bool{
 	"mode": true, "plugin-registration-path": true, "timeout": true, "v": true, "version": true, "vmodule": true,
 }
 
-// upstreamArgs returns the registrar's arguments less the flags that only
-// this registrar knows, as a manifest rolled back to upstream's image
-// would have to drop them.
+// upstreamArgs drops the flags only this registrar knows, as a manifest
+// rolled back to upstream's image would have to.
 func upstreamArgs(args []string) ([]string, error) {
 	var kept []string
 	for _, arg := range args {
@@ -84,7 +83,7 @@ func upstreamArgs(args []string) ([]string, error) {
 }
 
 // DaemonSet is deploy/daemonset.yaml adapted to this node and to t; the
-// registrar's probes, security context and resources are kept as they are.
+// registrar's probes, security context and resources are kept.
 func (c *Node) DaemonSet(t Template) (*appsv1.DaemonSet, error) {
 	const file = "deploy/daemonset.yaml"
 	data, err := os.ReadFile(filepath.Join(c.Repo, file))
@@ -160,7 +159,6 @@ func (c *Node) DaemonSet(t Template) (*appsv1.DaemonSet, error) {
 	return ds, nil
 }
 
-// Container returns the pod's container name, or nil.
 func Container(pod *corev1.PodSpec, name string) *corev1.Container {
 	for i := range pod.Containers {
 		if pod.Containers[i].Name == name {
@@ -170,7 +168,6 @@ func Container(pod *corev1.PodSpec, name string) *corev1.Container {
 	return nil
 }
 
-// setEnv sets the container's variable name, which it must have.
 func setEnv(ctr *corev1.Container, name, value string) {
 	for i := range ctr.Env {
 		if ctr.Env[i].Name == name {
@@ -188,8 +185,8 @@ func replaceArg(args []string, old, replacement string) error {
 	return nil
 }
 
-// Deploy creates ds or updates its template, and waits until its one pod,
-// of ds's revision, is Ready and watch sees the driver in CSINode.
+// Deploy creates ds or updates its template, until its one pod, of ds's
+// revision, is Ready and watch sees the driver in CSINode.
 func (c *Node) Deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *Watch) (*corev1.Pod, time.Duration, error) {
 	began := time.Now()
 	rev := ds.Spec.Template.Annotations[RevisionKey]
@@ -219,8 +216,8 @@ func (c *Node) Deploy(ctx context.Context, ds *appsv1.DaemonSet, watch *Watch) (
 	return pod, time.Since(began), err
 }
 
-// SetTemplate gives the DaemonSet name the pod template tmpl, again on a
-// conflict with the DaemonSet controller's status writes.
+// SetTemplate retries on a conflict with the DaemonSet controller's status
+// writes.
 func (c *Node) SetTemplate(ctx context.Context, name string, tmpl corev1.PodTemplateSpec) (*appsv1.DaemonSet, error) {
 	var updated *appsv1.DaemonSet
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -237,21 +234,16 @@ func (c *Node) SetTemplate(ctx context.Context, name string, tmpl corev1.PodTemp
 
 // Own is how a DaemonSet of its own differs from deploy/'s csi-node.
 type Own struct {
-	Name     string // the DaemonSet's, and its pods' app label
-	Driver   string // the test driver's name and socket directory
-	Hostpath bool   // hostpathplugin in the test driver's place (its name and directory)
-	// Socket is the driver's socket file name, if not DriverSocket.
-	Socket string
-	// RegSocket is the registration path's file name, if not the driver's socket.
-	RegSocket string
-	// KeepProbes leaves deploy/'s probes as they are: no startup probe.
-	KeepProbes bool
+	Name       string   // the DaemonSet's, and its pods' app label
+	Driver     string   // the test driver's name and socket directory
+	Hostpath   bool     // hostpathplugin in the test driver's place (its name and directory)
+	Socket     string   // the driver's socket file name, if not DriverSocket
+	RegSocket  string   // the registration path's file name, if not Socket
+	KeepProbes bool     // deploy/'s probes as they are: no startup probe
 	Args       []string // the registrar's flags beyond deploy/'s
 	DriverArgs []string // the test driver's flags beyond the usual
 }
 
-// OwnDaemonSet is deploy/daemonset.yaml adapted as for the test driver
-// (DaemonSet), then as o says.
 func (c *Node) OwnDaemonSet(t Template, o Own) (*appsv1.DaemonSet, error) {
 	ds, err := c.DaemonSet(t)
 	if err != nil {
@@ -294,10 +286,8 @@ func (c *Node) OwnDaemonSet(t Template, o Own) (*appsv1.DaemonSet, error) {
 	return ds, nil
 }
 
-// withHostpath puts hostpathplugin, serving socket, in the test driver's
-// place: kubelet's pods and plugins directories mounted at their host
-// paths (kubelet gives the driver host paths), and its state directory on
-// the host, where the checks read the volumes.
+// withHostpath puts hostpathplugin in the test driver's place: kubelet
+// gives the driver host paths, and the checks read its state on the host.
 func (c *Node) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, socket string) error {
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
@@ -323,8 +313,6 @@ func (c *Node) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, soc
 	return nil
 }
 
-// HostpathCSIDriver is the CSIDriver object of hostpathplugin's inline
-// volumes: no attach, the pod's information on mount.
 func HostpathCSIDriver() *storagev1.CSIDriver {
 	attach, podInfo := false, true
 	return &storagev1.CSIDriver{
@@ -337,8 +325,8 @@ func HostpathCSIDriver() *storagev1.CSIDriver {
 	}
 }
 
-// RemoveDaemonSet deletes a DaemonSet and waits until its pods are gone
-// and CSINode no longer lists its driver, as the node was before.
+// RemoveDaemonSet deletes a DaemonSet until its pods are gone and CSINode
+// no longer lists its driver.
 func (c *Node) RemoveDaemonSet(ctx context.Context, dsName, driver string) error {
 	background := metav1.DeletePropagationBackground
 	err := c.Client.AppsV1().DaemonSets(Namespace).Delete(ctx, dsName, metav1.DeleteOptions{PropagationPolicy: &background})
@@ -361,7 +349,6 @@ func (c *Node) RemoveDaemonSet(ctx context.Context, dsName, driver string) error
 	})
 }
 
-// PodsOf lists the pods labelled app.kubernetes.io/name=app.
 func (c *Node) PodsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
 	list, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 	if err != nil {
@@ -370,7 +357,6 @@ func (c *Node) PodsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
-// PodReady reports whether the pod's Ready condition is true.
 func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {

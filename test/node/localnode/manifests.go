@@ -15,9 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// manifestKinds are the kinds of the manifests that the checks create
-// (deploy/'s components, the storage sidecars' RBAC): their resource, and
-// whether they live in a namespace.
+// manifestKinds are the kinds that deploy/'s components and the storage
+// sidecars' RBAC hold.
 var manifestKinds = map[string]struct {
 	resource   string
 	namespaced bool
@@ -31,15 +30,11 @@ var manifestKinds = map[string]struct {
 	"ValidatingAdmissionPolicyBinding": {"validatingadmissionpolicybindings", false},
 }
 
-// DeployFile is a file of deploy/.
 func (c *Node) DeployFile(name string) string { return filepath.Join(c.Repo, "deploy", name) }
 
-// ApplyManifests creates the objects of manifest files as kustomize would
-// with this namespace: namespaced objects, and the service accounts that
-// bindings name, in it. edit, if set, may change an object, or drop it by
-// returning false. The API server rejects unknown fields; an object that
-// exists is kept, as checks share accounts and roles. Last, it publishes
-// the root CA that the accounts' token volumes read.
+// ApplyManifests creates the files' objects as kustomize would with this
+// namespace. edit may change an object, or drop it by returning false. An
+// object that exists is kept: checks share accounts and roles.
 func (c *Node) ApplyManifests(ctx context.Context, edit func(*unstructured.Unstructured) bool, files ...string) error {
 	for _, file := range files {
 		data, err := os.ReadFile(file)
@@ -82,9 +77,8 @@ func (c *Node) ApplyManifests(ctx context.Context, edit func(*unstructured.Unstr
 	return c.publishRootCA(ctx)
 }
 
-// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
-// that kubelet's projected service account token volume reads: unless the
-// node runs them for the storage suite, no controller publishes it here.
+// publishRootCA: the token volumes read it, and only for the storage suite
+// does a controller publish it.
 func (c *Node) publishRootCA(ctx context.Context) error {
 	ca, err := os.ReadFile(c.Path("apiserver", "apiserver.crt"))
 	if err != nil {

@@ -12,10 +12,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -37,14 +39,10 @@ const (
 	APIServer  = "https://127.0.0.1:6443"
 	adminToken = "e2e-node-admin"
 	nodeToken  = "e2e-node-kubelet"
-	// cgroupRoot is kubelet's cgroup root, created (and removed) by
-	// hack/e2e-node.sh in every cgroup hierarchy: everything kubelet and
-	// runc create lives below it.
+	// created and removed by hack/e2e-node.sh in every cgroup hierarchy
 	cgroupRoot = "/e2e-node"
 )
 
-// process is one component of the node, logging to a file of the scratch
-// directory.
 type process struct {
 	name string
 	cmd  *exec.Cmd
@@ -52,11 +50,46 @@ type process struct {
 	err  error
 }
 
+// Flags are what hack/e2e-node.sh tells both programs.
+type Flags struct {
+	Work   string // scratch directory
+	Bin    string // directory of kubelet, kube-apiserver, ...
+	Repo   string // the repository's root, for deploy/
+	Images string
+	// UpstreamMissing and HostpathMissing, when set, are why there is no
+	// image of upstream's registrar or of csi-driver-host-path's plugin.
+	UpstreamMissing, HostpathMissing string
+	FailOnSkip                       bool
+}
+
+// RegisterFlags defines the flags both programs take.
+func RegisterFlags() *Flags {
+	f := &Flags{}
+	flag.StringVar(&f.Work, "work", "", "scratch directory (required)")
+	flag.StringVar(&f.Bin, "bin", "", "directory holding kubelet, kube-apiserver, kube-controller-manager and kube-scheduler (required)")
+	flag.StringVar(&f.Repo, "repo", "", "the repository's root, for deploy/daemonset.yaml (required)")
+	flag.StringVar(&f.Images, "images", "", "comma-separated image archives to import into containerd (required)")
+	flag.StringVar(&f.UpstreamMissing, "upstream-missing", "", "why there is no image of upstream's registrar ("+UpstreamImage+"); set, what needs it is skipped with this reason")
+	flag.StringVar(&f.HostpathMissing, "hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+HostpathImage+"); set, what needs it is skipped with this reason")
+	flag.BoolVar(&f.FailOnSkip, "fail-on-skip", false, "a skip fails the run (CI)")
+	return f
+}
+
+// Parse parses the command line, and exits with the usage if a required
+// flag is missing: these flags' or one of required.
+func (f *Flags) Parse(required ...*string) {
+	flag.Parse()
+	for _, v := range append([]*string{&f.Work, &f.Bin, &f.Repo, &f.Images}, required...) {
+		if *v == "" {
+			flag.Usage()
+			os.Exit(2)
+		}
+	}
+}
+
 // Node is the single-node cluster: its processes, in start order.
 type Node struct {
-	Work string // scratch directory
-	Bin  string // directory of kubelet, kube-apiserver, ...
-	Repo string // the repository's root, for deploy/
+	*Flags
 	Logs string
 	// StartupTaint, if set, is a taint kubelet registers its Node with.
 	StartupTaint string
@@ -75,23 +108,45 @@ type Node struct {
 	KubeletVersion *version.Version
 }
 
-// Timing is a duration the report lists.
 type Timing struct {
 	What string
 	Took time.Duration
 }
 
-// Timing records a duration for the report.
+// Run brings the node up as program's, runs body on it and stops the
+// node. It returns body's exit code, or 1 if the node did not come up.
+func (c *Node) Run(program string, body func(ctx context.Context, began time.Time) int) int {
+	// As PID 1 of its namespace this process gets no default signal
+	// handling: SIGINT and SIGTERM must be caught to stop cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	c.Logs = c.Path("logs")
+	if err := os.MkdirAll(c.Logs, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+		return 1
+	}
+	began := time.Now()
+	defer func() {
+		fmt.Println(program + ": stopping the node")
+		c.StopAll()
+	}()
+	fmt.Println(program + ": starting etcd, containerd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet")
+	if err := c.Up(ctx, strings.Split(c.Images, ",")); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: the node did not come up: %v\n", program, err)
+		return 1
+	}
+	fmt.Printf("%s: node %s up after %s, kubelet %s\n", program, NodeName, time.Since(began).Round(time.Millisecond), c.KubeletVersion)
+	return body(ctx, began)
+}
+
 func (c *Node) Timing(what string, took time.Duration) {
 	c.Timings = append(c.Timings, Timing{what, took})
 }
 
-// Path is a path in the scratch directory.
 func (c *Node) Path(elem ...string) string {
 	return filepath.Join(append([]string{c.Work}, elem...)...)
 }
 
-// start runs a component in the background; its output goes to logs/NAME.log.
 func (c *Node) start(name string, argv ...string) (*process, error) {
 	logFile, err := os.Create(filepath.Join(c.Logs, name+".log"))
 	if err != nil {
@@ -113,16 +168,13 @@ func (c *Node) start(name string, argv ...string) (*process, error) {
 	return p, nil
 }
 
-// StopAll stops the components in reverse start order: SIGTERM, then
-// SIGKILL after a grace period.
+// StopAll stops the components in reverse start order.
 func (c *Node) StopAll() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop()
 	}
 }
 
-// stop ends the process if it runs: SIGTERM, then SIGKILL after a grace
-// period.
 func (p *process) stop() {
 	select {
 	case <-p.done:
@@ -138,7 +190,6 @@ func (p *process) stop() {
 	}
 }
 
-// Command runs a short command and returns its error with its output.
 func Command(argv ...string) error {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
@@ -147,9 +198,8 @@ func Command(argv ...string) error {
 	return nil
 }
 
-// WaitFor polls cond every interval until it holds, ctx ends or timeout
-// passes. A process that exits while we wait for it is an error at the
-// next poll.
+// WaitFor polls cond until it holds. A process p that exits meanwhile is
+// an error.
 func WaitFor(parent context.Context, what string, timeout, interval time.Duration, p *process, cond func(context.Context) (bool, error)) error {
 	var last error
 	err := wait.PollUntilContextTimeout(parent, interval, timeout, true, func(ctx context.Context) (bool, error) {
@@ -175,8 +225,7 @@ func WaitFor(parent context.Context, what string, timeout, interval time.Duratio
 	return fmt.Errorf("%s: not after %s (last error: %v)", what, timeout, last)
 }
 
-// Up starts etcd, containerd, kube-apiserver, kube-controller-manager,
-// kube-scheduler and kubelet, each once the previous one answers.
+// Up starts the components, each once the previous one answers.
 func (c *Node) Up(ctx context.Context, images []string) error {
 	began := time.Now()
 	// The network namespace is new: only lo, down.
@@ -205,7 +254,6 @@ func (c *Node) Up(ctx context.Context, images []string) error {
 	return nil
 }
 
-// upContainerd starts containerd and imports the images.
 func (c *Node) upContainerd(ctx context.Context, images []string) error {
 	config := fmt.Sprintf(`version = 2
 root = %[1]q
@@ -255,7 +303,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	return nil
 }
 
-// upAPIServer starts kube-apiserver and makes the clients of it.
 func (c *Node) upAPIServer(ctx context.Context, _ []string) error {
 	bindAddress := "127.0.0.1"
 	if c.PodNetwork {
@@ -318,8 +365,6 @@ func (c *Node) upAPIServer(ctx context.Context, _ []string) error {
 	return err
 }
 
-// upControllers starts kube-controller-manager, with the controllers the
-// checks need and c.Controllers, and kube-scheduler.
 func (c *Node) upControllers(context.Context, []string) error {
 	admin := c.Path("admin.kubeconfig")
 	controllers := append([]string{"daemonset", "garbagecollector", "validatingadmissionpolicy-status-controller"}, c.Controllers...)
@@ -339,8 +384,7 @@ func (c *Node) upControllers(context.Context, []string) error {
 	return err
 }
 
-// upKubelet starts kubelet and waits for its Node with its version, which
-// the checks that depend on kubelet's behaviour read.
+// upKubelet waits for kubelet's version, on which checks depend.
 func (c *Node) upKubelet(ctx context.Context, _ []string) error {
 	kubelet, err := c.startKubelet("kubelet")
 	if err != nil {
@@ -383,7 +427,6 @@ func httpOK(url, token string) func(context.Context) (bool, error) {
 	}
 }
 
-// startKubelet starts kubelet, logging to logs/NAME.log.
 func (c *Node) startKubelet(name string) (*process, error) {
 	kubeconfig := c.Path("kubelet.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, nodeToken); err != nil {
@@ -441,9 +484,8 @@ serializeImagePulls: false
 		"--v=2")
 }
 
-// RestartKubelet stops kubelet and starts it again, logging to
-// logs/NAME.log, until it answers on its healthz port; containerd keeps
-// the pods' containers running meanwhile.
+// RestartKubelet restarts kubelet, logging to logs/NAME.log; containerd
+// keeps the pods' containers running meanwhile.
 func (c *Node) RestartKubelet(ctx context.Context, name string) error {
 	var old *process
 	for _, p := range c.procs {

@@ -34,7 +34,6 @@ type Watch struct {
 	relists  int           // times the watch had to be restarted
 }
 
-// NewWatch is a watch of driver in the node's CSINode; Run starts it.
 func NewWatch(driver string) *Watch {
 	return &Watch{Driver: driver, changed: make(chan struct{})}
 }
@@ -63,7 +62,6 @@ func (w *Watch) record(node *storagev1.CSINode) {
 	w.changed = make(chan struct{})
 }
 
-// Run watches until ctx ends, re-listing whenever the watch closes.
 func (w *Watch) Run(ctx context.Context, client kubernetes.Interface) {
 	selector := fields.OneTermEqualSelector("metadata.name", NodeName).String()
 	listed := false
@@ -95,9 +93,8 @@ func (w *Watch) Run(ctx context.Context, client kubernetes.Interface) {
 	})
 }
 
-// WatchEach hands each event of the watch that start opens to handle, and
-// opens one again whenever it closes, until ctx ends or handle returns
-// false.
+// WatchEach opens the watch again whenever it closes, until ctx ends or
+// handle returns false.
 func WatchEach(ctx context.Context, start func(context.Context) (watch.Interface, error), handle func(watch.Event) bool) {
 	for ctx.Err() == nil {
 		w, err := start(ctx)
@@ -115,7 +112,6 @@ func WatchEach(ctx context.Context, start func(context.Context) (watch.Interface
 	}
 }
 
-// StartWatch starts a watch of the driver in CSINode, until stop.
 func (c *Node) StartWatch(ctx context.Context, driver string) (w *Watch, stop context.CancelFunc) {
 	w = NewWatch(driver)
 	ctx, stop = context.WithCancel(ctx)
@@ -133,7 +129,6 @@ func (w *Watch) Now() (Registration, <-chan struct{}) {
 	return w.timeline[len(w.timeline)-1], w.changed
 }
 
-// WaitUntil waits for a state that satisfies cond and returns it.
 func (w *Watch) WaitUntil(ctx context.Context, timeout time.Duration, cond func(Registration) bool) (Registration, bool) {
 	deadline := time.After(timeout)
 	for {
@@ -151,7 +146,6 @@ func (w *Watch) WaitUntil(ctx context.Context, timeout time.Duration, cond func(
 	}
 }
 
-// Between returns the entries recorded in [from, to].
 func (w *Watch) Between(from, to time.Time) []Registration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -164,7 +158,6 @@ func (w *Watch) Between(from, to time.Time) []Registration {
 	return out
 }
 
-// First returns the first entry from from on that satisfies cond.
 func (w *Watch) First(from time.Time, cond func(Registration) bool) (Registration, bool) {
 	for _, r := range w.Between(from, time.Now()) {
 		if cond(r) {
@@ -174,10 +167,8 @@ func (w *Watch) First(from time.Time, cond func(Registration) bool) (Registratio
 	return Registration{}, false
 }
 
-// IsRegistered is a condition for Watch's methods: the driver in CSINode.
 func IsRegistered(r Registration) bool { return r.Registered }
 
-// Restarts counts the times the watch was opened again.
 func (w *Watch) Restarts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -16,8 +16,6 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// checkFirstRegistration creates the DaemonSet and follows its pod from
-// creation to registration and readiness (checks 1 and, in part, 2).
 func (s *suite) checkFirstRegistration(ctx context.Context) bool {
 	const name1, name2 = "1. DaemonSet pod runs, kubelet registers the driver", "2a. readiness only after registration"
 	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: localnode.Namespace}}, metav1.CreateOptions{}); err != nil {
@@ -59,9 +57,6 @@ func (s *suite) checkFirstRegistration(ctx context.Context) bool {
 	return ok
 }
 
-// firstPod is what check 1 saw of the first pod, from the DaemonSet's
-// creation: when it was created, scheduled, running, registered and
-// Ready, its first /readyz 503, and any readiness before registration.
 type firstPod struct {
 	began                                               time.Time
 	tCreated, tScheduled, tRunning, tRegistered, tReady time.Duration
@@ -72,8 +67,7 @@ type firstPod struct {
 
 // observeFirstPod reads the pod and /readyz before CSINode: if either says
 // ready while CSINode, read afterwards, does not list the driver, readiness
-// came before registration. It reports whether the pod is registered and
-// Ready.
+// came before registration.
 func (s *suite) observeFirstPod(ctx context.Context, f *firstPod) bool {
 	pods, err := s.PodsOf(ctx, "csi-node")
 	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz", revision(1).port()))
@@ -106,8 +100,6 @@ func (s *suite) observeFirstPod(ctx context.Context, f *firstPod) bool {
 	return f.tRegistered != 0 && f.tReady != 0
 }
 
-// checkProbes waits until kubelet has run each of the registrar's probes
-// and checks that none failed, except readiness before registration.
 func (s *suite) checkProbes(ctx context.Context) bool {
 	const name = "2b. kubelet's probes pass (exec startup, liveness /healthz, readiness /readyz)"
 	counts, err := waitProbes(ctx, "kubelet ran the liveness probe", localnode.RegistrarName, s.podName, func(counts map[string]float64) bool {
@@ -131,8 +123,6 @@ func (s *suite) checkProbes(ctx context.Context) bool {
 		s.podName, localnode.RegistrarName, describeProbes(counts), st.RestartCount)
 }
 
-// checkSocketDeleted removes the registration socket on the host and waits
-// for the running registrar to publish it again and kubelet to register it.
 func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 	const name = "5. registration socket deleted on the host: registered again, no restart"
 	before, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, s.podName, getOpts)
@@ -176,8 +166,6 @@ func (s *suite) checkSocketDeleted(ctx context.Context) bool {
 		ms(tSocket), ms(took), strings.Join(changes, ", "), restarts, published)
 }
 
-// checkRollingUpdate changes the template and follows the maxSurge update,
-// checking from the CSINode watch that the driver never left it.
 func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 	name := "4a. rolling update (maxSurge 1, maxUnavailable 0): " + s.allowedGap()
 	r, err := s.rollUpdate(ctx, 2)
@@ -191,8 +179,6 @@ func (s *suite) checkRollingUpdate(ctx context.Context) bool {
 		r, len(r.gaps), r.describeGaps(), s.maxRolloutGap, after, code, body)
 }
 
-// allowedGap names the longest time without the driver in CSINode that a
-// rollout which hands the socket over may take (E2E_NODE_MAX_ROLLOUT_GAP).
 func (s *suite) allowedGap() string {
 	if s.maxRolloutGap > 0 {
 		return fmt.Sprintf("never unregistered longer than %s (E2E_NODE_MAX_ROLLOUT_GAP)", s.maxRolloutGap)
@@ -208,26 +194,19 @@ const (
 	maxUpstreamGap             = 2 * time.Second
 )
 
-// checkRollbackToUpstream rolls a DaemonSet of this registrar to upstream's
-// image. Check 3 deleted the DaemonSet: it is created again first.
+// checkRollbackToUpstream: check 3 deleted the DaemonSet.
 func (s *suite) checkRollbackToUpstream(ctx context.Context) bool {
 	return s.checkUpstreamRollout(ctx, "4b. rollback to upstream's image", revOurs, revUpstream)
 }
 
-// checkUpgradeFromUpstream rolls the DaemonSet of upstream's image, which
-// check 4b left, back to this registrar's.
 func (s *suite) checkUpgradeFromUpstream(ctx context.Context) bool {
 	return s.checkUpstreamRollout(ctx, "4c. upgrade from upstream's image", 0, revOursAgain)
 }
 
-// checkUpstreamRollout rolls the DaemonSet to next, from this registrar to
-// upstream's or back, after bringing it to from if set, and checks the
-// bounds above, that no container restarted, and that the new pod's
-// registrar serves the socket.
 func (s *suite) checkUpstreamRollout(ctx context.Context, what string, from, next revision) bool {
 	name := what + " (maxSurge 1): at most one deregistration, of at most 2s; no container restart"
-	if s.upstreamMissing != "" {
-		return s.skip(name, s.upstreamMissing)
+	if s.UpstreamMissing != "" {
+		return s.skip(name, s.UpstreamMissing)
 	}
 	if from != 0 {
 		if err := s.redeploy(ctx, from); err != nil {
@@ -246,10 +225,9 @@ func (s *suite) checkUpstreamRollout(ctx context.Context, what string, from, nex
 		r, len(r.gaps), r.describeGaps(), maxUpstreamDeregistrations, maxUpstreamGap, len(r.restarts), len(restarted), restarted, after, serving)
 }
 
-// servingRegistrar asks the registrar of rev whether it serves the
-// registration socket: upstream's /healthz (200 when the socket at the path
-// answers GetInfo for the driver; once the old pod is gone only upstream's
-// can), or this registrar's /status.
+// servingRegistrar: upstream's /healthz says 200 when the socket at the
+// path answers GetInfo for the driver; once the old pod is gone only
+// upstream's can.
 func (s *suite) servingRegistrar(rev revision) (string, bool) {
 	if rev.upstream() {
 		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", rev.port()))
@@ -259,8 +237,6 @@ func (s *suite) servingRegistrar(rev revision) (string, bool) {
 	return said, status != nil && status.State == "registered"
 }
 
-// checkPodDeleted deletes the DaemonSet, leaving its pod (the garbage
-// collector orphans it), then deletes the pod itself.
 func (s *suite) checkPodDeleted(ctx context.Context) bool {
 	const name = "3. pod deleted: driver deregistered, no socket left"
 	orphan := metav1.DeletePropagationOrphan

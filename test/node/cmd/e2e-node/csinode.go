@@ -1,14 +1,10 @@
 package main
 
-// Check 13 (issue 37): --confirm-csinode on a real node. While the driver
-// is registered, 13a deletes the CSINode object and 13b replaces the Node
-// (kubelet does not create a deleted Node again,
-// kubernetes/kubernetes#115761), so that the garbage collector deletes the
-// CSINode the old UID owned; 13c does both against upstream's image, which
-// does not heal. kubelet 1.35 to 1.37 create the CSINode again under the
-// UID they read at their start (kubernetes/kubernetes#131098): there the
+// Check 13 (issue 37): --confirm-csinode on a real node. kubelet does not
+// create a deleted Node again (kubernetes/kubernetes#115761): the check
+// creates it. kubelet 1.35 to 1.37 create the CSINode again under the UID
+// they read at their start (kubernetes/kubernetes#131098): there the
 // registrar must name the stale owner and back off until kubelet restarts.
-// Replacing the Node keeps its startup taint, which check 9 needs.
 
 import (
 	"context"
@@ -28,24 +24,18 @@ import (
 )
 
 const (
-	confirmDaemonSet = "csi-confirm"
-	// revConfirm is this registrar with --confirm-csinode (HTTP port
-	// 9868), revConfirmUpstream upstream's with its own flags only (9869).
+	confirmDaemonSet            = "csi-confirm"
 	revConfirm         revision = 60
 	revConfirmUpstream revision = 61
-	// maxHeal bounds a loss to the driver in CSINode again and /status
-	// registered: the registrar waits 1 s, kubelet reconciles every second.
-	maxHeal = 30 * time.Second
-	// maxStale bounds the Node's replacement to the registrar naming the
-	// stale owner, with kubelet 1.35 to 1.37.
+	// The registrar waits 1 s, kubelet reconciles every second.
+	maxHeal  = 30 * time.Second
 	maxStale = 30 * time.Second
 	// With kubelet 1.35 to 1.37 the loss comes back after each
 	// registration; a registrar whose wait doubles from 1 s publishes about
 	// five times in backoffWindow, one without backoff every 2-3 s.
 	backoffWindow          = 30 * time.Second
 	maxBackoffPublications = 6
-	// staleStatusWait is one publication's cycle on a loaded node: how long
-	// after backoffWindow /status may take to name the stale owner.
+	// One publication's cycle on a loaded node.
 	staleStatusWait = 15 * time.Second
 	maxRestartHeal  = 2 * time.Minute
 	// upstreamLostFor is many times what this registrar takes to heal.
@@ -53,20 +43,15 @@ const (
 	statusPoll      = 20 * time.Millisecond
 )
 
-// kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
-// Node UID it read at its start (1.35 to 1.37, nodeInfoManager's
-// CreateCSINode) rather than the current Node's. By minor number, so that
-// a prerelease of 1.38 counts as 1.38.
+// kubeletKeepsNodeUID: kubelet 1.35 to 1.37 (nodeInfoManager's
+// CreateCSINode). By minor number: a prerelease of 1.38 counts as 1.38.
 func (s *suite) kubeletKeepsNodeUID() bool {
 	v := s.KubeletVersion
 	return v.Major() == 1 && v.Minor() >= 35 && v.Minor() <= 37
 }
 
-// deployConfirm creates check 13's DaemonSet of rev, check 8's hostpath
-// DaemonSet without a startup probe (this registrar's with deploy/csinode's
-// flag and service account), and waits until its one pod is Ready and
-// CSINode lists the driver under the current Node. It returns the pod, the
-// Node's UID and how long that took.
+// deployConfirm deploys check 13's DaemonSet of rev until CSINode lists
+// the driver under the current Node, whose UID it returns.
 func (s *suite) deployConfirm(ctx context.Context, watch *localnode.Watch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
 	o := own{Own: localnode.Own{Name: confirmDaemonSet, Hostpath: true, KeepProbes: true}}
 	if !rev.upstream() {
@@ -94,26 +79,23 @@ func (s *suite) deployConfirm(ctx context.Context, watch *localnode.Watch, rev r
 	return pod, node.UID, time.Since(began), nil
 }
 
-// confirmed is a part of check 13 under way with this registrar: its pod,
-// Ready and registered under the Node uid, and the registrar's /status
-// before the loss and since.
+// confirmed is a part of check 13 under way with this registrar.
 type confirmed struct {
 	uid    types.UID
 	pod    *corev1.Pod
-	tReady time.Duration // from the DaemonSet's creation
+	tReady time.Duration
 	before *registrarState
 	tl     statusTimeline
 }
 
-// statusEntry is what the registrar's /status said from a moment on.
 type statusEntry struct {
 	at            time.Time
 	state, reason string
 	lost          uint64 // socketPublications["csinode-lost"]
 }
 
-// statusTimeline records every change of the registrar's /status state,
-// reason and csinode-lost publications, read every statusPoll.
+// statusTimeline records every change of the registrar's /status, polled
+// fast: a state can last milliseconds.
 type statusTimeline struct {
 	mu      sync.Mutex
 	entries []statusEntry
@@ -146,7 +128,7 @@ func (tl *statusTimeline) since(t time.Time) []statusEntry {
 	return out
 }
 
-// describe lists the changes from began on, the first most of them (0: all).
+// describe lists the first most changes from began on (0: all).
 func (tl *statusTimeline) describe(began time.Time, most int) []string {
 	var states []string
 	for _, e := range tl.since(began) {
@@ -158,8 +140,7 @@ func (tl *statusTimeline) describe(began time.Time, most int) []string {
 	return states
 }
 
-// healing is when, from a loss at began, CSINode listed the driver again
-// under the expected Node and /status said registered again; zero if not.
+// healing is when a loss healed, in CSINode and in /status.
 type healing struct {
 	lostAt, csiNodeAt, statusAt time.Time
 }
@@ -168,10 +149,9 @@ func (h healing) describe(began time.Time) string {
 	return fmt.Sprintf("driver out of CSINode %s → in CSINode again %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
 }
 
-// waitHealed waits up to bound for watch and tl to record, from began, the
-// driver out of CSINode, then in it again owned by uid, and /status other
-// than registered, then registered again, and records both times under
-// label. After a kubelet restart (lost), both count as out from began.
+// waitHealed waits for the driver out of CSINode and back under uid, and
+// /status out of registered and back. After a kubelet restart (lost),
+// both count as out from began.
 func (s *suite) waitHealed(ctx context.Context, label string, watch *localnode.Watch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
 	err := localnode.WaitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
@@ -203,9 +183,8 @@ func (s *suite) waitHealed(ctx context.Context, label string, watch *localnode.W
 	return h, err
 }
 
-// replaceNode deletes the Node and creates one of the same name with its
-// labels, annotations and spec (its taints among them), as node repair
-// does; kubelet writes the new one's status. It returns the new Node.
+// replaceNode deletes the Node and creates it again, as node repair does;
+// kubelet writes the new one's status.
 func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 	old, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
@@ -241,8 +220,7 @@ func (s *suite) waitNodeStatus(ctx context.Context) error {
 	})
 }
 
-// runsVolumePod starts a pod with the driver's inline volume and deletes it,
-// as check 8a does.
+// runsVolumePod starts a volume pod and deletes it, as check 8a does.
 func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 	v, err := s.startVolumePod(ctx, name)
 	if err != nil {
@@ -255,7 +233,6 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 	return fmt.Sprintf("%v; deleted → unpublished +%s", v, ms(u.tUnpublished)), true
 }
 
-// checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
 	replaced := "kubelet " + s.KubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
@@ -267,14 +244,13 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 		"13b. --confirm-csinode, Node replaced (deleted and created again, as node repair does) while the driver is registered: the garbage collector deletes the old Node's CSINode; " + replaced,
 		fmt.Sprintf("13c. upstream's image, CSINode deleted, then Node replaced: the driver stays out of CSINode for %s after each loss (no healing: the comparison)", upstreamLostFor),
 	}
-	if *hostpathMissing != "" {
-		return s.skipAll(names, *hostpathMissing)
+	if s.HostpathMissing != "" {
+		return s.skipAll(names, s.HostpathMissing)
 	}
 	// Check 8's DaemonSet registers the same driver.
 	if err := s.RemoveDaemonSet(ctx, localnode.HostpathDaemonSet, localnode.HostpathDriver); err != nil {
 		return s.failAll(names, "removing check 8's DaemonSet: %v", err)
 	}
-	// deploy/csinode's account, and check 8's CSIDriver if check 8 did not leave it.
 	err := s.ApplyManifests(ctx, nil, s.DeployFile("csinode/rbac.yaml"), s.DeployFile("csinode/service-account/service-account.yaml"))
 	if err == nil {
 		if _, err = s.Client.StorageV1().CSIDrivers().Create(ctx, localnode.HostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
@@ -289,13 +265,12 @@ func (s *suite) checkCSINode(ctx context.Context) bool {
 
 	ok := s.checkCSINodeDeleted(ctx, names[0], watch)
 	ok = s.checkNodeReplaced(ctx, names[1], watch) && ok
-	if s.upstreamMissing != "" {
-		return s.skip(names[2], s.upstreamMissing) && ok
+	if s.UpstreamMissing != "" {
+		return s.skip(names[2], s.UpstreamMissing) && ok
 	}
 	return s.checkUpstreamStaysLost(ctx, names[2], watch) && ok
 }
 
-// checkCSINodeDeleted is check 13a.
 func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, problems) {
 		if err := s.Client.StorageV1().CSINodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{}); err != nil {
@@ -308,7 +283,6 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *loc
 	})
 }
 
-// checkNodeReplaced is check 13b.
 func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, problems) {
 		node, err := s.replaceNode(ctx)
@@ -331,9 +305,7 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *local
 }
 
 // checkConfirmedLoss runs a part of check 13 with this registrar: lose
-// takes the driver's registration away and says what followed; then the
-// registrar must have published its socket again, no container restarted,
-// and an inline-volume pod must run.
+// takes the driver's registration away and says what followed.
 func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *localnode.Watch, lose func(*confirmed, time.Time) (string, problems)) bool {
 	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	c := &confirmed{}
@@ -366,9 +338,7 @@ func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *
 		ms(c.tReady), saw, after, republished, volume, restarts, p)
 }
 
-// staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
-// names the stale owner, never says registered, backs off and does not
-// restart. It returns what it saw and adds what is wrong to problems.
+// staleOwner is check 13b's part for kubelet 1.35 to 1.37.
 func (s *suite) staleOwner(ctx context.Context, watch *localnode.Watch, c *confirmed, began time.Time, p *problems) string {
 	oldUID := string(c.uid)
 	namesOld := func(state, reason string) bool { return state == "unconfirmed" && strings.Contains(reason, oldUID) }
@@ -389,9 +359,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *localnode.Watch, c *confi
 	w := c.tl.window(began, windowEnd, c.before.Publications["csinode-lost"], namesOld)
 	s.timingSince("13b. Node replaced → the registrar logs the stale owner", began, logAt)
 	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, w.namedAt)
-	// What a user reading /status is told once the window is over: right
-	// after a publication it says that it waits for kubelet, so it is read
-	// until it names the replaced Node, for a publication's cycle at most.
+	// Right after a publication /status says that it waits for kubelet.
 	finalSaid := "nothing"
 	errFinal := localnode.WaitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
 		st, err := registrarStatus(revConfirm.port())
@@ -408,9 +376,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *localnode.Watch, c *confi
 		staleCSINodes(watch, began, windowEnd, c.uid), since(began, logAt), since(began, w.namedAt), w.named, statusPoll, ms(windowEnd.Sub(began)), finalSaid, w.publications, maxBackoffPublications, w.registered, c.tl.describe(began, 12))
 }
 
-// statusWindow is what /status said in a window after a loss: when it first
-// named the stale owner and in how many polls, the csinode-lost
-// publications, and whether it said registered again after leaving it.
+// statusWindow is what /status said in a window after a loss.
 type statusWindow struct {
 	namedAt      time.Time
 	named        int
@@ -439,9 +405,8 @@ func (tl *statusTimeline) window(from, to time.Time, lostBefore uint64, names fu
 	return w
 }
 
-// staleCSINodes lists, as the watch saw them from began to end, kubelet's
-// CSINodes under the old Node's UID and how long each lived until the
-// garbage collector deleted it.
+// staleCSINodes lists kubelet's CSINodes under the old Node's UID and how
+// long each lived until the garbage collector deleted it.
 func staleCSINodes(watch *localnode.Watch, began, end time.Time, oldUID types.UID) []string {
 	var stale []string
 	var staleFrom time.Time
@@ -457,9 +422,7 @@ func staleCSINodes(watch *localnode.Watch, began, end time.Time, oldUID types.UI
 	return stale
 }
 
-// healedByRestart restarts kubelet, which then creates CSINode under the
-// new Node, and waits for the driver there and /status registered. It
-// returns what it saw and adds what is wrong to problems.
+// healedByRestart restarts kubelet, which then reads the new Node.
 func (s *suite) healedByRestart(ctx context.Context, watch *localnode.Watch, tl *statusTimeline, newUID types.UID, p *problems) string {
 	restartAt := time.Now()
 	if err := s.RestartKubelet(ctx, "kubelet-13b"); err != nil {
@@ -471,8 +434,7 @@ func (s *suite) healedByRestart(ctx context.Context, watch *localnode.Watch, tl 
 	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
-// firstLogLine returns the time of the first line of a container's log
-// (CRI format: an RFC 3339 time first) that holds substr, or zero.
+// firstLogLine returns the time of a CRI log's first line holding substr.
 func firstLogLine(log, substr string) time.Time {
 	for line := range strings.SplitSeq(log, "\n") {
 		if !strings.Contains(line, substr) {
@@ -486,9 +448,7 @@ func firstLogLine(log, substr string) time.Time {
 	return time.Time{}
 }
 
-// staysLost waits up to maxHeal for the driver to leave CSINode after
-// began, then watches it stay out for upstreamLostFor. It says what it saw
-// and whether the driver stayed out.
+// staysLost wants the driver out of CSINode for upstreamLostFor.
 func staysLost(ctx context.Context, watch *localnode.Watch, began time.Time) (string, bool) {
 	gone, ok := watch.WaitUntil(ctx, maxHeal, func(r localnode.Registration) bool { return !r.Registered })
 	if !ok {
@@ -511,7 +471,6 @@ func staysLost(ctx context.Context, watch *localnode.Watch, began time.Time) (st
 	return fmt.Sprintf("driver out of CSINode +%s, still out %s later", ms(gone.At.Sub(began)), upstreamLostFor), true
 }
 
-// checkUpstreamStaysLost is check 13c.
 func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *localnode.Watch) bool {
 	var parts []string
 	var p problems
@@ -525,8 +484,7 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 	return s.report(name, len(p) == 0, "%s; %v", strings.Join(parts, "; "), p)
 }
 
-// upstreamLoss is a part of check 13c: upstream's image loses the driver's
-// registration as part says, and must not heal; what is wrong goes to p.
+// upstreamLoss is a part of check 13c: upstream's image must not heal.
 func (s *suite) upstreamLoss(ctx context.Context, watch *localnode.Watch, part string, p *problems) (string, error) {
 	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	pod, _, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream)
@@ -549,8 +507,7 @@ func (s *suite) upstreamLoss(ctx context.Context, watch *localnode.Watch, part s
 	restarts, _ := s.restarted(ctx, pod)
 	p.want(len(restarts) == 0, "%s: containers restarted: %v", part, restarts)
 	if part == "Node replaced" && s.kubeletKeepsNodeUID() {
-		// Otherwise kubelet would create every CSINode under the
-		// deleted Node until the run ends.
+		// Or kubelet creates every later CSINode under the deleted Node.
 		restartAt := time.Now()
 		if err := s.RestartKubelet(ctx, "kubelet-13c"); err != nil {
 			p.add("restarting kubelet: %v", err)

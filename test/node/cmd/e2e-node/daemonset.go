@@ -13,20 +13,16 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// revision is what differs between the DaemonSet's templates. hostNetwork
-// (there is no CNI here) puts both pods of a maxSurge update in one network
-// namespace, so each revision has its own HTTP port, except check 4d's.
+// revision is a DaemonSet template's. hostNetwork (there is no CNI here)
+// puts both pods of a maxSurge update in one network namespace, so each
+// revision has its own HTTP port, except check 4d's.
 type revision int
 
-// The revisions of check 4d: this registrar on one HTTP port, before and
-// after a rolling update.
 const (
 	revSharedPort     revision = 6
 	revSharedPortNext revision = 7
 )
 
-// sharesPort reports whether the revision listens on the port that check
-// 4d's two revisions share.
 func (r revision) sharesPort() bool { return r == revSharedPort || r == revSharedPortNext }
 
 func (r revision) port() int32 {
@@ -36,26 +32,20 @@ func (r revision) port() int32 {
 	return 9808 + int32(r)
 }
 
-// The revisions of checks 4b and 4c: a new DaemonSet of this registrar
-// (check 3 deleted the first), rolled to upstream's image and back.
 const (
 	revOurs      revision = 3
 	revUpstream  revision = 4
 	revOursAgain revision = 5
 )
 
-// upstream reports whether the revision runs upstream's registrar.
 func (r revision) upstream() bool {
 	return r == revUpstream || r == revConfirmUpstream
 }
 
-// template is the revision as localnode adapts deploy/daemonset.yaml to it.
 func (r revision) template() localnode.Template {
 	return localnode.Template{Revision: int(r), Port: r.port(), Upstream: r.upstream()}
 }
 
-// daemonSet is deploy/daemonset.yaml adapted to this node and to rev,
-// with what check 4d's, check 7's and check 9's revisions change.
 func (s *suite) daemonSet(rev revision) (*appsv1.DaemonSet, error) {
 	ds, err := s.DaemonSet(rev.template())
 	if err != nil {
@@ -77,11 +67,9 @@ func (s *suite) daemonSet(rev revision) (*appsv1.DaemonSet, error) {
 	return ds, nil
 }
 
-// dropHostPort removes the container's port declaration and points its
-// HTTP probes at the port by number. With hostNetwork a declared port is a
-// host port, and the scheduler does not place a pod whose host port another
-// pod on the node declares: the new pod of a maxSurge update would stay
-// Pending.
+// dropHostPort: with hostNetwork a declared port is a host port, and the
+// scheduler does not place a pod whose host port another pod on the node
+// declares: the new pod of a maxSurge update would stay Pending.
 func dropHostPort(ctr *corev1.Container, port int32) error {
 	ctr.Ports = nil
 	for _, probe := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
@@ -93,15 +81,13 @@ func dropHostPort(ctr *corev1.Container, port int32) error {
 	return nil
 }
 
-// own is a check's own DaemonSet: localnode.Own, and deploy/csinode's
-// service account with its token (account), deploy/events' flag and
-// variables (events, with account).
+// own is a check's own DaemonSet, with deploy/csinode's service account
+// (account) or deploy/events' flag and variables (events).
 type own struct {
 	localnode.Own
 	account, events bool
 }
 
-// ownDaemonSet is the check's own DaemonSet of rev.
 func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
 	ds, err := s.OwnDaemonSet(rev.template(), o.Own)
 	if err != nil {
@@ -122,9 +108,7 @@ func (s *suite) ownDaemonSet(rev revision, o own) (*appsv1.DaemonSet, error) {
 }
 
 // createOwn creates a check's own DaemonSet ds, with a watch of its
-// driver in CSINode. end keeps the pods' logs (in _logs/pod-logs-<check>/),
-// deletes the DaemonSet and waits until the driver has left CSINode; it
-// acts once and returns what it returned then.
+// driver. end (endOwn) acts once.
 func (s *suite) createOwn(ctx context.Context, check string, ds *appsv1.DaemonSet, driver string) (watch *localnode.Watch, end func() error, err error) {
 	watch, stopWatch := s.StartWatch(ctx, driver)
 	var once sync.Once
@@ -142,9 +126,8 @@ func (s *suite) createOwn(ctx context.Context, check string, ds *appsv1.DaemonSe
 	return watch, end, nil
 }
 
-// endOwn keeps the logs of a check's own DaemonSet's pods (in
-// _logs/pod-logs-<check>/), deletes it and waits until its driver has left
-// CSINode.
+// endOwn keeps the pods' logs in _logs/pod-logs-<check>/ and removes the
+// DaemonSet.
 func (s *suite) endOwn(ctx context.Context, check, dsName, driver string) error {
 	s.savePodLogs(check, dsName)
 	err := s.RemoveDaemonSet(ctx, dsName, driver)

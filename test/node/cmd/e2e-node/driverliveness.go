@@ -19,24 +19,18 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// The revision of check 7: deploy/ with its driver-liveness component, two
-// containers and no livenessprobe sidecar. The registrar answers the
-// driver container's liveness probe on driverHealthPort.
+// check 7's revision: deploy/ with its driver-liveness component
 const revDriverLiveness revision = 8
 
-// Where the registrar of revDriverLiveness serves the driver's liveness,
-// and the test driver's Probe answer.
 const (
 	driverHealthPort = 9900 // beyond the ports of revisions (9808 + revision), which the volume checks number up to the twenties
-	// probeFile is the test driver's --probe-file, in the socket
-	// directory: the check changes the driver's Probe answer through it
-	// on the host.
+	// the test driver's --probe-file, which the check writes on the host
 	probeFile = "probe"
 )
 
-// withDriverLiveness adapts a revision's DaemonSet as the component
+// withDriverLiveness adapts a DaemonSet as the component
 // deploy/driver-liveness/ does, its probe on the port by number (see
-// dropHostPort); the test driver reads its Probe answer from probeFile.
+// dropHostPort).
 func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	file := filepath.Join(repo, "deploy", "driver-liveness", "driver-liveness-probe.yaml")
 	data, err := os.ReadFile(file)
@@ -70,11 +64,6 @@ func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	return nil
 }
 
-// checkDriverLiveness rolls the DaemonSet to the two-container shape
-// (check 7): kubelet's liveness probe of the driver container reaches the
-// registrar's --driver-health-endpoint, which calls the driver's Probe; a
-// driver turned not ready is restarted by kubelet, the registrar is not,
-// and the driver stays registered throughout.
 func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	const name = "7. driver liveness served by the registrar, no livenessprobe container: a not-ready driver is restarted by kubelet, registered throughout"
 	answer := s.Path("kubelet", "plugins", localnode.DriverName, probeFile)
@@ -106,8 +95,6 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", revDriverLiveness.port())
 	probesOK := metricLine(metricsURL, `csi_sidecar_operations_seconds_count{driver_name="`+localnode.DriverName+`",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"}`)
 
-	// The registrar's readiness is polled throughout: the driver's
-	// failing probe and its restart must not touch the registration.
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	polled := pollNotReady(pollCtx, revDriverLiveness.port())
@@ -133,8 +120,6 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.Registered)
 }
 
-// driverRestart is what check 7 saw from turning the driver not ready until
-// kubelet had restarted it and its liveness probe passed again.
 type driverRestart struct {
 	began, end    time.Time
 	lastBody      string  // the driver health endpoint's last answer while not ready
@@ -148,9 +133,6 @@ func (d *driverRestart) String() string {
 		d.lastBody, d.failed, ms(d.tRestarted), d.before, d.after, ms(d.end.Sub(d.began)))
 }
 
-// restartNotReadyDriver turns the driver of pod not ready, waits for
-// kubelet to restart it, turns it ready and waits for its liveness probe
-// to pass again.
 func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setAnswer func(string) error) (*driverRestart, error) {
 	d := &driverRestart{began: time.Now(), before: containerStatus(pod, localnode.DriverContainer).RestartCount}
 	if err := setAnswer("not-ready"); err != nil {
@@ -187,18 +169,14 @@ func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setA
 	return d, err
 }
 
-// pollNotReady polls the registrar's /readyz on port every 100ms until ctx
-// ends, then delivers the answers that were not 200, with their times.
 func pollNotReady(ctx context.Context, port int32) <-chan []string {
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 	began := time.Now()
 	return sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
 		code, body := get(readyz)
 		if code == 0 && ctx.Err() == nil {
-			// No answer within the client's timeout, seen once at load 8
-			// while kubelet's probes passed: asked again at once, so that
-			// only a registrar that does not answer twice in a row, or
-			// answers not ready, fails the check.
+			// A loaded host may miss the client's timeout once while
+			// kubelet's probes pass: only two in a row fail the check.
 			code, body = get(readyz)
 		}
 		if code != http.StatusOK {

@@ -8,10 +8,9 @@ import (
 	"strings"
 )
 
-// checkKubeletLog is check 11, after all others: kubelet's plugin watcher
-// logs an error for a file created in its registry directory and gone
-// before it stats it, which a registrar's temporary names would cause.
-// Check 13 may restart kubelet: each kubelet's log is read.
+// checkKubeletLog: kubelet's plugin watcher logs an error for a file
+// created in its registry directory and gone before it stats it, which a
+// registrar's temporary names would cause.
 func (s *suite) checkKubeletLog(context.Context) bool {
 	const name = "11. kubelet's log: no plugin watcher error"
 	files, err := filepath.Glob(filepath.Join(s.Logs, "kubelet*.log"))

@@ -11,31 +11,19 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 func main() {
-	work := flag.String("work", "", "scratch directory (required)")
-	bin := flag.String("bin", "", "directory holding kubelet, kube-apiserver, kube-controller-manager and kube-scheduler (required)")
-	repo := flag.String("repo", "", "the repository's root, for deploy/daemonset.yaml (required)")
-	images := flag.String("images", "", "comma-separated image archives to import into containerd (required)")
+	flags := localnode.RegisterFlags()
 	var opts options
 	flag.DurationVar(&opts.maxRolloutGap, "max-rollout-gap", 0, "the longest time without the driver in CSINode that the rolling update check (4a) accepts; 0: none")
-	flag.StringVar(&opts.upstreamMissing, "upstream-missing", "", "why there is no image of upstream's registrar ("+localnode.UpstreamImage+"); set, checks 4b and 4c are skipped with this reason")
-	flag.BoolVar(&opts.failOnSkip, "fail-on-skip", false, "a skipped check fails the run (CI)")
 	only := flag.String("checks", "", "comma-separated checks to run after check 1, in the usual order (2, 3, 4a, 4b, 4c, 4d, 5, 7, 8, 9, 10, 11, 12, 13; 2 is 2b, 8 is 8a-8c, 12 is 12a-12b, 13 is 13a-13c); empty: all. A check may rely on what an earlier one leaves (4c on 4b)")
-	flag.Parse()
-	if *work == "" || *bin == "" || *repo == "" || *images == "" {
-		flag.Usage()
-		os.Exit(2)
-	}
+	flags.Parse()
 	if *only != "" {
 		opts.only = map[string]bool{}
 		for _, id := range strings.Split(*only, ",") {
@@ -47,7 +35,8 @@ func main() {
 			opts.only[id] = true
 		}
 	}
-	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts))
+	s := &suite{Node: &localnode.Node{Flags: flags, StartupTaint: startupTaint}, options: opts, watch: localnode.NewWatch(localnode.DriverName)}
+	os.Exit(s.Run("e2e-node", s.run))
 }
 
 // steps are the checks after check 1, in the order they run: what each
@@ -72,7 +61,6 @@ var steps = []struct {
 	{"11", (*suite).checkKubeletLog},
 }
 
-// stepIDs lists the steps' IDs.
 func stepIDs() []string {
 	var ids []string
 	for _, step := range steps {
@@ -81,34 +69,11 @@ func stepIDs() []string {
 	return ids
 }
 
-func run(work, bin, repo string, images []string, opts options) int {
-	// As PID 1 of its namespace this process gets no default signal
-	// handling: SIGINT and SIGTERM must be caught to stop cleanly.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	c := &localnode.Node{Work: work, Bin: bin, Repo: repo, Logs: filepath.Join(work, "logs"), StartupTaint: startupTaint}
-	if err := os.MkdirAll(c.Logs, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-node:", err)
-		return 1
-	}
-	began := time.Now()
-	defer func() {
-		fmt.Println("e2e-node: stopping the node")
-		c.StopAll()
-	}()
-
-	fmt.Println("e2e-node: starting etcd, containerd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet")
-	if err := c.Up(ctx, images); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-node: FAIL: the node did not come up:", err)
-		return 1
-	}
-	fmt.Printf("e2e-node: node %s up after %s, kubelet %s\n", localnode.NodeName, ms(time.Since(began)), c.KubeletVersion)
-
-	s := &suite{Node: c, options: opts, watch: localnode.NewWatch(localnode.DriverName)}
+// run runs the checks on the node that is up.
+func (s *suite) run(ctx context.Context, began time.Time) int {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go s.watch.Run(watchCtx, c.Client)
+	go s.watch.Run(watchCtx, s.Client)
 
 	// Every later step works on the pod of the first; each one leaves a
 	// running, registered pod unless it failed badly, so a failure does
@@ -118,7 +83,7 @@ func run(work, bin, repo string, images []string, opts options) int {
 			if ctx.Err() != nil {
 				break
 			}
-			if opts.only == nil || opts.only[step.id] {
+			if s.only == nil || s.only[step.id] {
 				step.run(s, ctx)
 			}
 		}
@@ -127,8 +92,8 @@ func run(work, bin, repo string, images []string, opts options) int {
 	return s.summary(ctx, began)
 }
 
-// summary prints the report and returns the process's exit code: 1 if a
-// check failed, was skipped in CI, or (in a full run) did not run.
+// summary prints the report and returns the exit code: 1 if a check
+// failed, was skipped in CI, or (in a full run) did not run.
 func (s *suite) summary(ctx context.Context, began time.Time) int {
 	c, opts := s.Node, s.options
 	fmt.Println()
@@ -149,7 +114,7 @@ func (s *suite) summary(ctx context.Context, began time.Time) int {
 		}
 		fmt.Printf("  %-7s %s\n          %s\n", status, r.name, r.detail)
 	}
-	if skipped > 0 && s.failOnSkip {
+	if skipped > 0 && s.FailOnSkip {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
@@ -158,7 +123,6 @@ func (s *suite) summary(ctx context.Context, began time.Time) int {
 		fmt.Println("  interrupted")
 	}
 	if opts.only != nil {
-		// A developer's run of some checks: no full pass.
 		var ran []string
 		for _, id := range stepIDs() {
 			if opts.only[id] {

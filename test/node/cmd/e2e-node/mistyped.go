@@ -24,23 +24,16 @@ import (
 const (
 	mistypedDriver    = "mistyped.csi.example.com"
 	mistypedDaemonSet = "csi-mistyped"
-	// mistypedSocket is the manifest's typo; the driver listens on
-	// driverSocket.
-	mistypedSocket = "csi-typo.sock"
-	// mistypedUnhealthyAfter is --unhealthy-after for this check only,
-	// shorter than the default (3m) so that the run stays short.
+	mistypedSocket    = "csi-typo.sock"
+	// shorter than the default (3m), for a short run
 	mistypedUnhealthyAfter = 20 * time.Second
-	// mistypedSlack is added to the bound: kubelet's container timestamps
-	// are whole seconds, and the container takes a moment to stop.
-	mistypedSlack = 5 * time.Second
-	// The check's revisions (HTTP ports 9848, 9849): the typo, and the
-	// rolling update that fixes it.
+	// kubelet's container timestamps are whole seconds, and the container
+	// takes a moment to stop.
+	mistypedSlack             = 5 * time.Second
 	revMistyped      revision = 40
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes and
-// for revMistyped the typo in the registration path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 	o := own{Own: localnode.Own{Name: mistypedDaemonSet, Driver: mistypedDriver, KeepProbes: true, Args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}}
 	if rev == revMistyped {
@@ -49,16 +42,13 @@ func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 	return s.ownDaemonSet(rev, o)
 }
 
-// healthy is what check 10 compares before and after: every container of
-// the pods on the node but the check's own, and the registration of each
-// driver that CSINode lists, as a watch records it.
+// healthy is what check 10 compares before and after: the other pods'
+// containers and drivers.
 type healthy struct {
 	pods    map[string]corev1.ContainerStatus // namespace/pod/container
 	watches map[string]*localnode.Watch
 }
 
-// watchHealthy reads the healthy drivers' pods and watches their
-// registrations until ctx ends.
 func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
 	pods, err := s.healthyPods(ctx)
 	if err != nil {
@@ -83,7 +73,6 @@ func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
 	return h, nil
 }
 
-// healthyPods reads the containers of every pod but the check's own.
 func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerStatus, error) {
 	list, err := s.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -101,9 +90,6 @@ func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerSta
 	return out, nil
 }
 
-// since returns how many containers are unchanged and the drivers watched,
-// and adds to p what changed since began: containers restarted, replaced
-// or gone, drivers out of CSINode.
 func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *problems) (int, []string, error) {
 	after, err := s.healthyPods(ctx)
 	if err != nil {
@@ -131,7 +117,6 @@ func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *probl
 	return len(h.pods) - len(changed), drivers, nil
 }
 
-// checkMistypedPath runs check 10.
 func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	name := fmt.Sprintf("10. mistyped --kubelet-registration-path (.../%s) with deploy/'s probes: kubelet tries again meanwhile (by itself from 1.36, before that on the socket the registrar publishes again) and restarts the registrar within --unhealthy-after (%s here; the default is 3m) plus the liveness probe's period x failureThreshold, with kubelet's reason in the pod's status; a rolling update fixing the path registers the driver; no healthy driver's pod restarts",
 		mistypedSocket, mistypedUnhealthyAfter)
@@ -181,8 +166,6 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		failed, fixed, unchanged, len(healthy.pods), drivers, p)
 }
 
-// describe says what the first registrar did from the DaemonSet's creation
-// at began until kubelet restarted it, and records the time to the restart.
 func (m *mistypedRun) describe(ctx context.Context, s *suite, began time.Time, probeWindow time.Duration) string {
 	st := containerStatus(m.pod, localnode.RegistrarName)
 	term := st.LastTerminationState.Terminated
@@ -193,8 +176,6 @@ func (m *mistypedRun) describe(ctx context.Context, s *suite, began time.Time, p
 		m.pod.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, s.lastEvent(ctx, m.pod.Name, "Unhealthy", "Liveness"))
 }
 
-// mistypedRun is what check 10 saw of its first registrar until kubelet
-// restarted it.
 type mistypedRun struct {
 	failingSince, healthz503At time.Time
 	healthz503, lastState      string
@@ -202,8 +183,6 @@ type mistypedRun struct {
 	pod                        *corev1.Pod
 }
 
-// waitMistypedRestart follows the check's pod until kubelet restarts its
-// registrar.
 func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) (*mistypedRun, error) {
 	m := &mistypedRun{}
 	port := revMistyped.port()
@@ -242,8 +221,6 @@ func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) 
 	return m, nil
 }
 
-// check checks the restart against bound and what kubelet's version does
-// meanwhile, and adds what is wrong to p.
 func (m *mistypedRun) check(s *suite, bound time.Duration, p *problems) {
 	term := containerStatus(m.pod, localnode.RegistrarName).LastTerminationState.Terminated
 	p.want(!m.failingSince.IsZero(), "never saw failingSince in the first registrar's /status")
@@ -261,9 +238,6 @@ func (m *mistypedRun) check(s *suite, bound time.Duration, p *problems) {
 	s.checkRetries(m.republished, 1, p)
 }
 
-// fixMistyped rolls the DaemonSet to the right path and checks that
-// CSINode lists the driver, the new pod's registrar's /status says
-// registered, and its containers did not restart.
 func (s *suite) fixMistyped(ctx context.Context, typoWatch *localnode.Watch, p *problems) (string, error) {
 	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
 	if err != nil {
@@ -271,8 +245,7 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *localnode.Watch, p *
 	}
 	// kubelet retries a socket path that failed after a backoff that
 	// doubles up to 2m2s (its operation executor's), also for the new
-	// socket at that path: the new registrar may wait for kubelet that
-	// long. Its states are recorded meanwhile.
+	// socket at that path.
 	var states []string
 	began := time.Now()
 	r, err := s.roll(ctx, want, typoWatch, func() {

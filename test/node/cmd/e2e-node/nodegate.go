@@ -28,28 +28,19 @@ import (
 // DaemonSet tolerates every taint, so only this check, last, depends on it.
 
 const (
-	// startupTaint is the taint kubelet registers the node with.
-	startupTaint = "e2e-node.example.com/agent-not-ready"
-	// revNodeGate is this check's revision: --remove-node-taint and
-	// --node-condition, the service account of deploy/node-gate.
-	revNodeGate revision = 9
-	// gateAccount is deploy/node-gate's ServiceAccount.
-	gateAccount = "csi-node"
-	// waitingPod needs the driver and does not tolerate the taint.
-	waitingPod = "needs-the-driver"
-	// maxUntaintDelay is the longest the taint may outlive the
-	// registration.
-	maxUntaintDelay = time.Second
-	// gatePolicy is deploy/node-gate's ValidatingAdmissionPolicy.
-	gatePolicy = "csi-node-gate"
+	startupTaint             = "e2e-node.example.com/agent-not-ready"
+	revNodeGate     revision = 9
+	gateAccount              = "csi-node" // deploy/node-gate's
+	waitingPod               = "needs-the-driver"
+	maxUntaintDelay          = time.Second
+	gatePolicy               = "csi-node-gate" // deploy/node-gate's
 )
 
 var nodeCondition = corev1.NodeConditionType(localnode.DriverName + "/NodePluginRegistered")
 
 // withAccount gives the pods deploy/node-gate's and deploy/csinode's
-// service account with its token, the registrar NODE_NAME, and the API
-// server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
-// kubernetes Service's IP) does not reach here, with no kube-proxy.
+// service account, and the API server's address: with no kube-proxy the
+// kubernetes Service's IP reaches nothing.
 func withAccount(pod *corev1.PodSpec, ctr *corev1.Container) {
 	pod.ServiceAccountName = gateAccount
 	automount := true
@@ -60,8 +51,6 @@ func withAccount(pod *corev1.PodSpec, ctr *corev1.Container) {
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
 }
 
-// nodeTimeline records, from a watch, when the node lost the startup
-// taint and when its condition changed.
 type nodeTimeline struct {
 	mu         sync.Mutex
 	untainted  time.Time
@@ -91,8 +80,7 @@ func startupTainted(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
 }
 
-// waitCondition waits until the node's condition is last status:reason
-// (want), and returns when it became so.
+// waitCondition waits for the node's condition's status:reason want.
 func (n *nodeTimeline) waitCondition(ctx context.Context, want string, timeout time.Duration) (time.Time, error) {
 	var at time.Time
 	err := localnode.WaitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
@@ -129,8 +117,6 @@ func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline
 	})
 }
 
-// watchScheduled sends the time the waiting pod was bound to the node, as
-// the watch delivers it.
 func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
 	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
 	localnode.WatchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
@@ -144,9 +130,6 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	})
 }
 
-// setUpNodeGate creates deploy/node-gate's objects, the policy with this
-// check's taint key, on the tainted node without the earlier DaemonSet. It
-// returns what the enforced policy said to a token bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
 		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
@@ -158,8 +141,6 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 	if !startupTainted(node) {
 		return "", fmt.Errorf("the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
 	}
-	// The driver is deploy/'s placeholder, as the policy's; the taint is
-	// this check's.
 	withTaint := func(obj *unstructured.Unstructured) bool {
 		variables, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
 		for _, v := range variables {
@@ -181,9 +162,8 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 	return s.waitForGatePolicy(ctx)
 }
 
-// typeCheckGatePolicy waits for kube-controller-manager's type check of the
-// policy's expressions against the Node schema, and fails on any warning
-// (a field that Node does not have, a type mismatch, ...).
+// typeCheckGatePolicy fails on any warning of kube-controller-manager's
+// type check of the policy against the Node schema.
 func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 	var warnings []admissionregistrationv1.ExpressionWarning
 	err := localnode.WaitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
@@ -203,9 +183,8 @@ func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 	return nil
 }
 
-// waitForGatePolicy returns once the API server enforces deploy/node-gate's
-// policy (a moment after its creation): when a dry-run label on the node,
-// with a token of the service account bound to no pod, is refused by it.
+// waitForGatePolicy: the API server enforces a policy a moment after its
+// creation.
 func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
 	token, err := s.Client.CoreV1().ServiceAccounts(localnode.Namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
@@ -264,9 +243,6 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	untainted, _ := timeline.snapshot()
-	// The pod waited for the registration: it was not on the node while
-	// the driver was not registered (the scheduler places it only once the
-	// taint is gone, which is after the registration).
 	untaintDelay := untainted.Sub(reg.At)
 	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "csi_node_driver_registrar_node_update_pending")
 
@@ -281,8 +257,6 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.At.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.At)), status, conds, ms(falseAfter), !stillTainted)
 }
 
-// waitingPodRuns waits for the waiting pod to be scheduled, which the
-// watch sends, and to run. It returns when it was scheduled.
 func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) (time.Time, error) {
 	var scheduledAt time.Time
 	select {
@@ -298,8 +272,6 @@ func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) 
 	return scheduledAt, err
 }
 
-// removeGatedDriver deletes the DaemonSet and waits for the condition to
-// go False; it returns how long that took and whether the node is tainted.
 func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (time.Duration, bool, error) {
 	deleted := time.Now()
 	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
@@ -313,20 +285,17 @@ func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (
 	return falseAt.Sub(deleted), err == nil && startupTainted(n), nil
 }
 
-// startWaitingPod creates a pod that does not tolerate the startup taint,
-// standing for one that needs the driver (the test driver mounts nothing),
-// and returns why the scheduler says it waits.
+// startWaitingPod creates a pod that stands for one that needs the driver
+// (the test driver mounts nothing).
 func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: localnode.Namespace},
 		Spec: corev1.PodSpec{
-			// No CNI here: the host's network, as the DaemonSet's pods.
 			HostNetwork:                  true,
 			DNSPolicy:                    corev1.DNSDefault,
 			AutomountServiceAccountToken: new(bool),
-			// No node lifecycle controller runs here to take away the
-			// not-ready taint that the API server puts on a new node
-			// (TaintNodesByCondition); DaemonSet pods tolerate it.
+			// No node lifecycle controller takes the API server's
+			// not-ready taint away (TaintNodesByCondition).
 			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
 		},

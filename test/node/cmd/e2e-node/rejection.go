@@ -20,17 +20,14 @@ import (
 )
 
 const (
-	rejectedDaemonSet = "csi-rejected"
-	// revRejected: HTTP port 9858.
-	revRejected revision = 50
-	// rejectedSettle is how long the driver must stay in CSINode after
-	// kubelet accepted it: longer than the registrar's first backoff
-	// before it publishes again (1 s, or kubelet's backoff plus 2 s),
-	// and than kubelet's reconcile period (1 s) after that.
+	rejectedDaemonSet          = "csi-rejected"
+	revRejected       revision = 50
+	// longer than the registrar's first backoff before it publishes again
+	// (1 s, or kubelet's backoff plus 2 s), and kubelet's reconcile period
+	// (1 s) after that
 	rejectedSettle = 10 * time.Second
 )
 
-// checkRejectedThenAccepted runs check 12 with one rejection, then three.
 func (s *suite) checkRejectedThenAccepted(ctx context.Context) bool {
 	ok := s.checkRejections(ctx, "12a", 1)
 	return s.checkRejections(ctx, "12b", 3) && ok
@@ -97,9 +94,8 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		len(gaps), eventsSeen, p)
 }
 
-// waitAccepted reads the registrar's /status on port until CSINode lists
-// the driver, and returns when the first rejection came (failingSince,
-// which the registrar resets once kubelet accepts).
+// waitAccepted returns /status's failingSince, which the registrar resets
+// once kubelet accepts.
 func waitAccepted(ctx context.Context, watch *localnode.Watch, port int32) (time.Time, error) {
 	var failingSince time.Time
 	err := localnode.WaitFor(ctx, watch.Driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
@@ -116,9 +112,6 @@ func waitAccepted(ctx context.Context, watch *localnode.Watch, port int32) (time
 	return failingSince, nil
 }
 
-// rejectedPods checks that the check's pod did not restart and, with
-// events, the Events on it. It returns the Events seen and adds what is
-// wrong to p.
 func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problems) (string, error) {
 	pods, err := s.PodsOf(ctx, rejectedDaemonSet)
 	if err != nil {
@@ -135,10 +128,6 @@ func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problem
 	return seen, nil
 }
 
-// checkRetries checks the registrar's publications of its socket again
-// after rejections, for kubelet's version: there must be none where kubelet
-// tries again by itself, at least atLeast where it tries again only on a
-// new socket.
 func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
 	if s.kubeletRetries() {
 		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.KubeletVersion)
@@ -147,9 +136,6 @@ func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
 	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.KubeletVersion, atLeast)
 }
 
-// checkEvents waits for the Pod's Events after kubelet accepted the driver
-// that it rejected n times, adds what is wrong to p, and returns the
-// Events as kubectl describe pod would list them.
 func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int, p *problems) (seen string) {
 	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
 	var rejected, registered *corev1.Event

@@ -1,7 +1,5 @@
 package main
 
-// A maxSurge rollout of a DaemonSet, followed from the update to its end.
-
 import (
 	"context"
 	"fmt"
@@ -16,8 +14,7 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// rollout is what a rolling update of the DaemonSet did, followed from the
-// update until a few seconds after the old pod's object was gone.
+// rollout is what a maxSurge rolling update of a DaemonSet did.
 type rollout struct {
 	began, end                        time.Time
 	oldPod, newPod                    string
@@ -29,15 +26,12 @@ type rollout struct {
 	restarts                          map[string]int32 // the highest restartCount seen, by pod/container
 }
 
-// gap is a time CSINode did not list the driver; open if it still did not
-// at the end of the rollout.
+// gap is a time CSINode did not list the driver.
 type gap struct {
 	from, to time.Time
 	open     bool
 }
 
-// gaps returns the times in [from, to] that CSINode did not list the
-// driver; one still open at to ends there, open.
 func gaps(w *localnode.Watch, from, to time.Time) []gap {
 	var gaps []gap
 	var down time.Time
@@ -56,12 +50,9 @@ func gaps(w *localnode.Watch, from, to time.Time) []gap {
 	return gaps
 }
 
-// rolloutSettle is how long a rollout is watched after the old pod's object
-// is gone, in case kubelet reacts late to what the old pod left.
+// rolloutSettle: kubelet may react late to what the old pod left.
 const rolloutSettle = 5 * time.Second
 
-// rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
-// next's template (roll), and makes the new pod the current one.
 func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
 	want, err := s.daemonSet(next)
 	if err != nil {
@@ -77,9 +68,8 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 	return r, err
 }
 
-// roll gives the DaemonSet want names want's template and follows the
-// maxSurge update until it is done, then for rolloutSettle, recording
-// watch's changes and the pods' restarts; poll runs at each poll, if set.
+// roll gives the DaemonSet want's template and follows the update until
+// rolloutSettle after it is done; poll, if set, runs at each poll.
 func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *localnode.Watch, poll func()) (*rollout, error) {
 	ds, err := s.Client.AppsV1().DaemonSets(localnode.Namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
@@ -110,8 +100,6 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *localno
 	if err != nil {
 		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
 	}
-	// The old pod's object is deleted only after its containers stopped, so
-	// the old registrar has exited; kubelet may still react late to what it left.
 	time.Sleep(rolloutSettle)
 	r.end = time.Now()
 	if pod, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, r.newPod, getOpts); err == nil {
@@ -123,10 +111,6 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *localno
 	return r, nil
 }
 
-// observeRollout reads the pods of the DaemonSet updated, labelled app,
-// and records when the new pod of revision next was Ready and the old one
-// deleted and gone; it reports whether the DaemonSet's status says the
-// rollout is done.
 func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string, updated *appsv1.DaemonSet) (bool, error) {
 	pods, err := s.PodsOf(ctx, app)
 	if err != nil {
@@ -167,8 +151,6 @@ func (r *rollout) recordRestarts(pod *corev1.Pod) {
 	}
 }
 
-// restarted lists the containers that restarted, with their counts: of
-// the pods named, or all.
 func (r *rollout) restarted(pods ...string) []string {
 	var out []string
 	for container, n := range r.restarts {
@@ -181,10 +163,9 @@ func (r *rollout) restarted(pods ...string) []string {
 	return out
 }
 
-// describeGaps gives each gap's start from the update, its length and its
-// cause. One that begins before the old pod's deletion comes from the new
-// pod's socket replacing the old one: kubelet v1.37 then unregisters the
-// plugin and registers it again one reconcile period (1 s) later.
+// describeGaps: a gap that begins before the old pod's deletion comes from
+// the new pod's socket replacing the old one: kubelet v1.37 then
+// unregisters the plugin and registers it again a reconcile period later.
 func (r *rollout) describeGaps() []string {
 	out := describeGaps(r.gaps, r.began)
 	for i, g := range r.gaps {
@@ -197,7 +178,6 @@ func (r *rollout) describeGaps() []string {
 	return out
 }
 
-// describeGaps gives each gap's start from began and its length.
 func describeGaps(gaps []gap, began time.Time) []string {
 	var out []string
 	for _, g := range gaps {
@@ -210,7 +190,6 @@ func describeGaps(gaps []gap, began time.Time) []string {
 	return out
 }
 
-// longestGap is the longest gap; an open one counts as endless.
 func (r *rollout) longestGap() time.Duration {
 	var longest time.Duration
 	for _, g := range r.gaps {
@@ -227,9 +206,6 @@ func (r *rollout) String() string {
 		r.newPod, ms(r.tNewReady), r.oldPod, ms(r.tOldDeleting), ms(r.tOldGone), r.writes, r.watchRestarted)
 }
 
-// settled says how the node was rolloutSettle after the rollout r of
-// csi-node, and whether as it should: the driver in CSINode with the
-// expected node ID, the watch never restarted, the socket dialable.
 func (s *suite) settled(r *rollout) (string, bool) {
 	final, _ := s.watch.Now()
 	socket := dialable(s.regSocket())
@@ -237,8 +213,6 @@ func (s *suite) settled(r *rollout) (string, bool) {
 		final.Registered && final.NodeID == localnode.ExpectedNodeID && !r.watchRestarted && socket
 }
 
-// redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
-// the current one.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	want, err := s.daemonSet(rev)
 	if err != nil {

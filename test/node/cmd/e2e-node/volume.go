@@ -1,15 +1,12 @@
 package main
 
-// Checks 8a-8c: a volume through a real CSI driver, csi-driver-host-path's
-// hostpathplugin, in a DaemonSet of its own with this registrar as sidecar.
-// kubelet can publish a CSI inline volume only on the endpoint that the
-// registrar's GetInfo announced.
+// Checks 8a-8c: kubelet can publish a CSI inline volume only on the
+// endpoint that the registrar's GetInfo announced.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -30,15 +27,11 @@ const (
 	volumePodLabel = "e2e-node/volume-pod"
 )
 
-// The hostpath DaemonSet's revisions (HTTP ports 9828-9830): check 8a's,
-// 8b's with the same driver socket, 8c's with another.
 const (
 	revHostpath         revision = 20
 	revHostpathNext     revision = 21
 	revHostpathEndpoint revision = 22
 )
-
-var hostpathMissing = flag.String("hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+localnode.HostpathImage+"); set, checks 8a-8c are skipped with this reason")
 
 func hostpathSocket(rev revision) string {
 	if rev == revHostpathEndpoint {
@@ -47,13 +40,10 @@ func hostpathSocket(rev revision) string {
 	return "csi.sock"
 }
 
-// hostpathDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, then given hostpathplugin in the driver's place.
 func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
 	return s.ownDaemonSet(rev, own{Own: localnode.Own{Name: localnode.HostpathDaemonSet, Hostpath: true, Socket: hostpathSocket(rev)}})
 }
 
-// hostpathVolume is what the driver's state file says about a volume.
 type hostpathVolume struct {
 	VolID     string
 	VolPath   string
@@ -61,8 +51,7 @@ type hostpathVolume struct {
 	Published []string
 }
 
-// hostpathVolumes reads the driver's state file, which it rewrites on every
-// change; a missing file is an empty state.
+// hostpathVolumes reads the driver's state file, rewritten on every change.
 func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
 	data, err := os.ReadFile(s.Path(localnode.HostpathStateDir, "state.json"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -78,8 +67,7 @@ func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
 	return state.Volumes, nil
 }
 
-// mountPoint reports whether path is a mount point in this mount
-// namespace, which is kubelet's; a missing path is none.
+// mountPoint: this mount namespace is kubelet's.
 func mountPoint(path string) (bool, error) {
 	mounted, err := mount.New("").IsMountPoint(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -88,14 +76,11 @@ func mountPoint(path string) (bool, error) {
 	return mounted, err
 }
 
-// volumePod is a pod of volumePodSpec as the test follows it.
 type volumePod struct {
 	name, uid string
 	target    string // where kubelet asks the driver to publish the volume
 	volID     string // the driver's ID of the volume, once published
-	// From the pod's creation: the driver's state lists the target and it
-	// is mounted; /data/hello read back from the driver's state directory;
-	// the pod Running.
+	// from the pod's creation
 	tPublished, tReadBack, tRunning time.Duration
 }
 
@@ -104,9 +89,6 @@ func (v *volumePod) String() string {
 		v.name, ms(v.tPublished), localnode.HostpathStateDir, v.volID, ms(v.tReadBack), ms(v.tRunning))
 }
 
-// volumePodSpec is a pod with a CSI inline volume of hostpathplugin at
-// /data. It writes its name to /data/hello, then a counter to /data/beat
-// five times a second.
 func volumePodSpec(name string) *corev1.Pod {
 	script := `trap 'exit 0' TERM; echo "$POD_NAME" >/data/hello; i=0; while :; do i=$((i+1)); echo $i >/data/beat; sleep 0.2; done`
 	grace := int64(2)
@@ -136,9 +118,6 @@ func volumePodSpec(name string) *corev1.Pod {
 	}
 }
 
-// startVolumePod creates a volume pod and waits until the driver has
-// published its volume, the pod's file is in the driver's state directory,
-// and the pod runs.
 func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, error) {
 	began := time.Now()
 	created, err := s.Client.CoreV1().Pods(localnode.Namespace).Create(ctx, volumePodSpec(name), metav1.CreateOptions{})
@@ -178,9 +157,8 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 	return v, nil
 }
 
-// whyNotRunning tells the pod's phase, its conditions that are not true,
-// and kubelet's last FailedMount event, such as the driver's socket that
-// it could not dial.
+// whyNotRunning: kubelet's FailedMount event names, for one, a driver
+// socket it could not dial.
 func (s *suite) whyNotRunning(ctx context.Context, name string) string {
 	current, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, name, getOpts)
 	if err != nil {
@@ -199,8 +177,6 @@ func (s *suite) whyNotRunning(ctx context.Context, name string) string {
 	return state
 }
 
-// publishedAt returns the volume that the driver's state says is published
-// at target, or nil.
 func (s *suite) publishedAt(target string) (*hostpathVolume, error) {
 	vols, err := s.hostpathVolumes()
 	if err != nil {
@@ -214,15 +190,13 @@ func (s *suite) publishedAt(target string) (*hostpathVolume, error) {
 	return nil, nil
 }
 
-// unpublished is what deleting a volume pod did, from the deletion.
 type unpublished struct {
 	tUnpublished time.Duration // target no longer mounted, volume gone from the driver's state and directory
 	tGone        time.Duration // pod object gone
 }
 
-// deleteVolumePod deletes the pod and waits until the driver has unpublished
-// its volume (an inline volume is then deleted: gone from the state file and
-// the state directory) and the pod object is gone.
+// deleteVolumePod: an inline volume is deleted on unpublish, gone from the
+// driver's state file and directory.
 func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished, error) {
 	var u unpublished
 	began := time.Now()
@@ -261,8 +235,7 @@ func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished,
 	return u, nil
 }
 
-// driverCalls counts the gRPC calls of each method in the log of the
-// hostpath pod's driver container (the driver logs each at --v=3).
+// driverCalls counts the gRPC calls the driver logs, by method.
 func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	calls := map[string]int{}
 	for line := range strings.SplitSeq(s.containerLog(pod, localnode.HostpathContainer), "\n") {
@@ -273,15 +246,14 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	return calls
 }
 
-// checkVolume runs checks 8a, 8b and 8c.
 func (s *suite) checkVolume(ctx context.Context) bool {
 	names := []string{
 		"8a. volume through a real driver (hostpathplugin, CSI inline volume): kubelet publishes it on the endpoint the registrar announced, the pod's file is read back on the driver's side, deleting the pod unpublishes it",
 		"8b. rolling update of the hostpath DaemonSet (maxSurge 1, same driver socket: the handover) with a volume pod running: its volume still served, a new volume pod mounts, the old one unmounts cleanly",
 		"8c. rolling update of the hostpath DaemonSet to another driver socket (maxSurge 1) with a volume pod running: kubelet follows the new endpoint; the volume still served, a new volume pod mounts, the old one unmounts cleanly",
 	}
-	if *hostpathMissing != "" {
-		return s.skipAll(names, *hostpathMissing)
+	if s.HostpathMissing != "" {
+		return s.skipAll(names, s.HostpathMissing)
 	}
 	watch, stopWatch := s.StartWatch(ctx, localnode.HostpathDriver)
 	defer stopWatch()
@@ -338,18 +310,13 @@ func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *lo
 		driverPod.Name, calls["NodePublishVolume"], calls["NodeUnpublishVolume"])
 }
 
-// beat reads the counter that a volume pod writes five times a second, as
-// the driver's state directory holds it.
 func (s *suite) beat(v *volumePod) string {
 	data, _ := os.ReadFile(s.Path(localnode.HostpathStateDir, v.volID, "beat"))
 	return strings.TrimSpace(string(data))
 }
 
 // checkVolumeRollout rolls the hostpath DaemonSet to next while the volume
-// pod running runs: its volume must still be served, a new volume pod be
-// published by the new pod's driver, and deleting running unpublish its
-// volume through that driver. It returns the new volume pod, still running
-// if keep, or nil if it did not start.
+// pod running runs. It returns the new volume pod, still running if keep.
 func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *localnode.Watch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
 	want, err := s.hostpathDaemonSetFor(next)
 	if err != nil {
@@ -391,9 +358,7 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *loca
 		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
 }
 
-// stillServed checks, after a rollout, that the running pod's volume is
-// still mounted, in the new driver's state (read from the file it loaded),
-// and that the pod's writes still reach the driver's directory.
+// stillServed: the new driver loaded its state from the old one's file.
 func (s *suite) stillServed(ctx context.Context, running *volumePod) (string, bool) {
 	stillMounted, _ := mountPoint(running.target)
 	vol, _ := s.publishedAt(running.target)
@@ -407,8 +372,6 @@ func (s *suite) stillServed(ctx context.Context, running *volumePod) (string, bo
 		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil), stillMounted && vol != nil && errBeat == nil
 }
 
-// deleteVolumePods deletes volume pods one after the other, each until
-// its volume is unpublished, and says how long each took.
 func (s *suite) deleteVolumePods(ctx context.Context, step string, pods ...*volumePod) (string, error) {
 	var lines []string
 	var errs error
@@ -421,11 +384,9 @@ func (s *suite) deleteVolumePods(ctx context.Context, step string, pods ...*volu
 	return strings.Join(lines, "; "), errs
 }
 
-// volumeRegistration says what the hostpath rollout r to next had to do to
-// the registration, and whether it did. With the same driver socket, the
-// new registrar must take the registration socket over and kubelet keep
-// the driver registered as in check 4a; with another, kubelet registers the
-// driver again, at most once for at most 2s as in checks 4b and 4c.
+// volumeRegistration: with the same driver socket the new registrar takes
+// the registration socket over, as in check 4a; with another kubelet
+// registers the driver again, as in checks 4b and 4c.
 func (s *suite) volumeRegistration(r *rollout, next revision, status *registrarState) (string, bool) {
 	longest := r.longestGap()
 	if hostpathSocket(r.from) != hostpathSocket(next) {

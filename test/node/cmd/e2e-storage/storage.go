@@ -47,12 +47,6 @@ const storageLogs = "test/node/_logs-storage"
 
 // storageOptions are make e2e-storage's choices, from hack/e2e-node.sh.
 type storageOptions struct {
-	// upstreamMissing and hostpathMissing, when set, are why there is no
-	// image of upstream's registrar (its part is skipped) or of
-	// csi-driver-host-path's plugin (the suite is skipped).
-	upstreamMissing, hostpathMissing string
-	// failOnSkip makes a skipped part fail the run, as in CI.
-	failOnSkip bool
 	tiers      []int
 	// repoList is the KUBE_TEST_REPO_LIST file that maps the suite's
 	// images to the local names they were imported under.
@@ -120,7 +114,7 @@ func (r storageResult) ok() bool { return r.err == nil && r.failed == 0 && r.pas
 
 // runStorage deploys the hostpath driver with each registrar image in turn
 // and runs the suite's tiers against it. It returns the process's exit code.
-func (s *suite) runStorage(ctx context.Context) int {
+func (s *suite) runStorage(ctx context.Context, _ time.Time) int {
 	opts := s.storageOptions
 	images := []storageImage{
 		{"this-registrar", "this registrar (" + localnode.RegistrarImage + ")", localnode.Template{Revision: 24, Port: 9832}},
@@ -136,9 +130,9 @@ func (s *suite) runStorage(ctx context.Context) int {
 		fmt.Fprintf(os.Stderr, "e2e-storage: no tier chosen among %v: set E2E_STORAGE_TIERS to 1, 2 or \"1 2\"\n", opts.tiers)
 		return 2
 	}
-	if s.hostpathMissing != "" {
-		fmt.Println("e2e-storage: SKIPPED: the suite needs csi-driver-host-path's plugin:", s.hostpathMissing)
-		if s.failOnSkip {
+	if s.HostpathMissing != "" {
+		fmt.Println("e2e-storage: SKIPPED: the suite needs csi-driver-host-path's plugin:", s.HostpathMissing)
+		if s.FailOnSkip {
 			fmt.Println("e2e-storage: FAIL: skipped in CI: a skip there is a failure to look at")
 			return 1
 		}
@@ -147,8 +141,8 @@ func (s *suite) runStorage(ctx context.Context) int {
 	var results []storageResult
 	var problems []string
 	for _, image := range images {
-		if image.template.Upstream && s.upstreamMissing != "" {
-			problems = append(problems, "SKIPPED "+image.what+": "+s.upstreamMissing)
+		if image.template.Upstream && s.UpstreamMissing != "" {
+			problems = append(problems, "SKIPPED "+image.what+": "+s.UpstreamMissing)
 			continue
 		}
 		if err := s.deployHostpath(ctx, image.template, opts); err != nil {
@@ -200,7 +194,7 @@ func (s *suite) storageReport(ctx context.Context, results []storageResult, prob
 	for _, d := range compareImages(results) {
 		fmt.Println("  " + d)
 	}
-	if skipped && s.failOnSkip {
+	if skipped && s.FailOnSkip {
 		fmt.Println("  FAIL: a part was skipped in CI: a skip there is a failure to look at")
 		failed = true
 	}
