@@ -1,9 +1,6 @@
 package main
 
-// make e2e-storage: Kubernetes' storage e2e suite (e2e.test, unmodified)
-// against csi-driver-host-path's plugin with this registrar as its node
-// sidecar, then with upstream's. The suite reaches the driver only through
-// what the registrar registered.
+// The suite reaches the driver only through what the registrar registered.
 
 import (
 	"context"
@@ -28,39 +25,28 @@ import (
 	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// suite is the node the suite runs on, and the command line's choices.
 type suite struct {
 	*localnode.Node
 	storageOptions
 }
 
-// Images of the controller sidecars, built by hack/e2e-node.sh from their
-// modules for tier 2.
+// built by hack/e2e-node.sh from their modules for tier 2
 const (
 	provisionerImage = "localhost/e2e-node/csi-provisioner:1"
 	attacherImage    = "localhost/e2e-node/csi-attacher:1"
 )
 
-// storageLogs is where hack/e2e-node.sh copies the logs directory at the
-// end of make e2e-storage, relative to the repository's root.
+// storageLogs is where hack/e2e-node.sh copies the logs at the end.
 const storageLogs = "test/node/_logs-storage"
 
-// storageOptions are make e2e-storage's choices, from hack/e2e-node.sh.
 type storageOptions struct {
-	tiers      []int
-	// repoList is the KUBE_TEST_REPO_LIST file that maps the suite's
-	// images to the local names they were imported under.
-	repoList string
-	// sidecarsMissing, when set, is why csi-provisioner and csi-attacher
-	// are not deployed: tier 2 cannot run.
+	tiers           []int
+	repoList        string
 	sidecarsMissing string
-	// rbacFiles are csi-provisioner's and csi-attacher's RBAC files.
-	rbacFiles []string
-	// timeout bounds one run of e2e.test (--ginkgo.timeout).
-	timeout time.Duration
+	rbacFiles       []string
+	timeout         time.Duration
 }
 
-// storageTier is a part of the suite, chosen by its test pattern.
 type storageTier struct {
 	number int
 	what   string
@@ -77,19 +63,16 @@ var storageTiers = []storageTier{
 		driverTests + `\[Testpattern: (Generic Ephemeral-volume \(default fs\) \((immediate|late)-binding\)|Dynamic PV \(default fs\))\] (volumes|volumeIO|subPath|provisioning|ephemeral) `},
 }
 
-// storageSkip leaves out what upstream's CI leaves out: disruptive tests
-// and features behind a gate. What the deployment lacks, the test driver's
-// capabilities leave out.
+// storageSkip leaves out what upstream's CI leaves out. What the
+// deployment lacks, the test driver's capabilities leave out.
 const storageSkip = `\[Disruptive\]|\[Feature:`
 
-// storageImage is one registrar image under test, with its own HTTP port.
 type storageImage struct {
 	key      string // file names: logs/storage/<key>-tier<n>/
 	what     string
 	template localnode.Template
 }
 
-// storageResult is what one run of e2e.test reported for one tier.
 type storageResult struct {
 	tier                    storageTier
 	image                   storageImage
@@ -112,8 +95,6 @@ func (r storageResult) String() string {
 
 func (r storageResult) ok() bool { return r.err == nil && r.failed == 0 && r.passed > 0 }
 
-// runStorage deploys the hostpath driver with each registrar image in turn
-// and runs the suite's tiers against it. It returns the process's exit code.
 func (s *suite) runStorage(ctx context.Context, _ time.Time) int {
 	opts := s.storageOptions
 	images := []storageImage{
@@ -169,8 +150,6 @@ func (s *suite) runStorage(ctx context.Context, _ time.Time) int {
 	return s.storageReport(ctx, results, problems)
 }
 
-// storageReport prints the report and returns the process's exit code: 1
-// if a tier failed, a part could not be deployed, or was skipped in CI.
 func (s *suite) storageReport(ctx context.Context, results []storageResult, problems []string) int {
 	fmt.Println()
 	fmt.Println("e2e-storage report")
@@ -208,8 +187,6 @@ func (s *suite) storageReport(ctx context.Context, results []storageResult, prob
 	return 0
 }
 
-// compareImages says, per tier, whether the tests that ran with both
-// images had the same outcome, or names those that differ.
 func compareImages(results []storageResult) []string {
 	var lines []string
 	for _, t := range storageTiers {
@@ -254,10 +231,6 @@ func compareImages(results []storageResult) []string {
 	return lines
 }
 
-// deployHostpath creates the CSIDriver object and the hostpath DaemonSet of
-// template t (this registrar's image or upstream's as the node sidecar),
-// with csi-provisioner and csi-attacher beside the driver when tier 2 can
-// run, and waits for the driver in CSINode.
 func (s *suite) deployHostpath(ctx context.Context, t localnode.Template, opts storageOptions) error {
 	began := time.Now()
 	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: localnode.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -292,9 +265,7 @@ func (s *suite) deployHostpath(ctx context.Context, t localnode.Template, opts s
 	return nil
 }
 
-// addControllerSidecars puts csi-provisioner and csi-attacher beside the
-// driver, as csi-driver-host-path's single-node deployment does, with
-// sidecarAccount's token; the driver and the registrar need none.
+// addControllerSidecars: as csi-driver-host-path's single-node deployment.
 func addControllerSidecars(pod *corev1.PodSpec) {
 	pod.ServiceAccountName = sidecarAccount
 	expiry := int64(3600)
@@ -333,14 +304,9 @@ func addControllerSidecars(pod *corev1.PodSpec) {
 	)
 }
 
-// sidecarAccount is the ServiceAccount of csi-provisioner and csi-attacher,
-// one for the pod, as csi-driver-host-path names it.
 const sidecarAccount = "csi-hostpathplugin-sa"
 
-// createSidecarRBAC creates sidecarAccount and the roles of the sidecars'
-// own RBAC files (deploy/kubernetes/rbac.yaml of their modules, named by
-// hack/e2e-node.sh), every binding given to sidecarAccount in namespace.
-// What exists already (the second image's deployment) is kept.
+// createSidecarRBAC binds the sidecars' own roles to sidecarAccount.
 func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 	if len(files) == 0 {
 		return errors.New("no RBAC file of csi-provisioner and csi-attacher given (-storage-rbac)")
@@ -361,7 +327,6 @@ func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 	return s.ApplyManifests(ctx, toAccount, files...)
 }
 
-// runSuite runs e2e.test on one tier and reads its JUnit file.
 func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage, opts storageOptions) storageResult {
 	r := storageResult{tier: t, image: image, outcomes: map[string]string{}}
 	name := fmt.Sprintf("%s-tier%d", image.key, t.number)
@@ -435,7 +400,6 @@ func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage,
 	return r
 }
 
-// junitCase is one test of the suite's JUnit file.
 type junitCase struct {
 	Name   string `xml:"name,attr"`
 	Status string `xml:"status,attr"`
@@ -461,8 +425,6 @@ func readJUnit(file string) ([]junitCase, error) {
 	return cases, nil
 }
 
-// storageControllers are the controllers the suite relies on beyond make
-// e2e-node's: namespaces, service accounts, node lifecycle, volumes.
 var storageControllers = []string{
 	"serviceaccount", "root-ca-cert-publisher", "namespace", "nodelifecycle",
 	"persistentvolume-binder", "pv-protection", "pvc-protection", "attachdetach", "ephemeral-volume",
@@ -470,14 +432,12 @@ var storageControllers = []string{
 	"deployment", "replicaset",
 }
 
-// kubernetesService is the kubernetes Service's address: the first of
-// kube-apiserver's --service-cluster-ip-range, port 443. kubelet gives
-// every container this address (KUBERNETES_SERVICE_HOST and _PORT).
+// kubernetesService is the first of --service-cluster-ip-range: kubelet
+// gives every container this address (KUBERNETES_SERVICE_HOST).
 const kubernetesService = "10.96.0.1"
 
-// routeKubernetesService does for the kubernetes Service what kube-proxy
-// would, from the pods' network and the node's, so that the sidecars use
-// their in-cluster configuration unchanged.
+// routeKubernetesService does what kube-proxy would, so that the sidecars
+// use their in-cluster configuration unchanged.
 func routeKubernetesService() error {
 	if err := localnode.Command("ip", "addr", "add", kubernetesService+"/32", "dev", "lo"); err != nil {
 		return err
@@ -491,8 +451,7 @@ func routeKubernetesService() error {
 	return nil
 }
 
-// podNetwork is the CNI configuration of make e2e-storage's test pods:
-// veth pairs to the node, which routes to the kubernetes Service.
+// podNetwork: veth pairs to the node, which routes to the kubernetes Service.
 const podNetwork = `{
   "cniVersion": "1.0.0",
   "name": "e2e-storage",
@@ -503,8 +462,6 @@ const podNetwork = `{
 }
 `
 
-// writePodNetwork writes the pod network's configuration where the node's
-// containerd reads it, and points its CNI binary directory at Debian's.
 func writePodNetwork(c *localnode.Node) error {
 	if err := os.MkdirAll(c.Path("cni", "conf"), 0o755); err != nil {
 		return err
@@ -515,5 +472,5 @@ func writePodNetwork(c *localnode.Node) error {
 	return os.WriteFile(c.Path("cni", "conf", "10-e2e-storage.conflist"), []byte(fmt.Sprintf(podNetwork, c.Path("cni", "ipam"))), 0o644)
 }
 
-// cniPlugins is where Debian's containernetworking-plugins puts them.
+// Debian's containernetworking-plugins'
 const cniPlugins = "/usr/lib/cni"
