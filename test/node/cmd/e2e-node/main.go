@@ -103,16 +103,13 @@ func (s *suite) summary(ctx context.Context, began time.Time) int {
 	}
 	failed, skipped := 0, 0
 	for _, r := range s.results {
-		status := "PASS"
-		switch {
-		case r.skipped:
-			status = "SKIPPED"
+		switch r.status() {
+		case "SKIPPED":
 			skipped++
-		case !r.ok:
-			status = "FAIL"
+		case "FAIL":
 			failed++
 		}
-		fmt.Printf("  %-7s %s\n          %s\n", status, r.name, r.detail)
+		fmt.Printf("  %-7s %s\n          %s\n", r.status(), r.name, r.detail)
 	}
 	if skipped > 0 && s.FailOnSkip {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)

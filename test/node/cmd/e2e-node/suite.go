@@ -47,14 +47,25 @@ type suite struct {
 	podName string // the current pod of the DaemonSet
 }
 
-func (s *suite) report(name string, ok bool, format string, args ...any) bool {
-	s.results = append(s.results, result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
-	status := "PASS"
-	if !ok {
-		status = "FAIL"
+func (r result) status() string {
+	switch {
+	case r.skipped:
+		return "SKIPPED"
+	case !r.ok:
+		return "FAIL"
 	}
-	fmt.Printf("e2e-node: %s %s: %s\n", status, name, fmt.Sprintf(format, args...))
-	return ok
+	return "PASS"
+}
+
+// add records a line of the report, and prints it at once.
+func (s *suite) add(r result) bool {
+	s.results = append(s.results, r)
+	fmt.Printf("e2e-node: %s %s: %s\n", r.status(), r.name, r.detail)
+	return r.ok
+}
+
+func (s *suite) report(name string, ok bool, format string, args ...any) bool {
+	return s.add(result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
 }
 
 // problems are what a check found wrong; none is a pass.
@@ -93,9 +104,7 @@ func (s *suite) skipAll(names []string, reason string) bool {
 }
 
 func (s *suite) skip(name, reason string) bool {
-	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
-	fmt.Printf("e2e-node: SKIPPED %s: %s\n", name, reason)
-	return false
+	return s.add(result{name: name, skipped: true, detail: reason})
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
