@@ -15,7 +15,8 @@
 #     image), all three FROM scratch; where csi-driver-host-path's plugin
 #     is (../shared/realdrivers/), two more FROM scratch: the plugin with
 #     busybox-static's mount and umount, and busybox for the volume pods;
-#  4. runs test/node's e2e-node program as PID 1 of new network, mount and
+#  4. runs test/node's e2e-node program (e2e-storage for make e2e-storage)
+#     as PID 1 of new network, mount and
 #     PID namespaces: the node's processes, iptables chains, mounts and
 #     containers cannot outlive it, and /run, /var/log and /var/lib are
 #     private tmpfs there, so what containerd and kubelet write to fixed
@@ -53,7 +54,7 @@
 #   hack/e2e-node.sh storage        (make e2e-storage; needs root)
 #
 # runs Kubernetes' storage e2e suite on the same node instead of the checks
-# (test/node/cmd/e2e-node/storage.go, docs/storage-e2e.md): it also installs
+# (test/node/cmd/e2e-storage, docs/storage-e2e.md): it also installs
 # Debian's containernetworking-plugins (the test pods' network), builds
 # kubectl, agnhost and e2e.test (go test -c k8s.io/kubernetes/test/e2e) from
 # test/node's go.mod and, for tier 2, csi-provisioner and csi-attacher from
@@ -221,7 +222,7 @@ started=$SECONDS
 (cd "$kube_module" && go build -trimpath -ldflags "$kube_ldflags" -o "$bin/" \
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler) &&
-	(cd test/node && go build -trimpath -o "$bin/" ./cmd/e2e-node ./cmd/pause) || fail "building the Kubernetes components failed"
+	(cd test/node && go build -trimpath -o "$bin/" ./cmd/e2e-node ./cmd/e2e-storage ./cmd/pause) || fail "building the Kubernetes components failed"
 say "built in $((SECONDS - started))s"
 if [[ $mode == storage ]]; then
 	say "building kubectl, agnhost (the suite's test image) and e2e.test (go test -c k8s.io/kubernetes/test/e2e, unmodified) into test/node/_bin"
@@ -450,7 +451,7 @@ if [[ $mode == storage ]]; then
 	for name in "${agnhost_images[@]:1}"; do bah tag "$agnhost_image" "$name"; done
 	from_scratch "$pause_image" "$bin/pause"
 	image_names+=("$busybox_image" "${nginx_images[@]}" "${agnhost_images[@]}" "$pause_image")
-	storage_args=(-storage -storage-repo-list "$repo_list" -storage-tiers "$(
+	storage_args=(-storage-repo-list "$repo_list" -storage-tiers "$(
 		IFS=,
 		echo "${tiers[*]}"
 	)" -sidecars-missing "$sidecars_missing")
@@ -499,12 +500,15 @@ images=$(
 	IFS=,
 	echo "${archives[*]}"
 )
+if [[ $mode == storage ]]; then
+	program=("$bin/e2e-storage" "${storage_args[@]}")
+else
+	program=("$bin/e2e-node" -max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -checks "${E2E_NODE_CHECKS:-}")
+fi
 unshare --net --mount --pid --fork --mount-proc --propagation private -- \
 	bash -c 'mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /var/lib && exec "$@"' e2e-node-ns \
-	"$bin/e2e-node" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
-	-max-rollout-gap "${E2E_NODE_MAX_ROLLOUT_GAP:-0s}" -upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" \
-	-hostpath-missing "$hostpath_missing" -checks "${E2E_NODE_CHECKS:-}" \
-	"${storage_args[@]}" &
+	"${program[@]}" -work "$work" -bin "$bin" -repo "$repo" -images "$images" \
+	-upstream-missing "$upstream_missing" -fail-on-skip="$fail_on_skip" -hostpath-missing "$hostpath_missing" &
 node_pid=$!
 # The namespaces' identities, to check at the end that nothing runs in them.
 for _ in $(seq 1 100); do

@@ -1,14 +1,10 @@
 package main
 
-// Check 13 (issue 37): --confirm-csinode on a real node. While the driver
-// is registered, 13a deletes the CSINode object and 13b replaces the Node
-// (kubelet does not create a deleted Node again,
-// kubernetes/kubernetes#115761), so that the garbage collector deletes the
-// CSINode the old UID owned; 13c does both against upstream's image, which
-// does not heal. kubelet 1.35 to 1.37 create the CSINode again under the
-// UID they read at their start (kubernetes/kubernetes#131098): there the
+// Check 13 (issue 37): --confirm-csinode on a real node. kubelet does not
+// create a deleted Node again (kubernetes/kubernetes#115761): the check
+// creates it. kubelet 1.35 to 1.37 create the CSINode again under the UID
+// they read at their start (kubernetes/kubernetes#131098): there the
 // registrar must name the stale owner and back off until kubelet restarts.
-// Replacing the Node keeps its startup taint, which check 9 needs.
 
 import (
 	"context"
@@ -23,27 +19,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
-	confirmDaemonSet = "csi-confirm"
-	// revConfirm is this registrar with --confirm-csinode (HTTP port
-	// 9868), revConfirmUpstream upstream's with its own flags only (9869).
+	confirmDaemonSet            = "csi-confirm"
 	revConfirm         revision = 60
 	revConfirmUpstream revision = 61
-	// maxHeal bounds a loss to the driver in CSINode again and /status
-	// registered: the registrar waits 1 s, kubelet reconciles every second.
-	maxHeal = 30 * time.Second
-	// maxStale bounds the Node's replacement to the registrar naming the
-	// stale owner, with kubelet 1.35 to 1.37.
+	// The registrar waits 1 s, kubelet reconciles every second.
+	maxHeal  = 30 * time.Second
 	maxStale = 30 * time.Second
 	// With kubelet 1.35 to 1.37 the loss comes back after each
 	// registration; a registrar whose wait doubles from 1 s publishes about
 	// five times in backoffWindow, one without backoff every 2-3 s.
 	backoffWindow          = 30 * time.Second
 	maxBackoffPublications = 6
-	// staleStatusWait is one publication's cycle on a loaded node: how long
-	// after backoffWindow /status may take to name the stale owner.
+	// One publication's cycle on a loaded node.
 	staleStatusWait = 15 * time.Second
 	maxRestartHeal  = 2 * time.Minute
 	// upstreamLostFor is many times what this registrar takes to heal.
@@ -51,38 +43,33 @@ const (
 	statusPoll      = 20 * time.Millisecond
 )
 
-// kubeletKeepsNodeUID reports whether kubelet creates a CSINode under the
-// Node UID it read at its start (1.35 to 1.37, nodeInfoManager's
-// CreateCSINode) rather than the current Node's. By minor number, so that
-// a prerelease of 1.38 counts as 1.38.
-func (c *cluster) kubeletKeepsNodeUID() bool {
-	v := c.kubeletVersion
+// kubeletKeepsNodeUID: kubelet 1.35 to 1.37 (nodeInfoManager's
+// CreateCSINode). By minor number: a prerelease of 1.38 counts as 1.38.
+func (s *suite) kubeletKeepsNodeUID() bool {
+	v := s.KubeletVersion
 	return v.Major() == 1 && v.Minor() >= 35 && v.Minor() <= 37
 }
 
-// deployConfirm creates check 13's DaemonSet of rev, check 8's hostpath
-// DaemonSet without a startup probe (this registrar's with deploy/csinode's
-// flag and service account), and waits until its one pod is Ready and
-// CSINode lists the driver under the current Node. It returns the pod, the
-// Node's UID and how long that took.
-func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
-	o := own{name: confirmDaemonSet, hostpath: true, keepProbes: true}
+// deployConfirm deploys check 13's DaemonSet of rev until CSINode lists
+// the driver under the current Node, whose UID it returns.
+func (s *suite) deployConfirm(ctx context.Context, watch *localnode.Watch, rev revision) (*corev1.Pod, types.UID, time.Duration, error) {
+	o := own{Own: localnode.Own{Name: confirmDaemonSet, Hostpath: true, KeepProbes: true}}
 	if !rev.upstream() {
-		o.account, o.args = true, []string{"--confirm-csinode"}
+		o.account, o.Args = true, []string{"--confirm-csinode"}
 	}
 	ds, err := s.ownDaemonSet(rev, o)
 	if err != nil {
 		return nil, "", 0, err
 	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return nil, "", 0, err
 	}
 	began := time.Now()
-	pod, _, err := s.deploy(ctx, ds, watch)
+	pod, _, err := s.Deploy(ctx, ds, watch)
 	if err == nil {
-		if _, ok := watch.waitUntil(ctx, time.Minute, func(r registration) bool { return r.registered && r.owner == node.UID }); !ok {
-			err = fmt.Errorf("%s not in CSINode under Node %s", hostpathDriver, node.UID)
+		if _, ok := watch.WaitUntil(ctx, time.Minute, func(r localnode.Registration) bool { return r.Registered && r.Owner == node.UID }); !ok {
+			err = fmt.Errorf("%s not in CSINode under Node %s", localnode.HostpathDriver, node.UID)
 		}
 	}
 	if err != nil {
@@ -92,26 +79,23 @@ func (s *suite) deployConfirm(ctx context.Context, watch *csiNodeWatch, rev revi
 	return pod, node.UID, time.Since(began), nil
 }
 
-// confirmed is a part of check 13 under way with this registrar: its pod,
-// Ready and registered under the Node uid, and the registrar's /status
-// before the loss and since.
+// confirmed is a part of check 13 under way with this registrar.
 type confirmed struct {
 	uid    types.UID
 	pod    *corev1.Pod
-	tReady time.Duration // from the DaemonSet's creation
+	tReady time.Duration
 	before *registrarState
 	tl     statusTimeline
 }
 
-// statusEntry is what the registrar's /status said from a moment on.
 type statusEntry struct {
 	at            time.Time
 	state, reason string
 	lost          uint64 // socketPublications["csinode-lost"]
 }
 
-// statusTimeline records every change of the registrar's /status state,
-// reason and csinode-lost publications, read every statusPoll.
+// statusTimeline records every change of the registrar's /status, polled
+// fast: a state can last milliseconds.
 type statusTimeline struct {
 	mu      sync.Mutex
 	entries []statusEntry
@@ -144,7 +128,7 @@ func (tl *statusTimeline) since(t time.Time) []statusEntry {
 	return out
 }
 
-// describe lists the changes from began on, the first most of them (0: all).
+// describe lists the first most changes from began on (0: all).
 func (tl *statusTimeline) describe(began time.Time, most int) []string {
 	var states []string
 	for _, e := range tl.since(began) {
@@ -156,8 +140,7 @@ func (tl *statusTimeline) describe(began time.Time, most int) []string {
 	return states
 }
 
-// healing is when, from a loss at began, CSINode listed the driver again
-// under the expected Node and /status said registered again; zero if not.
+// healing is when a loss healed, in CSINode and in /status.
 type healing struct {
 	lostAt, csiNodeAt, statusAt time.Time
 }
@@ -166,23 +149,22 @@ func (h healing) describe(began time.Time) string {
 	return fmt.Sprintf("driver out of CSINode %s → in CSINode again %s, /status registered %s", since(began, h.lostAt), since(began, h.csiNodeAt), since(began, h.statusAt))
 }
 
-// waitHealed waits up to bound for watch and tl to record, from began, the
-// driver out of CSINode, then in it again owned by uid, and /status other
-// than registered, then registered again, and records both times under
-// label. After a kubelet restart (lost), both count as out from began.
-func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
+// waitHealed waits for the driver out of CSINode and back under uid, and
+// /status out of registered and back. After a kubelet restart (lost),
+// both count as out from began.
+func (s *suite) waitHealed(ctx context.Context, label string, watch *localnode.Watch, tl *statusTimeline, began time.Time, uid types.UID, bound time.Duration, lost bool) (healing, error) {
 	var h healing
-	err := waitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, label+": the driver in CSINode under Node "+string(uid)+" and /status registered", bound, statusPoll, nil, func(context.Context) (bool, error) {
 		h = healing{}
 		if lost {
 			h.lostAt = began
 		}
-		for _, r := range watch.between(began, time.Now()) {
+		for _, r := range watch.Between(began, time.Now()) {
 			switch {
-			case !r.registered && h.lostAt.IsZero():
-				h.lostAt = r.at
-			case r.registered && r.owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
-				h.csiNodeAt = r.at
+			case !r.Registered && h.lostAt.IsZero():
+				h.lostAt = r.At
+			case r.Registered && r.Owner == uid && !h.lostAt.IsZero() && h.csiNodeAt.IsZero():
+				h.csiNodeAt = r.At
 			}
 		}
 		left := lost
@@ -196,16 +178,15 @@ func (s *suite) waitHealed(ctx context.Context, label string, watch *csiNodeWatc
 		}
 		return !h.csiNodeAt.IsZero() && !h.statusAt.IsZero(), nil
 	})
-	s.timingSince(label+" → "+hostpathDriver+" in CSINode, owned by the current Node", began, h.csiNodeAt)
+	s.timingSince(label+" → "+localnode.HostpathDriver+" in CSINode, owned by the current Node", began, h.csiNodeAt)
 	s.timingSince(label+" → /status registered", began, h.statusAt)
 	return h, err
 }
 
-// replaceNode deletes the Node and creates one of the same name with its
-// labels, annotations and spec (its taints among them), as node repair
-// does; kubelet writes the new one's status. It returns the new Node.
+// replaceNode deletes the Node and creates it again, as node repair does;
+// kubelet writes the new one's status.
 func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
-	old, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	old, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +194,7 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 	// what the Node owns (its CSINode, its Lease).
 	background := metav1.DeletePropagationBackground
 	uid := old.UID
-	if err := s.client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{
+	if err := s.Client.CoreV1().Nodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{
 		PropagationPolicy: &background, Preconditions: &metav1.Preconditions{UID: &uid},
 	}); err != nil {
 		return nil, fmt.Errorf("delete Node: %w", err)
@@ -223,8 +204,8 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 		Spec:       old.Spec,
 	}
 	var created *corev1.Node
-	err = waitFor(ctx, "the Node created again", 30*time.Second, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		created, err = s.client.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
+	err = localnode.WaitFor(ctx, "the Node created again", 30*time.Second, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		created, err = s.Client.CoreV1().Nodes().Create(ctx, fresh, metav1.CreateOptions{})
 		return err == nil, err
 	})
 	return created, err
@@ -233,14 +214,13 @@ func (s *suite) replaceNode(ctx context.Context) (*corev1.Node, error) {
 // waitNodeStatus waits until kubelet has written the replaced Node's
 // status (the scheduler places no pod on a Node without it).
 func (s *suite) waitNodeStatus(ctx context.Context) error {
-	return waitFor(ctx, "kubelet's status on the new Node", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	return localnode.WaitFor(ctx, "kubelet's status on the new Node", time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 		return err == nil && node.Status.NodeInfo.KubeletVersion != "" && len(node.Status.Allocatable) > 0, err
 	})
 }
 
-// runsVolumePod starts a pod with the driver's inline volume and deletes it,
-// as check 8a does.
+// runsVolumePod starts a volume pod and deletes it, as check 8a does.
 func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 	v, err := s.startVolumePod(ctx, name)
 	if err != nil {
@@ -253,50 +233,47 @@ func (s *suite) runsVolumePod(ctx context.Context, name string) (string, bool) {
 	return fmt.Sprintf("%v; deleted → unpublished +%s", v, ms(u.tUnpublished)), true
 }
 
-// checkCSINode runs check 13.
 func (s *suite) checkCSINode(ctx context.Context) bool {
-	replaced := "kubelet " + s.kubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
+	replaced := "kubelet " + s.KubeletVersion.String() + " (1.34 or earlier, 1.38 or later) creates the CSINode again under the new Node: CSINode lists the driver again under the new Node's UID within " + maxHeal.String() + ", /status registered, an inline-volume pod runs"
 	if s.kubeletKeepsNodeUID() {
 		replaced = fmt.Sprintf("kubelet %s (1.35 to 1.37) creates the CSINode again under the old Node's UID, which the garbage collector deletes again: the registrar finds the stale owner within %s, %s after the replacement /status is still unconfirmed naming it, never registered meanwhile, at most %d publications again in that time, no container restart; then kubelet restarted: CSINode lists the driver under the new Node within %s, /status registered, an inline-volume pod runs",
-			s.kubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
+			s.KubeletVersion, maxStale, backoffWindow, maxBackoffPublications, maxRestartHeal)
 	}
 	names := []string{
 		"13a. --confirm-csinode, CSINode deleted while the driver is registered: the registrar publishes its socket again (csinode-lost), CSINode lists the driver again under the current Node within " + maxHeal.String() + ", /status registered again, an inline-volume pod runs",
 		"13b. --confirm-csinode, Node replaced (deleted and created again, as node repair does) while the driver is registered: the garbage collector deletes the old Node's CSINode; " + replaced,
 		fmt.Sprintf("13c. upstream's image, CSINode deleted, then Node replaced: the driver stays out of CSINode for %s after each loss (no healing: the comparison)", upstreamLostFor),
 	}
-	if *hostpathMissing != "" {
-		return s.skipAll(names, *hostpathMissing)
+	if s.HostpathMissing != "" {
+		return s.skipAll(names, s.HostpathMissing)
 	}
 	// Check 8's DaemonSet registers the same driver.
-	if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
+	if err := s.RemoveDaemonSet(ctx, localnode.HostpathDaemonSet, localnode.HostpathDriver); err != nil {
 		return s.failAll(names, "removing check 8's DaemonSet: %v", err)
 	}
-	// deploy/csinode's account, and check 8's CSIDriver if check 8 did not leave it.
-	err := s.applyManifests(ctx, nil, s.deployFile("csinode/rbac.yaml"), s.deployFile("csinode/service-account/service-account.yaml"))
+	err := s.ApplyManifests(ctx, nil, s.DeployFile("csinode/rbac.yaml"), s.DeployFile("csinode/service-account/service-account.yaml"))
 	if err == nil {
-		if _, err = s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		if _, err = s.Client.StorageV1().CSIDrivers().Create(ctx, localnode.HostpathCSIDriver(), metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
 	}
 	if err != nil {
 		return s.failAll(names, "%v", err)
 	}
-	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
+	watch, stopWatch := s.StartWatch(ctx, localnode.HostpathDriver)
 	defer stopWatch()
 
 	ok := s.checkCSINodeDeleted(ctx, names[0], watch)
 	ok = s.checkNodeReplaced(ctx, names[1], watch) && ok
-	if s.upstreamMissing != "" {
-		return s.skip(names[2], s.upstreamMissing) && ok
+	if s.UpstreamMissing != "" {
+		return s.skip(names[2], s.UpstreamMissing) && ok
 	}
 	return s.checkUpstreamStaysLost(ctx, names[2], watch) && ok
 }
 
-// checkCSINodeDeleted is check 13a.
-func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13a", watch, func(c *confirmed, began time.Time) (string, problems) {
-		if err := s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+		if err := s.Client.StorageV1().CSINodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{}); err != nil {
 			return "", problems{"delete CSINode: " + err.Error()}
 		}
 		h, err := s.waitHealed(ctx, "13a. CSINode deleted", watch, &c.tl, began, c.uid, maxHeal, false)
@@ -306,8 +283,7 @@ func (s *suite) checkCSINodeDeleted(ctx context.Context, name string, watch *csi
 	})
 }
 
-// checkNodeReplaced is check 13b.
-func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *localnode.Watch) bool {
 	return s.checkConfirmedLoss(ctx, name, "13b", watch, func(c *confirmed, began time.Time) (string, problems) {
 		node, err := s.replaceNode(ctx)
 		if err != nil {
@@ -329,11 +305,9 @@ func (s *suite) checkNodeReplaced(ctx context.Context, name string, watch *csiNo
 }
 
 // checkConfirmedLoss runs a part of check 13 with this registrar: lose
-// takes the driver's registration away and says what followed; then the
-// registrar must have published its socket again, no container restarted,
-// and an inline-volume pod must run.
-func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *csiNodeWatch, lose func(*confirmed, time.Time) (string, problems)) bool {
-	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
+// takes the driver's registration away and says what followed.
+func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *localnode.Watch, lose func(*confirmed, time.Time) (string, problems)) bool {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	c := &confirmed{}
 	var err error
 	if c.pod, c.uid, c.tReady, err = s.deployConfirm(ctx, watch, revConfirm); err != nil {
@@ -364,17 +338,15 @@ func (s *suite) checkConfirmedLoss(ctx context.Context, name, id string, watch *
 		ms(c.tReady), saw, after, republished, volume, restarts, p)
 }
 
-// staleOwner is check 13b's part for kubelet 1.35 to 1.37: the registrar
-// names the stale owner, never says registered, backs off and does not
-// restart. It returns what it saw and adds what is wrong to problems.
-func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirmed, began time.Time, p *problems) string {
+// staleOwner is check 13b's part for kubelet 1.35 to 1.37.
+func (s *suite) staleOwner(ctx context.Context, watch *localnode.Watch, c *confirmed, began time.Time, p *problems) string {
 	oldUID := string(c.uid)
 	namesOld := func(state, reason string) bool { return state == "unconfirmed" && strings.Contains(reason, oldUID) }
 	// The garbage collector deletes the stale CSINode within milliseconds,
 	// often between two polls of /status: the registrar's log counts too.
 	var logAt time.Time
-	err := waitFor(ctx, "the registrar naming the old Node's UID "+oldUID+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
-		logAt = firstLogLine(s.containerLog(c.pod, registrarName), oldUID)
+	err := localnode.WaitFor(ctx, "the registrar naming the old Node's UID "+oldUID+" in /status or its log", maxStale, statusPoll, nil, func(context.Context) (bool, error) {
+		logAt = firstLogLine(s.containerLog(c.pod, localnode.RegistrarName), oldUID)
 		return !logAt.IsZero() || slices.ContainsFunc(c.tl.since(began), func(e statusEntry) bool { return namesOld(e.state, e.reason) }), nil
 	})
 	p.addErr(err)
@@ -387,11 +359,9 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirme
 	w := c.tl.window(began, windowEnd, c.before.Publications["csinode-lost"], namesOld)
 	s.timingSince("13b. Node replaced → the registrar logs the stale owner", began, logAt)
 	s.timingSince("13b. Node replaced → /status names the stale owner (the first poll that saw it)", began, w.namedAt)
-	// What a user reading /status is told once the window is over: right
-	// after a publication it says that it waits for kubelet, so it is read
-	// until it names the replaced Node, for a publication's cycle at most.
+	// Right after a publication /status says that it waits for kubelet.
 	finalSaid := "nothing"
-	errFinal := waitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
+	errFinal := localnode.WaitFor(ctx, "/status naming the stale owner "+oldUID+" after the window", staleStatusWait, statusPoll, nil, func(context.Context) (bool, error) {
 		st, err := registrarStatus(revConfirm.port())
 		if err != nil {
 			return false, err
@@ -406,9 +376,7 @@ func (s *suite) staleOwner(ctx context.Context, watch *csiNodeWatch, c *confirme
 		staleCSINodes(watch, began, windowEnd, c.uid), since(began, logAt), since(began, w.namedAt), w.named, statusPoll, ms(windowEnd.Sub(began)), finalSaid, w.publications, maxBackoffPublications, w.registered, c.tl.describe(began, 12))
 }
 
-// statusWindow is what /status said in a window after a loss: when it first
-// named the stale owner and in how many polls, the csinode-lost
-// publications, and whether it said registered again after leaving it.
+// statusWindow is what /status said in a window after a loss.
 type statusWindow struct {
 	namedAt      time.Time
 	named        int
@@ -437,30 +405,27 @@ func (tl *statusTimeline) window(from, to time.Time, lostBefore uint64, names fu
 	return w
 }
 
-// staleCSINodes lists, as the watch saw them from began to end, kubelet's
-// CSINodes under the old Node's UID and how long each lived until the
-// garbage collector deleted it.
-func staleCSINodes(watch *csiNodeWatch, began, end time.Time, oldUID types.UID) []string {
+// staleCSINodes lists kubelet's CSINodes under the old Node's UID and how
+// long each lived until the garbage collector deleted it.
+func staleCSINodes(watch *localnode.Watch, began, end time.Time, oldUID types.UID) []string {
 	var stale []string
 	var staleFrom time.Time
-	for _, r := range watch.between(began, end) {
+	for _, r := range watch.Between(began, end) {
 		switch {
-		case r.registered && r.owner == oldUID && staleFrom.IsZero():
-			staleFrom = r.at
-		case !r.registered && !staleFrom.IsZero():
-			stale = append(stale, fmt.Sprintf("+%s for %s", ms(staleFrom.Sub(began)), ms(r.at.Sub(staleFrom))))
+		case r.Registered && r.Owner == oldUID && staleFrom.IsZero():
+			staleFrom = r.At
+		case !r.Registered && !staleFrom.IsZero():
+			stale = append(stale, fmt.Sprintf("+%s for %s", ms(staleFrom.Sub(began)), ms(r.At.Sub(staleFrom))))
 			staleFrom = time.Time{}
 		}
 	}
 	return stale
 }
 
-// healedByRestart restarts kubelet, which then creates CSINode under the
-// new Node, and waits for the driver there and /status registered. It
-// returns what it saw and adds what is wrong to problems.
-func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *statusTimeline, newUID types.UID, p *problems) string {
+// healedByRestart restarts kubelet, which then reads the new Node.
+func (s *suite) healedByRestart(ctx context.Context, watch *localnode.Watch, tl *statusTimeline, newUID types.UID, p *problems) string {
 	restartAt := time.Now()
-	if err := s.restartKubelet(ctx, "kubelet-13b"); err != nil {
+	if err := s.RestartKubelet(ctx, "kubelet-13b"); err != nil {
 		p.add("restarting kubelet: %v", err)
 		return ""
 	}
@@ -469,8 +434,7 @@ func (s *suite) healedByRestart(ctx context.Context, watch *csiNodeWatch, tl *st
 	return fmt.Sprintf("; kubelet restarted (logs/kubelet-13b.log) → driver in CSINode under the new Node %s, /status registered %s", since(restartAt, h.csiNodeAt), since(restartAt, h.statusAt))
 }
 
-// firstLogLine returns the time of the first line of a container's log
-// (CRI format: an RFC 3339 time first) that holds substr, or zero.
+// firstLogLine returns the time of a CRI log's first line holding substr.
 func firstLogLine(log, substr string) time.Time {
 	for line := range strings.SplitSeq(log, "\n") {
 		if !strings.Contains(line, substr) {
@@ -484,33 +448,30 @@ func firstLogLine(log, substr string) time.Time {
 	return time.Time{}
 }
 
-// staysLost waits up to maxHeal for the driver to leave CSINode after
-// began, then watches it stay out for upstreamLostFor. It says what it saw
-// and whether the driver stayed out.
-func staysLost(ctx context.Context, watch *csiNodeWatch, began time.Time) (string, bool) {
-	gone, ok := watch.waitUntil(ctx, maxHeal, func(r registration) bool { return !r.registered })
+// staysLost wants the driver out of CSINode for upstreamLostFor.
+func staysLost(ctx context.Context, watch *localnode.Watch, began time.Time) (string, bool) {
+	gone, ok := watch.WaitUntil(ctx, maxHeal, func(r localnode.Registration) bool { return !r.Registered })
 	if !ok {
 		return fmt.Sprintf("the driver did not leave CSINode within %s", maxHeal), false
 	}
 	select {
 	case <-ctx.Done():
 		return "interrupted", false
-	case <-time.After(time.Until(gone.at.Add(upstreamLostFor))):
+	case <-time.After(time.Until(gone.At.Add(upstreamLostFor))):
 	}
 	var back time.Time
-	for _, r := range watch.between(gone.at, time.Now()) {
-		if r.registered && back.IsZero() {
-			back = r.at
+	for _, r := range watch.Between(gone.At, time.Now()) {
+		if r.Registered && back.IsZero() {
+			back = r.At
 		}
 	}
 	if !back.IsZero() {
-		return fmt.Sprintf("driver out of CSINode +%s, back %s later", ms(gone.at.Sub(began)), ms(back.Sub(gone.at))), false
+		return fmt.Sprintf("driver out of CSINode +%s, back %s later", ms(gone.At.Sub(began)), ms(back.Sub(gone.At))), false
 	}
-	return fmt.Sprintf("driver out of CSINode +%s, still out %s later", ms(gone.at.Sub(began)), upstreamLostFor), true
+	return fmt.Sprintf("driver out of CSINode +%s, still out %s later", ms(gone.At.Sub(began)), upstreamLostFor), true
 }
 
-// checkUpstreamStaysLost is check 13c.
-func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *csiNodeWatch) bool {
+func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *localnode.Watch) bool {
 	var parts []string
 	var p problems
 	for _, part := range []string{"CSINode deleted", "Node replaced"} {
@@ -523,17 +484,16 @@ func (s *suite) checkUpstreamStaysLost(ctx context.Context, name string, watch *
 	return s.report(name, len(p) == 0, "%s; %v", strings.Join(parts, "; "), p)
 }
 
-// upstreamLoss is a part of check 13c: upstream's image loses the driver's
-// registration as part says, and must not heal; what is wrong goes to p.
-func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part string, p *problems) (string, error) {
-	defer s.endOwn(ctx, "13", confirmDaemonSet, hostpathDriver)
+// upstreamLoss is a part of check 13c: upstream's image must not heal.
+func (s *suite) upstreamLoss(ctx context.Context, watch *localnode.Watch, part string, p *problems) (string, error) {
+	defer s.endOwn(ctx, "13", confirmDaemonSet, localnode.HostpathDriver)
 	pod, _, tReady, err := s.deployConfirm(ctx, watch, revConfirmUpstream)
 	if err != nil {
 		return "", err
 	}
 	began := time.Now()
 	if part == "CSINode deleted" {
-		err = s.client.StorageV1().CSINodes().Delete(ctx, nodeName, metav1.DeleteOptions{})
+		err = s.Client.StorageV1().CSINodes().Delete(ctx, localnode.NodeName, metav1.DeleteOptions{})
 	} else {
 		_, err = s.replaceNode(ctx)
 	}
@@ -547,17 +507,16 @@ func (s *suite) upstreamLoss(ctx context.Context, watch *csiNodeWatch, part stri
 	restarts, _ := s.restarted(ctx, pod)
 	p.want(len(restarts) == 0, "%s: containers restarted: %v", part, restarts)
 	if part == "Node replaced" && s.kubeletKeepsNodeUID() {
-		// Otherwise kubelet would create every CSINode under the
-		// deleted Node until the run ends.
+		// Or kubelet creates every later CSINode under the deleted Node.
 		restartAt := time.Now()
-		if err := s.restartKubelet(ctx, "kubelet-13c"); err != nil {
+		if err := s.RestartKubelet(ctx, "kubelet-13c"); err != nil {
 			p.add("restarting kubelet: %v", err)
 			return line, nil
 		}
-		back, ok := watch.waitUntil(ctx, maxRestartHeal, isRegistered)
+		back, ok := watch.WaitUntil(ctx, maxRestartHeal, localnode.IsRegistered)
 		again := fmt.Sprintf("not within %s", maxRestartHeal)
 		if ok {
-			again = "+" + ms(back.at.Sub(restartAt))
+			again = "+" + ms(back.At.Sub(restartAt))
 		}
 		line += "; kubelet restarted (logs/kubelet-13c.log): kubelet registers the driver again, CSINode lists it " + again
 	}

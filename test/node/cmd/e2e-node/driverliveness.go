@@ -15,26 +15,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// The revision of check 7: deploy/ with its driver-liveness component, two
-// containers and no livenessprobe sidecar. The registrar answers the
-// driver container's liveness probe on driverHealthPort.
+// check 7's revision: deploy/ with its driver-liveness component
 const revDriverLiveness revision = 8
 
-// Where the registrar of revDriverLiveness serves the driver's liveness,
-// and the test driver's Probe answer.
 const (
 	driverHealthPort = 9900 // beyond the ports of revisions (9808 + revision), which the volume checks number up to the twenties
-	// probeFile is the test driver's --probe-file, in the socket
-	// directory: the check changes the driver's Probe answer through it
-	// on the host.
+	// the test driver's --probe-file, which the check writes on the host
 	probeFile = "probe"
 )
 
-// withDriverLiveness adapts a revision's DaemonSet as the component
+// withDriverLiveness adapts a DaemonSet as the component
 // deploy/driver-liveness/ does, its probe on the port by number (see
-// dropHostPort); the test driver reads its Probe answer from probeFile.
+// dropHostPort).
 func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	file := filepath.Join(repo, "deploy", "driver-liveness", "driver-liveness-probe.yaml")
 	data, err := os.ReadFile(file)
@@ -47,20 +43,20 @@ func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	}
 	var probe *corev1.Probe
 	for _, c := range patch.Spec.Template.Spec.Containers {
-		if c.Name == driverContainer {
+		if c.Name == localnode.DriverContainer {
 			probe = c.LivenessProbe.DeepCopy()
 		}
 	}
 	if probe == nil || probe.HTTPGet == nil {
-		return fmt.Errorf("%s: no httpGet liveness probe for container %q; adapt test/node", file, driverContainer)
+		return fmt.Errorf("%s: no httpGet liveness probe for container %q; adapt test/node", file, localnode.DriverContainer)
 	}
 	probe.HTTPGet.Port = intstr.FromInt32(driverHealthPort)
 	for i := range ds.Spec.Template.Spec.Containers {
 		ctr := &ds.Spec.Template.Spec.Containers[i]
 		switch ctr.Name {
-		case registrarName:
+		case localnode.RegistrarName:
 			ctr.Args = append(ctr.Args, fmt.Sprintf("--driver-health-endpoint=:%d", driverHealthPort))
-		case driverContainer:
+		case localnode.DriverContainer:
 			ctr.Args = append(ctr.Args, "--probe-file=/csi/"+probeFile)
 			ctr.LivenessProbe = probe
 		}
@@ -68,14 +64,9 @@ func withDriverLiveness(repo string, ds *appsv1.DaemonSet) error {
 	return nil
 }
 
-// checkDriverLiveness rolls the DaemonSet to the two-container shape
-// (check 7): kubelet's liveness probe of the driver container reaches the
-// registrar's --driver-health-endpoint, which calls the driver's Probe; a
-// driver turned not ready is restarted by kubelet, the registrar is not,
-// and the driver stays registered throughout.
 func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	const name = "7. driver liveness served by the registrar, no livenessprobe container: a not-ready driver is restarted by kubelet, registered throughout"
-	answer := s.path("kubelet", "plugins", driverName, probeFile)
+	answer := s.Path("kubelet", "plugins", localnode.DriverName, probeFile)
 	setAnswer := func(a string) error { return os.WriteFile(answer, []byte(a+"\n"), 0o644) }
 	if err := setAnswer("ready"); err != nil {
 		return s.report(name, false, "%v", err)
@@ -84,7 +75,7 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "rolling update to the driver-liveness revision: %v", err)
 	}
-	pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, s.podName, getOpts)
+	pod, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, s.podName, getOpts)
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
@@ -92,20 +83,18 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 	for _, c := range pod.Spec.Containers {
 		images = append(images, c.Name+"="+c.Image)
 	}
-	if len(pod.Spec.Containers) != 2 || strings.Contains(strings.Join(images, " "), "livenessprobe") || containerStatus(pod, driverContainer) == nil {
+	if len(pod.Spec.Containers) != 2 || strings.Contains(strings.Join(images, " "), "livenessprobe") || containerStatus(pod, localnode.DriverContainer) == nil {
 		return s.report(name, false, "pod %s runs %v: want the driver and the registrar only", s.podName, images)
 	}
-	counts, err := waitProbes(ctx, "kubelet's liveness probe of the driver passed", driverContainer, s.podName, func(counts map[string]float64) bool {
+	counts, err := waitProbes(ctx, "kubelet's liveness probe of the driver passed", localnode.DriverContainer, s.podName, func(counts map[string]float64) bool {
 		return counts["Liveness/successful"] >= 1
 	})
 	if err != nil {
 		return s.report(name, false, "%v; counts %v", err, counts)
 	}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", revDriverLiveness.port())
-	probesOK := metricLine(metricsURL, `csi_sidecar_operations_seconds_count{driver_name="`+driverName+`",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"}`)
+	probesOK := metricLine(metricsURL, `csi_sidecar_operations_seconds_count{driver_name="`+localnode.DriverName+`",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"}`)
 
-	// The registrar's readiness is polled throughout: the driver's
-	// failing probe and its restart must not touch the registration.
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	polled := pollNotReady(pollCtx, revDriverLiveness.port())
@@ -116,23 +105,21 @@ func (s *suite) checkDriverLiveness(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	restarts, err := s.restarted(ctx, pod)
-	registrarCounts, errCounts := probeCounts(registrarName)
+	registrarCounts, errCounts := probeCounts(localnode.RegistrarName)
 	if err = errors.Join(err, errCounts); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	sameRegistrar := !slices.ContainsFunc(restarts, func(r string) bool { return strings.HasPrefix(r, registrarName+":") })
-	deregistrations := describeGaps(s.watch.gaps(r.began, d.end), r.began)
-	registered, _ := s.watch.now()
+	sameRegistrar := !slices.ContainsFunc(restarts, func(r string) bool { return strings.HasPrefix(r, localnode.RegistrarName+":") })
+	deregistrations := describeGaps(gaps(s.watch, r.began, d.end), r.began)
+	registered, _ := s.watch.Now()
 	ok := d.failed >= 1 && strings.Contains(d.lastBody, "driver responded but is not ready") &&
-		sameRegistrar && len(deregistrations) == 0 && registered.registered && len(notReady) == 0 &&
+		sameRegistrar && len(deregistrations) == 0 && registered.Registered && len(notReady) == 0 &&
 		registrarCounts[s.podName]["Liveness/failed"] == 0 && !strings.HasSuffix(probesOK, "missing")
 	return s.report(name, ok, "%v; pod %s: %v; before: kubelet's driver liveness %v ok, registrar metric %s; %s; registrar: same container %v (restarted or replaced: %v), its liveness failures %v, /readyz not 200: %d %v; CSINode deregistrations from the rollout on: %d %v, registered at the end %v",
 		r, s.podName, images, counts["Liveness/successful"], probesOK, d, sameRegistrar, restarts,
-		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.registered)
+		registrarCounts[s.podName]["Liveness/failed"], len(notReady), notReady, len(deregistrations), deregistrations, registered.Registered)
 }
 
-// driverRestart is what check 7 saw from turning the driver not ready until
-// kubelet had restarted it and its liveness probe passed again.
 type driverRestart struct {
 	began, end    time.Time
 	lastBody      string  // the driver health endpoint's last answer while not ready
@@ -146,11 +133,8 @@ func (d *driverRestart) String() string {
 		d.lastBody, d.failed, ms(d.tRestarted), d.before, d.after, ms(d.end.Sub(d.began)))
 }
 
-// restartNotReadyDriver turns the driver of pod not ready, waits for
-// kubelet to restart it, turns it ready and waits for its liveness probe
-// to pass again.
 func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setAnswer func(string) error) (*driverRestart, error) {
-	d := &driverRestart{began: time.Now(), before: containerStatus(pod, driverContainer).RestartCount}
+	d := &driverRestart{began: time.Now(), before: containerStatus(pod, localnode.DriverContainer).RestartCount}
 	if err := setAnswer("not-ready"); err != nil {
 		return nil, err
 	}
@@ -159,21 +143,21 @@ func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setA
 		if _, body := get(driverHealthz); body != "" {
 			d.lastBody = body
 		}
-		st := containerStatus(p, driverContainer)
+		st := containerStatus(p, localnode.DriverContainer)
 		d.tRestarted = time.Since(d.began)
 		return st != nil && st.RestartCount > d.before
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%v; the driver health endpoint last answered %q", err, d.lastBody)
 	}
-	failedCounts, _ := probeCounts(driverContainer)
+	failedCounts, _ := probeCounts(localnode.DriverContainer)
 	d.failed = failedCounts[pod.Name]["Liveness/failed"]
 	if err := setAnswer("ready"); err != nil {
 		return nil, err
 	}
 	_, err = s.waitPod(ctx, pod.Name, "the restarted driver's liveness probe passes", 3*time.Minute, func(p *corev1.Pod) bool {
-		st := containerStatus(p, driverContainer)
-		all, _ := probeCounts(driverContainer)
+		st := containerStatus(p, localnode.DriverContainer)
+		all, _ := probeCounts(localnode.DriverContainer)
 		code, _ := get(driverHealthz)
 		if st != nil {
 			d.after = st.RestartCount
@@ -185,18 +169,14 @@ func (s *suite) restartNotReadyDriver(ctx context.Context, pod *corev1.Pod, setA
 	return d, err
 }
 
-// pollNotReady polls the registrar's /readyz on port every 100ms until ctx
-// ends, then delivers the answers that were not 200, with their times.
 func pollNotReady(ctx context.Context, port int32) <-chan []string {
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 	began := time.Now()
 	return sample(ctx, 100*time.Millisecond, []string(nil), func(notReady *[]string) {
 		code, body := get(readyz)
 		if code == 0 && ctx.Err() == nil {
-			// No answer within the client's timeout, seen once at load 8
-			// while kubelet's probes passed: asked again at once, so that
-			// only a registrar that does not answer twice in a row, or
-			// answers not ready, fails the check.
+			// A loaded host may miss the client's timeout once while
+			// kubelet's probes pass: only two in a row fail the check.
 			code, body = get(readyz)
 		}
 		if code != http.StatusOK {

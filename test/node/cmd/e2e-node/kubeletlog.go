@@ -8,15 +8,14 @@ import (
 	"strings"
 )
 
-// checkKubeletLog is check 11, after all others: kubelet's plugin watcher
-// logs an error for a file created in its registry directory and gone
-// before it stats it, which a registrar's temporary names would cause.
-// Check 13 may restart kubelet: each kubelet's log is read.
+// checkKubeletLog: kubelet's plugin watcher logs an error for a file
+// created in its registry directory and gone before it stats it, which a
+// registrar's temporary names would cause.
 func (s *suite) checkKubeletLog(context.Context) bool {
 	const name = "11. kubelet's log: no plugin watcher error"
-	files, err := filepath.Glob(filepath.Join(s.cluster.logs, "kubelet*.log"))
+	files, err := filepath.Glob(filepath.Join(s.Logs, "kubelet*.log"))
 	if err == nil && len(files) == 0 {
-		err = fmt.Errorf("no kubelet*.log in %s", s.cluster.logs)
+		err = fmt.Errorf("no kubelet*.log in %s", s.Logs)
 	}
 	if err != nil {
 		return s.report(name, false, "%v", err)

@@ -11,37 +11,19 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 func main() {
-	work := flag.String("work", "", "scratch directory (required)")
-	bin := flag.String("bin", "", "directory holding kubelet, kube-apiserver, kube-controller-manager and kube-scheduler (required)")
-	repo := flag.String("repo", "", "the repository's root, for deploy/daemonset.yaml (required)")
-	images := flag.String("images", "", "comma-separated image archives to import into containerd (required)")
+	flags := localnode.RegisterFlags()
 	var opts options
 	flag.DurationVar(&opts.maxRolloutGap, "max-rollout-gap", 0, "the longest time without the driver in CSINode that the rolling update check (4a) accepts; 0: none")
-	flag.StringVar(&opts.upstreamMissing, "upstream-missing", "", "why there is no image of upstream's registrar ("+upstreamImage+"); set, checks 4b and 4c are skipped with this reason")
-	flag.BoolVar(&opts.failOnSkip, "fail-on-skip", false, "a skipped check fails the run (CI)")
 	only := flag.String("checks", "", "comma-separated checks to run after check 1, in the usual order (2, 3, 4a, 4b, 4c, 4d, 5, 7, 8, 9, 10, 11, 12, 13; 2 is 2b, 8 is 8a-8c, 12 is 12a-12b, 13 is 13a-13c); empty: all. A check may rely on what an earlier one leaves (4c on 4b)")
-	storage := flag.Bool("storage", false, "instead of the checks, run Kubernetes' storage e2e suite (e2e.test and kubectl in -bin) against hostpathplugin with each registrar image (make e2e-storage)")
-	var storageOpts storageOptions
-	tiers := flag.String("storage-tiers", "1", "with -storage: the suite's tiers to run, comma-separated (1, 2)")
-	flag.StringVar(&storageOpts.repoList, "storage-repo-list", "", "with -storage: the KUBE_TEST_REPO_LIST file mapping the suite's images to local names (required)")
-	flag.StringVar(&storageOpts.sidecarsMissing, "sidecars-missing", "", "with -storage: why there are no images of csi-provisioner and csi-attacher; set, tier 2 is skipped with this reason")
-	rbacFiles := flag.String("storage-rbac", "", "with -storage: csi-provisioner's and csi-attacher's RBAC files (their modules' deploy/kubernetes/rbac.yaml), comma-separated; their roles are bound to the sidecars' ServiceAccount")
-	flag.DurationVar(&storageOpts.timeout, "storage-timeout", time.Hour, "with -storage: the longest run of e2e.test (--ginkgo.timeout)")
-	flag.Parse()
-	if *work == "" || *bin == "" || *repo == "" || *images == "" || (*storage && storageOpts.repoList == "") {
-		flag.Usage()
-		os.Exit(2)
-	}
+	flags.Parse()
 	if *only != "" {
 		opts.only = map[string]bool{}
 		for _, id := range strings.Split(*only, ",") {
@@ -53,20 +35,8 @@ func main() {
 			opts.only[id] = true
 		}
 	}
-	if *storage {
-		for _, t := range strings.Split(*tiers, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(t))
-			if err != nil || n < 1 || n > len(storageTiers) {
-				fmt.Fprintf(os.Stderr, "e2e-node: -storage-tiers %q: each tier is 1 or 2\n", *tiers)
-				os.Exit(2)
-			}
-			storageOpts.tiers = append(storageOpts.tiers, n)
-		}
-		if *rbacFiles != "" {
-			storageOpts.rbacFiles = strings.Split(*rbacFiles, ",")
-		}
-	}
-	os.Exit(run(*work, *bin, *repo, strings.Split(*images, ","), opts, *storage, storageOpts))
+	s := &suite{Node: &localnode.Node{Flags: flags, StartupTaint: startupTaint}, options: opts, watch: localnode.NewWatch(localnode.DriverName)}
+	os.Exit(s.Run("e2e-node", s.run))
 }
 
 // steps are the checks after check 1, in the order they run: what each
@@ -91,7 +61,6 @@ var steps = []struct {
 	{"11", (*suite).checkKubeletLog},
 }
 
-// stepIDs lists the steps' IDs.
 func stepIDs() []string {
 	var ids []string
 	for _, step := range steps {
@@ -100,37 +69,11 @@ func stepIDs() []string {
 	return ids
 }
 
-func run(work, bin, repo string, images []string, opts options, storage bool, storageOpts storageOptions) int {
-	// As PID 1 of its namespace this process gets no default signal
-	// handling: SIGINT and SIGTERM must be caught to stop cleanly.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	c := &cluster{work: work, bin: bin, logs: filepath.Join(work, "logs"), storage: storage}
-	if err := os.MkdirAll(c.logs, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-node:", err)
-		return 1
-	}
-	began := time.Now()
-	defer func() {
-		fmt.Println("e2e-node: stopping the node")
-		c.stopAll()
-	}()
-
-	fmt.Println("e2e-node: starting etcd, containerd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet")
-	if err := c.up(ctx, images); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-node: FAIL: the node did not come up:", err)
-		return 1
-	}
-	fmt.Printf("e2e-node: node %s up after %s, kubelet %s\n", nodeName, ms(time.Since(began)), c.kubeletVersion)
-
-	s := &suite{cluster: c, options: opts, repo: repo, watch: newCSINodeWatch(driverName)}
-	if storage {
-		return s.runStorage(ctx, storageOpts)
-	}
+// run runs the checks on the node that is up.
+func (s *suite) run(ctx context.Context, began time.Time) int {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go s.watch.run(watchCtx, c.client)
+	go s.watch.Run(watchCtx, s.Client)
 
 	// Every later step works on the pod of the first; each one leaves a
 	// running, registered pod unless it failed badly, so a failure does
@@ -140,7 +83,7 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 			if ctx.Err() != nil {
 				break
 			}
-			if opts.only == nil || opts.only[step.id] {
+			if s.only == nil || s.only[step.id] {
 				step.run(s, ctx)
 			}
 		}
@@ -149,29 +92,26 @@ func run(work, bin, repo string, images []string, opts options, storage bool, st
 	return s.summary(ctx, began)
 }
 
-// summary prints the report and returns the process's exit code: 1 if a
-// check failed, was skipped in CI, or (in a full run) did not run.
+// summary prints the report and returns the exit code: 1 if a check
+// failed, was skipped in CI, or (in a full run) did not run.
 func (s *suite) summary(ctx context.Context, began time.Time) int {
-	c, opts := s.cluster, s.options
+	c, opts := s.Node, s.options
 	fmt.Println()
-	fmt.Printf("e2e-node report (kubelet %s)\n", c.kubeletVersion)
-	for _, t := range c.timings {
-		fmt.Printf("  %-7s %s: %s\n", "", t.what, ms(t.took))
+	fmt.Printf("e2e-node report (kubelet %s)\n", c.KubeletVersion)
+	for _, t := range c.Timings {
+		fmt.Printf("  %-7s %s: %s\n", "", t.What, ms(t.Took))
 	}
 	failed, skipped := 0, 0
 	for _, r := range s.results {
-		status := "PASS"
-		switch {
-		case r.skipped:
-			status = "SKIPPED"
+		switch r.status() {
+		case "SKIPPED":
 			skipped++
-		case !r.ok:
-			status = "FAIL"
+		case "FAIL":
 			failed++
 		}
-		fmt.Printf("  %-7s %s\n          %s\n", status, r.name, r.detail)
+		fmt.Printf("  %-7s %s\n          %s\n", r.status(), r.name, r.detail)
 	}
-	if skipped > 0 && s.failOnSkip {
+	if skipped > 0 && s.FailOnSkip {
 		fmt.Printf("  FAIL: %d check(s) skipped in CI: a skip there is a failure to look at\n", skipped)
 		failed += skipped
 	}
@@ -180,7 +120,6 @@ func (s *suite) summary(ctx context.Context, began time.Time) int {
 		fmt.Println("  interrupted")
 	}
 	if opts.only != nil {
-		// A developer's run of some checks: no full pass.
 		var ran []string
 		for _, id := range stepIDs() {
 			if opts.only[id] {

@@ -17,46 +17,38 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
 	mistypedDriver    = "mistyped.csi.example.com"
 	mistypedDaemonSet = "csi-mistyped"
-	// mistypedSocket is the manifest's typo; the driver listens on
-	// driverSocket.
-	mistypedSocket = "csi-typo.sock"
-	// mistypedUnhealthyAfter is --unhealthy-after for this check only,
-	// shorter than the default (3m) so that the run stays short.
+	mistypedSocket    = "csi-typo.sock"
+	// shorter than the default (3m), for a short run
 	mistypedUnhealthyAfter = 20 * time.Second
-	// mistypedSlack is added to the bound: kubelet's container timestamps
-	// are whole seconds, and the container takes a moment to stop.
-	mistypedSlack = 5 * time.Second
-	// The check's revisions (HTTP ports 9848, 9849): the typo, and the
-	// rolling update that fixes it.
+	// kubelet's container timestamps are whole seconds, and the container
+	// takes a moment to stop.
+	mistypedSlack             = 5 * time.Second
 	revMistyped      revision = 40
 	revMistypedFixed revision = 41
 )
 
-// mistypedDaemonSetFor is the check's DaemonSet, with deploy/'s probes and
-// for revMistyped the typo in the registration path.
 func (s *suite) mistypedDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	o := own{name: mistypedDaemonSet, driver: mistypedDriver, keepProbes: true, args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}
+	o := own{Own: localnode.Own{Name: mistypedDaemonSet, Driver: mistypedDriver, KeepProbes: true, Args: []string{"--unhealthy-after=" + mistypedUnhealthyAfter.String()}}}
 	if rev == revMistyped {
-		o.regSocket = mistypedSocket
+		o.RegSocket = mistypedSocket
 	}
 	return s.ownDaemonSet(rev, o)
 }
 
-// healthy is what check 10 compares before and after: every container of
-// the pods on the node but the check's own, and the registration of each
-// driver that CSINode lists, as a watch records it.
+// healthy is what check 10 compares before and after: the other pods'
+// containers and drivers.
 type healthy struct {
 	pods    map[string]corev1.ContainerStatus // namespace/pod/container
-	watches map[string]*csiNodeWatch
+	watches map[string]*localnode.Watch
 }
 
-// watchHealthy reads the healthy drivers' pods and watches their
-// registrations until ctx ends.
 func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
 	pods, err := s.healthyPods(ctx)
 	if err != nil {
@@ -65,25 +57,24 @@ func (s *suite) watchHealthy(ctx context.Context) (*healthy, error) {
 	if len(pods) == 0 {
 		return nil, fmt.Errorf("no healthy driver's pod on the node to compare with (did the earlier checks leave none?)")
 	}
-	csiNode, err := s.client.StorageV1().CSINodes().Get(ctx, nodeName, getOpts)
+	csiNode, err := s.Client.StorageV1().CSINodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return nil, err
 	}
-	h := &healthy{pods: pods, watches: map[string]*csiNodeWatch{}}
+	h := &healthy{pods: pods, watches: map[string]*localnode.Watch{}}
 	for _, d := range csiNode.Spec.Drivers {
-		w := newCSINodeWatch(d.Name)
-		go w.run(ctx, s.client)
+		w := localnode.NewWatch(d.Name)
+		go w.Run(ctx, s.Client)
 		h.watches[d.Name] = w
-		if _, ok := w.waitUntil(ctx, 30*time.Second, isRegistered); !ok {
+		if _, ok := w.WaitUntil(ctx, 30*time.Second, localnode.IsRegistered); !ok {
 			return nil, fmt.Errorf("the watch of CSINode does not see %s registered", d.Name)
 		}
 	}
 	return h, nil
 }
 
-// healthyPods reads the containers of every pod but the check's own.
 func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerStatus, error) {
-	list, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	list, err := s.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -99,9 +90,6 @@ func (s *suite) healthyPods(ctx context.Context) (map[string]corev1.ContainerSta
 	return out, nil
 }
 
-// since returns how many containers are unchanged and the drivers watched,
-// and adds to p what changed since began: containers restarted, replaced
-// or gone, drivers out of CSINode.
 func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *problems) (int, []string, error) {
 	after, err := s.healthyPods(ctx)
 	if err != nil {
@@ -120,7 +108,7 @@ func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *probl
 	slices.Sort(changed)
 	p.want(len(changed) == 0, "healthy pods changed: %s", strings.Join(changed, ", "))
 	for driver, w := range h.watches {
-		for _, g := range w.gaps(began, time.Now()) {
+		for _, g := range gaps(w, began, time.Now()) {
 			p.add("%s left CSINode at +%s", driver, ms(g.from.Sub(began)))
 		}
 		drivers = append(drivers, driver)
@@ -129,7 +117,6 @@ func (h *healthy) since(ctx context.Context, s *suite, began time.Time, p *probl
 	return len(h.pods) - len(changed), drivers, nil
 }
 
-// checkMistypedPath runs check 10.
 func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	name := fmt.Sprintf("10. mistyped --kubelet-registration-path (.../%s) with deploy/'s probes: kubelet tries again meanwhile (by itself from 1.36, before that on the socket the registrar publishes again) and restarts the registrar within --unhealthy-after (%s here; the default is 3m) plus the liveness probe's period x failureThreshold, with kubelet's reason in the pod's status; a rolling update fixing the path registers the driver; no healthy driver's pod restarts",
 		mistypedSocket, mistypedUnhealthyAfter)
@@ -137,7 +124,7 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	liveness := container(&ds.Spec.Template.Spec, registrarName).LivenessProbe
+	liveness := localnode.Container(&ds.Spec.Template.Spec, localnode.RegistrarName).LivenessProbe
 	if liveness == nil || liveness.HTTPGet == nil || liveness.HTTPGet.Path != "/healthz" {
 		return s.report(name, false, "deploy/daemonset.yaml: the registrar's liveness probe is no longer httpGet /healthz; adapt test/node")
 	}
@@ -162,8 +149,8 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 	s.savePodLogs("10", mistypedDaemonSet) // the pod is deleted by the rolling update, and its logs with it
 	var p problems
 	m.check(s, bound, &p)
-	for _, r := range typoWatch.between(began, time.Now()) {
-		p.want(!r.registered, "CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.at.Sub(began)))
+	for _, r := range typoWatch.Between(began, time.Now()) {
+		p.want(!r.Registered, "CSINode listed %s at +%s, with the typo", mistypedDriver, ms(r.At.Sub(began)))
 	}
 	failed := m.describe(ctx, s, began, probeWindow)
 	fixed, err := s.fixMistyped(ctx, typoWatch, &p)
@@ -179,20 +166,16 @@ func (s *suite) checkMistypedPath(ctx context.Context) bool {
 		failed, fixed, unchanged, len(healthy.pods), drivers, p)
 }
 
-// describe says what the first registrar did from the DaemonSet's creation
-// at began until kubelet restarted it, and records the time to the restart.
 func (m *mistypedRun) describe(ctx context.Context, s *suite, began time.Time, probeWindow time.Duration) string {
-	st := containerStatus(m.pod, registrarName)
+	st := containerStatus(m.pod, localnode.RegistrarName)
 	term := st.LastTerminationState.Terminated
 	toRestart := term.FinishedAt.Sub(m.failingSince)
-	s.timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
+	s.Timing("10. mistyped path: first rejection → registrar restarted by kubelet", toRestart)
 	return fmt.Sprintf("kubelet %s; DaemonSet created → first rejection +%s → /healthz 503 %s after it (%q), %d rejections and %d publications again of the socket meanwhile → registrar terminated %s after it (bound: %s --unhealthy-after + %s liveness period x failureThreshold + %s slack), pod %s: restartCount %d, lastState.terminated exit code %d, reason %q, message %q; kubelet's event: %q",
-		s.kubeletVersion, ms(m.failingSince.Sub(began)), ms(m.healthz503At.Sub(m.failingSince)), m.healthz503, m.attempts, m.republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
+		s.KubeletVersion, ms(m.failingSince.Sub(began)), ms(m.healthz503At.Sub(m.failingSince)), m.healthz503, m.attempts, m.republished, ms(toRestart), mistypedUnhealthyAfter, probeWindow, mistypedSlack,
 		m.pod.Name, st.RestartCount, term.ExitCode, term.Reason, term.Message, s.lastEvent(ctx, m.pod.Name, "Unhealthy", "Liveness"))
 }
 
-// mistypedRun is what check 10 saw of its first registrar until kubelet
-// restarted it.
 type mistypedRun struct {
 	failingSince, healthz503At time.Time
 	healthz503, lastState      string
@@ -200,17 +183,15 @@ type mistypedRun struct {
 	pod                        *corev1.Pod
 }
 
-// waitMistypedRestart follows the check's pod until kubelet restarts its
-// registrar.
 func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) (*mistypedRun, error) {
 	m := &mistypedRun{}
 	port := revMistyped.port()
-	err := waitFor(ctx, "kubelet restarted the registrar", timeout, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		pods, err := s.podsOf(ctx, mistypedDaemonSet)
+	err := localnode.WaitFor(ctx, "kubelet restarted the registrar", timeout, 250*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		pods, err := s.PodsOf(ctx, mistypedDaemonSet)
 		if err != nil || len(pods) != 1 {
 			return false, err
 		}
-		st := containerStatus(&pods[0], registrarName)
+		st := containerStatus(&pods[0], localnode.RegistrarName)
 		if st == nil {
 			return false, nil
 		}
@@ -240,10 +221,8 @@ func (s *suite) waitMistypedRestart(ctx context.Context, timeout time.Duration) 
 	return m, nil
 }
 
-// check checks the restart against bound and what kubelet's version does
-// meanwhile, and adds what is wrong to p.
 func (m *mistypedRun) check(s *suite, bound time.Duration, p *problems) {
-	term := containerStatus(m.pod, registrarName).LastTerminationState.Terminated
+	term := containerStatus(m.pod, localnode.RegistrarName).LastTerminationState.Terminated
 	p.want(!m.failingSince.IsZero(), "never saw failingSince in the first registrar's /status")
 	toRestart := term.FinishedAt.Sub(m.failingSince)
 	p.want(toRestart <= bound, "restarted %s after the first rejection, beyond the bound %s", ms(toRestart), bound)
@@ -259,18 +238,14 @@ func (m *mistypedRun) check(s *suite, bound time.Duration, p *problems) {
 	s.checkRetries(m.republished, 1, p)
 }
 
-// fixMistyped rolls the DaemonSet to the right path and checks that
-// CSINode lists the driver, the new pod's registrar's /status says
-// registered, and its containers did not restart.
-func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch, p *problems) (string, error) {
+func (s *suite) fixMistyped(ctx context.Context, typoWatch *localnode.Watch, p *problems) (string, error) {
 	want, err := s.mistypedDaemonSetFor(revMistypedFixed)
 	if err != nil {
 		return "", err
 	}
 	// kubelet retries a socket path that failed after a backoff that
 	// doubles up to 2m2s (its operation executor's), also for the new
-	// socket at that path: the new registrar may wait for kubelet that
-	// long. Its states are recorded meanwhile.
+	// socket at that path.
 	var states []string
 	began := time.Now()
 	r, err := s.roll(ctx, want, typoWatch, func() {
@@ -283,17 +258,17 @@ func (s *suite) fixMistyped(ctx context.Context, typoWatch *csiNodeWatch, p *pro
 	if err != nil {
 		return "", fmt.Errorf("%v (the new registrar's states: %v)", err, states)
 	}
-	reg, _ := typoWatch.first(began, isRegistered)
-	tRegistered := reg.at.Sub(began)
+	reg, _ := typoWatch.First(began, localnode.IsRegistered)
+	tRegistered := reg.At.Sub(began)
 	status, said := statusOf(revMistypedFixed.port())
 	p.want(status != nil && status.State == "registered", "the new registrar's %s", said)
-	deregistered := describeGaps(typoWatch.gaps(reg.at, time.Now()), began)
-	p.want(!reg.at.IsZero() && len(deregistered) == 0, "%s left CSINode after the fix at %v", mistypedDriver, deregistered)
-	final, _ := typoWatch.now()
-	p.want(final.registered && final.nodeID == expectedNodeID, "at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.registered, final.nodeID)
+	deregistered := describeGaps(gaps(typoWatch, reg.At, time.Now()), began)
+	p.want(!reg.At.IsZero() && len(deregistered) == 0, "%s left CSINode after the fix at %v", mistypedDriver, deregistered)
+	final, _ := typoWatch.Now()
+	p.want(final.Registered && final.NodeID == localnode.ExpectedNodeID, "at the end CSINode lists %s: %v, node ID %q", mistypedDriver, final.Registered, final.NodeID)
 	restarts := r.restarted(r.newPod)
 	p.want(len(restarts) == 0, "the fixed pod's containers restarted: %v", restarts)
-	s.timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
+	s.Timing("10. mistyped path: rolling update fixing it → driver in CSINode", tRegistered)
 	return fmt.Sprintf("rolling update to .../%s → %s in CSINode with node ID %q +%s → new pod %s Ready +%s, its %s, old pod gone +%s; the new registrar's states: %v; deregistrations after that within %s: %d",
-		driverSocket, mistypedDriver, reg.nodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), nil
+		localnode.DriverSocket, mistypedDriver, reg.NodeID, ms(tRegistered), r.newPod, ms(r.tNewReady), said, ms(r.tOldGone), states, rolloutSettle, len(deregistered)), nil
 }

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 // Check 9 (issues 18, 28): the node starts with a startup taint; the
@@ -26,28 +28,19 @@ import (
 // DaemonSet tolerates every taint, so only this check, last, depends on it.
 
 const (
-	// startupTaint is the taint kubelet registers the node with.
-	startupTaint = "e2e-node.example.com/agent-not-ready"
-	// revNodeGate is this check's revision: --remove-node-taint and
-	// --node-condition, the service account of deploy/node-gate.
-	revNodeGate revision = 9
-	// gateAccount is deploy/node-gate's ServiceAccount.
-	gateAccount = "csi-node"
-	// waitingPod needs the driver and does not tolerate the taint.
-	waitingPod = "needs-the-driver"
-	// maxUntaintDelay is the longest the taint may outlive the
-	// registration.
-	maxUntaintDelay = time.Second
-	// gatePolicy is deploy/node-gate's ValidatingAdmissionPolicy.
-	gatePolicy = "csi-node-gate"
+	startupTaint             = "e2e-node.example.com/agent-not-ready"
+	revNodeGate     revision = 9
+	gateAccount              = "csi-node" // deploy/node-gate's
+	waitingPod               = "needs-the-driver"
+	maxUntaintDelay          = time.Second
+	gatePolicy               = "csi-node-gate" // deploy/node-gate's
 )
 
-var nodeCondition = corev1.NodeConditionType(driverName + "/NodePluginRegistered")
+var nodeCondition = corev1.NodeConditionType(localnode.DriverName + "/NodePluginRegistered")
 
 // withAccount gives the pods deploy/node-gate's and deploy/csinode's
-// service account with its token, the registrar NODE_NAME, and the API
-// server's address, which kubelet's KUBERNETES_SERVICE_HOST (the
-// kubernetes Service's IP) does not reach here, with no kube-proxy.
+// service account, and the API server's address: with no kube-proxy the
+// kubernetes Service's IP reaches nothing.
 func withAccount(pod *corev1.PodSpec, ctr *corev1.Container) {
 	pod.ServiceAccountName = gateAccount
 	automount := true
@@ -58,8 +51,6 @@ func withAccount(pod *corev1.PodSpec, ctr *corev1.Container) {
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
 }
 
-// nodeTimeline records, from a watch, when the node lost the startup
-// taint and when its condition changed.
 type nodeTimeline struct {
 	mu         sync.Mutex
 	untainted  time.Time
@@ -89,11 +80,10 @@ func startupTainted(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
 }
 
-// waitCondition waits until the node's condition is last status:reason
-// (want), and returns when it became so.
+// waitCondition waits for the node's condition's status:reason want.
 func (n *nodeTimeline) waitCondition(ctx context.Context, want string, timeout time.Duration) (time.Time, error) {
 	var at time.Time
-	err := waitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, "the condition "+want, timeout, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if last := len(n.conditions) - 1; last >= 0 && n.conditions[last] == want {
@@ -116,8 +106,8 @@ func (n *nodeTimeline) snapshot() (time.Time, []string) {
 }
 
 func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline) {
-	selector := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+	selector := fields.OneTermEqualSelector("metadata.name", localnode.NodeName).String()
+	localnode.WatchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
 		return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector})
 	}, func(e watch.Event) bool {
 		if node, ok := e.Object.(*corev1.Node); ok && e.Type != watch.Deleted {
@@ -127,12 +117,10 @@ func watchNode(ctx context.Context, client kubernetes.Interface, n *nodeTimeline
 	})
 }
 
-// watchScheduled sends the time the waiting pod was bound to the node, as
-// the watch delivers it.
 func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled chan<- time.Time) {
 	selector := fields.OneTermEqualSelector("metadata.name", waitingPod).String()
-	watchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
-		return client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
+	localnode.WatchEach(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return client.CoreV1().Pods(localnode.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: selector})
 	}, func(e watch.Event) bool {
 		if p, ok := e.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			scheduled <- time.Now()
@@ -142,22 +130,17 @@ func watchScheduled(ctx context.Context, client kubernetes.Interface, scheduled 
 	})
 }
 
-// setUpNodeGate creates deploy/node-gate's objects, the policy with this
-// check's taint key, on the tainted node without the earlier DaemonSet. It
-// returns what the enforced policy said to a token bound to no pod.
 func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
 		return "", fmt.Errorf("removing the earlier checks' DaemonSet: %w", err)
 	}
-	node, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	node, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	if err != nil {
 		return "", err
 	}
 	if !startupTainted(node) {
 		return "", fmt.Errorf("the node does not have the startup taint %s before the check: %v", startupTaint, node.Spec.Taints)
 	}
-	// The driver is deploy/'s placeholder, as the policy's; the taint is
-	// this check's.
 	withTaint := func(obj *unstructured.Unstructured) bool {
 		variables, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
 		for _, v := range variables {
@@ -170,7 +153,7 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 		}
 		return true
 	}
-	if err := s.applyManifests(ctx, withTaint, s.deployFile("node-gate/rbac.yaml"), s.deployFile("node-gate/policy.yaml")); err != nil {
+	if err := s.ApplyManifests(ctx, withTaint, s.DeployFile("node-gate/rbac.yaml"), s.DeployFile("node-gate/policy.yaml")); err != nil {
 		return "", err
 	}
 	if err := s.typeCheckGatePolicy(ctx); err != nil {
@@ -179,13 +162,12 @@ func (s *suite) setUpNodeGate(ctx context.Context) (string, error) {
 	return s.waitForGatePolicy(ctx)
 }
 
-// typeCheckGatePolicy waits for kube-controller-manager's type check of the
-// policy's expressions against the Node schema, and fails on any warning
-// (a field that Node does not have, a type mismatch, ...).
+// typeCheckGatePolicy fails on any warning of kube-controller-manager's
+// type check of the policy against the Node schema.
 func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 	var warnings []admissionregistrationv1.ExpressionWarning
-	err := waitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		policy, err := s.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, gatePolicy, getOpts)
+	err := localnode.WaitFor(ctx, "kube-controller-manager's type check of the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		policy, err := s.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, gatePolicy, getOpts)
 		if err != nil || policy.Status.TypeChecking == nil {
 			return false, err
 		}
@@ -201,22 +183,21 @@ func (s *suite) typeCheckGatePolicy(ctx context.Context) error {
 	return nil
 }
 
-// waitForGatePolicy returns once the API server enforces deploy/node-gate's
-// policy (a moment after its creation): when a dry-run label on the node,
-// with a token of the service account bound to no pod, is refused by it.
+// waitForGatePolicy: the API server enforces a policy a moment after its
+// creation.
 func (s *suite) waitForGatePolicy(ctx context.Context) (string, error) {
-	token, err := s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	token, err := s.Client.CoreV1().ServiceAccounts(localnode.Namespace).CreateToken(ctx, gateAccount, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("a token of the service account %s: %w", gateAccount, err)
 	}
-	unbound, err := kubernetes.NewForConfig(&rest.Config{Host: apiServer, BearerToken: token.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: s.path("apiserver", "apiserver.crt")}})
+	unbound, err := kubernetes.NewForConfig(&rest.Config{Host: localnode.APIServer, BearerToken: token.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.Path("apiserver", "apiserver.crt")}})
 	if err != nil {
 		return "", err
 	}
 	var refusal string
-	err = waitFor(ctx, "the API server enforcing the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		_, err := unbound.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-node.example.com/probe":"x"}}}`),
+	err = localnode.WaitFor(ctx, "the API server enforcing the ValidatingAdmissionPolicy "+gatePolicy, time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		_, err := unbound.CoreV1().Nodes().Patch(ctx, localnode.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-node.example.com/probe":"x"}}}`),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+gatePolicy+"'") {
 			refusal = err.Error()
@@ -237,12 +218,12 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	var timeline nodeTimeline
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go watchNode(watchCtx, s.client, &timeline)
+	go watchNode(watchCtx, s.Client, &timeline)
 	scheduled := make(chan time.Time, 1)
-	go watchScheduled(watchCtx, s.client, scheduled)
+	go watchScheduled(watchCtx, s.Client, scheduled)
 
 	defer func() {
-		_ = s.client.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
+		_ = s.Client.CoreV1().Pods(localnode.Namespace).Delete(context.WithoutCancel(ctx), waitingPod, metav1.DeleteOptions{})
 	}()
 	unschedulable, err := s.startWaitingPod(ctx)
 	if err != nil {
@@ -253,7 +234,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 	if err := s.redeploy(ctx, revNodeGate); err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	reg, _ := s.watch.waitUntil(ctx, time.Second, isRegistered)
+	reg, _ := s.watch.WaitUntil(ctx, time.Second, localnode.IsRegistered)
 	scheduledAt, err := s.waitingPodRuns(ctx, scheduled)
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -262,10 +243,7 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	untainted, _ := timeline.snapshot()
-	// The pod waited for the registration: it was not on the node while
-	// the driver was not registered (the scheduler places it only once the
-	// taint is gone, which is after the registration).
-	untaintDelay := untainted.Sub(reg.at)
+	untaintDelay := untainted.Sub(reg.At)
 	status := metricLine(fmt.Sprintf("http://127.0.0.1:%d/metrics", revNodeGate.port()), "csi_node_driver_registrar_node_update_pending")
 
 	falseAfter, stillTainted, err := s.removeGatedDriver(ctx, &timeline)
@@ -273,21 +251,19 @@ func (s *suite) checkNodeGate(ctx context.Context) bool {
 		return s.report(name, false, "%v", err)
 	}
 	_, conds := timeline.snapshot()
-	ok := !reg.at.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
-		!scheduledAt.IsZero() && !scheduledAt.Before(reg.at) && !stillTainted
+	ok := !reg.At.IsZero() && !untainted.IsZero() && untaintDelay >= 0 && untaintDelay <= maxUntaintDelay &&
+		!scheduledAt.IsZero() && !scheduledAt.Before(reg.At) && !stillTainted
 	return s.report(name, ok, "policy %s enforced (a token bound to no pod: %q); node tainted %s at start; pod Pending (%q); DaemonSet created → driver registered +%s → taint gone +%s after the registration (at most %s) → pod on the node +%s after the registration, Running; %s; condition %v; DaemonSet deleted → False +%s; taint not added back: %v",
-		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.at.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.at)), status, conds, ms(falseAfter), !stillTainted)
+		gatePolicy, refusal, startupTaint, unschedulable, ms(reg.At.Sub(began)), ms(untaintDelay), maxUntaintDelay, ms(scheduledAt.Sub(reg.At)), status, conds, ms(falseAfter), !stillTainted)
 }
 
-// waitingPodRuns waits for the waiting pod to be scheduled, which the
-// watch sends, and to run. It returns when it was scheduled.
 func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) (time.Time, error) {
 	var scheduledAt time.Time
 	select {
 	case scheduledAt = <-scheduled:
 	case <-time.After(time.Minute):
 		var taints []corev1.Taint
-		if n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts); err == nil {
+		if n, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts); err == nil {
 			taints = n.Spec.Taints
 		}
 		return scheduledAt, fmt.Errorf("the pod was not scheduled within 1m of the driver's registration; the node's taints: %v", taints)
@@ -296,40 +272,35 @@ func (s *suite) waitingPodRuns(ctx context.Context, scheduled <-chan time.Time) 
 	return scheduledAt, err
 }
 
-// removeGatedDriver deletes the DaemonSet and waits for the condition to
-// go False; it returns how long that took and whether the node is tainted.
 func (s *suite) removeGatedDriver(ctx context.Context, timeline *nodeTimeline) (time.Duration, bool, error) {
 	deleted := time.Now()
-	if err := s.removeDaemonSet(ctx, "csi-node", driverName); err != nil {
+	if err := s.RemoveDaemonSet(ctx, "csi-node", localnode.DriverName); err != nil {
 		return 0, false, err
 	}
 	falseAt, err := timeline.waitCondition(ctx, "False:Unregistered", 30*time.Second)
 	if err != nil {
 		return 0, false, fmt.Errorf("after the DaemonSet's deletion: %w", err)
 	}
-	n, err := s.client.CoreV1().Nodes().Get(ctx, nodeName, getOpts)
+	n, err := s.Client.CoreV1().Nodes().Get(ctx, localnode.NodeName, getOpts)
 	return falseAt.Sub(deleted), err == nil && startupTainted(n), nil
 }
 
-// startWaitingPod creates a pod that does not tolerate the startup taint,
-// standing for one that needs the driver (the test driver mounts nothing),
-// and returns why the scheduler says it waits.
+// startWaitingPod creates a pod that stands for one that needs the driver
+// (the test driver mounts nothing).
 func (s *suite) startWaitingPod(ctx context.Context) (string, error) {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: waitingPod, Namespace: localnode.Namespace},
 		Spec: corev1.PodSpec{
-			// No CNI here: the host's network, as the DaemonSet's pods.
 			HostNetwork:                  true,
 			DNSPolicy:                    corev1.DNSDefault,
 			AutomountServiceAccountToken: new(bool),
-			// No node lifecycle controller runs here to take away the
-			// not-ready taint that the API server puts on a new node
-			// (TaintNodesByCondition); DaemonSet pods tolerate it.
+			// No node lifecycle controller takes the API server's
+			// not-ready taint away (TaintNodesByCondition).
 			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers:  []corev1.Container{{Name: "app", Image: "localhost/e2e-node/pause:1", ImagePullPolicy: corev1.PullNever}},
 		},
 	}
-	if _, err := s.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := s.Client.CoreV1().Pods(localnode.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("create pod: %w", err)
 	}
 	var unschedulable string

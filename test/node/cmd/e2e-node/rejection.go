@@ -15,20 +15,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
-	rejectedDaemonSet = "csi-rejected"
-	// revRejected: HTTP port 9858.
-	revRejected revision = 50
-	// rejectedSettle is how long the driver must stay in CSINode after
-	// kubelet accepted it: longer than the registrar's first backoff
-	// before it publishes again (1 s, or kubelet's backoff plus 2 s),
-	// and than kubelet's reconcile period (1 s) after that.
+	rejectedDaemonSet          = "csi-rejected"
+	revRejected       revision = 50
+	// longer than the registrar's first backoff before it publishes again
+	// (1 s, or kubelet's backoff plus 2 s), and kubelet's reconcile period
+	// (1 s) after that
 	rejectedSettle = 10 * time.Second
 )
 
-// checkRejectedThenAccepted runs check 12 with one rejection, then three.
 func (s *suite) checkRejectedThenAccepted(ctx context.Context) bool {
 	ok := s.checkRejections(ctx, "12a", 1)
 	return s.checkRejections(ctx, "12b", 3) && ok
@@ -41,16 +40,16 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 		expect = "the registrar leaves its socket alone (kubelet 1.36 and later tries again by itself)"
 	}
 	name := fmt.Sprintf("%s. kubelet %s rejects the driver %d time(s), then accepts it: %s; the driver stays in CSINode for %s after the acceptance",
-		id, s.kubeletVersion, n, expect, rejectedSettle)
+		id, s.KubeletVersion, n, expect, rejectedSettle)
 	// Three rejections also show as one Event with a count (--events).
 	events := n == 3
 	if events {
 		name += "; with --events the Pod shows one Warning Event with count 3, then a Normal one"
 	}
-	ds, err := s.ownDaemonSet(revRejected, own{name: rejectedDaemonSet, driver: driver, keepProbes: true, events: events,
-		driverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}})
+	ds, err := s.ownDaemonSet(revRejected, own{events: events, Own: localnode.Own{Name: rejectedDaemonSet, Driver: driver, KeepProbes: true,
+		DriverArgs: []string{fmt.Sprintf("--fail-node-get-info-calls=%d", n)}}})
 	if err == nil && events {
-		err = s.applyManifests(ctx, nil, s.deployFile("csinode/service-account/service-account.yaml"), s.deployFile("events/rbac.yaml"))
+		err = s.ApplyManifests(ctx, nil, s.DeployFile("csinode/service-account/service-account.yaml"), s.DeployFile("events/rbac.yaml"))
 	}
 	if err != nil {
 		return s.report(name, false, "%v", err)
@@ -65,10 +64,10 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	if err != nil {
 		return s.report(name, false, "%v", err)
 	}
-	first, _ := watch.first(began, isRegistered)
-	accepted := first.at
+	first, _ := watch.First(began, localnode.IsRegistered)
+	accepted := first.At
 	time.Sleep(rejectedSettle)
-	gaps := watch.gaps(accepted, time.Now())
+	gaps := gaps(watch, accepted, time.Now())
 	st, err := registrarStatus(revRejected.port())
 	if err != nil {
 		return s.report(name, false, "the registrar's /status after the acceptance: %v", err)
@@ -88,24 +87,23 @@ func (s *suite) checkRejections(ctx context.Context, id string, n int) bool {
 	p.want(!failingSince.IsZero(), "never saw failingSince in the registrar's /status before the acceptance")
 	if !failingSince.IsZero() {
 		recovery = ms(accepted.Sub(failingSince))
-		s.timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
+		s.Timing(fmt.Sprintf("%s. %d rejection(s): first rejection → driver in CSINode", id, n), accepted.Sub(failingSince))
 	}
 	return s.report(name, len(p) == 0, "DaemonSet created → driver in CSINode +%s, %s after the first rejection; kubelet's GetInfo calls %d, rejections %d; %s; deregistrations within %s after the acceptance: %d; the Pod's Events: %s; %v",
 		ms(accepted.Sub(began)), recovery, st.KubeletCalls.GetInfo, st.KubeletCalls.NotifyRejected, st, rejectedSettle,
 		len(gaps), eventsSeen, p)
 }
 
-// waitAccepted reads the registrar's /status on port until CSINode lists
-// the driver, and returns when the first rejection came (failingSince,
-// which the registrar resets once kubelet accepts).
-func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Time, error) {
+// waitAccepted returns /status's failingSince, which the registrar resets
+// once kubelet accepts.
+func waitAccepted(ctx context.Context, watch *localnode.Watch, port int32) (time.Time, error) {
 	var failingSince time.Time
-	err := waitFor(ctx, watch.driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, watch.Driver+" in CSINode", 2*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if st, err := registrarStatus(port); err == nil && failingSince.IsZero() && st.FailingSince != nil {
 			failingSince = *st.FailingSince
 		}
-		reg, _ := watch.now()
-		return reg.registered, nil
+		reg, _ := watch.Now()
+		return reg.Registered, nil
 	})
 	if err != nil {
 		_, said := statusOf(port)
@@ -114,11 +112,8 @@ func waitAccepted(ctx context.Context, watch *csiNodeWatch, port int32) (time.Ti
 	return failingSince, nil
 }
 
-// rejectedPods checks that the check's pod did not restart and, with
-// events, the Events on it. It returns the Events seen and adds what is
-// wrong to p.
 func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problems) (string, error) {
-	pods, err := s.podsOf(ctx, rejectedDaemonSet)
+	pods, err := s.PodsOf(ctx, rejectedDaemonSet)
 	if err != nil {
 		return "", err
 	}
@@ -133,26 +128,19 @@ func (s *suite) rejectedPods(ctx context.Context, n int, events bool, p *problem
 	return seen, nil
 }
 
-// checkRetries checks the registrar's publications of its socket again
-// after rejections, for kubelet's version: there must be none where kubelet
-// tries again by itself, at least atLeast where it tries again only on a
-// new socket.
 func (s *suite) checkRetries(republished, atLeast uint64, p *problems) {
 	if s.kubeletRetries() {
-		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.kubeletVersion)
+		p.want(republished == 0, "the registrar published its socket again %d times while kubelet %s tries again by itself", republished, s.KubeletVersion)
 		return
 	}
-	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.kubeletVersion, atLeast)
+	p.want(republished >= atLeast, "the registrar published its socket again %d times; kubelet %s tries again only on a new socket, so want at least %d", republished, s.KubeletVersion, atLeast)
 }
 
-// checkEvents waits for the Pod's Events after kubelet accepted the driver
-// that it rejected n times, adds what is wrong to p, and returns the
-// Events as kubectl describe pod would list them.
 func (s *suite) checkEvents(ctx context.Context, pod corev1.Pod, n int, p *problems) (seen string) {
 	selector := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID)}.String()
 	var rejected, registered *corev1.Event
-	err := waitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		list, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+	err := localnode.WaitFor(ctx, "the registrar's Events", 30*time.Second, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		list, err := s.Client.CoreV1().Events(localnode.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
 			return false, err
 		}

@@ -1,7 +1,5 @@
 package main
 
-// A maxSurge rollout of a DaemonSet, followed from the update to its end.
-
 import (
 	"context"
 	"fmt"
@@ -12,10 +10,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// rollout is what a rolling update of the DaemonSet did, followed from the
-// update until a few seconds after the old pod's object was gone.
+// rollout is what a maxSurge rolling update of a DaemonSet did.
 type rollout struct {
 	began, end                        time.Time
 	oldPod, newPod                    string
@@ -27,25 +26,39 @@ type rollout struct {
 	restarts                          map[string]int32 // the highest restartCount seen, by pod/container
 }
 
-// gap is a time CSINode did not list the driver; open if it still did not
-// at the end of the rollout.
+// gap is a time CSINode did not list the driver.
 type gap struct {
 	from, to time.Time
 	open     bool
 }
 
-// rolloutSettle is how long a rollout is watched after the old pod's object
-// is gone, in case kubelet reacts late to what the old pod left.
+func gaps(w *localnode.Watch, from, to time.Time) []gap {
+	var gaps []gap
+	var down time.Time
+	for _, r := range w.Between(from, to) {
+		switch {
+		case !r.Registered && down.IsZero():
+			down = r.At
+		case r.Registered && !down.IsZero():
+			gaps = append(gaps, gap{from: down, to: r.At})
+			down = time.Time{}
+		}
+	}
+	if !down.IsZero() {
+		gaps = append(gaps, gap{from: down, to: to, open: true})
+	}
+	return gaps
+}
+
+// rolloutSettle: kubelet may react late to what the old pod left.
 const rolloutSettle = 5 * time.Second
 
-// rollUpdate rolls deploy/'s DaemonSet, with the driver registered, to
-// next's template (roll), and makes the new pod the current one.
 func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error) {
 	want, err := s.daemonSet(next)
 	if err != nil {
 		return nil, err
 	}
-	if reg, _ := s.watch.now(); !reg.registered {
+	if reg, _ := s.watch.Now(); !reg.Registered {
 		return nil, fmt.Errorf("the driver was not registered before the update")
 	}
 	r, err := s.roll(ctx, want, s.watch, nil)
@@ -55,11 +68,10 @@ func (s *suite) rollUpdate(ctx context.Context, next revision) (*rollout, error)
 	return r, err
 }
 
-// roll gives the DaemonSet want names want's template and follows the
-// maxSurge update until it is done, then for rolloutSettle, recording
-// watch's changes and the pods' restarts; poll runs at each poll, if set.
-func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNodeWatch, poll func()) (*rollout, error) {
-	ds, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, want.Name, getOpts)
+// roll gives the DaemonSet want's template and follows the update until
+// rolloutSettle after it is done; poll, if set, runs at each poll.
+func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *localnode.Watch, poll func()) (*rollout, error) {
+	ds, err := s.Client.AppsV1().DaemonSets(localnode.Namespace).Get(ctx, want.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -67,19 +79,19 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 		return nil, fmt.Errorf("deploy/daemonset.yaml no longer has maxSurge 1, maxUnavailable 0: %+v", ds.Spec.UpdateStrategy)
 	}
 	app := ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
-	pods, err := s.podsOf(ctx, app)
+	pods, err := s.PodsOf(ctx, app)
 	if err != nil || len(pods) != 1 {
 		return nil, fmt.Errorf("want one pod of %s before the update, have %d (%v)", want.Name, len(pods), err)
 	}
-	next := want.Spec.Template.Annotations[revisionKey]
+	next := want.Spec.Template.Annotations[localnode.RevisionKey]
 	r := &rollout{oldPod: pods[0].Name, restarts: map[string]int32{}, began: time.Now()}
-	fmt.Sscan(pods[0].Annotations[revisionKey], &r.from)
-	watchRestarts := watch.restarts()
-	updated, err := s.setTemplate(ctx, want.Name, want.Spec.Template)
+	fmt.Sscan(pods[0].Annotations[localnode.RevisionKey], &r.from)
+	watchRestarts := watch.Restarts()
+	updated, err := s.SetTemplate(ctx, want.Name, want.Spec.Template)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
 	}
-	err = waitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err = localnode.WaitFor(ctx, "rollout done (new pod Ready, old pod gone)", 4*time.Minute, 100*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if poll != nil {
 			poll()
 		}
@@ -88,25 +100,19 @@ func (s *suite) roll(ctx context.Context, want *appsv1.DaemonSet, watch *csiNode
 	if err != nil {
 		return nil, fmt.Errorf("%v (new pod %q ready +%s, old pod gone +%s)", err, r.newPod, ms(r.tNewReady), ms(r.tOldGone))
 	}
-	// The old pod's object is deleted only after its containers stopped, so
-	// the old registrar has exited; kubelet may still react late to what it left.
 	time.Sleep(rolloutSettle)
 	r.end = time.Now()
-	if pod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts); err == nil {
+	if pod, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, r.newPod, getOpts); err == nil {
 		r.recordRestarts(pod)
 	}
-	r.writes = len(watch.between(r.began, r.end))
-	r.gaps = watch.gaps(r.began, r.end)
-	r.watchRestarted = watch.restarts() != watchRestarts
+	r.writes = len(watch.Between(r.began, r.end))
+	r.gaps = gaps(watch, r.began, r.end)
+	r.watchRestarted = watch.Restarts() != watchRestarts
 	return r, nil
 }
 
-// observeRollout reads the pods of the DaemonSet updated, labelled app,
-// and records when the new pod of revision next was Ready and the old one
-// deleted and gone; it reports whether the DaemonSet's status says the
-// rollout is done.
 func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string, updated *appsv1.DaemonSet) (bool, error) {
-	pods, err := s.podsOf(ctx, app)
+	pods, err := s.PodsOf(ctx, app)
 	if err != nil {
 		return false, err
 	}
@@ -119,9 +125,9 @@ func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string
 			if r.tOldDeleting == 0 && pod.DeletionTimestamp != nil {
 				r.tOldDeleting = time.Since(r.began)
 			}
-		} else if pod.Annotations[revisionKey] == next {
+		} else if pod.Annotations[localnode.RevisionKey] == next {
 			r.newPod = pod.Name
-			if r.tNewReady == 0 && podReady(pod) {
+			if r.tNewReady == 0 && localnode.PodReady(pod) {
 				r.tNewReady = time.Since(r.began)
 			}
 		}
@@ -129,7 +135,7 @@ func (s *suite) observeRollout(ctx context.Context, r *rollout, app, next string
 	if !oldSeen && r.tOldGone == 0 {
 		r.tOldGone = time.Since(r.began)
 	}
-	current, err := s.client.AppsV1().DaemonSets(namespace).Get(ctx, updated.Name, getOpts)
+	current, err := s.Client.AppsV1().DaemonSets(localnode.Namespace).Get(ctx, updated.Name, getOpts)
 	if err != nil {
 		return false, err
 	}
@@ -145,8 +151,6 @@ func (r *rollout) recordRestarts(pod *corev1.Pod) {
 	}
 }
 
-// restarted lists the containers that restarted, with their counts: of
-// the pods named, or all.
 func (r *rollout) restarted(pods ...string) []string {
 	var out []string
 	for container, n := range r.restarts {
@@ -159,10 +163,9 @@ func (r *rollout) restarted(pods ...string) []string {
 	return out
 }
 
-// describeGaps gives each gap's start from the update, its length and its
-// cause. One that begins before the old pod's deletion comes from the new
-// pod's socket replacing the old one: kubelet v1.37 then unregisters the
-// plugin and registers it again one reconcile period (1 s) later.
+// describeGaps: a gap that begins before the old pod's deletion comes from
+// the new pod's socket replacing the old one: kubelet v1.37 then
+// unregisters the plugin and registers it again a reconcile period later.
 func (r *rollout) describeGaps() []string {
 	out := describeGaps(r.gaps, r.began)
 	for i, g := range r.gaps {
@@ -175,7 +178,6 @@ func (r *rollout) describeGaps() []string {
 	return out
 }
 
-// describeGaps gives each gap's start from began and its length.
 func describeGaps(gaps []gap, began time.Time) []string {
 	var out []string
 	for _, g := range gaps {
@@ -188,7 +190,6 @@ func describeGaps(gaps []gap, began time.Time) []string {
 	return out
 }
 
-// longestGap is the longest gap; an open one counts as endless.
 func (r *rollout) longestGap() time.Duration {
 	var longest time.Duration
 	for _, g := range r.gaps {
@@ -205,24 +206,19 @@ func (r *rollout) String() string {
 		r.newPod, ms(r.tNewReady), r.oldPod, ms(r.tOldDeleting), ms(r.tOldGone), r.writes, r.watchRestarted)
 }
 
-// settled says how the node was rolloutSettle after the rollout r of
-// csi-node, and whether as it should: the driver in CSINode with the
-// expected node ID, the watch never restarted, the socket dialable.
 func (s *suite) settled(r *rollout) (string, bool) {
-	final, _ := s.watch.now()
+	final, _ := s.watch.Now()
 	socket := dialable(s.regSocket())
-	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.registered, final.nodeID, socket),
-		final.registered && final.nodeID == expectedNodeID && !r.watchRestarted && socket
+	return fmt.Sprintf("%s after: registered=%v with node ID %q, socket dialable %v", rolloutSettle, final.Registered, final.NodeID, socket),
+		final.Registered && final.NodeID == localnode.ExpectedNodeID && !r.watchRestarted && socket
 }
 
-// redeploy brings deploy/'s DaemonSet to rev (deploy), and makes its pod
-// the current one.
 func (s *suite) redeploy(ctx context.Context, rev revision) error {
 	want, err := s.daemonSet(rev)
 	if err != nil {
 		return err
 	}
-	pod, _, err := s.deploy(ctx, want, s.watch)
+	pod, _, err := s.Deploy(ctx, want, s.watch)
 	if err == nil {
 		s.podName = pod.Name
 	}

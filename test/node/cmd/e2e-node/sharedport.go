@@ -9,18 +9,16 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// checkSharedPortRollout rolls a DaemonSet whose two revisions listen on
-// one HTTP port, as a hostNetwork DaemonSet's do (check 4d): the new
-// registrar waits for the port, which the old one releases after the
-// handover.
 func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
 	name := "4d. rolling update with hostNetwork, both pods on one HTTP port (maxSurge 1): " + s.allowedGap() + ", no restart, kubelet's probes all answered"
 	if err := s.redeploy(ctx, revSharedPort); err != nil {
 		return s.report(name, false, "no registered DaemonSet on the shared port to start from: %v", err)
 	}
-	baseline, err := probeCounts(registrarName)
+	baseline, err := probeCounts(localnode.RegistrarName)
 	if err != nil {
 		return s.report(name, false, "kubelet's probe metrics: %v", err)
 	}
@@ -61,29 +59,23 @@ func (s *suite) checkSharedPortRollout(ctx context.Context) bool {
 		probeFailures, strings.Join(probeLines, "; "), waited, port.describe(r.began), after, revSharedPortNext.port(), serving, logsSaved)
 }
 
-// podSamples is what samplePods saw of the DaemonSet's pods, kept after
-// kubelet drops it with a deleted pod: kubelet's probe counts and the
-// registrar's log, by pod.
+// podSamples keeps what kubelet drops with a deleted pod.
 type podSamples struct {
 	probes map[string]map[string]float64
 	logs   map[string]string
 }
 
-// samplePods reads kubelet's probe counts and the registrar containers'
-// logs every interval until ctx ends, then delivers the last seen of each
-// pod.
 func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan podSamples {
 	seen := podSamples{probes: map[string]map[string]float64{}, logs: map[string]string{}}
 	return sample(ctx, interval, seen, func(seen *podSamples) {
-		if counts, err := probeCounts(registrarName); err == nil {
+		if counts, err := probeCounts(localnode.RegistrarName); err == nil {
 			for pod, c := range counts {
 				seen.probes[pod] = c
 			}
 		}
-		// kubelet's pod log directories: <namespace>_<pod>_<uid>.
-		dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_*"))
+		dirs, _ := filepath.Glob(s.Path("pod-logs", localnode.Namespace+"_*"))
 		for _, dir := range dirs {
-			log := readLogs(filepath.Join(dir, registrarName))
+			log := readLogs(filepath.Join(dir, localnode.RegistrarName))
 			if pod := strings.Split(filepath.Base(dir), "_")[1]; len(log) > len(seen.logs[pod]) {
 				seen.logs[pod] = log
 			}
@@ -91,7 +83,6 @@ func (s *suite) samplePods(ctx context.Context, interval time.Duration) <-chan p
 	})
 }
 
-// sample runs step on v every interval until ctx ends, then delivers v.
 func sample[T any](ctx context.Context, interval time.Duration, v T, step func(*T)) <-chan T {
 	out := make(chan T, 1)
 	go func() {
@@ -110,15 +101,13 @@ func sample[T any](ctx context.Context, interval time.Duration, v T, step func(*
 	return out
 }
 
-// saveRegistrarLogs writes the registrars' logs to the run's logs, where
-// the deleted pod's would otherwise be lost, and says where.
 func (s *suite) saveRegistrarLogs(logs map[string]string) string {
-	dir := filepath.Join(s.logs, "pod-logs-4d")
+	dir := filepath.Join(s.Logs, "pod-logs-4d")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err.Error()
 	}
 	for pod, log := range logs {
-		if err := os.WriteFile(filepath.Join(dir, pod+"."+registrarName+".log"), []byte(log), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, pod+"."+localnode.RegistrarName+".log"), []byte(log), 0o644); err != nil {
 			return err.Error()
 		}
 	}
@@ -135,8 +124,7 @@ const (
 )
 
 // logTime returns klog's timestamp, the registrar's own clock, of the first
-// line of a container log that contains message
-// ("<runtime's time> stderr F I1123 12:20:18.361065 ...").
+// line with message ("<runtime's time> stderr F I1123 12:20:18.361065 ...").
 func logTime(log, message string) (time.Time, bool) {
 	for _, line := range strings.Split(log, "\n") {
 		if !strings.Contains(line, message) {
@@ -152,10 +140,6 @@ func logTime(log, message string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// portWait tells, from the registrars' logs, how long the new one waited
-// for the port and how the port changed hands; ok if the new one waited for
-// it (so the port was shared), the old one released it (rather than holding
-// it until it exited), and the new one listened.
 func (p podSamples) portWait(oldPod, newPod string) (string, bool) {
 	waiting, okWaiting := logTime(p.logs[newPod], logPortWaiting)
 	listening, okListening := logTime(p.logs[newPod], logListening)
@@ -176,18 +160,14 @@ func (p podSamples) portWait(oldPod, newPod string) (string, bool) {
 	return detail + fmt.Sprintf("; the old registrar's log (as last read) lacks %q or %q", logHandedOver, logPortReleased), false
 }
 
-// portPolls counts the answers to /healthz and /readyz at the node's
-// address, where kubelet probes both pods, far more often than kubelet.
+// portPolls: kubelet probes both pods at this address.
 type portPolls struct {
 	answers map[string]int // by "path status" or "path error"
-	// the longest run of polls of one path that were not 200, and when it
-	// began
+	// of one path, not 200
 	longestFailure time.Duration
 	longestAt      time.Time
 }
 
-// pollPort polls /healthz and /readyz on the node's address at port every
-// interval until ctx ends.
 func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan portPolls {
 	failingSince := map[string]time.Time{}
 	client := &http.Client{Timeout: time.Second}
@@ -195,7 +175,7 @@ func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan po
 		for _, path := range []string{"/healthz", "/readyz"} {
 			at := time.Now()
 			outcome := "error"
-			if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", nodeIP, port, path)); err == nil {
+			if resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", localnode.NodeIP, port, path)); err == nil {
 				resp.Body.Close()
 				outcome = fmt.Sprint(resp.StatusCode)
 			}
@@ -214,7 +194,6 @@ func pollPort(ctx context.Context, port int32, interval time.Duration) <-chan po
 	})
 }
 
-// describe tells the answers, with times from the update.
 func (p portPolls) describe(update time.Time) string {
 	var answers []string
 	for outcome, n := range p.answers {

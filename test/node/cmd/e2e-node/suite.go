@@ -1,8 +1,5 @@
 package main
 
-// The suite the checks run in: their report, and what they share to read
-// the node (pods, /status, kubelet's probe counts, logs).
-
 import (
 	"bufio"
 	"context"
@@ -10,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,9 +19,13 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// result is one line of the report.
+var getOpts = metav1.GetOptions{}
+
 type result struct {
 	name    string
 	ok      bool
@@ -31,56 +33,54 @@ type result struct {
 	detail  string
 }
 
-// options are the command line's choices for the checks.
+// options are the command line's choices (main's flags say what each is).
 type options struct {
-	// maxRolloutGap is the longest time without the driver in CSINode
-	// that check 4a accepts; 0: none at all.
 	maxRolloutGap time.Duration
-	// upstreamMissing, when set, is why there is no image of upstream's
-	// registrar: checks 4b and 4c are skipped with it as the reason.
-	upstreamMissing string
-	// failOnSkip makes a skipped check fail the run, as in CI.
-	failOnSkip bool
-	// only, when set, names the checks to run after check 1 (-checks,
-	// E2E_NODE_CHECKS); nil: all.
-	only map[string]bool
+	only          map[string]bool // nil: all checks
 }
 
 type suite struct {
-	*cluster
+	*localnode.Node
 	options
-	repo    string
-	watch   *csiNodeWatch
+	watch   *localnode.Watch
 	results []result
 	podName string // the current pod of the DaemonSet
 }
 
-func (s *suite) report(name string, ok bool, format string, args ...any) bool {
-	s.results = append(s.results, result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
-	status := "PASS"
-	if !ok {
-		status = "FAIL"
+func (r result) status() string {
+	switch {
+	case r.skipped:
+		return "SKIPPED"
+	case !r.ok:
+		return "FAIL"
 	}
-	fmt.Printf("e2e-node: %s %s: %s\n", status, name, fmt.Sprintf(format, args...))
-	return ok
+	return "PASS"
+}
+
+// add records a line of the report, and prints it at once.
+func (s *suite) add(r result) bool {
+	s.results = append(s.results, r)
+	fmt.Printf("e2e-node: %s %s: %s\n", r.status(), r.name, r.detail)
+	return r.ok
+}
+
+func (s *suite) report(name string, ok bool, format string, args ...any) bool {
+	return s.add(result{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
 }
 
 // problems are what a check found wrong; none is a pass.
 type problems []string
 
-// add records a problem.
 func (p *problems) add(format string, args ...any) {
 	*p = append(*p, fmt.Sprintf(format, args...))
 }
 
-// want records a problem unless ok.
 func (p *problems) want(ok bool, format string, args ...any) {
 	if !ok {
 		p.add(format, args...)
 	}
 }
 
-// addErr records err, if any.
 func (p *problems) addErr(err error) {
 	if err != nil {
 		p.add("%v", err)
@@ -89,7 +89,6 @@ func (p *problems) addErr(err error) {
 
 func (p problems) String() string { return fmt.Sprintf("problems: %d %v", len(p), []string(p)) }
 
-// failAll reports each of names failed, with one detail.
 func (s *suite) failAll(names []string, format string, args ...any) bool {
 	for _, name := range names {
 		s.report(name, false, format, args...)
@@ -97,7 +96,6 @@ func (s *suite) failAll(names []string, format string, args ...any) bool {
 	return false
 }
 
-// skipAll reports each of names skipped, for one reason.
 func (s *suite) skipAll(names []string, reason string) bool {
 	for _, name := range names {
 		s.skip(name, reason)
@@ -105,11 +103,8 @@ func (s *suite) skipAll(names []string, reason string) bool {
 	return false
 }
 
-// skip reports a check that could not run, and why.
 func (s *suite) skip(name, reason string) bool {
-	s.results = append(s.results, result{name: name, skipped: true, detail: reason})
-	fmt.Printf("e2e-node: SKIPPED %s: %s\n", name, reason)
-	return false
+	return s.add(result{name: name, skipped: true, detail: reason})
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
@@ -128,21 +123,10 @@ func get(url string) (int, string) {
 	return resp.StatusCode, line
 }
 
-// podsOf lists the pods labelled app.kubernetes.io/name=app.
-func (s *suite) podsOf(ctx context.Context, app string) ([]corev1.Pod, error) {
-	list, err := s.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
-}
-
-// waitPod waits until the pod name satisfies cond, and returns it as last
-// read.
 func (s *suite) waitPod(ctx context.Context, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
 	var pod *corev1.Pod
-	err := waitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
-		p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+	err := localnode.WaitFor(ctx, what, timeout, 200*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+		p, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, name, getOpts)
 		if err != nil {
 			return false, err
 		}
@@ -161,27 +145,18 @@ func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func (s *suite) regSocket() string {
-	return s.path("kubelet", "plugins_registry", driverName+"-reg.sock")
+	return s.Path("kubelet", "plugins_registry", localnode.DriverName+"-reg.sock")
 }
 
-// probeCounts reads kubelet's prober_probe_total for a container of each
-// pod of the namespace: counts[pod]["Liveness/successful"] and so on.
-// kubelet drops a pod's counts once the pod is gone.
+// probeCounts reads kubelet's prober_probe_total for a container:
+// counts[pod]["Liveness/successful"] and so on. kubelet drops a pod's
+// counts once the pod is gone.
 func probeCounts(container string) (map[string]map[string]float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // kubelet's self-signed serving certificate
 	}}
-	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", nodeIP))
+	resp, err := client.Get(fmt.Sprintf("https://%s:10250/metrics/probes", localnode.NodeIP))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +175,7 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["namespace"] != namespace || labels["container"] != container {
+		if labels["namespace"] != localnode.Namespace || labels["container"] != container {
 			continue
 		}
 		pod := labels["pod"]
@@ -212,11 +187,9 @@ func probeCounts(container string) (map[string]map[string]float64, error) {
 	return counts, nil
 }
 
-// waitProbes waits up to 2m for kubelet's probe counts of a pod's container
-// to satisfy cond, and returns them.
 func waitProbes(ctx context.Context, what, container, pod string, cond func(map[string]float64) bool) (map[string]float64, error) {
 	var counts map[string]float64
-	err := waitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, what, 2*time.Minute, time.Second, nil, func(context.Context) (bool, error) {
 		all, err := probeCounts(container)
 		counts = all[pod]
 		return err == nil && cond(counts), err
@@ -224,7 +197,6 @@ func waitProbes(ctx context.Context, what, container, pod string, cond func(map[
 	return counts, err
 }
 
-// describeProbes tells kubelet's probe counts of a container.
 func describeProbes(counts map[string]float64) string {
 	return fmt.Sprintf("startup %v ok / %v failed, liveness %v ok / %v failed, readiness %v ok / %v failed",
 		counts["Startup/successful"], counts["Startup/failed"], counts["Liveness/successful"], counts["Liveness/failed"],
@@ -240,8 +212,6 @@ type registrarState struct {
 		GetInfo        uint64 `json:"getInfo"`
 		NotifyRejected uint64 `json:"notifyRejected"`
 	} `json:"kubeletCalls"`
-	// Attempts and FailingSince: kubelet's rejections since it last
-	// accepted the driver, and when the registration started to fail.
 	Attempts     uint64     `json:"attempts"`
 	FailingSince *time.Time `json:"failingSince"`
 }
@@ -259,8 +229,7 @@ func registrarStatus(port int32) (*registrarState, error) {
 	return status, nil
 }
 
-// statusOf reads this registrar's /status on port: nil and why if it
-// cannot, and what it says.
+// statusOf reads this registrar's /status, and says what it says.
 func statusOf(port int32) (*registrarState, string) {
 	status, err := registrarStatus(port)
 	if err != nil {
@@ -277,7 +246,6 @@ func (st *registrarState) String() string {
 	return fmt.Sprintf("/status state %s, socket publications %v", state, st.Publications)
 }
 
-// dirNames lists the names in a directory.
 func dirNames(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var names []string
@@ -287,8 +255,6 @@ func dirNames(dir string) []string {
 	return names
 }
 
-// metricLine returns the line of a Prometheus text page that starts with
-// prefix, or why there is none.
 func metricLine(url, prefix string) string {
 	resp, err := plainHTTP.Get(url)
 	if err != nil {
@@ -304,14 +270,12 @@ func metricLine(url, prefix string) string {
 	return prefix + " missing"
 }
 
-// timingSince records t's offset from began as a timing, if t is set.
 func (s *suite) timingSince(what string, began, t time.Time) {
 	if !t.IsZero() {
-		s.timing(what, t.Sub(began))
+		s.Timing(what, t.Sub(began))
 	}
 }
 
-// since is t's offset from began, or "never".
 func since(began, t time.Time) string {
 	if t.IsZero() {
 		return "never"
@@ -322,7 +286,7 @@ func since(began, t time.Time) string {
 // restarted lists the containers of pod that restarted, or changed since
 // pod was read.
 func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error) {
-	now, err := s.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, getOpts)
+	now, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, pod.Name, getOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -336,13 +300,10 @@ func (s *suite) restarted(ctx context.Context, pod *corev1.Pod) ([]string, error
 	return out, nil
 }
 
-// containerLog is a container's log of pod, as kubelet keeps it.
 func (s *suite) containerLog(pod *corev1.Pod, container string) string {
-	return readLogs(s.path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
+	return readLogs(s.Path("pod-logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), container))
 }
 
-// readLogs reads the log files of a container's directory in kubelet's
-// pod logs, in order.
 func readLogs(dir string) string {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	sort.Strings(files)
@@ -354,11 +315,10 @@ func readLogs(dir string) string {
 	return b.String()
 }
 
-// lastEvent returns the message of the pod's latest event with reason and
-// a message starting with prefix, such as kubelet's failed liveness probe,
-// with its count.
+// lastEvent returns the pod's latest event with reason and prefix, with
+// its count.
 func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) string {
-	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	events, err := s.Client.CoreV1().Events(localnode.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
 	if err != nil {
 		return err.Error()
 	}
@@ -371,16 +331,15 @@ func (s *suite) lastEvent(ctx context.Context, pod, reason, prefix string) strin
 	return found
 }
 
-// savePodLogs copies the container logs of the pods of the DaemonSet
-// dsName to the run's logs, in pod-logs-<check>/, before the pods are
-// deleted and kubelet removes them.
+// savePodLogs keeps the DaemonSet's pods' logs, which kubelet removes
+// with the pods.
 func (s *suite) savePodLogs(check, dsName string) {
-	dirs, _ := filepath.Glob(s.path("pod-logs", namespace+"_"+dsName+"-*"))
+	dirs, _ := filepath.Glob(s.Path("pod-logs", localnode.Namespace+"_"+dsName+"-*"))
 	for _, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 		for _, file := range files {
-			rel, _ := filepath.Rel(s.path("pod-logs"), file)
-			dest := filepath.Join(s.logs, "pod-logs-"+check, rel)
+			rel, _ := filepath.Rel(s.Path("pod-logs"), file)
+			dest := filepath.Join(s.Logs, "pod-logs-"+check, rel)
 			data, err := os.ReadFile(file)
 			if err == nil && os.MkdirAll(filepath.Dir(dest), 0o755) == nil {
 				err = os.WriteFile(dest, data, 0o644)
@@ -392,6 +351,19 @@ func (s *suite) savePodLogs(check, dsName string) {
 	}
 }
 
-func (s *suite) timing(what string, took time.Duration) {
-	s.timings = append(s.timings, timing{what, took})
+// kubeletRetries reports whether kubelet tries a rejected registration
+// again by itself, on the same socket (kubelet 1.36 and later,
+// kubernetes/kubernetes#133335); older ones try again only on a socket
+// created again, which the registrar then publishes (docs/compatibility.md).
+func (s *suite) kubeletRetries() bool {
+	return s.KubeletVersion.AtLeast(version.MajorMinor(1, 36))
+}
+
+func dialable(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }

@@ -1,15 +1,12 @@
 package main
 
-// Checks 8a-8c: a volume through a real CSI driver, csi-driver-host-path's
-// hostpathplugin, in a DaemonSet of its own with this registrar as sidecar.
-// kubelet can publish a CSI inline volume only on the endpoint that the
-// registrar's GetInfo announced.
+// Checks 8a-8c: kubelet can publish a CSI inline volume only on the
+// endpoint that the registrar's GetInfo announced.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,30 +16,22 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/mount-utils"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
 const (
-	hostpathDriver    = "hostpath.csi.k8s.io"
-	hostpathImage     = "localhost/e2e-node/hostpathplugin:1" // with busybox's mount and umount
-	busyboxImage      = "localhost/e2e-node/busybox:1"        // the volume pods' shell
-	hostpathDaemonSet = "hostpath-node"
-	hostpathContainer = "hostpath"
-	hostpathStateDir  = "hostpath-state" // the driver's --statedir, on the host under the scratch directory
-	volumePodLabel    = "e2e-node/volume-pod"
+	busyboxImage   = "localhost/e2e-node/busybox:1" // the volume pods' shell
+	volumePodLabel = "e2e-node/volume-pod"
 )
 
-// The hostpath DaemonSet's revisions (HTTP ports 9828-9830): check 8a's,
-// 8b's with the same driver socket, 8c's with another.
 const (
 	revHostpath         revision = 20
 	revHostpathNext     revision = 21
 	revHostpathEndpoint revision = 22
 )
-
-var hostpathMissing = flag.String("hostpath-missing", "", "why there is no image of csi-driver-host-path's plugin ("+hostpathImage+"); set, checks 8a-8c are skipped with this reason")
 
 func hostpathSocket(rev revision) string {
 	if rev == revHostpathEndpoint {
@@ -51,43 +40,10 @@ func hostpathSocket(rev revision) string {
 	return "csi.sock"
 }
 
-// hostpathDaemonSetFor is deploy/daemonset.yaml adapted as for the test
-// driver, then given hostpathplugin in the driver's place (withHostpath).
 func (s *suite) hostpathDaemonSetFor(rev revision) (*appsv1.DaemonSet, error) {
-	return s.ownDaemonSet(rev, own{name: hostpathDaemonSet, hostpath: true})
+	return s.ownDaemonSet(rev, own{Own: localnode.Own{Name: localnode.HostpathDaemonSet, Hostpath: true, Socket: hostpathSocket(rev)}})
 }
 
-// withHostpath puts hostpathplugin in the test driver's place: kubelet's
-// pods and plugins directories mounted at their host paths (kubelet gives
-// the driver host paths), and its state directory on the host, where the
-// test reads the volumes.
-func (s *suite) withHostpath(pod *corev1.PodSpec, reg, drv *corev1.Container, rev revision) error {
-	socket := hostpathSocket(rev)
-	dirOrCreate := corev1.HostPathDirectoryOrCreate
-	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "state-dir", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: s.path(hostpathStateDir), Type: &dirOrCreate},
-	}})
-	if err := replaceArg(reg.Args, "--csi-address=/csi/"+driverSocket, "--csi-address=/csi/"+socket); err != nil {
-		return err
-	}
-	drv.Name, drv.Image = hostpathContainer, hostpathImage
-	drv.Args = []string{
-		"--drivername=" + hostpathDriver,
-		"--endpoint=unix:///csi/" + socket,
-		"--nodeid=$(KUBE_NODE_NAME)",
-		"--statedir=/csi-data-dir",
-		"--v=4", // logs each gRPC call
-	}
-	for j := range drv.VolumeMounts {
-		if rest, ok := strings.CutPrefix(drv.VolumeMounts[j].MountPath, "/var/lib/kubelet"); ok {
-			drv.VolumeMounts[j].MountPath = s.path("kubelet") + rest
-		}
-	}
-	drv.VolumeMounts = append(drv.VolumeMounts, corev1.VolumeMount{Name: "state-dir", MountPath: "/csi-data-dir"})
-	return nil
-}
-
-// hostpathVolume is what the driver's state file says about a volume.
 type hostpathVolume struct {
 	VolID     string
 	VolPath   string
@@ -95,10 +51,9 @@ type hostpathVolume struct {
 	Published []string
 }
 
-// hostpathVolumes reads the driver's state file, which it rewrites on every
-// change; a missing file is an empty state.
+// hostpathVolumes reads the driver's state file, rewritten on every change.
 func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
-	data, err := os.ReadFile(s.path(hostpathStateDir, "state.json"))
+	data, err := os.ReadFile(s.Path(localnode.HostpathStateDir, "state.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -112,8 +67,7 @@ func (s *suite) hostpathVolumes() ([]hostpathVolume, error) {
 	return state.Volumes, nil
 }
 
-// mountPoint reports whether path is a mount point in this mount
-// namespace, which is kubelet's; a missing path is none.
+// mountPoint: this mount namespace is kubelet's.
 func mountPoint(path string) (bool, error) {
 	mounted, err := mount.New("").IsMountPoint(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -122,30 +76,24 @@ func mountPoint(path string) (bool, error) {
 	return mounted, err
 }
 
-// volumePod is a pod of volumePodSpec as the test follows it.
 type volumePod struct {
 	name, uid string
 	target    string // where kubelet asks the driver to publish the volume
 	volID     string // the driver's ID of the volume, once published
-	// From the pod's creation: the driver's state lists the target and it
-	// is mounted; /data/hello read back from the driver's state directory;
-	// the pod Running.
+	// from the pod's creation
 	tPublished, tReadBack, tRunning time.Duration
 }
 
 func (v *volumePod) String() string {
 	return fmt.Sprintf("pod %s created → published (target mounted, in the driver's state) +%s → its file read back in the driver's %s/%s +%s → pod Running +%s",
-		v.name, ms(v.tPublished), hostpathStateDir, v.volID, ms(v.tReadBack), ms(v.tRunning))
+		v.name, ms(v.tPublished), localnode.HostpathStateDir, v.volID, ms(v.tReadBack), ms(v.tRunning))
 }
 
-// volumePodSpec is a pod with a CSI inline volume of hostpathplugin at
-// /data. It writes its name to /data/hello, then a counter to /data/beat
-// five times a second.
 func volumePodSpec(name string) *corev1.Pod {
 	script := `trap 'exit 0' TERM; echo "$POD_NAME" >/data/hello; i=0; while :; do i=$((i+1)); echo $i >/data/beat; sleep 0.2; done`
 	grace := int64(2)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{volumePodLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: localnode.Namespace, Labels: map[string]string{volumePodLabel: "true"}},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken:  new(bool),
 			TerminationGracePeriodSeconds: &grace,
@@ -164,24 +112,21 @@ func volumePodSpec(name string) *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				CSI: &corev1.CSIVolumeSource{Driver: hostpathDriver},
+				CSI: &corev1.CSIVolumeSource{Driver: localnode.HostpathDriver},
 			}}},
 		},
 	}
 }
 
-// startVolumePod creates a volume pod and waits until the driver has
-// published its volume, the pod's file is in the driver's state directory,
-// and the pod runs.
 func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, error) {
 	began := time.Now()
-	created, err := s.client.CoreV1().Pods(namespace).Create(ctx, volumePodSpec(name), metav1.CreateOptions{})
+	created, err := s.Client.CoreV1().Pods(localnode.Namespace).Create(ctx, volumePodSpec(name), metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s: %w", name, err)
 	}
 	v := &volumePod{name: name, uid: string(created.UID)}
-	v.target = s.path("kubelet", "pods", v.uid, "volumes", "kubernetes.io~csi", "data", "mount")
-	err = waitFor(ctx, "volume of pod "+name+" published, its file read back, pod Running", time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	v.target = s.Path("kubelet", "pods", v.uid, "volumes", "kubernetes.io~csi", "data", "mount")
+	err = localnode.WaitFor(ctx, "volume of pod "+name+" published, its file read back, pod Running", time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if v.tPublished == 0 {
 			vol, err := s.publishedAt(v.target)
 			if err != nil || vol == nil {
@@ -193,13 +138,13 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 			v.volID, v.tPublished = vol.VolID, time.Since(began)
 		}
 		if v.tReadBack == 0 {
-			hello, err := os.ReadFile(s.path(hostpathStateDir, v.volID, "hello"))
+			hello, err := os.ReadFile(s.Path(localnode.HostpathStateDir, v.volID, "hello"))
 			if err != nil || strings.TrimSpace(string(hello)) != name {
 				return false, err
 			}
 			v.tReadBack = time.Since(began)
 		}
-		current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+		current, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, name, getOpts)
 		if err != nil || current.Status.Phase != corev1.PodRunning {
 			return false, err
 		}
@@ -212,11 +157,10 @@ func (s *suite) startVolumePod(ctx context.Context, name string) (*volumePod, er
 	return v, nil
 }
 
-// whyNotRunning tells the pod's phase, its conditions that are not true,
-// and kubelet's last FailedMount event, such as the driver's socket that
-// it could not dial.
+// whyNotRunning: kubelet's FailedMount event names, for one, a driver
+// socket it could not dial.
 func (s *suite) whyNotRunning(ctx context.Context, name string) string {
-	current, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, getOpts)
+	current, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, name, getOpts)
 	if err != nil {
 		return "pod: " + err.Error()
 	}
@@ -226,15 +170,13 @@ func (s *suite) whyNotRunning(ctx context.Context, name string) string {
 			state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
 		}
 	}
-	events, err := s.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
+	events, err := s.Client.CoreV1().Events(localnode.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedMount"})
 	if err == nil && len(events.Items) > 0 {
 		state += "; last FailedMount event: " + events.Items[len(events.Items)-1].Message
 	}
 	return state
 }
 
-// publishedAt returns the volume that the driver's state says is published
-// at target, or nil.
 func (s *suite) publishedAt(target string) (*hostpathVolume, error) {
 	vols, err := s.hostpathVolumes()
 	if err != nil {
@@ -248,23 +190,21 @@ func (s *suite) publishedAt(target string) (*hostpathVolume, error) {
 	return nil, nil
 }
 
-// unpublished is what deleting a volume pod did, from the deletion.
 type unpublished struct {
 	tUnpublished time.Duration // target no longer mounted, volume gone from the driver's state and directory
 	tGone        time.Duration // pod object gone
 }
 
-// deleteVolumePod deletes the pod and waits until the driver has unpublished
-// its volume (an inline volume is then deleted: gone from the state file and
-// the state directory) and the pod object is gone.
+// deleteVolumePod: an inline volume is deleted on unpublish, gone from the
+// driver's state file and directory.
 func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished, error) {
 	var u unpublished
 	began := time.Now()
-	if err := s.client.CoreV1().Pods(namespace).Delete(ctx, v.name, metav1.DeleteOptions{}); err != nil {
+	if err := s.Client.CoreV1().Pods(localnode.Namespace).Delete(ctx, v.name, metav1.DeleteOptions{}); err != nil {
 		return u, fmt.Errorf("delete pod %s: %w", v.name, err)
 	}
 	var state string
-	err := waitFor(ctx, "volume of pod "+v.name+" unpublished, pod gone", 2*time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
+	err := localnode.WaitFor(ctx, "volume of pod "+v.name+" unpublished, pod gone", 2*time.Minute, 20*time.Millisecond, nil, func(ctx context.Context) (bool, error) {
 		if u.tUnpublished == 0 {
 			mounted, err := mountPoint(v.target)
 			if err != nil {
@@ -275,14 +215,14 @@ func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished,
 				return false, err
 			}
 			known := slices.ContainsFunc(vols, func(vol hostpathVolume) bool { return vol.VolID == v.volID })
-			_, statErr := os.Stat(s.path(hostpathStateDir, v.volID))
+			_, statErr := os.Stat(s.Path(localnode.HostpathStateDir, v.volID))
 			state = fmt.Sprintf("target mounted %v, volume in the driver's state %v, its directory there %v", mounted, known, statErr == nil)
 			if mounted || known || !errors.Is(statErr, os.ErrNotExist) {
 				return false, nil
 			}
 			u.tUnpublished = time.Since(began)
 		}
-		_, err := s.client.CoreV1().Pods(namespace).Get(ctx, v.name, getOpts)
+		_, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, v.name, getOpts)
 		if err == nil || !strings.Contains(err.Error(), "not found") {
 			return false, err
 		}
@@ -295,11 +235,10 @@ func (s *suite) deleteVolumePod(ctx context.Context, v *volumePod) (unpublished,
 	return u, nil
 }
 
-// driverCalls counts the gRPC calls of each method in the log of the
-// hostpath pod's driver container (the driver logs each at --v=3).
+// driverCalls counts the gRPC calls the driver logs, by method.
 func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	calls := map[string]int{}
-	for line := range strings.SplitSeq(s.containerLog(pod, hostpathContainer), "\n") {
+	for line := range strings.SplitSeq(s.containerLog(pod, localnode.HostpathContainer), "\n") {
 		if _, method, ok := strings.Cut(line, "GRPC call: /csi.v1.Node/"); ok {
 			calls[strings.TrimSpace(method)]++
 		}
@@ -307,17 +246,16 @@ func (s *suite) driverCalls(pod *corev1.Pod) map[string]int {
 	return calls
 }
 
-// checkVolume runs checks 8a, 8b and 8c.
 func (s *suite) checkVolume(ctx context.Context) bool {
 	names := []string{
 		"8a. volume through a real driver (hostpathplugin, CSI inline volume): kubelet publishes it on the endpoint the registrar announced, the pod's file is read back on the driver's side, deleting the pod unpublishes it",
 		"8b. rolling update of the hostpath DaemonSet (maxSurge 1, same driver socket: the handover) with a volume pod running: its volume still served, a new volume pod mounts, the old one unmounts cleanly",
 		"8c. rolling update of the hostpath DaemonSet to another driver socket (maxSurge 1) with a volume pod running: kubelet follows the new endpoint; the volume still served, a new volume pod mounts, the old one unmounts cleanly",
 	}
-	if *hostpathMissing != "" {
-		return s.skipAll(names, *hostpathMissing)
+	if s.HostpathMissing != "" {
+		return s.skipAll(names, s.HostpathMissing)
 	}
-	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
+	watch, stopWatch := s.StartWatch(ctx, localnode.HostpathDriver)
 	defer stopWatch()
 	if !s.checkVolumePublished(ctx, names[0], watch) {
 		return s.failAll(names[1:], "not run: check 8a failed")
@@ -335,22 +273,8 @@ func (s *suite) checkVolume(ctx context.Context) bool {
 	return ok && ok2
 }
 
-// hostpathCSIDriver is the CSIDriver object of hostpathplugin's inline
-// volumes: no attach, the pod's information on mount.
-func hostpathCSIDriver() *storagev1.CSIDriver {
-	attach, podInfo := false, true
-	return &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: hostpathDriver},
-		Spec: storagev1.CSIDriverSpec{
-			AttachRequired:       &attach,
-			PodInfoOnMount:       &podInfo,
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
-		},
-	}
-}
-
-func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *csiNodeWatch) bool {
-	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, hostpathCSIDriver(), metav1.CreateOptions{}); err != nil {
+func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *localnode.Watch) bool {
+	if _, err := s.Client.StorageV1().CSIDrivers().Create(ctx, localnode.HostpathCSIDriver(), metav1.CreateOptions{}); err != nil {
 		return s.report(name, false, "create CSIDriver: %v", err)
 	}
 	ds, err := s.hostpathDaemonSetFor(revHostpath)
@@ -358,47 +282,42 @@ func (s *suite) checkVolumePublished(ctx context.Context, name string, watch *cs
 		return s.report(name, false, "%v", err)
 	}
 	began := time.Now()
-	driverPod, tReady, err := s.deploy(ctx, ds, watch)
+	driverPod, tReady, err := s.Deploy(ctx, ds, watch)
 	if err != nil {
 		return s.report(name, false, "%v (see the registrar's and the driver's logs in logs/pod-logs)", err)
 	}
-	reg, _ := watch.first(began, isRegistered)
-	tRegistered := reg.at.Sub(began)
-	s.timing("8a. hostpath DaemonSet created → "+hostpathDriver+" in CSINode (registration)", tRegistered)
+	reg, _ := watch.First(began, localnode.IsRegistered)
+	tRegistered := reg.At.Sub(began)
+	s.Timing("8a. hostpath DaemonSet created → "+localnode.HostpathDriver+" in CSINode (registration)", tRegistered)
 	serving, servingOK := s.servingRegistrar(revHostpath)
 
 	vp, err := s.startVolumePod(ctx, "volume-1")
 	if err != nil {
 		return s.report(name, false, "registered +%s; %v", ms(tRegistered), err)
 	}
-	s.timing("8a. volume pod created → volume published (NodePublishVolume)", vp.tPublished)
+	s.Timing("8a. volume pod created → volume published (NodePublishVolume)", vp.tPublished)
 	published := s.driverCalls(driverPod)
 	u, err := s.deleteVolumePod(ctx, vp)
 	if err != nil {
 		return s.report(name, false, "%v; then %v", vp, err)
 	}
-	s.timing("8a. volume pod deleted → volume unpublished (NodeUnpublishVolume)", u.tUnpublished)
+	s.Timing("8a. volume pod deleted → volume unpublished (NodeUnpublishVolume)", u.tUnpublished)
 	calls := s.driverCalls(driverPod)
-	ok := reg.nodeID == nodeName && servingOK &&
+	ok := reg.NodeID == localnode.NodeName && servingOK &&
 		published["NodePublishVolume"] >= 1 && calls["NodeUnpublishVolume"] >= 1
 	return s.report(name, ok, "DaemonSet created → %s in CSINode with node ID %q +%s, pod Ready +%s, registrar %s; %v; pod deleted → target unmounted, volume %s gone from the driver's state and directory +%s → pod object gone +%s; the driver's log (pod %s) counts NodePublishVolume %d, NodeUnpublishVolume %d",
-		hostpathDriver, reg.nodeID, ms(tRegistered), ms(tReady), serving, vp, vp.volID, ms(u.tUnpublished), ms(u.tGone),
+		localnode.HostpathDriver, reg.NodeID, ms(tRegistered), ms(tReady), serving, vp, vp.volID, ms(u.tUnpublished), ms(u.tGone),
 		driverPod.Name, calls["NodePublishVolume"], calls["NodeUnpublishVolume"])
 }
 
-// beat reads the counter that a volume pod writes five times a second, as
-// the driver's state directory holds it.
 func (s *suite) beat(v *volumePod) string {
-	data, _ := os.ReadFile(s.path(hostpathStateDir, v.volID, "beat"))
+	data, _ := os.ReadFile(s.Path(localnode.HostpathStateDir, v.volID, "beat"))
 	return strings.TrimSpace(string(data))
 }
 
 // checkVolumeRollout rolls the hostpath DaemonSet to next while the volume
-// pod running runs: its volume must still be served, a new volume pod be
-// published by the new pod's driver, and deleting running unpublish its
-// volume through that driver. It returns the new volume pod, still running
-// if keep, or nil if it did not start.
-func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiNodeWatch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
+// pod running runs. It returns the new volume pod, still running if keep.
+func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *localnode.Watch, running *volumePod, next revision, keep bool) (*volumePod, bool) {
 	want, err := s.hostpathDaemonSetFor(next)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
@@ -407,20 +326,20 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	newDriverPod, err := s.client.CoreV1().Pods(namespace).Get(ctx, r.newPod, getOpts)
+	newDriverPod, err := s.Client.CoreV1().Pods(localnode.Namespace).Get(ctx, r.newPod, getOpts)
 	if err != nil {
 		return nil, s.report(name, false, "%v", err)
 	}
-	final, _ := watch.now()
+	final, _ := watch.Now()
 	step := name[:3]
-	s.timing(step+" hostpath rolling update → new pod Ready", r.tNewReady)
-	s.timing(step+" hostpath rolling update → old pod gone", r.tOldGone)
+	s.Timing(step+" hostpath rolling update → new pod Ready", r.tNewReady)
+	s.Timing(step+" hostpath rolling update → old pod gone", r.tOldGone)
 	servedHow, served := s.stillServed(ctx, running)
 	fresh, err := s.startVolumePod(ctx, fmt.Sprintf("volume-%d", int(next-revHostpath)+2))
 	if err != nil {
 		return nil, s.report(name, false, "update → new pod Ready +%s, old pod gone +%s; %s; new volume pod: %v", ms(r.tNewReady), ms(r.tOldGone), servedHow, err)
 	}
-	s.timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
+	s.Timing(step+" after the update: volume pod created → volume published", fresh.tPublished)
 	deleted, errDeleted := s.deleteVolumePods(ctx, step, running)
 	wantUnpublish := 1
 	if !keep {
@@ -430,24 +349,22 @@ func (s *suite) checkVolumeRollout(ctx context.Context, name string, watch *csiN
 	calls := s.driverCalls(newDriverPod)
 	status, serving := statusOf(next.port())
 	registration, registered := s.volumeRegistration(r, next, status)
-	ok := registered && served && errDeleted == nil && final.registered && final.nodeID == nodeName && status != nil && status.State == "registered" &&
+	ok := registered && served && errDeleted == nil && final.Registered && final.NodeID == localnode.NodeName && status != nil && status.State == "registered" &&
 		calls["NodePublishVolume"] == 1 && calls["NodeUnpublishVolume"] == wantUnpublish
 	return fresh, s.report(name, ok, "pod %s's volume %s published before the update; update → new pod %s (driver socket %s) Ready +%s → old pod %s gone +%s; wanted: %s; times without %s in CSINode: %d %v; %s after: registered=%v node ID %q, new registrar %s; "+
 		"%s; new %v; %s; the new driver's log counts NodePublishVolume %d (want 1), NodeUnpublishVolume %d (want %d)",
-		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(r.tNewReady), r.oldPod, ms(r.tOldGone), registration, hostpathDriver, len(r.gaps), r.describeGaps(),
-		rolloutSettle, final.registered, final.nodeID, serving, servedHow, fresh, deleted,
+		running.name, running.volID, newDriverPod.Name, hostpathSocket(next), ms(r.tNewReady), r.oldPod, ms(r.tOldGone), registration, localnode.HostpathDriver, len(r.gaps), r.describeGaps(),
+		rolloutSettle, final.Registered, final.NodeID, serving, servedHow, fresh, deleted,
 		calls["NodePublishVolume"], calls["NodeUnpublishVolume"], wantUnpublish)
 }
 
-// stillServed checks, after a rollout, that the running pod's volume is
-// still mounted, in the new driver's state (read from the file it loaded),
-// and that the pod's writes still reach the driver's directory.
+// stillServed: the new driver loaded its state from the old one's file.
 func (s *suite) stillServed(ctx context.Context, running *volumePod) (string, bool) {
 	stillMounted, _ := mountPoint(running.target)
 	vol, _ := s.publishedAt(running.target)
 	beatBefore := s.beat(running)
 	var beatAfter string
-	errBeat := waitFor(ctx, "pod "+running.name+" still writing into its volume", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
+	errBeat := localnode.WaitFor(ctx, "pod "+running.name+" still writing into its volume", 30*time.Second, 50*time.Millisecond, nil, func(context.Context) (bool, error) {
 		beatAfter = s.beat(running)
 		return beatAfter != "" && beatAfter != beatBefore, nil
 	})
@@ -455,25 +372,21 @@ func (s *suite) stillServed(ctx context.Context, running *volumePod) (string, bo
 		stillMounted, vol != nil, beatBefore, beatAfter, errBeat == nil), stillMounted && vol != nil && errBeat == nil
 }
 
-// deleteVolumePods deletes volume pods one after the other, each until
-// its volume is unpublished, and says how long each took.
 func (s *suite) deleteVolumePods(ctx context.Context, step string, pods ...*volumePod) (string, error) {
 	var lines []string
 	var errs error
 	for _, v := range pods {
 		u, err := s.deleteVolumePod(ctx, v)
-		s.timing(fmt.Sprintf("%s after the update: volume pod %s deleted → unpublished", step, v.name), u.tUnpublished)
+		s.Timing(fmt.Sprintf("%s after the update: volume pod %s deleted → unpublished", step, v.name), u.tUnpublished)
 		lines = append(lines, fmt.Sprintf("pod %s deleted → unpublished +%s, gone +%s (%v)", v.name, ms(u.tUnpublished), ms(u.tGone), err))
 		errs = errors.Join(errs, err)
 	}
 	return strings.Join(lines, "; "), errs
 }
 
-// volumeRegistration says what the hostpath rollout r to next had to do to
-// the registration, and whether it did. With the same driver socket, the
-// new registrar must take the registration socket over and kubelet keep
-// the driver registered as in check 4a; with another, kubelet registers the
-// driver again, at most once for at most 2s as in checks 4b and 4c.
+// volumeRegistration: with the same driver socket the new registrar takes
+// the registration socket over, as in check 4a; with another kubelet
+// registers the driver again, as in checks 4b and 4c.
 func (s *suite) volumeRegistration(r *rollout, next revision, status *registrarState) (string, bool) {
 	longest := r.longestGap()
 	if hostpathSocket(r.from) != hostpathSocket(next) {

@@ -1,4 +1,4 @@
-package main
+package localnode
 
 import (
 	"bytes"
@@ -15,9 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// manifestKinds are the kinds of the manifests that the checks create
-// (deploy/'s components, the storage sidecars' RBAC): their resource, and
-// whether they live in a namespace.
+// manifestKinds are the kinds that deploy/'s components and the storage
+// sidecars' RBAC hold.
 var manifestKinds = map[string]struct {
 	resource   string
 	namespaced bool
@@ -31,16 +30,12 @@ var manifestKinds = map[string]struct {
 	"ValidatingAdmissionPolicyBinding": {"validatingadmissionpolicybindings", false},
 }
 
-// deployFile is a file of deploy/.
-func (s *suite) deployFile(name string) string { return filepath.Join(s.repo, "deploy", name) }
+func (c *Node) DeployFile(name string) string { return filepath.Join(c.Repo, "deploy", name) }
 
-// applyManifests creates the objects of manifest files as kustomize would
-// with this namespace: namespaced objects, and the service accounts that
-// bindings name, in it. edit, if set, may change an object, or drop it by
-// returning false. The API server rejects unknown fields; an object that
-// exists is kept, as checks share accounts and roles. Last, it publishes
-// the root CA that the accounts' token volumes read.
-func (s *suite) applyManifests(ctx context.Context, edit func(*unstructured.Unstructured) bool, files ...string) error {
+// ApplyManifests creates the files' objects as kustomize would with this
+// namespace. edit may change an object, or drop it by returning false. An
+// object that exists is kept: checks share accounts and roles.
+func (c *Node) ApplyManifests(ctx context.Context, edit func(*unstructured.Unstructured) bool, files ...string) error {
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -64,14 +59,14 @@ func (s *suite) applyManifests(ctx context.Context, edit func(*unstructured.Unst
 			subjects, _ := obj.Object["subjects"].([]any)
 			for _, subject := range subjects {
 				if m, ok := subject.(map[string]any); ok && m["kind"] == "ServiceAccount" {
-					m["namespace"] = namespace
+					m["namespace"] = Namespace
 				}
 			}
-			resource := s.dynamic.Resource(obj.GroupVersionKind().GroupVersion().WithResource(kind.resource))
+			resource := c.Dynamic.Resource(obj.GroupVersionKind().GroupVersion().WithResource(kind.resource))
 			var client dynamic.ResourceInterface = resource
 			if kind.namespaced {
-				obj.SetNamespace(namespace)
-				client = resource.Namespace(namespace)
+				obj.SetNamespace(Namespace)
+				client = resource.Namespace(Namespace)
 			}
 			_, err := client.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -79,19 +74,18 @@ func (s *suite) applyManifests(ctx context.Context, edit func(*unstructured.Unst
 			}
 		}
 	}
-	return s.publishRootCA(ctx)
+	return c.publishRootCA(ctx)
 }
 
-// publishRootCA creates in the namespace the kube-root-ca.crt ConfigMap
-// that kubelet's projected service account token volume reads: unless the
-// node runs them for the storage suite, no controller publishes it here.
-func (s *suite) publishRootCA(ctx context.Context) error {
-	ca, err := os.ReadFile(s.path("apiserver", "apiserver.crt"))
+// publishRootCA: the token volumes read it, and only for the storage suite
+// does a controller publish it.
+func (c *Node) publishRootCA(ctx context.Context) error {
+	ca, err := os.ReadFile(c.Path("apiserver", "apiserver.crt"))
 	if err != nil {
 		return fmt.Errorf("the API server's self-signed certificate: %w", err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(ca)}}
-	if _, err := s.client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Client.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil

@@ -1,9 +1,6 @@
 package main
 
-// make e2e-storage: Kubernetes' storage e2e suite (e2e.test, unmodified)
-// against csi-driver-host-path's plugin with this registrar as its node
-// sidecar, then with upstream's. The suite reaches the driver only through
-// what the registrar registered.
+// The suite reaches the driver only through what the registrar registered.
 
 import (
 	"context"
@@ -24,42 +21,32 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/csi-registrar/node-driver-registrar/test/node/localnode"
 )
 
-// The hostpath DaemonSet's revisions in make e2e-storage (HTTP ports 9832
-// and 9833): this registrar, and upstream's.
-const (
-	revStorage         revision = 24
-	revStorageUpstream revision = 25
-)
+type suite struct {
+	*localnode.Node
+	storageOptions
+}
 
-// Images of the controller sidecars, built by hack/e2e-node.sh from their
-// modules for tier 2.
+// built by hack/e2e-node.sh from their modules for tier 2
 const (
 	provisionerImage = "localhost/e2e-node/csi-provisioner:1"
 	attacherImage    = "localhost/e2e-node/csi-attacher:1"
 )
 
-// storageLogs is where hack/e2e-node.sh copies the logs directory at the
-// end of make e2e-storage, relative to the repository's root.
+// storageLogs is where hack/e2e-node.sh copies the logs at the end.
 const storageLogs = "test/node/_logs-storage"
 
-// storageOptions are make e2e-storage's choices, from hack/e2e-node.sh.
 type storageOptions struct {
-	tiers []int
-	// repoList is the KUBE_TEST_REPO_LIST file that maps the suite's
-	// images to the local names they were imported under.
-	repoList string
-	// sidecarsMissing, when set, is why csi-provisioner and csi-attacher
-	// are not deployed: tier 2 cannot run.
+	tiers           []int
+	repoList        string
 	sidecarsMissing string
-	// rbacFiles are csi-provisioner's and csi-attacher's RBAC files.
-	rbacFiles []string
-	// timeout bounds one run of e2e.test (--ginkgo.timeout).
-	timeout time.Duration
+	rbacFiles       []string
+	timeout         time.Duration
 }
 
-// storageTier is a part of the suite, chosen by its test pattern.
 type storageTier struct {
 	number int
 	what   string
@@ -76,20 +63,16 @@ var storageTiers = []storageTier{
 		driverTests + `\[Testpattern: (Generic Ephemeral-volume \(default fs\) \((immediate|late)-binding\)|Dynamic PV \(default fs\))\] (volumes|volumeIO|subPath|provisioning|ephemeral) `},
 }
 
-// storageSkip leaves out what upstream's CI leaves out: disruptive tests
-// and features behind a gate. What the deployment lacks, the test driver's
-// capabilities leave out.
+// storageSkip leaves out what upstream's CI leaves out. What the
+// deployment lacks, the test driver's capabilities leave out.
 const storageSkip = `\[Disruptive\]|\[Feature:`
 
-// storageImage is one registrar image under test.
 type storageImage struct {
-	key   string // file names: logs/storage/<key>-tier<n>/
-	what  string
-	rev   revision
-	image string
+	key      string // file names: logs/storage/<key>-tier<n>/
+	what     string
+	template localnode.Template
 }
 
-// storageResult is what one run of e2e.test reported for one tier.
 type storageResult struct {
 	tier                    storageTier
 	image                   storageImage
@@ -112,12 +95,11 @@ func (r storageResult) String() string {
 
 func (r storageResult) ok() bool { return r.err == nil && r.failed == 0 && r.passed > 0 }
 
-// runStorage deploys the hostpath driver with each registrar image in turn
-// and runs the suite's tiers against it. It returns the process's exit code.
-func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
+func (s *suite) runStorage(ctx context.Context, _ time.Time) int {
+	opts := s.storageOptions
 	images := []storageImage{
-		{"this-registrar", "this registrar (" + registrarImage + ")", revStorage, registrarImage},
-		{"upstream", "upstream's registrar (" + upstreamImage + ")", revStorageUpstream, upstreamImage},
+		{"this-registrar", "this registrar (" + localnode.RegistrarImage + ")", localnode.Template{Revision: 24, Port: 9832}},
+		{"upstream", "upstream's registrar (" + localnode.UpstreamImage + ")", localnode.Template{Revision: 25, Port: 9833, Upstream: true}},
 	}
 	var tiers []storageTier
 	for _, t := range storageTiers {
@@ -129,9 +111,9 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 		fmt.Fprintf(os.Stderr, "e2e-storage: no tier chosen among %v: set E2E_STORAGE_TIERS to 1, 2 or \"1 2\"\n", opts.tiers)
 		return 2
 	}
-	if *hostpathMissing != "" {
-		fmt.Println("e2e-storage: SKIPPED: the suite needs csi-driver-host-path's plugin:", *hostpathMissing)
-		if s.failOnSkip {
+	if s.HostpathMissing != "" {
+		fmt.Println("e2e-storage: SKIPPED: the suite needs csi-driver-host-path's plugin:", s.HostpathMissing)
+		if s.FailOnSkip {
 			fmt.Println("e2e-storage: FAIL: skipped in CI: a skip there is a failure to look at")
 			return 1
 		}
@@ -140,11 +122,11 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 	var results []storageResult
 	var problems []string
 	for _, image := range images {
-		if image.rev.upstream() && s.upstreamMissing != "" {
-			problems = append(problems, "SKIPPED "+image.what+": "+s.upstreamMissing)
+		if image.template.Upstream && s.UpstreamMissing != "" {
+			problems = append(problems, "SKIPPED "+image.what+": "+s.UpstreamMissing)
 			continue
 		}
-		if err := s.deployHostpath(ctx, image.rev, opts); err != nil {
+		if err := s.deployHostpath(ctx, image.template, opts); err != nil {
 			problems = append(problems, fmt.Sprintf("FAIL deploying hostpathplugin with %s: %v", image.what, err))
 			continue
 		}
@@ -157,7 +139,7 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 			fmt.Println("e2e-storage:", r)
 			results = append(results, r)
 		}
-		if err := s.removeDaemonSet(ctx, hostpathDaemonSet, hostpathDriver); err != nil {
+		if err := s.RemoveDaemonSet(ctx, localnode.HostpathDaemonSet, localnode.HostpathDriver); err != nil {
 			problems = append(problems, fmt.Sprintf("FAIL removing hostpathplugin with %s: %v", image.what, err))
 		}
 		if ctx.Err() != nil {
@@ -168,13 +150,11 @@ func (s *suite) runStorage(ctx context.Context, opts storageOptions) int {
 	return s.storageReport(ctx, results, problems)
 }
 
-// storageReport prints the report and returns the process's exit code: 1
-// if a tier failed, a part could not be deployed, or was skipped in CI.
 func (s *suite) storageReport(ctx context.Context, results []storageResult, problems []string) int {
 	fmt.Println()
 	fmt.Println("e2e-storage report")
-	for _, t := range s.timings {
-		fmt.Printf("  %s: %s\n", t.what, ms(t.took))
+	for _, t := range s.Timings {
+		fmt.Printf("  %s: %s\n", t.What, t.Took.Round(time.Millisecond))
 	}
 	failed := false
 	for _, r := range results {
@@ -193,7 +173,7 @@ func (s *suite) storageReport(ctx context.Context, results []storageResult, prob
 	for _, d := range compareImages(results) {
 		fmt.Println("  " + d)
 	}
-	if skipped && s.failOnSkip {
+	if skipped && s.FailOnSkip {
 		fmt.Println("  FAIL: a part was skipped in CI: a skip there is a failure to look at")
 		failed = true
 	}
@@ -207,8 +187,6 @@ func (s *suite) storageReport(ctx context.Context, results []storageResult, prob
 	return 0
 }
 
-// compareImages says, per tier, whether the tests that ran with both
-// images had the same outcome, or names those that differ.
 func compareImages(results []storageResult) []string {
 	var lines []string
 	for _, t := range storageTiers {
@@ -218,7 +196,7 @@ func compareImages(results []storageResult) []string {
 			if r.tier.number != t.number {
 				continue
 			}
-			if r.image.rev.upstream() {
+			if r.image.template.Upstream {
 				theirs = r
 			} else {
 				ours = r
@@ -253,26 +231,22 @@ func compareImages(results []storageResult) []string {
 	return lines
 }
 
-// deployHostpath creates the CSIDriver object and the hostpath DaemonSet of
-// revision rev (this registrar's image or upstream's as the node sidecar),
-// with csi-provisioner and csi-attacher beside the driver when tier 2 can
-// run, and waits for the driver in CSINode.
-func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOptions) error {
+func (s *suite) deployHostpath(ctx context.Context, t localnode.Template, opts storageOptions) error {
 	began := time.Now()
-	if _, err := s.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", namespace, err)
+	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: localnode.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", localnode.Namespace, err)
 	}
 	sidecars := opts.sidecarsMissing == "" && slices.Contains(opts.tiers, 2)
 	// As csi-driver-host-path deploys it: persistent and inline volumes,
 	// attached through csi-attacher where it runs.
-	driver, fsGroup := hostpathCSIDriver(), storagev1.FileFSGroupPolicy
+	driver, fsGroup := localnode.HostpathCSIDriver(), storagev1.FileFSGroupPolicy
 	driver.Spec.AttachRequired = &sidecars
 	driver.Spec.FSGroupPolicy = &fsGroup
 	driver.Spec.VolumeLifecycleModes = append(driver.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent)
-	if _, err := s.client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create CSIDriver %s: %w", hostpathDriver, err)
+	if _, err := s.Client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create CSIDriver %s: %w", localnode.HostpathDriver, err)
 	}
-	ds, err := s.hostpathDaemonSetFor(rev)
+	ds, err := s.OwnDaemonSet(t, localnode.Own{Name: localnode.HostpathDaemonSet, Hostpath: true})
 	if err != nil {
 		return err
 	}
@@ -282,18 +256,16 @@ func (s *suite) deployHostpath(ctx context.Context, rev revision, opts storageOp
 		}
 		addControllerSidecars(&ds.Spec.Template.Spec)
 	}
-	watch, stopWatch := s.startWatch(ctx, hostpathDriver)
+	watch, stopWatch := s.StartWatch(ctx, localnode.HostpathDriver)
 	defer stopWatch()
-	if _, _, err := s.deploy(ctx, ds, watch); err != nil {
+	if _, _, err := s.Deploy(ctx, ds, watch); err != nil {
 		return err
 	}
-	s.timing(fmt.Sprintf("hostpath DaemonSet (revision %d) created → Ready, driver in CSINode", rev), time.Since(began))
+	s.Timing(fmt.Sprintf("hostpath DaemonSet (revision %d) created → Ready, driver in CSINode", t.Revision), time.Since(began))
 	return nil
 }
 
-// addControllerSidecars puts csi-provisioner and csi-attacher beside the
-// driver, as csi-driver-host-path's single-node deployment does, with
-// sidecarAccount's token; the driver and the registrar need none.
+// addControllerSidecars: as csi-driver-host-path's single-node deployment.
 func addControllerSidecars(pod *corev1.PodSpec) {
 	pod.ServiceAccountName = sidecarAccount
 	expiry := int64(3600)
@@ -332,19 +304,14 @@ func addControllerSidecars(pod *corev1.PodSpec) {
 	)
 }
 
-// sidecarAccount is the ServiceAccount of csi-provisioner and csi-attacher,
-// one for the pod, as csi-driver-host-path names it.
 const sidecarAccount = "csi-hostpathplugin-sa"
 
-// createSidecarRBAC creates sidecarAccount and the roles of the sidecars'
-// own RBAC files (deploy/kubernetes/rbac.yaml of their modules, named by
-// hack/e2e-node.sh), every binding given to sidecarAccount in namespace.
-// What exists already (the second image's deployment) is kept.
+// createSidecarRBAC binds the sidecars' own roles to sidecarAccount.
 func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 	if len(files) == 0 {
 		return errors.New("no RBAC file of csi-provisioner and csi-attacher given (-storage-rbac)")
 	}
-	_, err := s.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarAccount}}, metav1.CreateOptions{})
+	_, err := s.Client.CoreV1().ServiceAccounts(localnode.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarAccount}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ServiceAccount %s: %w", sidecarAccount, err)
 	}
@@ -357,14 +324,13 @@ func (s *suite) createSidecarRBAC(ctx context.Context, files []string) error {
 		}
 		return obj.GetKind() != "ServiceAccount" // sidecarAccount replaces the files' accounts
 	}
-	return s.applyManifests(ctx, toAccount, files...)
+	return s.ApplyManifests(ctx, toAccount, files...)
 }
 
-// runSuite runs e2e.test on one tier and reads its JUnit file.
 func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage, opts storageOptions) storageResult {
 	r := storageResult{tier: t, image: image, outcomes: map[string]string{}}
 	name := fmt.Sprintf("%s-tier%d", image.key, t.number)
-	reportDir := filepath.Join(s.logs, "storage", name)
+	reportDir := filepath.Join(s.Logs, "storage", name)
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
 		r.err = err
 		return r
@@ -376,11 +342,11 @@ func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage,
 		return r
 	}
 	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "e2e.test"),
+	cmd := exec.CommandContext(ctx, filepath.Join(s.Bin, "e2e.test"),
 		"--provider=local",
-		"--kubeconfig="+s.path("admin.kubeconfig"),
-		"--kubectl-path="+filepath.Join(s.bin, "kubectl"),
-		"--storage.testdriver="+filepath.Join(s.repo, "test", "node", "storage", "test-driver.yaml"),
+		"--kubeconfig="+s.Path("admin.kubeconfig"),
+		"--kubectl-path="+filepath.Join(s.Bin, "kubectl"),
+		"--storage.testdriver="+filepath.Join(s.Repo, "test", "node", "storage", "test-driver.yaml"),
 		"--report-dir="+reportDir,
 		"--ginkgo.focus="+t.focus,
 		"--ginkgo.skip="+storageSkip,
@@ -399,7 +365,7 @@ func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage,
 	began := time.Now()
 	runErr := cmd.Run()
 	r.took = time.Since(began)
-	s.timing(fmt.Sprintf("e2e.test, tier %d, %s", t.number, image.what), r.took)
+	s.Timing(fmt.Sprintf("e2e.test, tier %d, %s", t.number, image.what), r.took)
 	cases, err := readJUnit(filepath.Join(reportDir, "junit_01.xml"))
 	if err != nil {
 		r.err = fmt.Errorf("e2e.test: %v; its JUnit file: %w", runErr, err)
@@ -434,7 +400,6 @@ func (s *suite) runSuite(ctx context.Context, t storageTier, image storageImage,
 	return r
 }
 
-// junitCase is one test of the suite's JUnit file.
 type junitCase struct {
 	Name   string `xml:"name,attr"`
 	Status string `xml:"status,attr"`
@@ -460,8 +425,6 @@ func readJUnit(file string) ([]junitCase, error) {
 	return cases, nil
 }
 
-// storageControllers are the controllers the suite relies on beyond make
-// e2e-node's: namespaces, service accounts, node lifecycle, volumes.
 var storageControllers = []string{
 	"serviceaccount", "root-ca-cert-publisher", "namespace", "nodelifecycle",
 	"persistentvolume-binder", "pv-protection", "pvc-protection", "attachdetach", "ephemeral-volume",
@@ -469,29 +432,26 @@ var storageControllers = []string{
 	"deployment", "replicaset",
 }
 
-// kubernetesService is the kubernetes Service's address: the first of
-// kube-apiserver's --service-cluster-ip-range, port 443. kubelet gives
-// every container this address (KUBERNETES_SERVICE_HOST and _PORT).
+// kubernetesService is the first of --service-cluster-ip-range: kubelet
+// gives every container this address (KUBERNETES_SERVICE_HOST).
 const kubernetesService = "10.96.0.1"
 
-// routeKubernetesService does for the kubernetes Service what kube-proxy
-// would, from the pods' network and the node's, so that the sidecars use
-// their in-cluster configuration unchanged.
+// routeKubernetesService does what kube-proxy would, so that the sidecars
+// use their in-cluster configuration unchanged.
 func routeKubernetesService() error {
-	if err := command("ip", "addr", "add", kubernetesService+"/32", "dev", "lo"); err != nil {
+	if err := localnode.Command("ip", "addr", "add", kubernetesService+"/32", "dev", "lo"); err != nil {
 		return err
 	}
 	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
-		if err := command("iptables", "-t", "nat", "-A", chain, "-d", kubernetesService+"/32", "-p", "tcp", "--dport", "443",
-			"-j", "DNAT", "--to-destination", nodeIP+":6443"); err != nil {
+		if err := localnode.Command("iptables", "-t", "nat", "-A", chain, "-d", kubernetesService+"/32", "-p", "tcp", "--dport", "443",
+			"-j", "DNAT", "--to-destination", localnode.NodeIP+":6443"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// podNetwork is the CNI configuration of make e2e-storage's test pods:
-// veth pairs to the node, which routes to the kubernetes Service.
+// podNetwork: veth pairs to the node, which routes to the kubernetes Service.
 const podNetwork = `{
   "cniVersion": "1.0.0",
   "name": "e2e-storage",
@@ -502,17 +462,15 @@ const podNetwork = `{
 }
 `
 
-// writePodNetwork writes the pod network's configuration where containerd
-// reads it, and points containerd's CNI binary directory at Debian's.
-func (c *cluster) writePodNetwork() error {
-	if err := os.MkdirAll(c.path("cni", "conf"), 0o755); err != nil {
+func writePodNetwork(c *localnode.Node) error {
+	if err := os.MkdirAll(c.Path("cni", "conf"), 0o755); err != nil {
 		return err
 	}
-	if err := os.Symlink(cniPlugins, c.path("cni", "bin")); err != nil {
+	if err := os.Symlink(cniPlugins, c.Path("cni", "bin")); err != nil {
 		return err
 	}
-	return os.WriteFile(c.path("cni", "conf", "10-e2e-storage.conflist"), []byte(fmt.Sprintf(podNetwork, c.path("cni", "ipam"))), 0o644)
+	return os.WriteFile(c.Path("cni", "conf", "10-e2e-storage.conflist"), []byte(fmt.Sprintf(podNetwork, c.Path("cni", "ipam"))), 0o644)
 }
 
-// cniPlugins is where Debian's containernetworking-plugins puts them.
+// Debian's containernetworking-plugins'
 const cniPlugins = "/usr/lib/cni"
